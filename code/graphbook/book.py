@@ -1,0 +1,51 @@
+"""Chapter set-up, repository paths and the book's data files (every chapter, from Chapter 1).
+
+Chapters call :func:`setup_chapter` in their first cell so that threads, seeds and the plotting
+style are the same whether a chapter runs under nbval, the book build or a reader's Jupyter.
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from .environment import REPO_ROOT, fingerprint, set_threads
+
+DATA = REPO_ROOT / "data"
+SEED_DIR = DATA / "seed"
+PAPERS_DIR = DATA / "papers"
+RESULTS_DIR = DATA / "results"
+CODE_DIR = REPO_ROOT / "code"
+
+
+def setup_chapter(threads: int = 2, seed: int = 0) -> dict:
+    """Fix threads, random seeds and the plot style; return the environment fingerprint (Chapter 1).
+
+    ``threads`` is explicit because the default (all cores) changes from machine to machine and
+    would make two runs of a chapter incomparable.
+    """
+    import numpy as np
+    import torch
+
+    set_threads(threads)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import matplotlib
+
+        matplotlib.rcParams.update({"figure.dpi": 110, "savefig.dpi": 110, "figure.figsize": (7.0, 4.0),
+                                    "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
+                                    "axes.spines.right": False})
+    except ImportError:  # plotting is optional for scripts that import this module
+        pass
+    return fingerprint(threads)
+
+
+def read_data_csv(relative: str):
+    """Read a CSV from ``data/`` as a pandas DataFrame, with a clear error if it is missing (Chapter 2)."""
+    import pandas as pd
+
+    path = DATA / relative
+    if not path.exists():
+        raise FileNotFoundError(f"data file {relative!r} is missing under {DATA}; see data/README.md")
+    return pd.read_csv(path)

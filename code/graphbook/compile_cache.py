@@ -1,0 +1,258 @@
+"""Restart cost of torch.compile: cold, warm on-disk cache, and saved cache artifacts (Chapter 6).
+
+What a server pays after a restart is the compile of every graph it warms up. Timing that inside the
+process that already compiled once would measure Dynamo's in-memory caches, so each measurement here
+runs in a **fresh Python process** with its own ``TORCHINDUCTOR_CACHE_DIR``:
+
+- ``cold``: an empty cache directory (what the first start on a new machine pays);
+- ``warm``: the directory the cold run just filled (a restart on the same machine);
+- ``artifacts``: a *new, empty* directory into which the child first loads the bytes the cold run saved
+  with :func:`torch.compiler.save_cache_artifacts` (what a fresh container pays when the artifacts
+  ship with it).
+
+The child is this module run as ``python -m graphbook.compile_cache --child SPEC_JSON``; it prints one
+line ``GRAPHBOOK_RESULT {...}`` that the parent parses. A model is named by a factory
+``"package.module:function"`` that returns an ``nn.Module``, so the child can rebuild it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+RESULT_MARKER = "GRAPHBOOK_RESULT "
+SCENARIOS = ("cold", "warm", "artifacts")
+_CODE_DIR = Path(__file__).resolve().parents[1]
+
+
+class CompileCacheError(RuntimeError):
+    """A fresh-process compile measurement failed (the child's stderr tail is in the message)."""
+
+
+@dataclass
+class RestartSpec:
+    """What the child process compiles and calls (Introduced in Chapter 6).
+
+    ``factory`` is ``"module:function"`` returning an ``nn.Module`` (called with ``factory_kwargs``);
+    inputs are ``torch.randn(b, *input_chw)`` for each ``b`` in ``batch_sizes``, called in that order.
+    """
+
+    factory: str
+    input_chw: tuple[int, int, int]
+    batch_sizes: tuple[int, ...] = (1, 2, 3)
+    factory_kwargs: dict = field(default_factory=dict)
+    compile_kwargs: dict = field(default_factory=dict)
+    threads: int = 2
+    seed: int = 0
+
+    def validate(self) -> "RestartSpec":
+        if ":" not in self.factory:
+            raise ValueError(f"factory must look like 'package.module:function', got {self.factory!r}")
+        if len(self.input_chw) != 3 or any(int(d) < 1 for d in self.input_chw):
+            raise ValueError(f"input_chw must be three positive sizes (C, H, W), got {self.input_chw!r}")
+        if not self.batch_sizes or any(int(b) < 1 for b in self.batch_sizes):
+            raise ValueError(f"batch_sizes must be positive integers, got {self.batch_sizes!r}")
+        if int(self.threads) < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads!r}")
+        return self
+
+
+def resolve_factory(factory: str):
+    """Import ``"module:function"`` and return the function (Introduced in Chapter 6)."""
+    import importlib
+
+    if ":" not in factory:
+        raise ValueError(f"factory must look like 'package.module:function', got {factory!r}")
+    module_name, _, attr = factory.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import {module_name!r} for factory {factory!r}: {exc}") from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError as exc:
+        raise ValueError(f"{module_name!r} has no attribute {attr!r}") from exc
+
+
+def _child_main(spec_json: str) -> dict:
+    """Runs in the fresh process: build, (load artifacts), compile, first call per batch size."""
+    started = time.perf_counter()
+    import torch
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    import_s = time.perf_counter() - started
+    spec_dict = json.loads(spec_json)
+    load_path = spec_dict.pop("load_artifacts", None)
+    save_path = spec_dict.pop("save_artifacts", None)
+    spec = RestartSpec(**{**spec_dict, "input_chw": tuple(spec_dict["input_chw"]),
+                          "batch_sizes": tuple(spec_dict["batch_sizes"])}).validate()
+    torch.set_num_threads(spec.threads)
+    torch.manual_seed(spec.seed)
+    model = resolve_factory(spec.factory)(**spec.factory_kwargs).eval()
+    inputs = {b: torch.randn(b, *spec.input_chw) for b in spec.batch_sizes}
+
+    load_s = 0.0
+    if load_path:
+        t0 = time.perf_counter()
+        torch.compiler.load_cache_artifacts(Path(load_path).read_bytes())
+        load_s = time.perf_counter() - t0
+
+    counters.clear()
+    compiled = torch.compile(model, **spec.compile_kwargs)
+    first_call_s = {}
+    graphs_after = {}
+    with torch.no_grad():
+        for b in spec.batch_sizes:
+            t0 = time.perf_counter()
+            compiled(inputs[b])
+            first_call_s[str(b)] = time.perf_counter() - t0
+            graphs_after[str(b)] = int(counters["stats"]["unique_graphs"])
+        # one more call per size, after compiling: what a compiled call costs once warm
+        steady_s = {}
+        for b in spec.batch_sizes:
+            t0 = time.perf_counter()
+            compiled(inputs[b])
+            steady_s[str(b)] = time.perf_counter() - t0
+
+    artifact_bytes = 0
+    if save_path:
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is None:
+            raise CompileCacheError("torch.compiler.save_cache_artifacts() returned nothing to save")
+        Path(save_path).write_bytes(saved[0])
+        artifact_bytes = len(saved[0])
+    return {
+        "import_s": import_s,
+        "load_artifacts_s": load_s,
+        "first_call_s": first_call_s,
+        "steady_call_s": steady_s,
+        "graphs_after": graphs_after,
+        "fxgraph_cache_hit": int(counters["inductor"]["fxgraph_cache_hit"]),
+        "fxgraph_cache_miss": int(counters["inductor"]["fxgraph_cache_miss"]),
+        "artifact_bytes": artifact_bytes,
+        "torch": torch.__version__,
+    }
+
+
+def run_fresh_process(spec: RestartSpec, cache_dir: str | os.PathLike, *, load_artifacts=None,
+                      save_artifacts=None, timeout: float = 1800.0) -> dict:
+    """Compile ``spec`` in a new Python process whose Inductor cache is ``cache_dir`` (Chapter 6).
+
+    Returns the child's measurements plus ``process_wall_s`` (start to exit, as the parent saw it).
+    ``load_artifacts`` / ``save_artifacts`` are paths of a cache-artifact file to load before compiling
+    or to write after the first calls. Raises :class:`CompileCacheError` if the child fails.
+    """
+    spec.validate()
+    payload = asdict(spec)
+    payload["input_chw"] = list(spec.input_chw)
+    payload["batch_sizes"] = list(spec.batch_sizes)
+    if load_artifacts is not None:
+        if not Path(load_artifacts).is_file():
+            raise FileNotFoundError(f"cache artifact file {str(load_artifacts)!r} does not exist")
+        payload["load_artifacts"] = str(load_artifacts)
+    if save_artifacts is not None:
+        payload["save_artifacts"] = str(save_artifacts)
+    env = dict(os.environ)
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
+    # the child must not inherit a parent's "no cache" or debug switches, or "warm" would be cold
+    for var in ("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCH_COMPILE_DEBUG"):
+        env.pop(var, None)
+    env["PYTHONPATH"] = os.pathsep.join([str(_CODE_DIR), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["OMP_NUM_THREADS"] = str(spec.threads)
+    cmd = [sys.executable, "-m", "graphbook.compile_cache", "--child", json.dumps(payload)]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise CompileCacheError(f"fresh-process compile exceeded {timeout:.0f} s") from exc
+    wall = time.perf_counter() - t0
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_MARKER)]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout)[-1500:]
+        raise CompileCacheError(f"child exited with {proc.returncode}: {tail}")
+    result = json.loads(lines[-1][len(RESULT_MARKER):])
+    result["process_wall_s"] = wall
+    return result
+
+
+def restart_seconds(result: dict) -> float:
+    """The restart cost of one fresh-process run: artifact loading plus every first call (Chapter 6)."""
+    return float(result["load_artifacts_s"]) + float(sum(result["first_call_s"].values()))
+
+
+def cache_experiment(spec: RestartSpec, workdir: str | os.PathLike | None = None, *,
+                     timeout: float = 1800.0) -> list[dict]:
+    """Measure cold, warm and artifacts restarts of ``spec``, each in a fresh process (Chapter 6).
+
+    Returns one row per (scenario, batch size) with ``first_call_s`` and the scenario's
+    ``restart_s``, ``speedup_vs_cold`` (cold restart / this restart), ``process_wall_s``, the
+    FX-graph cache hits/misses and the graphs compiled so far. All three runs share nothing but the
+    artifact file; the cache directories live under ``workdir`` (a temporary one if None).
+    """
+    spec.validate()
+    own_tmp = None
+    if workdir is None:
+        own_tmp = tempfile.TemporaryDirectory(prefix="graphbook-cache-")
+        workdir = own_tmp.name
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        first_dir = workdir / "cache-cold-then-warm"
+        second_dir = workdir / "cache-from-artifacts"
+        for d in (first_dir, second_dir):
+            if d.exists() and any(d.iterdir()):
+                raise ValueError(f"cache directory {d} is not empty: pass a new workdir")
+        artifact_file = workdir / "cache-artifacts.bin"
+        runs = {
+            "cold": run_fresh_process(spec, first_dir, save_artifacts=artifact_file, timeout=timeout),
+            "warm": run_fresh_process(spec, first_dir, timeout=timeout),
+            "artifacts": run_fresh_process(spec, second_dir, load_artifacts=artifact_file, timeout=timeout),
+        }
+    finally:
+        if own_tmp is not None:
+            own_tmp.cleanup()
+    cold_restart = restart_seconds(runs["cold"])
+    rows = []
+    for scenario in SCENARIOS:
+        res = runs[scenario]
+        restart = restart_seconds(res)
+        for b in spec.batch_sizes:
+            rows.append({
+                "model": spec.factory.rpartition(":")[2],
+                "input_chw": "x".join(str(d) for d in spec.input_chw),
+                "compile_kwargs": json.dumps(spec.compile_kwargs, sort_keys=True),
+                "scenario": scenario,
+                "batch_size": int(b),
+                "first_call_s": float(res["first_call_s"][str(b)]),
+                "steady_call_s": float(res["steady_call_s"][str(b)]),
+                "graphs_after": int(res["graphs_after"][str(b)]),
+                "load_artifacts_s": float(res["load_artifacts_s"]),
+                "restart_s": restart,
+                "speedup_vs_cold": cold_restart / restart if restart > 0 else float("inf"),
+                "process_wall_s": float(res["process_wall_s"]),
+                "import_s": float(res["import_s"]),
+                "fxgraph_cache_hit": int(res["fxgraph_cache_hit"]),
+                "fxgraph_cache_miss": int(res["fxgraph_cache_miss"]),
+                "artifact_bytes": int(runs["cold"]["artifact_bytes"]),
+            })
+    return rows
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] != "--child":
+        print("usage: python -m graphbook.compile_cache --child SPEC_JSON (used by cache_experiment)",
+              file=sys.stderr)
+        return 2
+    result = _child_main(argv[1])
+    print(RESULT_MARKER + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -1,0 +1,112 @@
+"""Cold and warm torch.compile timing (Chapter 2).
+
+``torch.compile`` does its work on the first call, so "compile time" here is the wall time of the
+first call of a freshly compiled function. What that time includes depends on the caches:
+
+- **cold** -- an empty Inductor cache: Dynamo traces, Inductor generates C++ (or Triton) and the C++
+  compiler builds it. In-process, :func:`compile_and_first_call` with ``fresh_cache=True`` points
+  Inductor at a new temporary cache directory (``fresh_inductor_cache``).
+- **warm** -- the on-disk Inductor cache already holds the generated, compiled kernels; Dynamo still
+  traces, but code generation and the C++ build are skipped (an "FX graph cache hit").
+
+``torch._dynamo.reset()`` runs before each measurement, because otherwise the second call would not
+compile at all. It does not clear the on-disk cache, so a warm measurement in the same process is a
+cache hit. A *restart* is only measured by a new process: :func:`compile_in_fresh_process` runs the
+compile in a child Python with a chosen cache directory and reports its time and cache counters.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+_RESULT_TAG = "GRAPHBOOK_COMPILE_RESULT "
+
+
+def compile_and_first_call(fn: Callable, args: Sequence, *, fresh_cache: bool,
+                           **compile_kwargs) -> tuple[Callable, float]:
+    """Compile ``fn`` and time its first call ``fn(*args)``; returns ``(compiled_fn, seconds)`` (Chapter 2).
+
+    Runs ``torch._dynamo.reset()`` first so that the call really compiles. With ``fresh_cache=True``
+    the compile happens inside ``torch._inductor.utils.fresh_inductor_cache()`` (an empty temporary
+    cache, deleted afterwards: a cold compile); with ``False`` the normal on-disk cache is used (warm
+    when this function was compiled before with the same shapes). ``compile_kwargs`` go to
+    ``torch.compile`` (``mode=``, ``dynamic=``...). The returned function stays usable afterwards.
+    """
+    import torch
+    from torch._inductor.utils import fresh_inductor_cache
+
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    torch._dynamo.reset()
+    context = fresh_inductor_cache() if fresh_cache else contextlib.nullcontext()
+    with context:
+        compiled = torch.compile(fn, **compile_kwargs)
+        start = time.perf_counter()
+        compiled(*args)
+        seconds = time.perf_counter() - start
+    return compiled, seconds
+
+
+_CHILD_PROGRAM = r"""
+import importlib.util, json, sys, time
+import torch
+from torch._dynamo.utils import counters
+spec = json.loads(sys.argv[1])
+module_spec = importlib.util.spec_from_file_location("graphbook_compile_target", spec["script"])
+module = importlib.util.module_from_spec(module_spec)
+module_spec.loader.exec_module(module)
+fn = getattr(module, spec["function"])
+torch.set_num_threads(spec["threads"])
+torch.manual_seed(0)
+args = [torch.randn(*shape) for shape in spec["shapes"]]
+compiled = torch.compile(fn)
+start = time.perf_counter()
+compiled(*args)
+seconds = time.perf_counter() - start
+inductor = counters["inductor"]
+print(%r + json.dumps({"seconds": seconds,
+                       "fxgraph_cache_hit": int(inductor["fxgraph_cache_hit"]),
+                       "fxgraph_cache_miss": int(inductor["fxgraph_cache_miss"])}))
+""" % _RESULT_TAG
+
+
+def compile_in_fresh_process(script: str | Path, function: str, shapes: Sequence[Sequence[int]],
+                             cache_dir: str | Path, *, threads: int = 1,
+                             timeout: float = 900) -> dict:
+    """Compile ``function`` from ``script`` in a new Python process and time its first call (Chapter 2).
+
+    The child loads ``script`` with importlib (so its name may start with a digit), builds one
+    ``torch.randn`` argument per entry of ``shapes``, sets ``threads``, and uses ``cache_dir`` as
+    ``TORCHINDUCTOR_CACHE_DIR``. Call it with a new empty directory for a cold start, then again with
+    the same directory for a warm restart. Importing torch is not counted. Returns ``seconds``,
+    ``fxgraph_cache_hit`` and ``fxgraph_cache_miss`` (Inductor's counters in the child). Raises
+    RuntimeError with the end of the child's stderr if it fails.
+    """
+    script = Path(script).resolve()
+    if not script.is_file():
+        raise FileNotFoundError(f"script {script} does not exist")
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+    shapes = [[int(d) for d in shape] for shape in shapes]
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir.resolve()))
+    spec = json.dumps({"script": str(script), "function": function, "shapes": shapes,
+                       "threads": threads})
+    try:
+        proc = subprocess.run([sys.executable, "-c", _CHILD_PROGRAM, spec], env=env,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        raise RuntimeError(f"compiling {function} in a fresh process took over {timeout} s") from error
+    for line in proc.stdout.splitlines():
+        if line.startswith(_RESULT_TAG):
+            return json.loads(line[len(_RESULT_TAG):])
+    tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+    raise RuntimeError(f"compiling {function} from {script.name} in a fresh process failed "
+                       f"(exit {proc.returncode}): {tail}")

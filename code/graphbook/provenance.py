@@ -1,0 +1,79 @@
+"""Where and when each page of the book last executed (the provenance appendix).
+
+Introduced in the appendix "Provenance". ``scripts/execute_notebooks.py`` stores an execution record
+in every notebook's ``metadata.graphbook.execution``; chapters with a GPU part glue ``gpu_status``
+(a sentence produced at run time). This module reads both back from the ``.ipynb`` files, so the
+provenance page reports what the stored outputs really are.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .environment import REPO_ROOT
+
+GLUE_MIME_PREFIX = "application/papermill.record/"
+
+
+def notebook_paths(root: Path = REPO_ROOT) -> list[Path]:
+    """The book's chapter notebooks in reading order (appendix pages excluded)."""
+    return sorted((root / "chapters").glob("*.ipynb"))
+
+
+def _load(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not a readable notebook ({err})") from err
+
+
+def execution_record(path: Path) -> dict | None:
+    """The record ``scripts/execute_notebooks.py`` stored, or None if the notebook never ran that way."""
+    return _load(path).get("metadata", {}).get("graphbook", {}).get("execution")
+
+
+def glued_values(path: Path) -> dict:
+    """Every value a notebook glued, as the plain-text form stored in its outputs."""
+    values = {}
+    for cell in _load(path).get("cells", []):
+        for out in cell.get("outputs", []):
+            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
+            data = out.get("data", {})
+            text = data.get(GLUE_MIME_PREFIX + "text/plain")
+            if name and text is not None:
+                values[name] = "".join(text) if isinstance(text, list) else text
+    return values
+
+
+def title(path: Path) -> str:
+    """The first Markdown heading of a notebook."""
+    for cell in _load(path).get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            for line in "".join(cell.get("source", [])).splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return Path(path).stem
+
+
+def chapter_table(root: Path = REPO_ROOT):
+    """One row per chapter: title, when and where it last ran, how long, cells, GPU part (DataFrame)."""
+    import pandas as pd
+
+    rows = []
+    for path in notebook_paths(root):
+        rec = execution_record(path) or {}
+        glued = glued_values(path)
+        gpu = glued.get("gpu_status", "no GPU part").strip("'\"")
+        rows.append({
+            "chapter": title(path),
+            "notebook": path.relative_to(root).as_posix(),
+            "executed_at": rec.get("executed_at", "never (no execution record)"),
+            "seconds": rec.get("seconds"),
+            "code_cells": rec.get("code_cells"),
+            "cpu_model": rec.get("cpu_model", ""),
+            "torch": rec.get("torch", ""),
+            "git_commit": rec.get("git_commit", ""),
+            "gpu_part": gpu,
+            "results_shown": glued.get("results_shown", "").strip("'\""),
+        })
+    return pd.DataFrame(rows)

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Create .venv (if missing) and install the pinned requirements into it. Idempotent and quiet.
+# Both README commands start here, so a fresh clone needs nothing installed by hand.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info[:2] >= (3, 10) else 1)'; then
+  echo "error: Python 3.10 or newer is needed (found $("$PY" --version 2>&1))" >&2
+  exit 2
+fi
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+# torch is pinned to the CPU build's version; on a GPU lab machine install the CUDA build first
+# (see README) and pip keeps it because the version already satisfies the pin.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt

@@ -1,0 +1,143 @@
+"""The book's own rules, checked on every stored notebook, and each rule shown able to fail."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import book_rules as rules
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "appendix").glob("*.ipynb"))
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+EXPECTED_CHAPTERS = ["01_chef_and_refrigerator", "02_fusion_on_a_laptop_cpu", "03_what_graph_compilers_do",
+                     "04_onnx_and_runtimes", "05_blurball_measurements", "06_limitations_measured", "07_serving"]
+
+
+def load(path):
+    return json.loads(Path(path).read_text())
+
+
+def ids(paths):
+    return [p.relative_to(ROOT).as_posix() for p in paths]
+
+
+# -- the repository -----------------------------------------------------------------------------
+
+def test_every_requirement_is_pinned_exactly():
+    lines = [ln.strip() for ln in (ROOT / "requirements.txt").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    loose = [ln for ln in lines if "==" not in ln]
+    assert not loose, f"unpinned requirements: {loose}"
+    names = {ln.split("==")[0].lower() for ln in lines}
+    for needed in ["jupyter-book", "torch", "onnxruntime", "onnx", "onnxscript", "nbval", "pandas",
+                   "matplotlib", "numpy", "ipykernel", "pytest"]:
+        assert needed in names, f"{needed} is not in requirements.txt"
+    assert "jupyter-book==1.0.4.post1" in lines and "torch==2.13.0" in lines
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    assert "bash scripts/test.sh" in readme and "bash scripts/build_book.sh" in readme
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^exec bash scripts/test\.sh\s*$", ci, re.M), ".ci/run must call the README's test command"
+
+
+def test_toc_lists_every_chapter_in_article_order():
+    toc = (ROOT / "_toc.yml").read_text()
+    listed = re.findall(r"file:\s*chapters/(\S+)", toc)
+    assert listed == EXPECTED_CHAPTERS
+    assert [p.stem for p in CHAPTERS] == EXPECTED_CHAPTERS, "a chapter notebook is missing or extra"
+
+
+def test_helper_package_is_not_named_code():
+    assert (ROOT / "code" / "graphbook" / "__init__.py").exists()
+    assert not (ROOT / "code" / "__init__.py").exists(), "code/ must not be a package (it shadows stdlib 'code')"
+
+
+# -- every stored notebook ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
+def test_notebook_is_stored_executed_top_to_bottom_without_errors(path):
+    nb = load(path)
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    assert not rules.unexecuted_cells(nb), "code cells without stored outputs (re-run scripts/execute_notebooks.py)"
+    assert not rules.error_outputs(nb), "a cell stored an error output"
+    assert rules.execution_counts_in_order(nb), "execution counts are not 1..n: outputs were not produced by one run"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
+def test_notebook_really_ran(path):
+    reason = rules.ran_too_briefly(load(path), path.relative_to(ROOT).as_posix())
+    assert reason is None, reason
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
+def test_every_glue_key_in_prose_is_defined_and_plain_python(path):
+    nb = load(path)
+    assert not rules.missing_glue_keys(nb), f"prose uses glue keys no cell defines: {rules.missing_glue_keys(nb)}"
+    assert not rules.numpy_glued(nb), f"glue NumPy scalars as float()/int(): {rules.numpy_glued(nb)}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
+def test_no_measured_looking_number_typed_into_prose(path):
+    hits = rules.prose_numbers(load(path))
+    assert not hits, f"numbers with units typed in prose (glue them or read them from data/): {hits}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
+def test_chapter_starts_with_title_run_note_and_hidden_setup(path):
+    nb = load(path)
+    first_md = "".join(nb["cells"][0]["source"])
+    assert first_md.startswith("# "), "a chapter starts with its title"
+    assert "how to run this chapter" in rules.markdown_text(nb).lower()
+    setup = rules.code_cells(nb)[0]
+    assert "setup_chapter(" in "".join(setup["source"])
+    assert "hide-input" in setup.get("metadata", {}).get("tags", [])
+
+
+# -- the rules themselves can fail --------------------------------------------------------------
+
+def _nb(markdown, glued=None, counts=(1,), seconds=30.0, error=False):
+    outputs = []
+    for key, text in (glued or {}).items():
+        outputs.append({"output_type": "display_data", "metadata": {"scrapbook": {"name": key, "mime_prefix": ""}},
+                        "data": {"application/papermill.record/text/plain": text}})
+    if error:
+        outputs.append({"output_type": "error", "ename": "ValueError", "evalue": "x", "traceback": []})
+    cells = [{"cell_type": "markdown", "source": markdown, "metadata": {}}]
+    cells += [{"cell_type": "code", "source": "x = 1", "execution_count": c, "outputs": outputs if i == 0 else [],
+               "metadata": {}} for i, c in enumerate(counts)]
+    return {"cells": cells, "metadata": {"kernelspec": {"name": "python3"},
+                                         "graphbook": {"execution": {"seconds": seconds, "code_cells": len(counts)}}}}
+
+
+def test_rules_catch_a_missing_glue_key():
+    nb = _nb("Eager takes {glue:text}`eager_ms:.2f` ms and compiled {glue:text}`compiled_ms:.1f` ms.",
+             glued={"eager_ms": "12.5"})
+    assert rules.missing_glue_keys(nb) == {"compiled_ms"}
+
+
+def test_rules_catch_a_numpy_glued_value():
+    assert rules.numpy_glued(_nb("x", glued={"k": "np.float64(1.5)"})) == ["k"]
+    assert rules.numpy_glued(_nb("x", glued={"k": "1.5"})) == []
+
+
+def test_rules_catch_typed_numbers_but_not_glued_or_code_ones():
+    nb = _nb("It took 4.34 ms and was 3.5x faster; `3.2 ms` in code and {glue:text}`t:.2f` ms are fine; a 3x3 conv too.")
+    assert rules.prose_numbers(nb) == ["4.34 ms", "3.5x"]
+
+
+def test_rules_catch_unexecuted_errors_and_out_of_order_runs():
+    assert rules.unexecuted_cells(_nb("x", counts=(None,))) == [0]
+    assert rules.error_outputs(_nb("x", error=True)) == [0]
+    assert not rules.execution_counts_in_order(_nb("x", counts=(1, 3)))
+    assert rules.execution_counts_in_order(_nb("x", counts=(1, 2)))
+
+
+def test_rules_catch_a_chapter_that_did_not_really_run():
+    assert rules.ran_too_briefly(_nb("x", seconds=0.2), "chapters/x.ipynb") is not None
+    assert rules.ran_too_briefly(_nb("x", seconds=30.0), "chapters/x.ipynb") is None
+    no_record = _nb("x")
+    del no_record["metadata"]["graphbook"]
+    assert "no execution record" in rules.ran_too_briefly(no_record, "chapters/x.ipynb")
