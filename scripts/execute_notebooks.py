@@ -14,6 +14,7 @@ tests), and every run is appended to ``data/results/notebook_executions.csv``.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             record = execute(path, args.timeout)
         except Exception as err:  # report and go on: one broken chapter should not hide the others
-            first = str(err).strip().splitlines()
+            # nbclient's message carries the cell's traceback with terminal colours: keep the last line
+            first = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines()
             print(f"FAILED {rel}: {type(err).__name__}: {first[-1] if first else ''}", file=sys.stderr)
             failed.append(str(rel))
             continue

@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
+bash scripts/setup_browser.sh
 start=$(date +%s)
 echo "== unit tests and book-policy tests"
 .venv/bin/python -m pytest tests -q -p no:cacheprovider
@@ -13,4 +14,6 @@ echo "== nbval (strict) on every chapter and appendix notebook"
 echo "== book build (-W: any warning, missing glue key or error output fails)"
 rm -rf _build/html
 .venv/bin/jupyter-book build --all -W -n --keep-going .
+echo "== the rendered book in headless Chromium (screenshots in _build/screenshots/)"
+.venv/bin/python scripts/check_rendered_book.py _build/html --screenshots _build/screenshots
 echo "== all tests passed in $(( $(date +%s) - start )) s"

@@ -76,4 +76,6 @@ def chapter_table(root: Path = REPO_ROOT):
             "gpu_part": gpu,
             "results_shown": glued.get("results_shown", "").strip("'\""),
         })
-    return pd.DataFrame(rows)
+    columns = ["chapter", "notebook", "executed_at", "seconds", "code_cells", "cpu_model", "torch",
+               "git_commit", "gpu_part", "results_shown"]
+    return pd.DataFrame(rows, columns=columns)

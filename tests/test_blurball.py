@@ -1,0 +1,240 @@
+"""Tests of graphbook.blurball: architecture counts, output shape, weight naming, loader errors,
+normalisation and the heatmap helpers. Small inputs keep each test well under a second or two."""
+import pytest
+import torch
+
+from graphbook import blurball as bb
+
+SMALL = (32, 64)  # multiples of 8, so all four HRNet branches exist, at ~1/72 of the full cost
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.set_num_threads(1)  # unit tests measure nothing; one thread avoids oversubscribing a shared CPU
+    return bb.build_blurball()
+
+
+@pytest.fixture(scope="module")
+def small_input():
+    return bb.example_input(height=SMALL[0], width=SMALL[1])
+
+
+def test_module_counts_match_the_released_model(model):
+    counts = bb.module_counts(model)
+    assert counts["Conv2d"] == 72
+    assert counts["BatchNorm2d"] == 71
+    assert counts["Linear"] == 36
+    assert counts["SqueezeExcitation"] == 18
+    assert counts["BasicBlockSE"] == 18
+    assert counts["Upsample"] == 10
+    assert counts.get("ConvTranspose2d", 0) == 0
+
+
+def test_full_size_output_shape_and_dict_flavour():
+    x = bb.example_input()
+    assert x.shape == (1, 9, 288, 512)
+    released = bb.build_blurball(heatmap_only=False)
+    with torch.no_grad():
+        out = released(x)
+    assert isinstance(out, dict) and list(out) == [0]
+    assert out[0].shape == (1, 3, 288, 512)
+    assert out[0].dtype == torch.float32
+
+
+def test_heatmap_flavour_equals_released_flavour(model, small_input):
+    released = bb.build_blurball(heatmap_only=False)
+    with torch.no_grad():
+        assert torch.equal(model(small_input), released(small_input)[0])
+    assert isinstance(model, bb.BlurBallHeatmap) and isinstance(model, bb.BlurBall)
+
+
+def test_seeded_init_is_deterministic_and_leaves_global_rng_alone():
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    a = bb.build_blurball(seed=0)
+    after = torch.rand(1)
+    assert torch.equal(before, after), "building a model must not consume the caller's random stream"
+    b = bb.build_blurball(seed=0)
+    c = bb.build_blurball(seed=1)
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not torch.equal(sa["conv1.weight"], sc["conv1.weight"])
+    assert not a.training
+
+
+def test_batchnorm_is_not_an_identity(model):
+    bn = model.bn1
+    assert not torch.allclose(bn.running_var, torch.ones_like(bn.running_var))
+    assert not torch.allclose(bn.weight, torch.ones_like(bn.weight))
+
+
+def test_state_dict_names_follow_the_released_checkpoint(model):
+    sd = model.state_dict()
+    expected_shapes = {
+        "conv1.weight": (64, 9, 3, 3),
+        "bn2.running_var": (64,),
+        "layer1.0.conv3.weight": (128, 32, 1, 1),
+        "layer1.0.downsample.0.weight": (128, 64, 1, 1),
+        "layer1.0.downsample.1.weight": (128,),
+        "transition1.0.0.weight": (16, 128, 3, 3),
+        "transition1.1.0.0.weight": (32, 128, 3, 3),
+        "transition2.2.0.0.weight": (64, 32, 3, 3),
+        "transition3.3.0.0.weight": (128, 64, 3, 3),
+        "stage2.0.branches.0.0.conv1.weight": (16, 16, 3, 3),
+        "stage2.0.branches.1.1.se.fc.0.weight": (2, 32),
+        "stage2.0.branches.1.1.se.fc.2.weight": (32, 2),
+        "stage4.0.branches.3.1.se.fc.0.weight": (8, 128),
+        "stage2.0.fuse_layers.0.1.0.weight": (16, 32, 1, 1),
+        "stage2.0.fuse_layers.1.0.0.0.weight": (32, 16, 3, 3),
+        "stage4.0.fuse_layers.3.0.2.0.weight": (128, 16, 3, 3),
+        "stage4.0.fuse_layers.3.0.1.1.running_mean": (16,),
+        "final_layers.0.weight": (3, 16, 1, 1),
+        "final_layers.0.bias": (3,),
+    }
+    for key, shape in expected_shapes.items():
+        assert key in sd, key
+        assert tuple(sd[key].shape) == shape, key
+    assert not any(k.startswith("transition2.0") or k.startswith("transition2.1") for k in sd)
+    assert not any("se.fc" in k and k.endswith("bias") for k in sd)
+    assert not any(k.startswith("module.") for k in sd)
+
+
+def test_round_trip_through_a_saved_checkpoint(tmp_path, small_input):
+    source = bb.build_blurball(seed=7)
+    path = bb.save_weights(source, tmp_path / "blurball.pth")
+    raw = torch.load(path, weights_only=True)
+    assert set(raw) == {"model_state_dict"}
+    fresh = bb.BlurBall()
+    fresh.load_state_dict(raw["model_state_dict"], strict=True)  # the release's own loading path
+    loaded = bb.build_blurball(path, seed=0)
+    with torch.no_grad():
+        assert torch.equal(loaded(small_input), source(small_input))
+
+
+def test_loader_accepts_bare_and_dataparallel_state_dicts(tmp_path):
+    source = bb.build_blurball(seed=3)
+    torch.save(source.state_dict(), tmp_path / "bare.pt")
+    torch.save({"module." + k: v for k, v in source.state_dict().items()}, tmp_path / "dp.pt")
+    for name in ("bare.pt", "dp.pt"):
+        loaded = bb.build_blurball(tmp_path / name)
+        assert torch.equal(loaded.conv1.weight, source.conv1.weight)
+
+
+def _save_modified(tmp_path, modify):
+    state = bb.build_blurball().state_dict()
+    modify(state)
+    path = tmp_path / "bad.pth"
+    torch.save({"model_state_dict": state}, path)
+    return path
+
+
+def test_missing_keys_are_named(tmp_path):
+    path = _save_modified(tmp_path, lambda s: (s.pop("final_layers.0.bias"), s.pop("conv1.weight")))
+    with pytest.raises(bb.CheckpointError, match=r"2 missing key\(s\): conv1.weight, final_layers.0.bias"):
+        bb.build_blurball(path)
+
+
+def test_extra_keys_are_named(tmp_path):
+    path = _save_modified(tmp_path, lambda s: s.update({"head.extra.weight": torch.zeros(1)}))
+    with pytest.raises(bb.CheckpointError, match=r"1 unexpected key\(s\): head.extra.weight"):
+        bb.build_blurball(path)
+
+
+def test_misshapen_keys_are_named(tmp_path):
+    path = _save_modified(tmp_path, lambda s: s.update({"final_layers.0.weight": torch.zeros(1, 16, 1, 1)}))
+    with pytest.raises(bb.CheckpointError, match=r"misshapen.*final_layers.0.weight \(1, 16, 1, 1\) != \(3, 16, 1, 1\)"):
+        bb.build_blurball(path)
+
+
+def test_many_offending_keys_are_summarised(tmp_path):
+    path = _save_modified(tmp_path, lambda s: [s.pop(k) for k in [k for k in s if k.startswith("stage4")]])
+    with pytest.raises(bb.CheckpointError, match=r"missing key\(s\): .*\(and \d+ more\)"):
+        bb.build_blurball(path)
+
+
+def test_files_that_are_not_checkpoints(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not found"):
+        bb.build_blurball(tmp_path / "absent.pth")
+    text = tmp_path / "notes.txt"
+    text.write_text("this is not a checkpoint\n")
+    with pytest.raises(bb.CheckpointError, match="not a PyTorch checkpoint"):
+        bb.build_blurball(text)
+    numbers = tmp_path / "numbers.pt"
+    torch.save([1, 2, 3], numbers)
+    with pytest.raises(bb.CheckpointError, match="holds no state dict"):
+        bb.build_blurball(numbers)
+    assert issubclass(bb.CheckpointError, ValueError)
+
+
+def test_normalisation_per_frame_in_time_order():
+    h, w = 4, 6
+    mean = torch.tensor(bb.IMAGENET_MEAN).view(3, 1, 1)
+    std = torch.tensor(bb.IMAGENET_STD).view(3, 1, 1)
+    f0 = mean.expand(3, h, w).clone()               # the mean image normalises to zero
+    f1 = (mean + std).expand(3, h, w).clone()       # one std above the mean normalises to one
+    f2 = torch.zeros(3, h, w)
+    x = bb.normalize_frames([f0, f1, f2])
+    assert x.shape == (1, 9, h, w) and x.dtype == torch.float32
+    assert torch.allclose(x[0, 0:3], torch.zeros(3, h, w), atol=1e-6)
+    assert torch.allclose(x[0, 3:6], torch.ones(3, h, w), atol=1e-6)
+    assert torch.allclose(x[0, 6:9, 0, 0], -mean.flatten() / std.flatten())
+    stacked = bb.normalize_frames(torch.stack([f0, f1, f2]).unsqueeze(0).repeat(2, 1, 1, 1, 1))
+    assert stacked.shape == (2, 9, h, w) and torch.allclose(stacked[1], x[0])
+
+
+def test_normalisation_of_uint8_frames_and_bad_input():
+    frames = torch.full((3, 3, 2, 2), 255, dtype=torch.uint8)
+    x = bb.normalize_frames(frames)
+    expected = (1 - torch.tensor(bb.IMAGENET_MEAN)) / torch.tensor(bb.IMAGENET_STD)
+    assert torch.allclose(x[0, :3, 0, 0], expected)
+    with pytest.raises(ValueError, match="expected frames"):
+        bb.normalize_frames(torch.zeros(3, 4, 2, 2))
+    with pytest.raises(ValueError, match="uint8 or floating"):
+        bb.normalize_frames(torch.zeros(3, 3, 2, 2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="non-empty"):
+        bb.normalize_frames([])
+
+
+def test_wrong_input_channels_is_a_clear_error(model):
+    with pytest.raises(ValueError, match=r"expects input \(N, 9, H, W\)"):
+        model(torch.zeros(1, 3, 64, 128))
+
+
+def test_heatmap_peaks():
+    logits = torch.zeros(2, 3, 5, 7)
+    logits[0, 0, 1, 2] = 5
+    logits[0, 1, 4, 6] = 5
+    logits[0, 2, 0, 0] = 5
+    logits[1, :, 3, 3] = 1
+    peaks = bb.heatmap_peaks({0: logits})
+    assert peaks.shape == (2, 3, 2) and peaks.dtype == torch.long
+    assert peaks[0].tolist() == [[1, 2], [4, 6], [0, 0]]
+    assert peaks[1].tolist() == [[3, 3]] * 3
+    assert bb.peak_margin(logits) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        bb.heatmap_peaks(torch.zeros(3, 5, 7))
+
+
+def test_parameter_count_and_macs_by_hooks(model, small_input):
+    params = bb.parameter_count(model)
+    assert params == sum(p.numel() for p in model.parameters())
+    # Hand count for the head (1x1, 16 -> 3, with bias) and the first conv (3x3, 9 -> 64).
+    macs = bb.macs_by_module(model, small_input)
+    h, w = SMALL
+    assert macs["final_layers.0"] == 3 * h * w * 16
+    assert macs["conv1"] == 64 * h * w * 9 * 9
+    assert macs["stage2.0.branches.0.0.se.fc.0"] == 1 * 16
+    assert len(macs) == 72 + 36
+    cost = bb.model_cost(model, small_input)
+    assert cost.macs == sum(macs.values())
+    assert 0 < cost.dead_macs < cost.macs
+    # MACs scale with the pixel count for conv layers: doubling both sides multiplies conv MACs by 4.
+    big = bb.model_cost(model, bb.example_input(height=2 * h, width=2 * w))
+    assert big.macs == pytest.approx(4 * cost.macs, rel=1e-3)
+    assert cost.gflop == pytest.approx(2 * cost.macs / 1e9)
+
+
+def test_example_input_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="multiples of 8"):
+        bb.example_input(height=100, width=128)

@@ -1,0 +1,63 @@
+"""Fresh-process compile timing (graphbook.compile_cache, Chapter 6).
+
+The child-process protocol is tested with ``backend="eager"`` (no code generation, seconds); the full
+cold / warm / artifacts experiment with Inductor runs in Chapter 6 and ``code/bench_compile_cache.py``.
+"""
+import subprocess
+import sys
+
+import pytest
+
+from graphbook import compile_cache as cc
+
+TINY = cc.RestartSpec("graphbook.warmup:tiny_clip_net", (9, 8, 12), (1, 2), factory_kwargs={"hidden": 4},
+                      compile_kwargs={"backend": "eager"}, threads=1)
+
+
+def test_fresh_process_reports_first_calls_and_graphs(tmp_path):
+    result = cc.run_fresh_process(TINY, tmp_path / "cache")
+    assert sorted(result["first_call_s"]) == ["1", "2"]
+    assert result["graphs_after"] == {"1": 1, "2": 2}  # automatic dynamic: static 1, then dynamic
+    assert result["process_wall_s"] > result["import_s"] > 0
+    assert cc.restart_seconds(result) == pytest.approx(sum(result["first_call_s"].values()))
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"factory": "no_colon"}, "module:function"),
+    ({"input_chw": (9, 8)}, "input_chw"),
+    ({"batch_sizes": (0,)}, "batch_sizes"),
+    ({"threads": 0}, "threads"),
+])
+def test_spec_validation(kwargs, error):
+    spec = cc.RestartSpec(**{**TINY.__dict__, **kwargs})
+    with pytest.raises(ValueError, match=error):
+        spec.validate()
+
+
+def test_resolve_factory_errors():
+    assert cc.resolve_factory("graphbook.warmup:tiny_clip_net").__name__ == "tiny_clip_net"
+    with pytest.raises(ValueError, match="cannot import"):
+        cc.resolve_factory("graphbook.nonexistent:f")
+    with pytest.raises(ValueError, match="no attribute"):
+        cc.resolve_factory("graphbook.warmup:nope")
+
+
+def test_missing_artifact_file_and_failing_child(tmp_path):
+    with pytest.raises(FileNotFoundError, match="artifact"):
+        cc.run_fresh_process(TINY, tmp_path / "c", load_artifacts=tmp_path / "missing.bin")
+    broken = cc.RestartSpec("graphbook.warmup:nope", (9, 8, 12), (1,), threads=1)
+    with pytest.raises(cc.CompileCacheError, match="nope"):
+        cc.run_fresh_process(broken, tmp_path / "c")
+
+
+def test_non_empty_cache_dir_is_refused(tmp_path):
+    (tmp_path / "cache-cold-then-warm").mkdir()
+    (tmp_path / "cache-cold-then-warm" / "old").write_text("x")
+    with pytest.raises(ValueError, match="not empty"):
+        cc.cache_experiment(TINY, tmp_path)
+
+
+def test_module_cli_without_child_flag_exits_2():
+    proc = subprocess.run([sys.executable, "-m", "graphbook.compile_cache"], capture_output=True, text=True,
+                          cwd=str(cc._CODE_DIR))
+    assert proc.returncode == 2 and "usage" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,163 @@
+"""Tests for graphbook.fusion_rules: TVM's classes and fusion groups on graphs with known answers."""
+import pytest
+import torch
+import torch.fx
+from torch import nn
+
+from graphbook import fusion_rules as fr
+
+
+class Fn(nn.Module):
+    """Wrap a function so torch.export can capture it."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+class ConvBnReluAdd(nn.Module):
+    def __init__(self, channels=4):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x))) + x
+
+
+class TwoConvsIntoAdd(nn.Module):
+    """A bottleneck tail: two conv+BN branches meet in one add. Two convolutions never share a group."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv_a, self.bn_a = nn.Conv2d(4, 4, 1, bias=False), nn.BatchNorm2d(4)
+        self.conv_b, self.bn_b = nn.Conv2d(4, 4, 1, bias=False), nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return torch.relu(self.bn_a(self.conv_a(x)) + self.bn_b(self.conv_b(x)))
+
+
+VEC = (torch.randn(8),)
+
+
+def groups_of(fn_or_module, args=VEC):
+    module = fn_or_module if isinstance(fn_or_module, nn.Module) else Fn(fn_or_module)
+    gm = fr.capture_aten_graph(module, args)
+    return gm, fr.fuse_groups(gm)
+
+
+def test_classify_op_table_and_fallback():
+    assert fr.classify_op("relu") == (fr.OpClass.INJECTIVE, True, True)
+    assert fr.classify_op("permute") == (fr.OpClass.INJECTIVE, False, True)
+    assert fr.classify_op("sum")[0] is fr.OpClass.REDUCTION
+    assert fr.classify_op("conv2d")[0] is fr.OpClass.COMPLEX_OUT_FUSABLE
+    assert fr.classify_op("sort") == (fr.OpClass.OPAQUE, False, True)
+    assert fr.classify_op("no_such_op") == (fr.OpClass.OPAQUE, False, False)
+    # max with a dimension reduces; max of two tensors is element-wise
+    assert fr.classify_op("max", "dim")[0] is fr.OpClass.REDUCTION
+    assert fr.classify_op("max", "other")[0] is fr.OpClass.INJECTIVE
+
+
+def test_elementwise_chain_is_one_group():
+    gm, groups = groups_of(lambda x: ((x * 2 + 1).relu().sin()) * 3)
+    assert [g.ops for g in groups] == [("mul", "add", "relu", "sin", "mul")]
+    assert groups[0].kind is fr.OpClass.INJECTIVE
+    assert fr.fusion_summary(gm)["nodes"] == 5
+
+
+def test_conv_absorbs_bn_relu_add():
+    gm, groups = groups_of(ConvBnReluAdd(), (torch.randn(1, 4, 6, 6),))
+    assert len(groups) == 1
+    assert groups[0].ops == ("conv2d", "batch_norm", "relu", "add")
+    assert groups[0].kind is fr.OpClass.COMPLEX_OUT_FUSABLE and groups[0].anchor == "conv2d"
+
+
+def test_reduction_absorbs_injective_inputs_but_not_its_consumers():
+    _, groups = groups_of(lambda x: (x * 2).exp().sum() * 3)
+    assert [g.ops for g in groups] == [("mul", "exp", "sum"), ("mul",)]
+    assert [g.kind for g in groups] == [fr.OpClass.REDUCTION, fr.OpClass.INJECTIVE]
+
+
+def test_opaque_op_breaks_a_chain():
+    # cumsum is opaque in the table: mul | cumsum | add relu
+    _, groups = groups_of(lambda x: (torch.cumsum(x * 2, 0) + 1).relu())
+    assert [g.ops for g in groups] == [("mul",), ("cumsum",), ("add", "relu")]
+    assert groups[1].kind is fr.OpClass.OPAQUE
+
+
+def test_unknown_op_falls_back_to_opaque_and_is_listed():
+    _, groups = groups_of(lambda x: torch.special.bessel_j0(x * 2) + 1)
+    gm = fr.capture_aten_graph(Fn(lambda x: torch.special.bessel_j0(x * 2) + 1), VEC)
+    assert fr.unknown_ops(gm) == ["special_bessel_j0"]
+    assert len(groups) == 3
+    info = {i.op: i for i in fr.classify_graph(gm)}["special_bessel_j0"]
+    assert info.op_class is fr.OpClass.OPAQUE and not info.known
+
+
+def test_diamond_with_injective_branches_fuses_whole():
+    _, groups = groups_of(lambda x: (lambda y: y.sin() + y.cos())(x.exp()))
+    assert len(groups) == 1 and groups[0].size == 4
+
+
+def test_value_that_leaves_the_graph_ends_its_group():
+    _, groups = groups_of(lambda x: (lambda y: (y, y.sin()))(x.exp()))
+    assert [g.ops for g in groups] == [("exp",), ("sin",)]
+
+
+def test_branch_through_a_reduction_blocks_fusion_into_the_join():
+    # squeeze-and-excitation shape: y feeds mean (a reduction) and the final multiply
+    _, groups = groups_of(lambda x: (lambda y: y * y.mean().sigmoid())(x.exp()))
+    assert [g.ops for g in groups] == [("exp",), ("mean",), ("sigmoid", "mul")]
+
+
+def test_two_convolutions_never_share_a_group():
+    _, groups = groups_of(TwoConvsIntoAdd(), (torch.randn(1, 4, 5, 5),))
+    kinds = [g.ops.count("conv2d") for g in groups]
+    assert kinds == [1, 1]
+    assert groups[0].ops == ("conv2d", "batch_norm", "add", "relu")
+    assert groups[1].ops == ("conv2d", "batch_norm")
+
+
+def test_data_movement_fuses_only_with_injective_neighbours():
+    # permute is injective but not element-wise: a linear does not absorb it
+    _, groups = groups_of(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), (torch.randn(2, 4),))
+    assert [g.ops for g in groups] == [("linear", "relu")]
+    _, groups = groups_of(lambda x: (x.relu() + 1).permute(1, 0).contiguous() * 2, (torch.randn(3, 4),))
+    assert len(groups) == 1
+
+
+def test_call_module_graph_from_symbolic_trace():
+    gm = torch.fx.symbolic_trace(nn.Sequential(nn.Conv2d(3, 3, 1), nn.BatchNorm2d(3).eval(), nn.ReLU()))
+    assert [i.op for i in fr.classify_graph(gm)] == ["conv2d", "batch_norm", "relu"]
+    assert len(fr.fuse_groups(gm)) == 1
+
+
+def test_groups_table_and_summary_columns():
+    gm, groups = groups_of(ConvBnReluAdd(), (torch.randn(1, 4, 6, 6),))
+    table = fr.groups_table(groups)
+    assert list(table.columns) == ["group", "kind", "anchor", "nodes", "ops"]
+    assert table.loc[0, "nodes"] == 4
+    summary = fr.fusion_summary(gm)
+    assert summary["groups"] == 1 and summary["complex-out-fusable"] == 1 and summary["unknown_ops"] == "-"
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(TypeError, match="GraphModule"):
+        fr.fuse_groups("not a graph")
+    with pytest.raises(TypeError, match="tuple"):
+        fr.capture_aten_graph(nn.ReLU(), torch.randn(2))
+
+
+def test_draw_fusion_groups_returns_axes():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    gm, groups = groups_of(ConvBnReluAdd(), (torch.randn(1, 4, 6, 6),))
+    ax = fr.draw_fusion_groups(gm, groups, title="block")
+    assert ax.get_title() == "block"
+    import matplotlib.pyplot as plt
+
+    plt.close("all")

@@ -1,0 +1,90 @@
+"""Tests of code/03_fusion.py: its functions (imported with importlib) and its command line."""
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "code" / "03_fusion.py"
+
+
+@pytest.fixture(scope="module")
+def fusion():
+    spec = importlib.util.spec_from_file_location("fusion_demo", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(*args, timeout=300):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_chain_versions_agree(fusion):
+    x = torch.randn(1000)
+    expected = torch.relu(x * 2 + 1) * 3
+    assert torch.equal(fusion.chain(x), expected)
+    assert torch.equal(fusion.chain_inplace(x), expected)
+    out = torch.empty(1000)
+    assert fusion.chain_into(x, out) is out and torch.equal(out, expected)
+    assert not torch.equal(expected, x)
+
+
+def test_bytes_moved_model(fusion):
+    assert fusion.bytes_moved(1000) == 4 * 2 * 4 * 1000
+    assert fusion.bytes_moved(1000, fused=True) == 2 * 4 * 1000
+    assert fusion.bytes_moved(10, ops=1) == 80
+    with pytest.raises(ValueError):
+        fusion.bytes_moved(0)
+
+
+def test_count_cpp_kernels(fusion):
+    code = "a = async_compile.cpp_pybinding(['x'])\nb = async_compile.cpp_pybinding(['y'])\n"
+    assert fusion.count_cpp_kernels(code) == 2
+    assert fusion.count_cpp_kernels("nothing") == 0
+
+
+def test_measure_functions_return_dicts(fusion):
+    folding = fusion.measure_bn_folding((4, 16, 16), repeats=3)
+    assert folding["max_rel_diff"] < 1e-5 and len(folding["runs"]) == 2
+    chain = fusion.measure_chain(4096, repeats=3, compile_chain=False)
+    assert [v["variant"] for v in chain["variants"]] == ["eager", "manual in-place", "preallocated out="]
+    assert all(v["max_abs_diff"] == 0 for v in chain["variants"])
+    assert chain["variants"][0]["speedup_vs_eager"] == 1.0
+    allocation = fusion.measure_allocation(4096, repeats=3)
+    assert allocation["fresh_over_out"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--threads", "0"], "--threads"), (["--size", "10"], "--size"), (["--repeats", "2"], "--repeats"),
+    (["--size", "abc"], "invalid int"), (["--feature-map", "0", "8", "8"], "--feature-map"),
+    (["--bogus"], "unrecognized"), (["--out", "/proc/no-such-dir/x"], "--out")])
+def test_bad_arguments_exit_2_with_one_line(args, message):
+    proc = _run(*args)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_tiny_end_to_end_run(tmp_path):
+    csv = tmp_path / "results" / "demo.csv"
+    args = ["--size", "4096", "--repeats", "3", "--feature-map", "4", "16", "16", "--out", str(tmp_path),
+            "--results-csv", str(csv), "--no-compile"]
+    for _ in range(2):  # a re-run appends, never rewrites
+        proc = _run(*args)
+        assert proc.returncode == 0, proc.stderr
+    report = (tmp_path / "03_fusion.out.txt").read_text()
+    assert "# environment" in report and "torch: " in report
+    assert "(a) BN folding" in report and "(b) element-wise chain" in report
+    assert "skipped (--no-compile)" in report
+    frame = pd.read_csv(csv)
+    assert frame["run_id"].nunique() == 2
+    assert set(frame["part"]) == {"bn_folding", "chain"}
+    assert {"cpu_model", "torch", "threads", "date"} <= set(frame.columns)
+    assert (frame["threads"] == 1).all()

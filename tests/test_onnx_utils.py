@@ -1,0 +1,314 @@
+"""Tests of graphbook.onnx_utils: export, sessions, operator counts, profiles, Q/DQ quantization.
+
+Everything runs on a tiny conv-BN-ReLU-residual block, so the module takes seconds.
+"""
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from graphbook import onnx_utils as ou
+
+
+class TinyBlock(nn.Module):
+    """conv-BN-ReLU, conv-BN, residual add, ReLU: the shape of a BlurBall BasicBlock without SE."""
+
+    def __init__(self, channels: int = 8):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + y)
+
+
+def tiny_model() -> TinyBlock:
+    torch.manual_seed(0)
+    model = TinyBlock()
+    with torch.no_grad():  # non-trivial BN statistics, so folding is not an identity
+        for bn in (model.bn1, model.bn2):
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.5, 0.5)
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 1.5)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def model_and_input():
+    return tiny_model(), torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture(scope="module")
+def exported(model_and_input, tmp_path_factory):
+    """The two exports the chapter makes: exporter-optimized, and raw with constants folded."""
+    model, x = model_and_input
+    folder = tmp_path_factory.mktemp("onnx")
+    optimized = ou.export_onnx(model, x, folder / "optimized.onnx")
+    raw = ou.export_onnx(model, x, folder / "raw.onnx", optimize=False, fold_constants=True, external_data=False)
+    return {"optimized": optimized, "raw": raw, "folder": folder}
+
+
+# Export ------------------------------------------------------------------------------------------
+
+def test_export_writes_graph_and_external_weights(exported):
+    files = ou.onnx_files(exported["optimized"])
+    assert [f.name for f in files] == ["optimized.onnx", "optimized.onnx.data"]
+    assert ou.onnx_files(exported["raw"]) == [exported["raw"]]
+
+
+def test_exporter_optimizer_folds_batchnorm_and_raw_export_keeps_it(exported):
+    optimized, raw = ou.op_counts(exported["optimized"]), ou.op_counts(exported["raw"])
+    assert optimized[("ai.onnx", "BatchNormalization")] == 0
+    assert optimized[("ai.onnx", "Conv")] == 2
+    assert raw[("ai.onnx", "BatchNormalization")] == 2
+
+
+def test_export_refuses_training_mode(model_and_input, tmp_path):
+    model, x = model_and_input
+    model.train()
+    try:
+        with pytest.raises(ou.OnnxExportError, match=r"training mode.*model\.eval\(\)"):
+            ou.export_onnx(model, x, tmp_path / "m.onnx")
+    finally:
+        model.eval()
+    assert not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.parametrize("opset", [17, 9, 99, "20", True])
+def test_export_refuses_unsupported_opset(model_and_input, tmp_path, opset):
+    model, x = model_and_input
+    with pytest.raises(ou.OnnxExportError, match="opset"):
+        ou.export_onnx(model, x, tmp_path / "m.onnx", opset=opset)
+
+
+def test_export_refuses_bad_arguments(model_and_input, tmp_path):
+    model, x = model_and_input
+    with pytest.raises(ou.OnnxExportError, match=r"\.onnx"):
+        ou.export_onnx(model, x, tmp_path / "m.txt")
+    with pytest.raises(ou.OnnxExportError, match="fold_constants"):
+        ou.export_onnx(model, x, tmp_path / "m.onnx", optimize=True, fold_constants=True)
+    with pytest.raises(ou.OnnxExportError, match="nn.Module"):
+        ou.export_onnx(lambda t: t, x, tmp_path / "m.onnx")
+
+
+def test_modules_in_training_mode_names_them():
+    model = tiny_model()
+    assert ou.modules_in_training_mode(model) == []
+    model.bn2.train()
+    assert ou.modules_in_training_mode(model) == ["bn2"]
+
+
+# Levels and sessions ------------------------------------------------------------------------------
+
+def test_level_names_map_to_enum():
+    import onnxruntime as ort
+
+    enum = ort.GraphOptimizationLevel
+    assert ou.optimization_level("disabled") == enum.ORT_DISABLE_ALL
+    assert ou.optimization_level("basic") == enum.ORT_ENABLE_BASIC
+    assert ou.optimization_level("Extended") == enum.ORT_ENABLE_EXTENDED
+    assert ou.optimization_level("all") == enum.ORT_ENABLE_ALL
+    assert ou.optimization_level("ORT_ENABLE_BASIC") == enum.ORT_ENABLE_BASIC
+    assert ou.optimization_level(enum.ORT_ENABLE_ALL) == enum.ORT_ENABLE_ALL
+    if hasattr(enum, "ORT_ENABLE_LAYOUT"):
+        assert ou.optimization_level("layout") == enum.ORT_ENABLE_LAYOUT
+    assert list(ou.LEVEL_NAMES) == ["disabled", "basic", "extended", "layout", "all"]
+
+
+@pytest.mark.parametrize("bad", ["fast", "", "ORT_ENABLE_TURBO", 2, None])
+def test_unknown_level_gives_clear_error(bad):
+    with pytest.raises(ValueError, match="optimization level"):
+        ou.optimization_level(bad)
+
+
+def test_missing_model_file_gives_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        ou.make_session(tmp_path / "absent.onnx")
+
+
+def test_corrupt_model_file_gives_clear_error(tmp_path):
+    bad = tmp_path / "corrupt.onnx"
+    bad.write_bytes(b"this is not a protobuf \x00\xff\x13")
+    with pytest.raises(ou.OnnxModelError, match="not a readable ONNX model"):
+        ou.make_session(bad)
+    with pytest.raises(ou.OnnxModelError):
+        ou.op_counts(bad)
+
+
+def test_truncated_model_file_gives_clear_error(exported, tmp_path):
+    truncated = tmp_path / "truncated.onnx"
+    truncated.write_bytes(exported["raw"].read_bytes()[:200])
+    with pytest.raises(ou.OnnxModelError):
+        ou.make_session(truncated)
+
+
+def test_bad_thread_count_is_refused(exported):
+    with pytest.raises(ValueError, match="threads"):
+        ou.make_session(exported["raw"], threads=0)
+
+
+def test_every_level_matches_eager_and_saves_its_graph(exported, model_and_input):
+    model, x = model_and_input
+    with torch.no_grad():
+        reference = model(x)
+    counts = {}
+    for level in ou.LEVEL_NAMES:
+        saved = exported["folder"] / f"raw_{level}.onnx"
+        session = ou.make_session(exported["raw"], level=level, threads=1, optimized_model_path=saved)
+        output = ou.run_session(session, x)
+        assert output.shape == (1, 8, 16, 16)
+        assert ou.max_abs_diff(reference, output) < 1e-4, level
+        counts[level] = ou.op_counts(saved)
+    # The rewrites the chapter names, level by level.
+    assert counts["disabled"][("ai.onnx", "BatchNormalization")] == 2
+    assert counts["basic"][("ai.onnx", "BatchNormalization")] == 0
+    assert counts["extended"][("com.microsoft", "FusedConv")] >= 1
+    assert counts["all"][("com.microsoft.nchwc", "Conv")] == 2
+    fusions = ou.name_fusions(counts["disabled"], counts["basic"])
+    assert fusions == ["Conv+BatchNormalization folding: 2 BatchNormalization nodes removed"]
+    assert any("FusedConv" in note for note in ou.name_fusions(counts["basic"], counts["extended"]))
+    assert any("NCHWc" in note for note in ou.name_fusions(counts["extended"], counts["all"]))
+    assert ou.name_fusions(counts["all"], counts["all"]) == []
+
+
+def test_run_session_accepts_tensor_array_and_dict(exported, model_and_input):
+    _, x = model_and_input
+    session = ou.make_session(exported["optimized"], threads=1)
+    name = session.get_inputs()[0].name
+    a = ou.run_session(session, x)
+    b = ou.run_session(session, x.numpy())
+    c = ou.run_session(session, {name: x.numpy()})
+    assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
+# Providers -------------------------------------------------------------------------------------
+
+def test_resolve_providers_falls_back_to_cpu():
+    choice = ou.resolve_providers([ou.TENSORRT_PROVIDER, ou.CUDA_PROVIDER], available=[ou.CPU_PROVIDER])
+    assert choice.providers == (ou.CPU_PROVIDER,)
+    assert choice.missing == (ou.TENSORRT_PROVIDER, ou.CUDA_PROVIDER)
+    assert choice.fell_back
+    assert "not available" in choice.note() and "CPUExecutionProvider instead" in choice.note()
+
+
+def test_resolve_providers_keeps_order_of_available_ones():
+    available = [ou.TENSORRT_PROVIDER, ou.CUDA_PROVIDER, ou.CPU_PROVIDER]
+    choice = ou.resolve_providers([ou.CUDA_PROVIDER, ou.TENSORRT_PROVIDER], available=available)
+    assert choice.providers == (ou.CUDA_PROVIDER, ou.TENSORRT_PROVIDER, ou.CPU_PROVIDER)
+    assert not choice.fell_back
+    assert ou.resolve_providers(None, available=available).providers == (ou.CPU_PROVIDER,)
+    with pytest.raises(ValueError, match="provider"):
+        ou.resolve_providers([], available=available)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only fallback")
+def test_session_asking_for_gpu_providers_runs_on_cpu(exported):
+    session = ou.make_session(exported["optimized"], threads=1,
+                              providers=[ou.TENSORRT_PROVIDER, ou.CUDA_PROVIDER],
+                              provider_options=[{"trt_fp16_enable": "True"}, {}])
+    if ou.CUDA_PROVIDER not in ou.available_providers():
+        assert session.get_providers() == [ou.CPU_PROVIDER]
+
+
+def test_provider_options_must_match_providers(exported):
+    with pytest.raises(ValueError, match="provider_options"):
+        ou.make_session(exported["optimized"], providers=[ou.CPU_PROVIDER], provider_options=[{}, {}])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only report")
+def test_gpu_runtime_detection_explains_absence():
+    status = ou.detect_gpu_runtimes()
+    assert not status.ort_cuda and not status.tensorrt and not status.anything
+    assert status.summary().startswith("No GPU runtime can be measured on this machine: ")
+    assert "no CUDA device" in status.summary()
+
+
+def test_tensorrt_major():
+    assert ou.tensorrt_major("10.13.0.35") == 10
+    assert ou.tensorrt_major("11.1.0") == 11
+    with pytest.raises(ValueError, match="TensorRT version"):
+        ou.tensorrt_major("ten")
+
+
+# Counting and comparing ---------------------------------------------------------------------------
+
+def test_op_counts_use_domain_names(exported):
+    counts = ou.op_counts(exported["optimized"])
+    assert all(domain == "ai.onnx" for domain, _ in counts)
+    assert counts[("ai.onnx", "Relu")] == 2 and counts[("ai.onnx", "Add")] == 1
+
+
+def test_op_counts_table_has_totals():
+    table = ou.op_counts_table({"a": Counter({("ai.onnx", "Conv"): 2, ("ai.onnx", "Relu"): 1}),
+                                "b": Counter({("com.microsoft", "FusedConv"): 2})})
+    assert table.loc["ai.onnx::Conv", "a"] == 2 and table.loc["ai.onnx::Conv", "b"] == 0
+    assert table.loc["total nodes"].tolist() == [3, 2]
+    assert str(table.dtypes.iloc[0]).startswith("int")
+
+
+def test_graph_difference_and_fusion_names():
+    before = Counter({("ai.onnx", "Conv"): 2, ("ai.onnx", "Relu"): 2, ("ai.onnx", "Gemm"): 1,
+                      ("ai.onnx", "Sigmoid"): 1})
+    after = Counter({("com.microsoft", "FusedConv"): 2, ("com.microsoft", "FusedGemm"): 1})
+    diff = ou.graph_difference(before, after)
+    assert diff["removed"][("ai.onnx", "Relu")] == 2
+    assert diff["added"][("com.microsoft", "FusedGemm")] == 1
+    notes = ou.name_fusions(before, after)
+    assert notes[0].startswith("Conv+activation fusion: 2")
+    assert notes[1].startswith("Gemm+activation fusion: 1")
+    assert notes[-1] == "absorbed into the fused operators: 2 Relu, 1 Sigmoid"
+
+
+def test_max_abs_diff_and_peaks():
+    a = np.zeros((1, 3, 4, 4), dtype=np.float32)
+    b = a.copy()
+    a[0, :, 1, 2] = 5.0
+    b[0, :, 1, 2] = 4.5
+    b[0, 2, 3, 3] = 9.0
+    assert ou.max_abs_diff(a, b) == pytest.approx(9.0)
+    assert ou.peaks_agree(a, b) == (2, 3)
+    assert ou.peaks_agree(torch.from_numpy(a), a) == (3, 3)
+    with pytest.raises(ValueError, match="shapes differ"):
+        ou.max_abs_diff(a, a[:, :2])
+
+
+# Profiling and quantization ------------------------------------------------------------------------
+
+def test_profile_operators_gives_per_op_table(exported, model_and_input, tmp_path):
+    _, x = model_and_input
+    table = ou.profile_operators(exported["raw"], x, level="extended", threads=1, runs=2, workdir=tmp_path)
+    assert set(table.columns) == {"op_name", "nodes", "total_ms", "share"}
+    assert "FusedConv" in set(table["op_name"])
+    assert table["share"].sum() == pytest.approx(1.0)
+    assert table.loc[table["op_name"] == "FusedConv", "nodes"].item() == 1
+
+
+def test_read_profile_refuses_empty_trace(tmp_path):
+    empty = tmp_path / "p.json"
+    empty.write_text("[]")
+    with pytest.raises(ValueError, match="no kernel events"):
+        ou.read_profile(empty)
+
+
+def test_quantize_qdq_inserts_qdq_nodes_and_stays_close(exported, model_and_input, tmp_path):
+    model, x = model_and_input
+    frames = [torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    quantized = ou.quantize_qdq(exported["optimized"], tmp_path / "q.onnx", frames)
+    counts = ou.qdq_counts(quantized)
+    assert counts["QuantizeLinear"] >= 2 and counts["DequantizeLinear"] >= counts["QuantizeLinear"]
+    with torch.no_grad():
+        reference = model(x).numpy()
+    output = ou.run_session(ou.make_session(quantized, threads=1), x)
+    # int8 is approximate: within a tenth of the output's range, far from exact
+    assert 0 < ou.max_abs_diff(reference, output) < 0.1 * float(reference.max() - reference.min())
+
+
+def test_calibration_reader_needs_frames():
+    with pytest.raises(ValueError, match="at least one"):
+        ou.calibration_reader("x", [])

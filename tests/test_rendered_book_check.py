@@ -1,0 +1,72 @@
+"""The browser check itself must be able to fail: a deliberately broken page is caught, a clean one passes."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import check_rendered_book as checker  # noqa: E402
+
+pytestmark = pytest.mark.skipif(checker.find_chromium() is None,
+                                reason="needs Chromium (scripts/setup_browser.sh installs it; test.sh runs that first)")
+
+PNG_1PX = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                        "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")
+PAGE = """<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>{title}</title></head>
+<body><main>{body}</main></body></html>"""
+
+
+def _site(tmp_path, pages, notebooks=None):
+    html = tmp_path / "html"
+    html.mkdir()
+    (html / "fig.png").write_bytes(PNG_1PX)
+    for name, body in pages.items():
+        target = html / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(PAGE.format(title=name, body=body))
+    for name, nb in (notebooks or {}).items():
+        target = tmp_path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(nb))
+    return html
+
+
+def _notebook_with_figures(n):
+    out = {"output_type": "display_data", "data": {"image/png": "iVBOR"}, "metadata": {}}
+    return {"cells": [{"cell_type": "code", "source": "plot()", "metadata": {}, "outputs": [out] * n}],
+            "metadata": {}}
+
+
+def test_a_clean_page_passes(tmp_path):
+    html = _site(tmp_path, {
+        "index.html": '<p>Eager took 12.5 ms.</p><a href="other.html#sec">next</a>'
+                      '<div class="cell_output"><img src="fig.png" alt="a plot"></div>',
+        "other.html": '<h2 id="sec">Section</h2>',
+    }, {"index.ipynb": _notebook_with_figures(1)})
+    report = checker.check_site(html, screenshots=tmp_path / "shots", notebooks_root=tmp_path)
+    assert report == {"index.html": [], "other.html": []}
+    assert (tmp_path / "shots" / "index.png").stat().st_size > 0
+
+
+def test_a_broken_page_fails_on_each_defect(tmp_path):
+    html = _site(tmp_path, {
+        "index.html": '<p>Eager took {glue:text}`eager_ms:.2f` ms, see {doc}`missing`.</p>'
+                      '<img src="missing.png" alt="gone"><a href="nowhere.html">x</a><a href="index.html#nope">y</a>'
+                      '<div class="cell_output"><pre>Traceback (most recent call last):\nValueError</pre></div>'
+                      '<script>console.error("boom")</script>',
+    }, {"index.ipynb": _notebook_with_figures(2)})
+    problems = " | ".join(checker.check_site(html, notebooks_root=tmp_path)["index.html"])
+    for expected in ["unresolved role text '{glue:text}`'", "unresolved role text '{doc}`'",
+                     "broken image 'missing.png'", "broken internal link 'nowhere.html'",
+                     "missing anchor 'index.html#nope'", "traceback", "console error: boom",
+                     "shows 0 figures but its notebook produced 2"]:
+        assert expected in problems, f"{expected!r} not reported in: {problems}"
+
+
+def test_cli_refuses_a_folder_without_a_built_book(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        checker.main([str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "no built book" in capsys.readouterr().err
