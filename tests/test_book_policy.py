@@ -96,6 +96,12 @@ def test_chapter_starts_with_title_run_note_and_hidden_setup(path):
     assert "hide-input" in setup.get("metadata", {}).get("tags", [])
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
+def test_every_figure_is_numbered_captioned_and_has_alt_text(path):
+    bad = rules.figures_without_caption_or_alt(load(path))
+    assert not bad, f"code cells {bad} show a figure without mystnb.figure caption/name or mystnb.image.alt"
+
+
 # -- the rules themselves can fail --------------------------------------------------------------
 
 def _nb(markdown, glued=None, counts=(1,), seconds=30.0, error=False):
@@ -141,3 +147,11 @@ def test_rules_catch_a_chapter_that_did_not_really_run():
     no_record = _nb("x")
     del no_record["metadata"]["graphbook"]
     assert "no execution record" in rules.ran_too_briefly(no_record, "chapters/x.ipynb")
+
+
+def test_rules_catch_a_figure_without_alt_text():
+    nb = _nb("x")
+    nb["cells"][1]["outputs"] = [{"output_type": "display_data", "data": {"image/png": "iVBOR"}, "metadata": {}}]
+    assert rules.figures_without_caption_or_alt(nb) == [0]
+    nb["cells"][1]["metadata"]["mystnb"] = {"figure": {"caption": "c", "name": "fig-x"}, "image": {"alt": "a"}}
+    assert rules.figures_without_caption_or_alt(nb) == []

@@ -1,0 +1,48 @@
+"""The correctness table (graphbook.correctness, Chapter 6) on a tiny model and small clips."""
+import math
+
+import pytest
+import torch
+
+from graphbook import clips, correctness, warmup
+
+
+def frame(x=None, y=None):
+    det = None if x is None else clips.Detection(x=x, y=y, score=1.0, angle_deg=0.0, half_extent=1.0,
+                                                  half_length=0.0, area=4)
+    return clips.FrameDecoding(det, (det,) if det else ())
+
+
+def test_detections_agree_counts_empty_and_shifted_frames():
+    a = [[frame(), frame(10, 10), frame(5, 5)]]
+    b = [[frame(), frame(10.3, 10), frame(8, 9)]]
+    agree, total, shift = correctness.detections_agree(a, b, agree_px=0.5)
+    assert (agree, total) == (2, 3)
+    assert shift == pytest.approx(5.0)
+    assert correctness.detections_agree([[frame()]], [[frame(1, 1)]]) == (0, 1, 0.0)
+
+
+def test_table_on_tiny_model_with_onnx_and_int8(tmp_path):
+    torch.set_num_threads(1)
+    net = warmup.tiny_clip_net(hidden=4)
+    held_out = clips.make_clips(2, seed=100, height=32, width=48)
+    calib = clips.make_clips(2, seed=200, height=32, width=48)
+    runners = correctness.all_variants(net, held_out[0], calibration_clips=calib, threads=1, workdir=tmp_path)
+    # the compiled variants are exercised by Chapter 6 and test_warmup; keep this test fast
+    runners.pop("compile")
+    runners.pop("compile + freezing")
+    rows = {r["variant"]: r for r in correctness.correctness_table(runners, held_out)}
+    assert rows["eager fp32"]["max_abs_diff"] == 0.0 and rows["eager fp32"]["agree_share"] == 1.0
+    assert rows["channels-last"]["max_abs_diff"] < 1e-4
+    assert rows["onnxruntime all"]["max_abs_diff"] < 1e-3
+    assert "onnxruntime int8 q/dq" in rows and rows["bf16 autocast"]["max_abs_diff"] > 0
+    assert all(r["frames"] == 6 for r in rows.values())
+    assert all(0.0 <= r["agree_share"] <= 1.0 for r in rows.values())
+    assert all(math.isnan(r["detection_rate"]) or 0 <= r["detection_rate"] <= 1 for r in rows.values())
+
+
+def test_table_rejects_missing_reference_and_empty_clips():
+    with pytest.raises(ValueError, match="reference"):
+        correctness.correctness_table({"x": lambda t: t}, [object()])
+    with pytest.raises(ValueError, match="clip"):
+        correctness.correctness_table({"eager fp32": lambda t: t}, [])
