@@ -57,14 +57,19 @@ def test_measure_functions_return_dicts(fusion):
     assert chain["variants"][0]["speedup_vs_eager"] == 1.0
     allocation = fusion.measure_allocation(4096, repeats=3)
     assert allocation["fresh_over_out"] > 0
+    assert allocation["model_bytes"] == 2 * 4 * 4096
+    assert all(allocation[k] is None or allocation[k] >= 0 for k in ("fresh_faults_per_call", "out_faults_per_call"))
 
 
 @pytest.mark.parametrize("args, message", [
     (["--threads", "0"], "--threads"), (["--size", "10"], "--size"), (["--repeats", "2"], "--repeats"),
     (["--size", "abc"], "invalid int"), (["--feature-map", "0", "8", "8"], "--feature-map"),
-    (["--bogus"], "unrecognized"), (["--out", "/proc/no-such-dir/x"], "--out")])
-def test_bad_arguments_exit_2_with_one_line(args, message):
-    proc = _run(*args)
+    (["--bogus"], "unrecognized"), (["--out", "{file}/sub"], "--out"),
+    (["--results-csv", "{file}/sub/r.csv"], "--results-csv")])
+def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
+    proc = _run(*[arg.format(file=a_file) for arg in args], timeout=60)
     assert proc.returncode == 2
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()

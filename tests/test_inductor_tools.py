@@ -102,3 +102,22 @@ def test_elementwise_chain_compiles_to_one_kernel():
     x = torch.linspace(-2, 2, 64)
     again = it.compile_and_get_code(lambda x: ((x * 2 + 1).relu().sin()) * 3, x)
     torch.testing.assert_close(again.output, ((x * 2 + 1).relu().sin()) * 3)
+
+
+def test_unknown_option_is_refused():
+    with pytest.raises(ValueError, match="no_such_knob"):
+        it.compile_and_get_code(torch.relu, torch.randn(4), options={"no_such_knob": 1})
+
+
+def test_freezing_folds_batch_norm_into_the_convolution():
+    torch.set_num_threads(1)
+    block = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 3, padding=1, bias=False),
+                                torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 4, 8, 8)
+    plain = it.compile_and_get_code(block, x, options={"freezing": False})
+    frozen = it.compile_and_get_code(block, x, options={"freezing": True})
+    assert any("batch_norm" in k for k in plain.kernels)
+    assert not any("batch_norm" in k for k in frozen.kernels)
+    assert "torch.ops.mkldnn._convolution_pointwise" in frozen.extern_calls
+    with torch.no_grad():
+        torch.testing.assert_close(frozen.output, block(x), rtol=1e-4, atol=1e-5)

@@ -312,3 +312,17 @@ def test_quantize_qdq_inserts_qdq_nodes_and_stays_close(exported, model_and_inpu
 def test_calibration_reader_needs_frames():
     with pytest.raises(ValueError, match="at least one"):
         ou.calibration_reader("x", [])
+
+
+# The benchmark script's argument checks (no model is built) -----------------------------------------
+
+@pytest.mark.parametrize("args", [["--height", "63"], ["--threads", "0"], ["--repeats", "-1"], ["--bogus"]])
+def test_bench_script_bad_arguments_exit_2_with_one_line(args):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "code" / "bench_onnxruntime.py"
+    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr

@@ -169,3 +169,34 @@ def test_compiled_server_warms_up_every_batch_size_and_never_recompiles():
         assert warmup.graphs_compiled() == before  # requests compiled nothing
     finally:
         srv.stop()
+
+
+SCRIPT = serving.__file__.replace("graphbook/serving.py", "serve_blurball.py")
+
+
+@pytest.mark.parametrize("args", [["--port", "70000"], ["--height", "7"], ["--batch-sizes", "1,x"],
+                                  ["--weights", "/nonexistent.pt"], ["--save-artifacts", "a.bin"]])
+def test_cli_bad_arguments_exit_2_with_one_line(args):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_cli_serves_the_tiny_model_until_terminated():
+    import re
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, SCRIPT, "--model", "tiny", "--port", "0", "--height", "16",
+                             "--width", "24", "--threads", "1"], stdout=subprocess.PIPE, text=True)
+    try:
+        url = re.search(r"on (http://\S+);", proc.stdout.readline()).group(1)
+        assert proc.stdout.readline().startswith("READY")
+        assert serving.request(url + "/healthz")[0] == 200
+        assert serving.predict(url, clip_with_ball())[0] == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -121,12 +121,14 @@ def _child_main(spec_json: str) -> dict:
             steady_s[str(b)] = time.perf_counter() - t0
 
     artifact_bytes = 0
+    artifact_kinds: dict[str, int] = {}
     if save_path:
         saved = torch.compiler.save_cache_artifacts()
         if saved is None:
             raise CompileCacheError("torch.compiler.save_cache_artifacts() returned nothing to save")
         Path(save_path).write_bytes(saved[0])
         artifact_bytes = len(saved[0])
+        artifact_kinds = {kind: len(keys) for kind, keys in saved[1].artifacts.items()}
     return {
         "import_s": import_s,
         "load_artifacts_s": load_s,
@@ -136,6 +138,7 @@ def _child_main(spec_json: str) -> dict:
         "fxgraph_cache_hit": int(counters["inductor"]["fxgraph_cache_hit"]),
         "fxgraph_cache_miss": int(counters["inductor"]["fxgraph_cache_miss"]),
         "artifact_bytes": artifact_bytes,
+        "artifact_kinds": artifact_kinds,
         "torch": torch.__version__,
     }
 
@@ -240,6 +243,7 @@ def cache_experiment(spec: RestartSpec, workdir: str | os.PathLike | None = None
                 "fxgraph_cache_hit": int(res["fxgraph_cache_hit"]),
                 "fxgraph_cache_miss": int(res["fxgraph_cache_miss"]),
                 "artifact_bytes": int(runs["cold"]["artifact_bytes"]),
+                "artifact_kinds": json.dumps(runs["cold"]["artifact_kinds"], sort_keys=True),
             })
     return rows
 

@@ -1,0 +1,137 @@
+"""An Inductor ablation on this CPU, in the spirit of the PyTorch 2 paper's Table 4 (Chapter 3).
+
+    .venv/bin/python code/bench_ablation.py                          # 96x160 input, 2 threads
+    .venv/bin/python code/bench_ablation.py --height 288 --width 512 --repeats 5
+
+BlurBall (batch 1) is compiled four times: all optimizations (freezing on), without fusion
+(``max_fusion_size=1``), without freezing, and without both (see ``graphbook.inductor_tools.
+ABLATION_CONFIGS`` for why these switches). For each variant, in this order:
+
+1. compile and first call (seconds; a cold or warm Inductor cache, as found);
+2. correctness against eager FP32: max abs diff and the per-frame heatmap peak positions;
+3. kernels generated (definitions in the code) and library calls;
+4. timing with the book's harness, eager re-timed right before each variant so every speedup is a
+   ratio from the same minute of the same run.
+
+Rows are appended to ``data/results/ablation_cpu.csv`` (never rewritten) with the environment columns.
+A cold run costs several minutes on 2 cores (four BlurBall compiles); a warm cache, about one.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "data" / "results" / "ablation_cpu.csv"
+FP32_TOLERANCE = 1e-3
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line on stderr and exit status 2 (the book's script rule)."""
+
+    def error(self, message):  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _multiple_of_8(text: str) -> int:
+    value = _positive_int(text)
+    if value % 8:
+        raise argparse.ArgumentTypeError(f"expected a multiple of 8 (BlurBall downsamples 3 times), got {value}")
+    return value
+
+
+def parse_args(argv=None):
+    from graphbook.inductor_tools import ABLATION_CONFIGS
+
+    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--height", type=_multiple_of_8, default=96, help="input height (default 96)")
+    parser.add_argument("--width", type=_multiple_of_8, default=160, help="input width (default 160)")
+    parser.add_argument("--threads", type=_positive_int, default=2, help="torch intra-op threads")
+    parser.add_argument("--repeats", type=_positive_int, default=10, help="timed calls per variant")
+    parser.add_argument("--warmup", type=_positive_int, default=3, help="untimed calls per variant")
+    parser.add_argument("--variants", default=",".join(ABLATION_CONFIGS),
+                        help="comma-separated subset of: " + "; ".join(ABLATION_CONFIGS))
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="CSV to append to")
+    args = parser.parse_args(argv)
+    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in names if v not in ABLATION_CONFIGS]
+    if unknown or not names:
+        parser.error(f"unknown variant(s) {unknown}; choose from {list(ABLATION_CONFIGS)}")
+    args.variants = names
+    return args
+
+
+def run(args) -> list[dict]:
+    import torch
+
+    from graphbook import blurball, inductor_tools, results, timing
+    from graphbook.environment import fingerprint, set_threads
+
+    set_threads(args.threads)
+    env = fingerprint(args.threads)
+    model = blurball.build_blurball()
+    x = blurball.example_input(height=args.height, width=args.width)
+    run_id = uuid.uuid4().hex[:8]
+    rows = []
+    with torch.no_grad():
+        reference = model(x)
+        reference_peaks = blurball.heatmap_peaks(reference)
+        for name in args.variants:
+            options = inductor_tools.ablation_options(name)
+            start = time.perf_counter()
+            generated = inductor_tools.compile_and_get_code(model, x, options=options)
+            compile_s = time.perf_counter() - start
+            compiled = generated.compiled
+            max_diff = float((generated.output - reference).abs().max())
+            same_peaks = bool(torch.equal(blurball.heatmap_peaks(generated.output), reference_peaks))
+            if max_diff > FP32_TOLERANCE:
+                print(f"warning: {name} differs from eager by {max_diff:.2e}", file=sys.stderr)
+            eager_t = timing.time_cpu(lambda: model(x), warmup=args.warmup, repeats=args.repeats,
+                                      name="eager")
+            compiled_t = timing.time_cpu(lambda: compiled(x), warmup=args.warmup,
+                                         repeats=args.repeats, name=name)
+            rows.append({
+                "run_id": run_id, "variant": name, "options": repr(options),
+                "height": args.height, "width": args.width, "batch": 1,
+                "compile_first_call_s": round(compile_s, 3),
+                "kernels": generated.kernel_count, "extern_calls": len(generated.extern_calls),
+                "max_abs_diff": max_diff, "same_peaks": same_peaks,
+                "eager_median_ms": eager_t.median_ms, "eager_q1_ms": eager_t.q1_ms,
+                "eager_q3_ms": eager_t.q3_ms,
+                "compiled_median_ms": compiled_t.median_ms, "compiled_q1_ms": compiled_t.q1_ms,
+                "compiled_q3_ms": compiled_t.q3_ms,
+                "speedup_over_eager": eager_t.median_ms / compiled_t.median_ms,
+                "repeats": args.repeats, "warmup": args.warmup,
+            })
+            print(f"{name:30s} compile {compile_s:7.1f} s  kernels {generated.kernel_count:4d}  "
+                  f"diff {max_diff:.1e}  eager {eager_t.median_ms:8.1f} ms  compiled "
+                  f"{compiled_t.median_ms:8.1f} ms  speedup {rows[-1]['speedup_over_eager']:.2f}x",
+                  flush=True)
+            torch._dynamo.reset()
+    results.append_rows(args.out, rows, env=env)
+    print(f"appended {len(rows)} rows to {args.out}")
+    return rows
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

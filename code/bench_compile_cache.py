@@ -1,0 +1,146 @@
+"""Restart cost of torch.compile for BlurBall, each path in a fresh process (Chapter 6 and 7).
+
+Measures, for batch sizes 1, 2, 3 called in order after start-up:
+  cold       an empty TORCHINDUCTOR_CACHE_DIR
+  warm       the on-disk cache the cold run filled
+  artifacts  a new empty cache dir, after torch.compiler.load_cache_artifacts() of the cold run's bytes
+and appends one row per (path, batch size) to data/results/compile_cache.csv with environment columns.
+With --server it also starts code/serve_blurball.py (eager, compiled cold, compiled from artifacts) and
+appends its time to ready to data/results/serving_ready.csv.
+
+    .venv/bin/python code/bench_compile_cache.py                    # BlurBall 288x512 (minutes on 2 cores)
+    .venv/bin/python code/bench_compile_cache.py --server           # plus the server's time to ready
+    .venv/bin/python code/bench_compile_cache.py --model tiny --height 32 --width 48   # quick check
+
+Speed target (issue 6): each cache path restarts at least 5x faster than the cold compile of the same run;
+the script prints the ratios and whether the target was met.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+TARGET_SPEEDUP = 5.0
+FACTORIES = {"blurball": "graphbook.blurball:build_blurball", "tiny": "graphbook.warmup:tiny_clip_net"}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        print(f"bench_compile_cache.py: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def parse_args(argv=None):
+    p = _Parser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=sorted(FACTORIES), default="blurball")
+    p.add_argument("--height", type=_positive, default=288)
+    p.add_argument("--width", type=_positive, default=512)
+    p.add_argument("--batch-sizes", default="1,2,3")
+    p.add_argument("--threads", type=_positive, default=2)
+    p.add_argument("--mode", default=None, help="torch.compile mode (default: the default mode)")
+    p.add_argument("--server", action="store_true", help="also time code/serve_blurball.py to ready")
+    p.add_argument("--output", type=Path, default=None, help="CSV to append to (default data/results/compile_cache.csv)")
+    p.add_argument("--timeout", type=_positive, default=3600, help="seconds per fresh process")
+    args = p.parse_args(argv)
+    try:
+        args.batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
+    except ValueError:
+        p.error(f"--batch-sizes must be comma-separated integers, got {args.batch_sizes!r}")
+    if any(b < 1 for b in args.batch_sizes):
+        p.error(f"--batch-sizes must be positive, got {args.batch_sizes}")
+    if args.model == "blurball" and (args.height % 8 or args.width % 8):
+        p.error(f"BlurBall needs height and width divisible by 8, got {args.height}x{args.width}")
+    return args
+
+
+def time_server_to_ready(extra: list[str], cache_dir: Path, args, timeout: float) -> float:
+    """Start serve_blurball.py on a free port; seconds from launch to its READY line."""
+    import os
+
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir))
+    cmd = [sys.executable, str(Path(__file__).resolve().parent / "serve_blurball.py"), "--port", "0",
+           "--model", args.model, "--height", str(args.height), "--width", str(args.width),
+           "--threads", str(args.threads), "--batch-sizes", ",".join(map(str, args.batch_sizes)), *extra]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("READY"):
+                return time.perf_counter() - t0
+            if time.perf_counter() - t0 > timeout:
+                break
+        raise RuntimeError(f"server did not become ready: {proc.stderr.read()[-800:] if proc.poll() is not None else 'timeout'}")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from graphbook import book, compile_cache, results
+    from graphbook.environment import fingerprint
+
+    env = fingerprint(args.threads)
+    spec = compile_cache.RestartSpec(FACTORIES[args.model], (9, args.height, args.width), args.batch_sizes,
+                                     compile_kwargs={"mode": args.mode} if args.mode else {}, threads=args.threads)
+    output = args.output or book.RESULTS_DIR / "compile_cache.csv"
+    with tempfile.TemporaryDirectory(prefix="graphbook-bench-cache-") as work:
+        try:
+            rows = compile_cache.cache_experiment(spec, work, timeout=args.timeout)
+        except compile_cache.CompileCacheError as exc:
+            print(f"bench_compile_cache.py: error: {str(exc).splitlines()[-1] if str(exc) else exc}", file=sys.stderr)
+            return 1
+        results.append_rows(output, rows, env)
+        print(f"appended {len(rows)} rows to {output}")
+        for scenario in compile_cache.SCENARIOS:
+            first = next(r for r in rows if r["scenario"] == scenario)
+            per_size = ", ".join(f"b={r['batch_size']}: {r['first_call_s']:.2f} s" for r in rows if r["scenario"] == scenario)
+            print(f"{scenario:>9}: restart {first['restart_s']:7.2f} s  ({per_size})  "
+                  f"{first['speedup_vs_cold']:.1f}x faster than cold")
+        for scenario in ("warm", "artifacts"):
+            ratio = next(r for r in rows if r["scenario"] == scenario)["speedup_vs_cold"]
+            verdict = "met" if ratio >= TARGET_SPEEDUP else "NOT met"
+            print(f"target >= {TARGET_SPEEDUP:.0f}x for {scenario}: {verdict} ({ratio:.1f}x)")
+
+        if args.server:
+            work = Path(work)
+            artifacts = work / "server-artifacts.bin"
+            ready = {
+                "eager": time_server_to_ready([], work / "server-eager", args, args.timeout),
+                "compile cold": time_server_to_ready(["--compile", "--save-artifacts", str(artifacts)],
+                                                     work / "server-cold", args, args.timeout),
+                "compile from artifacts": time_server_to_ready(["--compile", "--load-artifacts", str(artifacts)],
+                                                               work / "server-artifacts", args, args.timeout),
+            }
+            server_rows = [{"model": args.model, "input_chw": f"9x{args.height}x{args.width}",
+                            "batch_sizes": ",".join(map(str, args.batch_sizes)), "server": name,
+                            "time_to_ready_s": seconds} for name, seconds in ready.items()]
+            server_out = output.parent / "serving_ready.csv"
+            results.append_rows(server_out, server_rows, env)
+            for name, seconds in ready.items():
+                print(f"server {name:>23}: ready after {seconds:7.2f} s")
+            print(f"appended {len(server_rows)} rows to {server_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Serve the BlurBall ball detector over HTTP, warming up batch sizes 1, 2, 3 before reporting ready.
+
+Introduced in Chapter 7. Examples (from the repository root):
+
+    .venv/bin/python code/serve_blurball.py --port 8080                    # eager FP32
+    .venv/bin/python code/serve_blurball.py --port 8080 --compile          # torch.compile, warm-up = compile
+    .venv/bin/python code/serve_blurball.py --compile --load-artifacts cache.bin   # restart from saved artifacts
+    .venv/bin/python code/serve_blurball.py --compile --save-artifacts cache.bin   # write them after warm-up
+
+``GET /healthz`` answers 503 until the warm-up is done; ``POST /predict`` takes clips (see
+``graphbook/serving.py`` for the request format). The line ``READY <seconds>`` on stdout marks the
+moment the server became ready, so scripts can time it.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+_STARTED = time.perf_counter()
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line on stderr, exit 2, no usage block
+        print(f"serve_blurball.py: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {value}")
+    return value
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = _Parser(description="Serve BlurBall over HTTP (GET /healthz, POST /predict).")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    p.add_argument("--port", type=_port, default=8080, help="port (0 picks a free one; default 8080)")
+    p.add_argument("--weights", type=Path, default=None,
+                   help="checkpoint to load (default: data/checkpoints/blurball_synthetic.pt if present, "
+                        "else seeded random weights)")
+    p.add_argument("--model", choices=("blurball", "tiny"), default="blurball",
+                   help="'tiny' serves a two-layer stand-in with the same input contract (for demos and tests)")
+    p.add_argument("--height", type=_positive, default=288)
+    p.add_argument("--width", type=_positive, default=512)
+    p.add_argument("--batch-sizes", default="1,2,3", help="comma-separated batch sizes to warm up (default 1,2,3)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model; the warm-up compiles it")
+    p.add_argument("--load-artifacts", type=Path, default=None,
+                   help="torch.compiler cache artifacts to load before warming up")
+    p.add_argument("--save-artifacts", type=Path, default=None,
+                   help="write torch.compiler cache artifacts here after the warm-up")
+    p.add_argument("--threads", type=_positive, default=2)
+    p.add_argument("--threshold", type=float, default=0.5)
+    p.add_argument("--verbose", action="store_true", help="log every request")
+    args = p.parse_args(argv)
+    try:
+        args.batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
+    except ValueError:
+        p.error(f"--batch-sizes must be comma-separated integers, got {args.batch_sizes!r}")
+    if any(b < 1 for b in args.batch_sizes):
+        p.error(f"--batch-sizes must be positive, got {args.batch_sizes}")
+    if args.model == "blurball" and (args.height % 8 or args.width % 8):
+        p.error(f"BlurBall needs height and width divisible by 8, got {args.height}x{args.width}")
+    if not 0 < args.threshold < 1:
+        p.error(f"--threshold must be in (0, 1), got {args.threshold}")
+    if args.weights is not None and not args.weights.is_file():
+        p.error(f"--weights file {str(args.weights)!r} does not exist")
+    if args.load_artifacts is not None and not args.load_artifacts.is_file():
+        p.error(f"--load-artifacts file {str(args.load_artifacts)!r} does not exist")
+    if (args.load_artifacts or args.save_artifacts) and not args.compile:
+        p.error("--load-artifacts/--save-artifacts only make sense with --compile")
+    return args
+
+
+def build_model(args):
+    from graphbook import book
+
+    if args.model == "tiny":
+        from graphbook.warmup import tiny_clip_net
+
+        return tiny_clip_net(), "tiny stand-in"
+    from graphbook.blurball import build_blurball
+
+    weights = args.weights
+    default = book.DATA / "checkpoints" / "blurball_synthetic.pt"
+    if weights is None and default.is_file():
+        weights = default
+    return build_blurball(weights), (str(weights) if weights else "seeded random weights")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    from graphbook import serving
+    from graphbook.environment import set_threads
+
+    set_threads(args.threads)
+    if args.load_artifacts:
+        torch.compiler.load_cache_artifacts(args.load_artifacts.read_bytes())
+    model, source = build_model(args)
+    service = serving.InferenceService(model, (args.height, args.width), batch_sizes=args.batch_sizes,
+                                       compile=args.compile, threshold=args.threshold)
+    try:
+        server = serving.InferenceServer(service, args.host, args.port, verbose=args.verbose)
+    except OSError as exc:
+        print(f"serve_blurball.py: error: cannot bind {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
+    print(f"serving {args.model} ({source}) on {server.url}; warming up batch sizes "
+          f"{','.join(map(str, args.batch_sizes))}{' with torch.compile' if args.compile else ''}", flush=True)
+    server.start()
+    try:
+        server.wait_until_ready(timeout=3600)
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"serve_blurball.py: error: {exc}", file=sys.stderr)
+        server.stop()
+        return 1
+    if args.save_artifacts:
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is not None:
+            args.save_artifacts.write_bytes(saved[0])
+    print(f"READY {time.perf_counter() - _STARTED:.3f} s after start "
+          f"(warm-up {service.time_to_ready_s:.3f} s)", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
