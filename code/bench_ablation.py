@@ -9,9 +9,9 @@ ABLATION_CONFIGS`` for why these switches). For each variant, in this order:
 
 1. compile and first call (seconds; a cold or warm Inductor cache, as found);
 2. correctness against eager FP32: max abs diff and the per-frame heatmap peak positions;
-3. kernels generated (definitions in the code) and library calls;
-4. timing with the book's harness, eager re-timed right before each variant so every speedup is a
-   ratio from the same minute of the same run.
+3. kernels generated (definitions in the code), their launches per call, and library calls;
+4. timing: eager and compiled calls alternate, one each per repeat, so every speedup is a ratio of
+   medians taken under the same background load (summarised with the book's harness).
 
 Rows are appended to ``data/results/ablation_cpu.csv`` (never rewritten) with the environment columns.
 A cold run costs several minutes on 2 cores (four BlurBall compiles); a warm cache, about one.
@@ -75,10 +75,31 @@ def parse_args(argv=None):
     return args
 
 
+def paired_timing(eager_fn, compiled_fn, *, warmup: int, repeats: int, name: str):
+    """Alternate one eager and one compiled call per repeat, so both see the same background load
+    (a shared machine's load changes within seconds); returns two TimingResults."""
+    from graphbook import timing
+
+    for _ in range(warmup):
+        eager_fn()
+        compiled_fn()
+    eager_ms, compiled_ms = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        eager_fn()
+        middle = time.perf_counter()
+        compiled_fn()
+        end = time.perf_counter()
+        eager_ms.append(1000.0 * (middle - start))
+        compiled_ms.append(1000.0 * (end - middle))
+    return (timing.summarize(eager_ms, name="eager", warmup=warmup),
+            timing.summarize(compiled_ms, name=name, warmup=warmup))
+
+
 def run(args) -> list[dict]:
     import torch
 
-    from graphbook import blurball, inductor_tools, results, timing
+    from graphbook import blurball, inductor_tools, results
     from graphbook.environment import fingerprint, set_threads
 
     set_threads(args.threads)
@@ -100,15 +121,15 @@ def run(args) -> list[dict]:
             same_peaks = bool(torch.equal(blurball.heatmap_peaks(generated.output), reference_peaks))
             if max_diff > FP32_TOLERANCE:
                 print(f"warning: {name} differs from eager by {max_diff:.2e}", file=sys.stderr)
-            eager_t = timing.time_cpu(lambda: model(x), warmup=args.warmup, repeats=args.repeats,
-                                      name="eager")
-            compiled_t = timing.time_cpu(lambda: compiled(x), warmup=args.warmup,
-                                         repeats=args.repeats, name=name)
+            eager_t, compiled_t = paired_timing(lambda: model(x), lambda: compiled(x),
+                                                warmup=args.warmup, repeats=args.repeats, name=name)
             rows.append({
                 "run_id": run_id, "variant": name, "options": repr(options),
                 "height": args.height, "width": args.width, "batch": 1,
                 "compile_first_call_s": round(compile_s, 3),
-                "kernels": generated.kernel_count, "extern_calls": len(generated.extern_calls),
+                "kernels": generated.kernel_count,
+                "generated_launches": generated.launches["generated"],
+                "extern_calls": len(generated.extern_calls),
                 "max_abs_diff": max_diff, "same_peaks": same_peaks,
                 "eager_median_ms": eager_t.median_ms, "eager_q1_ms": eager_t.q1_ms,
                 "eager_q3_ms": eager_t.q3_ms,

@@ -10,6 +10,7 @@ appends its time to ready to data/results/serving_ready.csv.
 
     .venv/bin/python code/bench_compile_cache.py                    # BlurBall 288x512 (minutes on 2 cores)
     .venv/bin/python code/bench_compile_cache.py --server           # plus the server's time to ready
+    .venv/bin/python code/bench_compile_cache.py --server-only      # only the server's time to ready
     .venv/bin/python code/bench_compile_cache.py --model tiny --height 32 --width 48   # quick check
 
 Speed target (issue 6): each cache path restarts at least 5x faster than the cold compile of the same run;
@@ -55,6 +56,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=_positive, default=2)
     p.add_argument("--mode", default=None, help="torch.compile mode (default: the default mode)")
     p.add_argument("--server", action="store_true", help="also time code/serve_blurball.py to ready")
+    p.add_argument("--server-only", action="store_true", help="only the server's time to ready (implies --server)")
     p.add_argument("--output", type=Path, default=None, help="CSV to append to (default data/results/compile_cache.csv)")
     p.add_argument("--timeout", type=_positive, default=3600, help="seconds per fresh process")
     args = p.parse_args(argv)
@@ -64,6 +66,7 @@ def parse_args(argv=None):
         p.error(f"--batch-sizes must be comma-separated integers, got {args.batch_sizes!r}")
     if any(b < 1 for b in args.batch_sizes):
         p.error(f"--batch-sizes must be positive, got {args.batch_sizes}")
+    args.server = args.server or args.server_only
     if args.model == "blurball" and (args.height % 8 or args.width % 8):
         p.error(f"BlurBall needs height and width divisible by 8, got {args.height}x{args.width}")
     return args
@@ -94,51 +97,72 @@ def time_server_to_ready(extra: list[str], cache_dir: Path, args, timeout: float
             proc.kill()
 
 
+def measure_cache_paths(args, work: str, output: Path, env: dict) -> int:
+    """Cold, warm and artifacts restarts in fresh processes; append and print them."""
+    from graphbook import compile_cache, results
+
+    spec = compile_cache.RestartSpec(FACTORIES[args.model], (9, args.height, args.width), args.batch_sizes,
+                                     compile_kwargs={"mode": args.mode} if args.mode else {}, threads=args.threads)
+    try:
+        rows = compile_cache.cache_experiment(spec, work, timeout=args.timeout)
+    except compile_cache.CompileCacheError as exc:
+        print(f"bench_compile_cache.py: error: {str(exc).splitlines()[-1] if str(exc) else exc}", file=sys.stderr)
+        return 1
+    results.append_rows(output, rows, env)
+    print(f"appended {len(rows)} rows to {output}")
+    for scenario in compile_cache.SCENARIOS:
+        first = next(r for r in rows if r["scenario"] == scenario)
+        per_size = ", ".join(f"b={r['batch_size']}: {r['first_call_s']:.2f} s" for r in rows if r["scenario"] == scenario)
+        print(f"{scenario:>9}: restart {first['restart_s']:7.2f} s  ({per_size})  "
+              f"{first['speedup_vs_cold']:.1f}x faster than cold")
+    for scenario in ("warm", "artifacts"):
+        ratio = next(r for r in rows if r["scenario"] == scenario)["speedup_vs_cold"]
+        verdict = "met" if ratio >= TARGET_SPEEDUP else "NOT met"
+        print(f"target >= {TARGET_SPEEDUP:.0f}x for {scenario}: {verdict} ({ratio:.1f}x)")
+    return 0
+
+
+def measure_server_paths(args, work: Path, output: Path, env: dict) -> int:
+    """Time serve_blurball.py to READY: eager, compiled cold, compiled from saved artifacts."""
+    from graphbook import results
+
+    artifacts = work / "server-artifacts.bin"
+    try:
+        ready = {
+            "eager": time_server_to_ready([], work / "server-eager", args, args.timeout),
+            "compile cold": time_server_to_ready(["--compile", "--save-artifacts", str(artifacts)],
+                                                 work / "server-cold", args, args.timeout),
+            "compile from artifacts": time_server_to_ready(["--compile", "--load-artifacts", str(artifacts)],
+                                                           work / "server-artifacts", args, args.timeout),
+        }
+    except RuntimeError as exc:
+        print(f"bench_compile_cache.py: error: {str(exc).splitlines()[-1] if str(exc) else exc}", file=sys.stderr)
+        return 1
+    server_rows = [{"model": args.model, "input_chw": f"9x{args.height}x{args.width}",
+                    "batch_sizes": ",".join(map(str, args.batch_sizes)), "server": name,
+                    "time_to_ready_s": seconds} for name, seconds in ready.items()]
+    server_out = output.parent / "serving_ready.csv"
+    results.append_rows(server_out, server_rows, env)
+    for name, seconds in ready.items():
+        print(f"server {name:>23}: ready after {seconds:7.2f} s")
+    print(f"appended {len(server_rows)} rows to {server_out}")
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from graphbook import book, compile_cache, results
+    from graphbook import book
     from graphbook.environment import fingerprint
 
     env = fingerprint(args.threads)
-    spec = compile_cache.RestartSpec(FACTORIES[args.model], (9, args.height, args.width), args.batch_sizes,
-                                     compile_kwargs={"mode": args.mode} if args.mode else {}, threads=args.threads)
     output = args.output or book.RESULTS_DIR / "compile_cache.csv"
     with tempfile.TemporaryDirectory(prefix="graphbook-bench-cache-") as work:
-        try:
-            rows = compile_cache.cache_experiment(spec, work, timeout=args.timeout)
-        except compile_cache.CompileCacheError as exc:
-            print(f"bench_compile_cache.py: error: {str(exc).splitlines()[-1] if str(exc) else exc}", file=sys.stderr)
-            return 1
-        results.append_rows(output, rows, env)
-        print(f"appended {len(rows)} rows to {output}")
-        for scenario in compile_cache.SCENARIOS:
-            first = next(r for r in rows if r["scenario"] == scenario)
-            per_size = ", ".join(f"b={r['batch_size']}: {r['first_call_s']:.2f} s" for r in rows if r["scenario"] == scenario)
-            print(f"{scenario:>9}: restart {first['restart_s']:7.2f} s  ({per_size})  "
-                  f"{first['speedup_vs_cold']:.1f}x faster than cold")
-        for scenario in ("warm", "artifacts"):
-            ratio = next(r for r in rows if r["scenario"] == scenario)["speedup_vs_cold"]
-            verdict = "met" if ratio >= TARGET_SPEEDUP else "NOT met"
-            print(f"target >= {TARGET_SPEEDUP:.0f}x for {scenario}: {verdict} ({ratio:.1f}x)")
-
+        if not args.server_only:
+            status = measure_cache_paths(args, work, output, env)
+            if status:
+                return status
         if args.server:
-            work = Path(work)
-            artifacts = work / "server-artifacts.bin"
-            ready = {
-                "eager": time_server_to_ready([], work / "server-eager", args, args.timeout),
-                "compile cold": time_server_to_ready(["--compile", "--save-artifacts", str(artifacts)],
-                                                     work / "server-cold", args, args.timeout),
-                "compile from artifacts": time_server_to_ready(["--compile", "--load-artifacts", str(artifacts)],
-                                                               work / "server-artifacts", args, args.timeout),
-            }
-            server_rows = [{"model": args.model, "input_chw": f"9x{args.height}x{args.width}",
-                            "batch_sizes": ",".join(map(str, args.batch_sizes)), "server": name,
-                            "time_to_ready_s": seconds} for name, seconds in ready.items()]
-            server_out = output.parent / "serving_ready.csv"
-            results.append_rows(server_out, server_rows, env)
-            for name, seconds in ready.items():
-                print(f"server {name:>23}: ready after {seconds:7.2f} s")
-            print(f"appended {len(server_rows)} rows to {server_out}")
+            return measure_server_paths(args, Path(work), output, env)
     return 0
 
 

@@ -264,3 +264,8 @@ def test_angle_helpers():
     assert clips.normalize_angle(-90.0) == pytest.approx(-90.0)
     assert clips.angle_difference(89.0, -89.0) == pytest.approx(2.0)
     assert clips.angle_difference(10.0, 190.0) == pytest.approx(0.0)
+
+
+def test_load_trained_blurball_names_the_script_when_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="train_blurball.py"):
+        clips.load_trained_blurball(tmp_path / "absent.pt")

@@ -48,6 +48,13 @@ def test_extern_calls_and_call_sequence():
         "extern_kernels.convolution(...)", "cpp_fused_add_1(...)"]
 
 
+def test_launch_counts_count_call_sites():
+    twice = WRAPPER.replace("        return (buf4, )", "        cpp_fused_add_1(buf4, arg5_1, buf5)\n        return (buf5, )")
+    assert it.launch_counts(WRAPPER) == {"generated": 2, "library": 2}
+    assert it.launch_counts(twice) == {"generated": 3, "library": 2}
+    assert it.count_kernels(twice) == 2
+
+
 def test_kernel_source_and_missing_kernel():
     assert "out_ptr0[0] = in_ptr0[0];" in it.kernel_source(WRAPPER, "cpp_fused_relu_0")
     with pytest.raises(KeyError, match="cpp_fused_relu_0"):

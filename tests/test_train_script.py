@@ -90,3 +90,27 @@ def test_out_dir_that_is_a_file_is_refused(tmp_path):
     blocker.write_text("x")
     result = _run("--out-dir", str(blocker))
     assert result.returncode == 2 and "not a directory" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_the_books_checkpoint_finds_the_ball():
+    """The committed checkpoint (data/checkpoints/) matches its provenance and detects held-out balls."""
+    import hashlib
+
+    import torch
+    from graphbook import clips
+
+    checkpoint = ROOT / clips.TRAINED_CHECKPOINT
+    provenance = json.loads(checkpoint.with_name("blurball_synthetic.provenance.json").read_text())
+    assert checkpoint.stat().st_size <= 10 * 1024 * 1024
+    assert hashlib.sha256(checkpoint.read_bytes()).hexdigest() == provenance["checkpoint_sha256"]
+    assert (checkpoint.parent / provenance["log"]).is_file()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = clips.load_trained_blurball()
+        held_out = clips.held_out_clips(6, 96, 160, max_speed=30.0)
+        summary, _ = clips.evaluate_model(model, held_out, batch_size=2)
+    finally:
+        torch.set_num_threads(threads)
+    assert summary["detection_rate"] >= 0.8
+    assert summary["median_error_px"] < 2.0

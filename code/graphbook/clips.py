@@ -22,7 +22,7 @@ Public API (stable; other chapters and ``code/train_blurball.py`` build on it):
 - :class:`Detection`, :class:`FrameDecoding`, :func:`connected_components`, :func:`decode_heatmap`,
   :func:`decode_clip`, :func:`decode_batch`
 - :func:`held_out_clips`, :func:`training_clip`, :func:`match_detections`, :func:`summarize_matches`,
-  :func:`evaluate_model` (detection rate and position error on held-out clips)
+  :func:`load_trained_blurball`, :func:`evaluate_model` (detection rate and position error on held-out clips)
 """
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ FULL_SIZE = (288, 512)
 FRAMES = 3
 #: Distance (px) under which a detection counts as a hit in :func:`match_detections`.
 DEFAULT_HIT_PX = 5.0
+#: The checkpoint ``code/train_blurball.py --seed 0`` wrote for the book (relative to the repository).
+TRAINED_CHECKPOINT = "data/checkpoints/blurball_synthetic.pt"
 #: Seed of the book's held-out clips (:func:`held_out_clips`); training never draws from it.
 HELD_OUT_SEED = 2026
 
@@ -471,7 +473,7 @@ class Detection:
 
 @dataclass(frozen=True)
 class FrameDecoding:
-    """The decoder's answer for one frame: the best detection (highest score) or None, and all candidates."""
+    """The decoder's answer for one frame: the best detection (highest score) or None, and all candidates (Chapter 6)."""
 
     best: Detection | None
     candidates: tuple[Detection, ...]
@@ -689,6 +691,25 @@ def evaluate_model(model, clips: list[Clip], *, normalize=None, batch_size: int 
             decoded.extend(decode_batch(out, threshold))
     rows = match_detections(decoded, clips, hit_px)
     return summarize_matches(rows), rows
+
+
+def load_trained_blurball(path=None, *, heatmap_only: bool = True):
+    """The BlurBall trained on these clips (``TRAINED_CHECKPOINT``), in eval mode (Chapter 6).
+
+    ``path`` defaults to the book's checkpoint; its provenance (seed, commit, machine, metrics) sits
+    beside it in ``blurball_synthetic.provenance.json``. Raises FileNotFoundError naming the script
+    that recreates it when the file is missing.
+    """
+    from pathlib import Path
+
+    from .blurball import build_blurball
+    from .environment import REPO_ROOT
+
+    path = Path(path) if path is not None else REPO_ROOT / TRAINED_CHECKPOINT
+    if not path.is_file():
+        raise FileNotFoundError(f"trained BlurBall checkpoint not found: {path}; "
+                                "recreate it with `python code/train_blurball.py --seed 0`")
+    return build_blurball(path, heatmap_only=heatmap_only)
 
 
 def imagenet_normalize(x):

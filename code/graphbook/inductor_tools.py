@@ -49,7 +49,13 @@ class GeneratedCode:
 
     @property
     def kernel_count(self) -> int:
+        """Kernels defined (each compiled once)."""
         return len(self.kernels)
+
+    @property
+    def launches(self) -> dict:
+        """Kernel launches per call, generated and library (see :func:`launch_counts`)."""
+        return launch_counts(self.sources)
 
     @property
     def code(self) -> str:
@@ -113,6 +119,18 @@ def call_sequence(sources: str | Sequence[str]) -> list[str]:
             if callee in names or _EXTERN_CALL.search(stripped):
                 launches.append(f"{callee}(...)")
     return launches
+
+
+def launch_counts(sources: str | Sequence[str]) -> dict:
+    """Launches per forward call: ``{"generated": n, "library": m}`` (Chapter 3).
+
+    A generated kernel can be launched at several call sites (Inductor reuses one definition for
+    identical loops, e.g. the same SE block shape), so launches >= definitions.
+    """
+    sequence = call_sequence(sources)
+    names = set(kernel_definitions(sources))
+    generated = sum(1 for launch in sequence if launch[:-len("(...)")] in names)
+    return {"generated": generated, "library": len(sequence) - generated}
 
 
 def kernel_source(sources: str | Sequence[str], name: str) -> str:
