@@ -45,6 +45,16 @@ def pages(html_dir: Path) -> list[Path]:
                   if not (set(p.relative_to(html_dir).parts[:-1]) & SKIP_DIRS))
 
 
+GLUE_ROLE = re.compile(r"\{glue(?::text|:md)?\}`[^`]+`")
+
+
+def notebook_glue_references(notebook: Path) -> int:
+    """Inline glue references in a notebook's prose; each must render as a filled-in value."""
+    nb = json.loads(notebook.read_text())
+    text = "\n".join("".join(c.get("source", [])) for c in nb.get("cells", []) if c.get("cell_type") == "markdown")
+    return len(GLUE_ROLE.findall(text))
+
+
 def notebook_figures(notebook: Path) -> int:
     """Images a notebook's stored outputs show on the page (cells whose output is removed excluded)."""
     nb = json.loads(notebook.read_text())
@@ -64,9 +74,16 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        # The browser closing a connection early (navigation, favicon) is not a defect of the book.
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 def serve(html_dir: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
     handler = functools.partial(_QuietHandler, directory=str(html_dir))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _QuietServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
@@ -172,6 +189,11 @@ def _check_page(page, html_dir, page_path, base, anchors, notebooks_root) -> lis
         if shown < expected:
             problems.append(f"shows {shown} figures but its notebook produced {expected}")
         # myst-nb's fallback alt text is the image's own path, which tells a screen reader nothing.
+        # myst-nb renders a glue key it cannot find as nothing at all, so count the filled-in values.
+        glued = page.eval_on_selector_all("[class^='pasted-']", "els => els.filter(e => e.textContent.trim()).length")
+        expected_glue = notebook_glue_references(notebook)
+        if glued < expected_glue:
+            problems.append(f"{expected_glue - glued} glue references rendered empty (unresolved glue keys)")
         missing_alt = page.eval_on_selector_all(
             ".cell_output img", "els => els.filter(e => { const a = (e.getAttribute('alt') || '').trim();"
             " return !a || /\\.(png|jpe?g|svg)$/i.test(a); }).length")

@@ -33,15 +33,16 @@ def _site(tmp_path, pages, notebooks=None):
     return html
 
 
-def _notebook_with_figures(n):
+def _notebook_with_figures(n, prose="Eager took {glue:text}`eager_ms:.1f` ms."):
     out = {"output_type": "display_data", "data": {"image/png": "iVBOR"}, "metadata": {}}
-    return {"cells": [{"cell_type": "code", "source": "plot()", "metadata": {}, "outputs": [out] * n}],
+    return {"cells": [{"cell_type": "markdown", "source": prose, "metadata": {}},
+                      {"cell_type": "code", "source": "plot()", "metadata": {}, "outputs": [out] * n}],
             "metadata": {}}
 
 
 def test_a_clean_page_passes(tmp_path):
     html = _site(tmp_path, {
-        "index.html": '<p>Eager took 12.5 ms.</p><a href="other.html#sec">next</a>'
+        "index.html": '<p>Eager took <span class="pasted-text">12.5</span> ms.</p><a href="other.html#sec">next</a>'
                       '<div class="cell_output"><img src="fig.png" alt="a plot"></div>',
         "other.html": '<h2 id="sec">Section</h2>',
     }, {"index.ipynb": _notebook_with_figures(1)})
@@ -61,7 +62,8 @@ def test_a_broken_page_fails_on_each_defect(tmp_path):
     for expected in ["unresolved role text '{glue:text}`'", "unresolved role text '{doc}`'",
                      "broken image 'missing.png'", "broken internal link 'nowhere.html'",
                      "missing anchor 'index.html#nope'", "traceback", "console error: boom",
-                     "shows 0 figures but its notebook produced 2"]:
+                     "shows 0 figures but its notebook produced 2",
+                     "1 glue references rendered empty"]:
         assert expected in problems, f"{expected!r} not reported in: {problems}"
 
 
