@@ -155,3 +155,30 @@ def test_rules_catch_a_figure_without_alt_text():
     assert rules.figures_without_caption_or_alt(nb) == [0]
     nb["cells"][1]["metadata"]["mystnb"] = {"figure": {"caption": "c", "name": "fig-x"}, "image": {"alt": "a"}}
     assert rules.figures_without_caption_or_alt(nb) == []
+
+
+# -- data provenance ----------------------------------------------------------------------------
+
+def _documented_patterns():
+    """File names and name patterns (`cpu-blurball-<date>[-N].csv`) that data/README.md documents."""
+    names = re.findall(r"`([^`\s]+\.(?:csv|json|pt|txt))`", (ROOT / "data" / "README.md").read_text())
+    patterns = []
+    for name in names:
+        rx = re.escape(name).replace(re.escape("[-N]"), r"(-\d+)?")
+        rx = re.sub(r"<[^>]+>", r"[^/]+", rx.replace(r"\<", "<").replace(r"\>", ">"))
+        patterns.append(re.compile(rx + "$"))
+    return patterns
+
+
+def test_every_data_file_is_documented_in_data_readme():
+    patterns = _documented_patterns()
+    files = [p for p in (ROOT / "data").rglob("*") if p.is_file() and p.name != "README.md"]
+    undocumented = [p.relative_to(ROOT).as_posix() for p in files if not any(rx.match(p.name) for rx in patterns)]
+    assert not undocumented, f"data files not described in data/README.md: {undocumented}"
+
+
+def test_quoted_numbers_carry_their_source():
+    for folder, column in (("seed", "article_section"), ("papers", "hardware")):
+        for path in (ROOT / "data" / folder).glob("*.csv"):
+            header = path.read_text().splitlines()[0].split(",")
+            assert column in header, f"{path.name} has no {column!r} column saying where its numbers come from"
