@@ -75,27 +75,6 @@ def parse_args(argv=None):
     return args
 
 
-def paired_timing(eager_fn, compiled_fn, *, warmup: int, repeats: int, name: str):
-    """Alternate one eager and one compiled call per repeat, so both see the same background load
-    (a shared machine's load changes within seconds); returns two TimingResults."""
-    from graphbook import timing
-
-    for _ in range(warmup):
-        eager_fn()
-        compiled_fn()
-    eager_ms, compiled_ms = [], []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        eager_fn()
-        middle = time.perf_counter()
-        compiled_fn()
-        end = time.perf_counter()
-        eager_ms.append(1000.0 * (middle - start))
-        compiled_ms.append(1000.0 * (end - middle))
-    return (timing.summarize(eager_ms, name="eager", warmup=warmup),
-            timing.summarize(compiled_ms, name=name, warmup=warmup))
-
-
 def run(args) -> list[dict]:
     import torch
 
@@ -121,8 +100,9 @@ def run(args) -> list[dict]:
             same_peaks = bool(torch.equal(blurball.heatmap_peaks(generated.output), reference_peaks))
             if max_diff > FP32_TOLERANCE:
                 print(f"warning: {name} differs from eager by {max_diff:.2e}", file=sys.stderr)
-            eager_t, compiled_t = paired_timing(lambda: model(x), lambda: compiled(x),
-                                                warmup=args.warmup, repeats=args.repeats, name=name)
+            eager_t, compiled_t = inductor_tools.alternating_timing(
+                lambda: model(x), lambda: compiled(x), warmup=args.warmup, repeats=args.repeats,
+                names=("eager", name))
             rows.append({
                 "run_id": run_id, "variant": name, "options": repr(options),
                 "height": args.height, "width": args.width, "batch": 1,

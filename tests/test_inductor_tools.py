@@ -128,3 +128,26 @@ def test_freezing_folds_batch_norm_into_the_convolution():
     assert "torch.ops.mkldnn._convolution_pointwise" in frozen.extern_calls
     with torch.no_grad():
         torch.testing.assert_close(frozen.output, block(x), rtol=1e-4, atol=1e-5)
+
+
+def test_alternating_timing_returns_two_results_in_order():
+    calls = []
+    a, b = it.alternating_timing(lambda: calls.append("a"), lambda: calls.append("b"), warmup=1,
+                                 repeats=3, names=("first", "second"))
+    assert calls == ["a", "b"] * 4
+    assert (a.name, b.name, a.repeats, b.repeats) == ("first", "second", 3, 3)
+    with pytest.raises(ValueError, match="repeats"):
+        it.alternating_timing(lambda: None, lambda: None, repeats=0)
+
+
+def test_bench_ablation_rejects_bad_arguments_with_exit_2(capsys):
+    import bench_ablation
+
+    for argv in (["--height", "100"], ["--variants", "no such variant"], ["--repeats", "0"]):
+        with pytest.raises(SystemExit) as exit_info:
+            bench_ablation.parse_args(argv)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "error" in err
+    args = bench_ablation.parse_args(["--variants", "without freezing"])
+    assert args.variants == ["without freezing"] and (args.height, args.width) == (96, 160)

@@ -70,7 +70,7 @@ ELEMENTWISE_OPS = frozenset({
 OTHER_INJECTIVE_OPS = frozenset({
     "_unsafe_index", "_unsafe_view", "as_strided", "cat", "channel_shuffle", "concat",
     "constant_pad_nd", "contiguous", "embedding", "flatten", "flip", "gather", "index",
-    "index_select", "narrow", "pad", "permute", "pixel_shuffle", "pixel_unshuffle", "repeat",
+    "index_select", "interpolate", "narrow", "pad", "permute", "pixel_shuffle", "pixel_unshuffle", "repeat",
     "reshape", "roll", "select", "slice", "split", "split_with_sizes", "stack", "t", "take",
     "tile", "transpose", "unbind", "unflatten", "upsample_bilinear2d", "upsample_nearest1d",
     "upsample_nearest2d", "upsample_nearest3d", "view",
@@ -440,7 +440,8 @@ def _layers(gm: torch.fx.GraphModule, shown: list[torch.fx.Node]) -> dict[str, i
     return layer
 
 
-def draw_fusion_groups(graph, groups: Sequence[FusionGroup] | None = None, ax=None, title: str = ""):
+def draw_fusion_groups(graph, groups: Sequence[FusionGroup] | None = None, ax=None, title: str = "",
+                       legend: bool = True):
     """Draw a small graph top to bottom: nodes coloured by class, a shaded box around each group
     (Chapter 3). Graph inputs are grey ovals; parameters are left out. Returns the matplotlib Axes.
 
@@ -486,10 +487,15 @@ def draw_fusion_groups(graph, groups: Sequence[FusionGroup] | None = None, ax=No
         for pred in node.all_input_nodes:
             if pred.name in pos:
                 px, py = pos[pred.name]
-                ax.annotate("", xy=(x, y + box_h / 2), xytext=(px, py - box_h / 2),
-                            arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8,
-                                            connectionstyle="arc3,rad=0.25" if abs(py - y) > 1.01 else "arc3"),
-                            zorder=1)
+                if abs(py - y) > 1.01 and abs(px - x) < 0.01:
+                    # an edge that skips layers in one column runs down the left side, around the boxes
+                    side = x - box_w / 2 - 0.22
+                    ax.plot([px - box_w / 2, side, side], [py, py, y], color="#555555", lw=0.8, zorder=1)
+                    ax.annotate("", xy=(x - box_w / 2, y), xytext=(side, y),
+                                arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8), zorder=1)
+                else:
+                    ax.annotate("", xy=(x, y + box_h / 2), xytext=(px, py - box_h / 2),
+                                arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8), zorder=1)
         if node.op == "placeholder":
             ax.add_patch(FancyBboxPatch((x - box_w / 2, y - box_h / 2), box_w, box_h,
                                         boxstyle="round,pad=0.02,rounding_size=0.2", fc="white",
@@ -505,11 +511,12 @@ def draw_fusion_groups(graph, groups: Sequence[FusionGroup] | None = None, ax=No
     xs = [p[0] for p in pos.values()]
     ys = [p[1] for p in pos.values()]
     ax.set_xlim(min(xs) - 1.0, max(xs) + 1.6)
-    ax.set_ylim(min(ys) - 0.7, max(ys) + 0.7)
+    ax.set_ylim(min(ys) - (1.6 if legend else 0.7), max(ys) + 0.7)
     ax.set_axis_off()
-    handles = [plt.Rectangle((0, 0), 1, 1, fc=c, ec="#333333") for c in _CLASS_COLOURS.values()]
-    ax.legend(handles, [c.value for c in _CLASS_COLOURS], loc="lower left", fontsize=7, frameon=False,
-              bbox_to_anchor=(0.0, -0.02))
+    if legend:
+        handles = [plt.Rectangle((0, 0), 1, 1, fc=c, ec="#333333") for c in _CLASS_COLOURS.values()]
+        ax.legend(handles, [c.value for c in _CLASS_COLOURS], loc="lower center", fontsize=7,
+                  frameon=False, ncol=2)
     if title:
         ax.set_title(title, fontsize=10)
     return ax
