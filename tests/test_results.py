@@ -73,3 +73,15 @@ def test_read_results_concatenates_with_source_file(tmp_path):
     assert len(absolute) == 2
     empty = results.read_results("nothing-*.csv", base=tmp_path)
     assert len(empty) == 0 and "source_file" in empty.columns
+
+
+def test_latest_source_goes_by_date_not_by_file_name(tmp_path):
+    from graphbook import results
+
+    results.append_rows(tmp_path / "bench-2026-11-29.csv", [{"v": 1, "date": "2026-11-29T08:00:00+00:00"}])
+    results.append_rows(tmp_path / "bench-2026-11-29-2.csv", [{"v": 2, "date": "2026-11-29T09:00:00+00:00"}])
+    frame = results.read_results("bench-*.csv", base=tmp_path)
+    assert sorted(frame.source_file)[-1] == "bench-2026-11-29.csv"  # the trap: name order is not time order
+    latest = results.latest_source(frame)
+    assert latest["v"].tolist() == [2] and latest["source_file"].iloc[0] == "bench-2026-11-29-2.csv"
+    assert results.latest_source(frame.iloc[0:0]).empty

@@ -121,3 +121,15 @@ def read_results(glob_pattern: str, base: str | Path | None = None):
     if not frames:
         return pd.DataFrame({"source_file": pd.Series(dtype=str)})
     return pd.concat(frames, ignore_index=True, sort=False)
+
+
+def latest_source(frame):
+    """The rows of the most recently recorded file in a :func:`read_results` frame (Chapter 4).
+
+    "Most recent" is decided by each file's newest ``date`` value, not by its name: ``unique_path``
+    names a second run of the day ``...-2.csv``, which sorts *before* the day's first file.
+    """
+    if frame.empty or "date" not in frame:
+        return frame
+    newest = frame.groupby("source_file")["date"].max().idxmax()
+    return frame[frame["source_file"] == newest].reset_index(drop=True)
