@@ -78,7 +78,7 @@ def parse_args(argv=None):
 def run(args) -> list[dict]:
     import torch
 
-    from graphbook import blurball, inductor_tools, results
+    from graphbook import blurball, inductor_tools, results, timing
     from graphbook.environment import fingerprint, set_threads
 
     set_threads(args.threads)
@@ -100,7 +100,7 @@ def run(args) -> list[dict]:
             same_peaks = bool(torch.equal(blurball.heatmap_peaks(generated.output), reference_peaks))
             if max_diff > FP32_TOLERANCE:
                 print(f"warning: {name} differs from eager by {max_diff:.2e}", file=sys.stderr)
-            eager_t, compiled_t = inductor_tools.alternating_timing(
+            eager_t, compiled_t = timing.alternating_timing(
                 lambda: model(x), lambda: compiled(x), warmup=args.warmup, repeats=args.repeats,
                 names=("eager", name))
             rows.append({

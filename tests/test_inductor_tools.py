@@ -130,16 +130,6 @@ def test_freezing_folds_batch_norm_into_the_convolution():
         torch.testing.assert_close(frozen.output, block(x), rtol=1e-4, atol=1e-5)
 
 
-def test_alternating_timing_returns_two_results_in_order():
-    calls = []
-    a, b = it.alternating_timing(lambda: calls.append("a"), lambda: calls.append("b"), warmup=1,
-                                 repeats=3, names=("first", "second"))
-    assert calls == ["a", "b"] * 4
-    assert (a.name, b.name, a.repeats, b.repeats) == ("first", "second", 3, 3)
-    with pytest.raises(ValueError, match="repeats"):
-        it.alternating_timing(lambda: None, lambda: None, repeats=0)
-
-
 def test_bench_ablation_rejects_bad_arguments_with_exit_2(capsys):
     import bench_ablation
 

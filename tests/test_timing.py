@@ -78,3 +78,13 @@ def test_time_fn_dispatch():
     assert timing.time_fn(lambda: None, device="cpu", warmup=0, repeats=2).device == "cpu"
     with pytest.raises(ValueError, match="device"):
         timing.time_fn(lambda: None, device="tpu")
+
+
+def test_alternating_timing_returns_two_results_in_order():
+    calls = []
+    a, b = timing.alternating_timing(lambda: calls.append("a"), lambda: calls.append("b"), warmup=1,
+                                 repeats=3, names=("first", "second"))
+    assert calls == ["a", "b"] * 4
+    assert (a.name, b.name, a.repeats, b.repeats) == ("first", "second", 3, 3)
+    with pytest.raises(ValueError, match="repeats"):
+        timing.alternating_timing(lambda: None, lambda: None, repeats=0)

@@ -245,36 +245,3 @@ def ablation_options(name: str) -> dict:
         return dict(ABLATION_CONFIGS[name])
     except KeyError:
         raise KeyError(f"unknown ablation {name!r}; choose one of {list(ABLATION_CONFIGS)}") from None
-
-
-def alternating_timing(fn_a: Callable[[], object], fn_b: Callable[[], object], *, warmup: int = 2,
-                       repeats: int = 10, names: tuple[str, str] = ("a", "b")):
-    """Time two functions call by call, alternating A, B, A, B... (Chapter 3).
-
-    On a shared machine the background load changes within seconds; alternating single calls makes
-    both functions see the same load, so the *ratio* of their medians is trustworthy even when the
-    absolute times are not. Returns two ``graphbook.timing.TimingResult`` (A, B).
-    """
-    import time
-
-    from graphbook import timing
-
-    if not (callable(fn_a) and callable(fn_b)):
-        raise TypeError("fn_a and fn_b must be callables taking no arguments")
-    if warmup < 0 or repeats < 1:
-        raise ValueError(f"need warmup >= 0 and repeats >= 1, got warmup={warmup}, repeats={repeats}")
-    for _ in range(warmup):
-        fn_a()
-        fn_b()
-    a_ms, b_ms = [], []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn_a()
-        middle = time.perf_counter()
-        fn_b()
-        end = time.perf_counter()
-        a_ms.append(1000.0 * (middle - start))
-        b_ms.append(1000.0 * (end - middle))
-    return (timing.summarize(a_ms, name=names[0], warmup=warmup),
-            timing.summarize(b_ms, name=names[1], warmup=warmup))
-
