@@ -46,3 +46,37 @@ def test_table_rejects_missing_reference_and_empty_clips():
         correctness.correctness_table({"x": lambda t: t}, [object()])
     with pytest.raises(ValueError, match="clip"):
         correctness.correctness_table({"eager fp32": lambda t: t}, [])
+
+
+def test_onnx_files_are_cleaned_up_without_a_workdir():
+    import glob
+    import tempfile
+
+    before = set(glob.glob(f"{tempfile.gettempdir()}/graphbook-onnx-*"))
+    net = warmup.tiny_clip_net(hidden=4)
+    held_out = clips.make_clips(1, seed=100, height=32, width=48)
+    runners = correctness.all_variants(net, held_out[0], threads=1)
+    runners.pop("compile")
+    runners.pop("compile + freezing")
+    rows = correctness.correctness_table(runners, held_out)
+    assert {r["variant"] for r in rows} >= {"onnxruntime all", "onnxruntime disabled"}
+    assert set(glob.glob(f"{tempfile.gettempdir()}/graphbook-onnx-*")) == before
+
+
+@pytest.mark.slow
+def test_freezing_runner_really_freezes_even_with_autograd_on():
+    # Freezing is skipped silently when autograd is on; the runner must not measure plain compile
+    # under the name "compile + freezing".
+    from torch._inductor.utils import run_and_get_code
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(9, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4),
+                              torch.nn.ReLU(), torch.nn.Conv2d(4, 3, 1)).eval()
+    runners = correctness.torch_variants(net)
+    x = torch.randn(1, 9, 16, 16)
+    assert torch.is_grad_enabled()
+    _, plain = run_and_get_code(runners["compile"], x)  # compiled first, as the table does
+    _, frozen = run_and_get_code(runners["compile + freezing"], x)
+    assert "_frozen_param" not in "\n".join(plain)
+    assert "_frozen_param" in "\n".join(frozen), "the BN was not folded: freezing did not apply"
+    _, again = run_and_get_code(runners["compile"], x)  # and switching back must not reuse the frozen graph
+    assert "_frozen_param" not in "\n".join(again)

@@ -12,6 +12,13 @@ that introduces it):
 - ``blurball``     -- the BlurBall ball detector, its loader and input normalisation (Chapter 5)
 - ``fusion_rules`` -- TVM's operator classes and fusion grouping on FX graphs (Chapter 3)
 - ``onnx_utils``   -- export, ONNX Runtime sessions, operator counts (Chapter 4)
+- ``inductor_tools`` -- generated code, kernel counts, graph-break summaries, ablation settings (Chapter 3)
+- ``clips``        -- synthetic ground-truth clips, blur-aware targets and the decoder (Chapter 6)
+- ``compile_cache`` -- compile time in fresh processes: cold, warm cache, saved artifacts (Chapter 6)
+- ``warmup``       -- recompilation counting and the warm-up for batch sizes 1, 2, 3 (Chapter 6)
+- ``correctness``  -- every variant against eager FP32 and the ground truth (Chapter 6)
+- ``serving``      -- the minimal inference server that is ready only after warm-up (Chapter 7)
+- ``provenance``   -- where and when each chapter last executed (appendix)
 - ``plots``        -- the book's plotting helpers
 - ``book``         -- chapter set-up, repository paths, data files
 """

@@ -31,7 +31,7 @@ _CODE_DIR = Path(__file__).resolve().parents[1]
 
 
 class CompileCacheError(RuntimeError):
-    """A fresh-process compile measurement failed (the child's stderr tail is in the message)."""
+    """A fresh-process compile measurement failed; the child's stderr tail is in the message (Chapter 6)."""
 
 
 @dataclass

@@ -28,14 +28,23 @@ from .warmup import logits_of
 DEFAULT_AGREE_PX = 0.5
 
 
+_LAST_COMPILED_RUNNER: list = [None]
+
+
 def _compiled_runner(model, *, freezing: bool) -> Callable:
     import torch._inductor.config as inductor_config
 
-    torch._dynamo.reset()  # the two compiled variants must not share Dynamo's cache entries
     compiled = torch.compile(copy.deepcopy(model))
 
     def run(x):
-        with inductor_config.patch(freezing=freezing):
+        # Freezing only applies to inference graphs: with autograd on, Inductor silently skips it.
+        with inductor_config.patch(freezing=freezing), torch.no_grad():
+            # Dynamo caches compiled code on forward's code object, which both copies share, and the
+            # freezing setting is not among its guards: without a reset, "compile + freezing" would
+            # reuse the graph compiled for "compile" and measure it under the wrong name.
+            if _LAST_COMPILED_RUNNER[0] is not run:
+                torch._dynamo.reset()
+                _LAST_COMPILED_RUNNER[0] = run
             return logits_of(compiled(x))
     return run
 
@@ -160,6 +169,9 @@ def all_variants(model: torch.nn.Module, example_clip, *, onnx: bool = True, cal
         example = _clips.imagenet_normalize(_clips.frames_to_tensor([example_clip]))
         calibration = ([_clips.imagenet_normalize(_clips.frames_to_tensor([c])) for c in calibration_clips]
                        if calibration_clips else None)
-        workdir = workdir or tempfile.mkdtemp(prefix="graphbook-onnx-")
-        runners.update(onnx_variants(model, example, workdir, calibration=calibration, threads=threads))
+        if workdir is not None:
+            runners.update(onnx_variants(model, example, workdir, calibration=calibration, threads=threads))
+        else:  # sessions hold their model in memory, so the files can go once they are built
+            with tempfile.TemporaryDirectory(prefix="graphbook-onnx-") as scratch:
+                runners.update(onnx_variants(model, example, scratch, calibration=calibration, threads=threads))
     return runners
