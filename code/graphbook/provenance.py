@@ -79,3 +79,18 @@ def chapter_table(root: Path = REPO_ROOT):
     columns = ["chapter", "notebook", "executed_at", "seconds", "code_cells", "cpu_model", "torch",
                "git_commit", "gpu_part", "results_shown"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def record_chapter_status(*, gpu_status: str | None = None, results_shown: list[str] | None = None) -> None:
+    """Glue what the provenance page reports for this chapter (called by chapters 2-7).
+
+    ``gpu_status`` is the sentence produced at run time about the chapter's GPU part (what it
+    measured, or why it was skipped); ``results_shown`` names the files in ``data/results/`` whose
+    recorded numbers the chapter displays.
+    """
+    from myst_nb import glue
+
+    if gpu_status is not None:
+        glue("gpu_status", str(gpu_status), display=False)
+    if results_shown is not None:
+        glue("results_shown", ", ".join(sorted(str(r) for r in results_shown)) or "none", display=False)

@@ -1,0 +1,43 @@
+"""The provenance helpers read what the executor and the chapters stored in a notebook."""
+import json
+
+import pytest
+
+from graphbook import provenance
+
+
+def _write(path, cells, execution=None):
+    meta = {"kernelspec": {"name": "python3"}}
+    if execution:
+        meta["graphbook"] = {"execution": execution}
+    path.write_text(json.dumps({"cells": cells, "metadata": meta, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+def _glue_output(name, text):
+    return {"output_type": "display_data", "metadata": {"scrapbook": {"name": name, "mime_prefix": ""}},
+            "data": {"application/papermill.record/text/plain": text}}
+
+
+def test_chapter_table_reads_execution_records_and_glued_status(tmp_path):
+    (tmp_path / "chapters").mkdir()
+    _write(tmp_path / "chapters" / "01_a.ipynb",
+           [{"cell_type": "markdown", "source": "# First chapter", "metadata": {}},
+            {"cell_type": "code", "source": "", "metadata": {}, "execution_count": 1,
+             "outputs": [_glue_output("gpu_status", "'Live GPU measurement skipped: no CUDA.'"),
+                         _glue_output("results_shown", "'cpu_fusion_demo.csv'")]}],
+           execution={"executed_at": "2026-11-29T09:00:00+00:00", "seconds": 42.0, "code_cells": 1})
+    _write(tmp_path / "chapters" / "02_b.ipynb", [{"cell_type": "markdown", "source": "# Second", "metadata": {}}])
+    table = provenance.chapter_table(tmp_path)
+    assert table["chapter"].tolist() == ["First chapter", "Second"]
+    first, second = table.iloc[0], table.iloc[1]
+    assert first["seconds"] == 42.0 and first["gpu_part"] == "Live GPU measurement skipped: no CUDA."
+    assert first["results_shown"] == "cpu_fusion_demo.csv"
+    assert second["executed_at"].startswith("never") and second["gpu_part"] == "no GPU part"
+
+
+def test_unreadable_notebook_gives_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not a readable notebook"):
+        provenance.execution_record(bad)
