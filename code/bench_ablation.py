@@ -25,44 +25,21 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from graphbook.cli import OneLineParser, positive_int, multiple_of_8
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "data" / "results" / "ablation_cpu.csv"
 FP32_TOLERANCE = 1e-3
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one line on stderr and exit status 2 (the book's script rule)."""
-
-    def error(self, message):  # noqa: D401 - argparse API
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _multiple_of_8(text: str) -> int:
-    value = _positive_int(text)
-    if value % 8:
-        raise argparse.ArgumentTypeError(f"expected a multiple of 8 (BlurBall downsamples 3 times), got {value}")
-    return value
 
 
 def parse_args(argv=None):
     from graphbook.inductor_tools import ABLATION_CONFIGS
 
     parser = OneLineParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--height", type=_multiple_of_8, default=96, help="input height (default 96)")
-    parser.add_argument("--width", type=_multiple_of_8, default=160, help="input width (default 160)")
-    parser.add_argument("--threads", type=_positive_int, default=2, help="torch intra-op threads")
-    parser.add_argument("--repeats", type=_positive_int, default=10, help="timed calls per variant")
-    parser.add_argument("--warmup", type=_positive_int, default=3, help="untimed calls per variant")
+    parser.add_argument("--height", type=multiple_of_8, default=96, help="input height (default 96)")
+    parser.add_argument("--width", type=multiple_of_8, default=160, help="input width (default 160)")
+    parser.add_argument("--threads", type=positive_int, default=2, help="torch intra-op threads")
+    parser.add_argument("--repeats", type=positive_int, default=10, help="timed calls per variant")
+    parser.add_argument("--warmup", type=positive_int, default=3, help="untimed calls per variant")
     parser.add_argument("--variants", default=",".join(ABLATION_CONFIGS),
                         help="comma-separated subset of: " + "; ".join(ABLATION_CONFIGS))
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="CSV to append to")

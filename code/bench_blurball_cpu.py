@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from graphbook.cli import OneLineParser, positive_int, multiple_of_8
 
 VARIANTS = {
     "eager_fp32": "eager, FP32, NCHW (the reference)",
@@ -40,30 +41,6 @@ ELEMENTWISE_OPS = {"relu", "relu_", "add", "add_", "mul", "mul_", "sigmoid", "si
 FP32_TOLERANCE = 1e-3
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one line on stderr and exit status 2 (the book's script rule)."""
-
-    def error(self, message):  # noqa: D401 - argparse API
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _size(text: str) -> int:
-    value = _positive_int(text)
-    if value % 8:
-        raise argparse.ArgumentTypeError(f"must be a multiple of 8 (three stride-2 levels), got {value}")
-    return value
-
-
 def _variant_list(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in VARIANTS]
@@ -79,16 +56,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     """Command-line options; bad values exit 2 with one line on stderr (Chapter 5)."""
     parser = OneLineParser(prog="bench_blurball_cpu.py",
                            description="BlurBall CPU measurement matrix (Chapter 5).")
-    parser.add_argument("--threads", type=_positive_int, default=2, help="torch and ORT intra-op threads")
-    parser.add_argument("--repeats", type=_positive_int, default=10, help="timed calls per variant")
-    parser.add_argument("--warmup", type=_positive_int, default=3, help="untimed calls per variant")
+    parser.add_argument("--threads", type=positive_int, default=2, help="torch and ORT intra-op threads")
+    parser.add_argument("--repeats", type=positive_int, default=10, help="timed calls per variant")
+    parser.add_argument("--warmup", type=positive_int, default=3, help="untimed calls per variant")
     parser.add_argument("--variants", type=_variant_list, default=list(VARIANTS),
                         help="comma-separated subset of: " + ", ".join(VARIANTS))
-    parser.add_argument("--height", type=_size, default=288)
-    parser.add_argument("--width", type=_size, default=512)
+    parser.add_argument("--height", type=multiple_of_8, default=288)
+    parser.add_argument("--width", type=multiple_of_8, default=512)
     parser.add_argument("--out-dir", type=Path, default=None, help="default: data/results/")
     parser.add_argument("--no-profile", action="store_true", help="skip the eager profile")
-    parser.add_argument("--peak-n", type=_positive_int, default=2048, help="matmul size for the peak")
+    parser.add_argument("--peak-n", type=positive_int, default=2048, help="matmul size for the peak")
     return parser.parse_args(argv)
 
 

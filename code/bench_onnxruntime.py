@@ -30,44 +30,21 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from graphbook.cli import OneLineParser, positive_int, multiple_of_8
 
 # A FP32 variant further than this from eager is reported as not matching (verified = False).
 FP32_TOLERANCE = 1e-3
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one line on stderr and exit status 2 (the book's script rule)."""
-
-    def error(self, message):  # noqa: D401 - argparse API
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _multiple_of_8(text: str) -> int:
-    value = _positive_int(text)
-    if value % 8:
-        raise argparse.ArgumentTypeError(f"must be a multiple of 8 (three stride-2 levels), got {value}")
-    return value
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     parser = OneLineParser(prog="bench_onnxruntime.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--height", type=_multiple_of_8, default=288)
-    parser.add_argument("--width", type=_multiple_of_8, default=512)
-    parser.add_argument("--threads", type=_positive_int, nargs="+", default=[1, 2],
+    parser.add_argument("--height", type=multiple_of_8, default=288)
+    parser.add_argument("--width", type=multiple_of_8, default=512)
+    parser.add_argument("--threads", type=positive_int, nargs="+", default=[1, 2],
                         help="intra-op thread counts to time (torch and ONNX Runtime alike)")
-    parser.add_argument("--warmup", type=_positive_int, default=1)
-    parser.add_argument("--repeats", type=_positive_int, default=5)
-    parser.add_argument("--calibration-frames", type=_positive_int, default=4,
+    parser.add_argument("--warmup", type=positive_int, default=1)
+    parser.add_argument("--repeats", type=positive_int, default=5)
+    parser.add_argument("--calibration-frames", type=positive_int, default=4,
                         help="synthetic frames used to calibrate the INT8 model")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (saves minutes)")
     parser.add_argument("--no-quantize", action="store_true", help="skip the INT8 Q/DQ model")

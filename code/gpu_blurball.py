@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from graphbook.cli import OneLineParser, positive_int
 
 PROG = "gpu_blurball.py"
 EXIT_BAD_ARGS = 2
@@ -48,28 +49,11 @@ PROFILE_COLUMNS = ["category", "kernels", "kernel_ms", "share", "total_kernels",
 CSV_COLUMNS = VARIANT_COLUMNS + PROFILE_COLUMNS
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one line on stderr and exit status 2."""
-
-    def error(self, message):  # noqa: D401 - argparse API
-        self.exit(EXIT_BAD_ARGS, f"{self.prog}: error: {message}\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     """Command-line options (Chapter 5). Bad values exit 2 with one line on stderr."""
     parser = OneLineParser(prog=PROG, description="BlurBall GPU measurement matrix (Chapter 5).")
-    parser.add_argument("--repeats", type=_positive_int, default=50, help="timed calls (article: 50)")
-    parser.add_argument("--warmup", type=_positive_int, default=20, help="untimed calls (article: 20)")
+    parser.add_argument("--repeats", type=positive_int, default=50, help="timed calls (article: 50)")
+    parser.add_argument("--warmup", type=positive_int, default=20, help="untimed calls (article: 20)")
     parser.add_argument("--skip-max-autotune", action="store_true",
                         help="leave out max-autotune (its compile takes minutes)")
     parser.add_argument("--no-profile", action="store_true", help="skip the kernel profiles")

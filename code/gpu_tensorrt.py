@@ -39,26 +39,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from graphbook.cli import OneLineParser, positive_int
 
 EXIT_NO_GPU = 3
 VARIANTS = ("eager_fp32", "eager_fp16", "ort_cuda_fp32", "ort_tensorrt_fp16", "tensorrt_fp16")
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one line on stderr and exit status 2 (the book's script rule)."""
-
-    def error(self, message):  # noqa: D401 - argparse API
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _variant_list(text: str) -> list[str]:
@@ -73,12 +57,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = OneLineParser(prog="gpu_tensorrt.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--variants", type=_variant_list, default=list(VARIANTS),
                         help=f"comma-separated subset of {','.join(VARIANTS)}")
-    parser.add_argument("--warmup", type=_positive_int, default=20)
-    parser.add_argument("--repeats", type=_positive_int, default=50)
+    parser.add_argument("--warmup", type=positive_int, default=20)
+    parser.add_argument("--repeats", type=positive_int, default=50)
     parser.add_argument("--workdir", type=Path, default=None,
                         help="folder for ONNX files and engines (default: a temporary folder)")
     parser.add_argument("--out-dir", type=Path, default=None, help="results folder (default data/results)")
-    parser.add_argument("--workspace-mib", type=_positive_int, default=2048,
+    parser.add_argument("--workspace-mib", type=positive_int, default=2048,
                         help="TensorRT builder workspace limit")
     return parser.parse_args(argv)
 

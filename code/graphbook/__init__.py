@@ -21,4 +21,5 @@ that introduces it):
 - ``provenance``   -- where and when each chapter last executed (appendix)
 - ``plots``        -- the book's plotting helpers
 - ``book``         -- chapter set-up, repository paths, data files
+- ``cli``          -- the scripts' shared argument rules: one-line errors, exit status 2 (Chapter 2)
 """
