@@ -26,39 +26,26 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from graphbook.cli import OneLineParser, positive_int  # noqa: E402
 
 TARGET_SPEEDUP = 5.0
 FACTORIES = {"blurball": "graphbook.blurball:build_blurball", "tiny": "graphbook.warmup:tiny_clip_net"}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        print(f"bench_compile_cache.py: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def parse_args(argv=None):
-    p = _Parser(description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="bench_compile_cache.py", description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=sorted(FACTORIES), default="blurball")
-    p.add_argument("--height", type=_positive, default=288)
-    p.add_argument("--width", type=_positive, default=512)
+    p.add_argument("--height", type=positive_int, default=288)
+    p.add_argument("--width", type=positive_int, default=512)
     p.add_argument("--batch-sizes", default="1,2,3")
-    p.add_argument("--threads", type=_positive, default=2)
+    p.add_argument("--threads", type=positive_int, default=2)
     p.add_argument("--mode", default=None, help="torch.compile mode (default: the default mode)")
     p.add_argument("--server", action="store_true", help="also time code/serve_blurball.py to ready")
     p.add_argument("--server-only", action="store_true", help="only the server's time to ready (implies --server)")
     p.add_argument("--output", type=Path, default=None, help="CSV to append to (default data/results/compile_cache.csv)")
-    p.add_argument("--timeout", type=_positive, default=3600, help="seconds per fresh process")
+    p.add_argument("--timeout", type=positive_int, default=3600, help="seconds per fresh process")
     args = p.parse_args(argv)
     try:
         args.batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))

@@ -20,22 +20,9 @@ from pathlib import Path
 
 _STARTED = time.perf_counter()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from graphbook.cli import OneLineParser, positive_int  # noqa: E402
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line on stderr, exit 2, no usage block
-        print(f"serve_blurball.py: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _port(text: str) -> int:
@@ -49,7 +36,7 @@ def _port(text: str) -> int:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = _Parser(description="Serve BlurBall over HTTP (GET /healthz, POST /predict).")
+    p = OneLineParser(prog="serve_blurball.py", description="Serve BlurBall over HTTP (GET /healthz, POST /predict).")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     p.add_argument("--port", type=_port, default=8080, help="port (0 picks a free one; default 8080)")
     p.add_argument("--weights", type=Path, default=None,
@@ -57,15 +44,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "else seeded random weights)")
     p.add_argument("--model", choices=("blurball", "tiny"), default="blurball",
                    help="'tiny' serves a two-layer stand-in with the same input contract (for demos and tests)")
-    p.add_argument("--height", type=_positive, default=288)
-    p.add_argument("--width", type=_positive, default=512)
+    p.add_argument("--height", type=positive_int, default=288)
+    p.add_argument("--width", type=positive_int, default=512)
     p.add_argument("--batch-sizes", default="1,2,3", help="comma-separated batch sizes to warm up (default 1,2,3)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model; the warm-up compiles it")
     p.add_argument("--load-artifacts", type=Path, default=None,
                    help="torch.compiler cache artifacts to load before warming up")
     p.add_argument("--save-artifacts", type=Path, default=None,
                    help="write torch.compiler cache artifacts here after the warm-up")
-    p.add_argument("--threads", type=_positive, default=2)
+    p.add_argument("--threads", type=positive_int, default=2)
     p.add_argument("--threshold", type=float, default=0.5)
     p.add_argument("--verbose", action="store_true", help="log every request")
     args = p.parse_args(argv)
