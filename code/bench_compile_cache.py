@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from graphbook.cli import OneLineParser, positive_int  # noqa: E402
+from graphbook.cli import OneLineParser, positive_int, positive_int_list  # noqa: E402
 
 TARGET_SPEEDUP = 5.0
 FACTORIES = {"blurball": "graphbook.blurball:build_blurball", "tiny": "graphbook.warmup:tiny_clip_net"}
@@ -39,7 +39,7 @@ def parse_args(argv=None):
     p.add_argument("--model", choices=sorted(FACTORIES), default="blurball")
     p.add_argument("--height", type=positive_int, default=288)
     p.add_argument("--width", type=positive_int, default=512)
-    p.add_argument("--batch-sizes", default="1,2,3")
+    p.add_argument("--batch-sizes", type=positive_int_list, default="1,2,3")
     p.add_argument("--threads", type=positive_int, default=2)
     p.add_argument("--mode", default=None, help="torch.compile mode (default: the default mode)")
     p.add_argument("--server", action="store_true", help="also time code/serve_blurball.py to ready")
@@ -47,12 +47,6 @@ def parse_args(argv=None):
     p.add_argument("--output", type=Path, default=None, help="CSV to append to (default data/results/compile_cache.csv)")
     p.add_argument("--timeout", type=positive_int, default=3600, help="seconds per fresh process")
     args = p.parse_args(argv)
-    try:
-        args.batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
-    except ValueError:
-        p.error(f"--batch-sizes must be comma-separated integers, got {args.batch_sizes!r}")
-    if any(b < 1 for b in args.batch_sizes):
-        p.error(f"--batch-sizes must be positive, got {args.batch_sizes}")
     args.server = args.server or args.server_only
     if args.model == "blurball" and (args.height % 8 or args.width % 8):
         p.error(f"BlurBall needs height and width divisible by 8, got {args.height}x{args.width}")

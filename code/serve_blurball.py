@@ -20,7 +20,7 @@ from pathlib import Path
 
 _STARTED = time.perf_counter()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from graphbook.cli import OneLineParser, positive_int  # noqa: E402
+from graphbook.cli import OneLineParser, positive_int, positive_int_list  # noqa: E402
 
 
 
@@ -46,7 +46,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="'tiny' serves a two-layer stand-in with the same input contract (for demos and tests)")
     p.add_argument("--height", type=positive_int, default=288)
     p.add_argument("--width", type=positive_int, default=512)
-    p.add_argument("--batch-sizes", default="1,2,3", help="comma-separated batch sizes to warm up (default 1,2,3)")
+    p.add_argument("--batch-sizes", type=positive_int_list, default="1,2,3", help="comma-separated batch sizes to warm up (default 1,2,3)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model; the warm-up compiles it")
     p.add_argument("--load-artifacts", type=Path, default=None,
                    help="torch.compiler cache artifacts to load before warming up")
@@ -56,12 +56,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threshold", type=float, default=0.5)
     p.add_argument("--verbose", action="store_true", help="log every request")
     args = p.parse_args(argv)
-    try:
-        args.batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
-    except ValueError:
-        p.error(f"--batch-sizes must be comma-separated integers, got {args.batch_sizes!r}")
-    if any(b < 1 for b in args.batch_sizes):
-        p.error(f"--batch-sizes must be positive, got {args.batch_sizes}")
     if args.model == "blurball" and (args.height % 8 or args.width % 8):
         p.error(f"BlurBall needs height and width divisible by 8, got {args.height}x{args.width}")
     if not 0 < args.threshold < 1:

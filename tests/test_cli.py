@@ -24,3 +24,10 @@ def test_parser_error_is_one_line_and_exit_2(capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("demo: error:")
+
+
+def test_positive_int_list():
+    assert cli.positive_int_list("1,2,3") == (1, 2, 3)
+    for bad in ("1,x", "0,1", "", "1,,2"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            cli.positive_int_list(bad)

@@ -32,3 +32,14 @@ def multiple_of_8(text: str) -> int:
     if value % 8:
         raise argparse.ArgumentTypeError(f"expected a multiple of 8 (BlurBall downsamples 3 times), got {value}")
     return value
+
+
+def positive_int_list(text: str) -> tuple[int, ...]:
+    """An argparse type for batch sizes and the like: comma-separated positive integers, e.g. ``1,2,3``."""
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if any(value < 1 for value in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
