@@ -5,6 +5,7 @@ style are the same whether a chapter runs under nbval, the book build or a reade
 """
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -13,7 +14,10 @@ from .environment import REPO_ROOT, fingerprint, set_threads
 DATA = REPO_ROOT / "data"
 SEED_DIR = DATA / "seed"
 PAPERS_DIR = DATA / "papers"
-RESULTS_DIR = DATA / "results"
+#: Where measurements are written and read back. A test (or a lab engineer trying a scratch run) points the
+#: whole book at another folder with the environment variable ``GRAPHBOOK_RESULTS_DIR``.
+RESULTS_DIR = Path(os.environ["GRAPHBOOK_RESULTS_DIR"]).resolve() if os.environ.get("GRAPHBOOK_RESULTS_DIR") \
+    else DATA / "results"
 CODE_DIR = REPO_ROOT / "code"
 
 
