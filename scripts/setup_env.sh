@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv (if missing) and install the pinned requirements into it. Idempotent and quiet.
+# Create .venv (if missing), install the pinned requirements and then graphbook (editable) into it.
+# Idempotent and quiet.
 # Both README commands start here, so a fresh clone needs nothing installed by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,3 +15,7 @@ fi
 # torch is pinned to the CPU build's version; on a GPU lab machine install the CUDA build first
 # (see README) and pip keeps it because the version already satisfies the pin.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+# The helper package graphbook (code/graphbook), editable, so that chapters, tests and scripts import it
+# from any folder. --no-deps: requirements.txt above is the only dependency list. --no-build-isolation:
+# setuptools is pinned there too, so this step needs no download.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
