@@ -19,8 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "code"))
+ROOT = Path(__file__).resolve().parents[1]  # graphbook itself is installed (scripts/setup_env.sh)
 
 # Chapters first, the provenance page last: it reports on the chapters' fresh metadata.
 ORDER = ["chapters", "appendix"]

@@ -1,8 +1,11 @@
-"""Put the helper package (code/graphbook) and the scripts in code/ on the import path for every test."""
-import sys
-from pathlib import Path
+"""Shared test set-up. The tests import the helper package as installed (``pip install -e .``, which
+scripts/setup_env.sh runs); nothing here edits the import path."""
+import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-CODE = ROOT / "code"
-if str(CODE) not in sys.path:
-    sys.path.insert(0, str(CODE))
+
+def pytest_configure(config):
+    try:
+        import graphbook  # noqa: F401
+    except ImportError:
+        raise pytest.UsageError("graphbook is not installed in this Python: run `bash scripts/setup_env.sh` "
+                                "(or `pip install -e .` in the book checkout)") from None

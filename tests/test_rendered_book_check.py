@@ -1,16 +1,27 @@
-"""The browser check itself must be able to fail: a deliberately broken page is caught, a clean one passes."""
+"""The browser check itself must be able to fail: a deliberately broken page is caught, a clean one passes.
+
+scripts/check_rendered_book.py is run as the command test.sh runs, in a subprocess (a script is not a module
+to import), and judged by its exit status and its report.
+"""
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import check_rendered_book as checker  # noqa: E402
+SCRIPT = ROOT / "scripts" / "check_rendered_book.py"
 
-pytestmark = pytest.mark.skipif(checker.find_chromium() is None,
-                                reason="needs Chromium (scripts/setup_browser.sh installs it; test.sh runs that first)")
+
+def _check(html, *options):
+    """Run the checker on ``html``; skip where the script says Chromium is missing."""
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(html), *map(str, options)],
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode == 2 and "Chromium is not installed" in proc.stderr:
+        pytest.skip("needs Chromium (scripts/setup_browser.sh installs it; test.sh runs that first)")
+    return proc
+
 
 PNG_1PX = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
                         "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")
@@ -46,8 +57,9 @@ def test_a_clean_page_passes(tmp_path):
                       '<div class="cell_output"><img src="fig.png" alt="a plot"></div>',
         "other.html": '<h2 id="sec">Section</h2>',
     }, {"index.ipynb": _notebook_with_figures(1)})
-    report = checker.check_site(html, screenshots=tmp_path / "shots", notebooks_root=tmp_path)
-    assert report == {"index.html": [], "other.html": []}
+    proc = _check(html, "--screenshots", tmp_path / "shots", "--notebooks-root", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == ["ok   index.html", "ok   other.html", "2 passed, 0 failed"]
     assert (tmp_path / "shots" / "index.png").stat().st_size > 0
 
 
@@ -58,7 +70,9 @@ def test_a_broken_page_fails_on_each_defect(tmp_path):
                       '<div class="cell_output"><pre>Traceback (most recent call last):\nValueError</pre></div>'
                       '<script>console.error("boom")</script>',
     }, {"index.ipynb": _notebook_with_figures(2)})
-    problems = " | ".join(checker.check_site(html, notebooks_root=tmp_path)["index.html"])
+    proc = _check(html, "--screenshots", tmp_path / "shots", "--notebooks-root", tmp_path)
+    assert proc.returncode == 1 and proc.stdout.startswith("FAIL index.html"), proc.stdout + proc.stderr
+    problems = " | ".join(line.strip() for line in proc.stdout.splitlines() if line.startswith("       - "))
     for expected in ["unresolved role text '{glue:text}`'", "unresolved role text '{doc}`'",
                      "broken image 'missing.png'", "broken internal link 'nowhere.html'",
                      "missing anchor 'index.html#nope'", "traceback", "console error: boom",
@@ -67,8 +81,6 @@ def test_a_broken_page_fails_on_each_defect(tmp_path):
         assert expected in problems, f"{expected!r} not reported in: {problems}"
 
 
-def test_cli_refuses_a_folder_without_a_built_book(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        checker.main([str(tmp_path)])
-    assert exit_info.value.code == 2
-    assert "no built book" in capsys.readouterr().err
+def test_cli_refuses_a_folder_without_a_built_book(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "no built book" in proc.stderr and "Traceback" not in proc.stderr
