@@ -31,3 +31,35 @@ def test_positive_int_list():
     for bad in ("1,x", "0,1", "", "1,,2"):
         with pytest.raises(argparse.ArgumentTypeError):
             cli.positive_int_list(bad)
+
+
+def test_make_parser_takes_results_dir(tmp_path):
+    parser = cli.make_parser("demo", "a demo")
+    assert parser.parse_args([]).results_dir is None  # the writer then uses book.RESULTS_DIR
+    target = tmp_path / "new" / "deeper"
+    assert parser.parse_args(["--results-dir", str(target)]).results_dir == target
+    assert not target.exists(), "parsing must not create the folder"
+    assert not hasattr(cli.make_parser("demo", "a demo", results_dir=False).parse_args([]), "results_dir")
+
+
+@pytest.mark.parametrize("make_bad, message", [
+    (lambda d: d / "a_file", "exists and is not a directory"),
+    (lambda d: d / "a_file" / "sub", "cannot be created"),
+])
+def test_results_dir_that_cannot_be_a_folder_is_refused(tmp_path, capsys, make_bad, message):
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.make_parser("demo", "a demo").parse_args(["--results-dir", str(make_bad(tmp_path))])
+    assert exit_info.value.code == cli.EXIT_USAGE == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+def test_exit_status_policy(capsys):
+    assert (cli.EXIT_OK, cli.EXIT_CHECK_FAILED, cli.EXIT_USAGE, cli.EXIT_RESOURCE_ABSENT) == (0, 1, 2, 3)
+    assert cli.exit_status_for("demo", []) == 0 and capsys.readouterr().err == ""
+    assert cli.exit_status_for("demo", ["bf16", "int8", "bf16"]) == 1
+    err = capsys.readouterr().err
+    assert err == "demo: failed its correctness check against eager: bf16, int8\n"
+    assert cli.resource_absent("demo", "CUDA is not available") == 3
+    assert capsys.readouterr().err == "demo: CUDA is not available\n"

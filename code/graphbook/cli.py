@@ -1,18 +1,80 @@
-"""Argument parsing shared by the book's scripts (introduced with ``code/03_fusion.py``, Chapter 2).
+"""Command lines shared by the book's scripts (introduced with ``code/03_fusion.py``, Chapter 2).
 
-Every script follows one rule: bad arguments give one line on stderr and exit status 2, never a
-traceback. Standard library only, so a script can validate its arguments before importing torch.
+One parser for every script (:class:`OneLineParser`, made by :func:`make_parser`): bad arguments give
+one line on stderr and exit status 2, never a traceback; results go to ``--results-dir DIR``. One
+exit-status policy (the README documents it):
+
+- ``0`` (:data:`EXIT_OK`): every measurement ran and every variant passed its correctness check;
+- ``1`` (:data:`EXIT_CHECK_FAILED`): a variant failed its correctness check; the results are still
+  written (the failure is a finding, recorded with the rows) and the failing variants are named on stderr;
+- ``2`` (:data:`EXIT_USAGE`): bad arguments;
+- ``3`` (:data:`EXIT_RESOURCE_ABSENT`): a required resource is absent (no CUDA, no TensorRT, ...).
+
+Standard library only, so a script can validate its arguments before importing torch.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+EXIT_RESOURCE_ABSENT = 3
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one line on stderr and exit status 2 (the book's script rule)."""
+    """argparse whose errors are one line on stderr and exit status 2 (the book's script rule, Chapter 2)."""
 
     def error(self, message):  # noqa: D401 - argparse API
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def directory(text: str) -> Path:
+    """An argparse type for an output folder: it exists as a folder or can be created (Chapter 2).
+
+    Nothing is created while parsing (a refused command line leaves no trace); the nearest existing
+    ancestor must be a writable folder.
+    """
+    path = Path(text)
+    if path.exists():
+        if not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text} exists and is not a directory")
+        ancestor = path
+    else:
+        ancestor = next((p for p in path.absolute().parents if p.exists()), Path("/"))
+        if not ancestor.is_dir():
+            raise argparse.ArgumentTypeError(f"{text} cannot be created: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text} is not writable")
+    return path
+
+
+def make_parser(prog: str, description: str, *, results_dir: bool = True) -> OneLineParser:
+    """The book's parser for one script, with ``--results-dir DIR`` unless ``results_dir=False`` (Chapter 2).
+
+    ``--results-dir`` defaults to ``None``, which the results writer reads as ``book.RESULTS_DIR``
+    (``data/results``, or the folder named by the environment variable ``GRAPHBOOK_RESULTS_DIR``).
+    """
+    parser = OneLineParser(prog=prog, description=description)
+    if results_dir:
+        parser.add_argument("--results-dir", type=directory, default=None, metavar="DIR",
+                            help="folder the results CSV goes to (default: data/results, or $GRAPHBOOK_RESULTS_DIR)")
+    return parser
+
+
+def exit_status_for(prog: str, failed_variants) -> int:
+    """:data:`EXIT_CHECK_FAILED` with one line on stderr naming ``failed_variants``; else :data:`EXIT_OK` (Chapter 2).
+
+    Call it after the results are written: a failed correctness check is recorded, then reported.
+    """
+    failed = list(dict.fromkeys(failed_variants))
+    if not failed:
+        return EXIT_OK
+    print(f"{prog}: failed its correctness check against eager: {', '.join(map(str, failed))}", file=sys.stderr)
+    return EXIT_CHECK_FAILED
 
 
 def positive_int(text: str) -> int:
@@ -43,3 +105,9 @@ def positive_int_list(text: str) -> tuple[int, ...]:
     if any(value < 1 for value in values):
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return values
+
+
+def resource_absent(prog: str, message: str) -> int:
+    """Print ``message`` (why the script cannot run here) as one line; return :data:`EXIT_RESOURCE_ABSENT`."""
+    print(f"{prog}: {message}", file=sys.stderr)
+    return EXIT_RESOURCE_ABSENT
