@@ -1,9 +1,19 @@
-"""Tests of the append-only results writer (graphbook.results)."""
+"""Tests of the results schema (graphbook.results): kinds, write_run, load, latest_run, the comparison."""
 import csv
+import hashlib
+import os
+import re
+from pathlib import Path
 
+import pandas as pd
 import pytest
+import torch
 
 from graphbook import results
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "data" / "results"
+ENV = {"date": "2026-11-30T10:00:00+00:00", "git_commit": "0123", "threads": 2}
 
 
 def _read(path):
@@ -11,6 +21,259 @@ def _read(path):
         return list(csv.reader(handle))
 
 
+# ------------------------------------------------------------------------------ kinds and file names
+def test_every_committed_file_belongs_to_exactly_one_kind():
+    for path in sorted(COMMITTED.glob("*.csv")):
+        matching = [k.name for k in results.KINDS.values() if k.matches(path.name)]
+        assert len(matching) == 1, f"{path.name} matches {matching}"
+
+
+def test_no_kind_matches_another_kinds_files(tmp_path):
+    for name, k in results.KINDS.items():
+        written = results.write_run(name, [{"v": 1}], ENV, results_dir=tmp_path,
+                                    tag="nvidia-h200" if k.tagged else None)
+        assert results.kind_of_file(written.name) == name
+    # the legacy GPU pattern of gpu_blurball.py (gpu-<device>-<date>) must not take TensorRT's files
+    assert results.kind_of_file("gpu-nvidia-h200-2026-11-30.csv") == "gpu-blurball"
+    assert results.kind_of_file("gpu-tensorrt-nvidia-h200-2026-11-30-2.csv") == "gpu-tensorrt"
+    assert results.kind_of_file("gpu-blurball-nvidia-h200-2026-11-30.csv") == "gpu-blurball"
+    assert results.kind_of_file("cpu-blurball-2026-11-30.csv") == "cpu-blurball"
+    assert results.kind_of_file("cpu-blurball-extra-2026-11-30.csv") is None
+    assert results.kind_of_file("cpu-ablation-2026-11-30-4.csv") == "ablation"
+    assert results.kind_of_file("notes.csv") is None
+    for name in results.KINDS:
+        assert len(results.files(name, tmp_path)) == 1
+
+
+def test_prefixes_are_distinct():
+    prefixes = [k.prefix for k in results.KINDS.values()]
+    assert len(set(prefixes)) == len(prefixes)
+
+
+def test_unknown_kind_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="unknown result kind 'nope'.*cpu-blurball"):
+        results.load("nope", tmp_path)
+    with pytest.raises(ValueError, match="unknown result kind"):
+        results.write_run("nope", [{"a": 1}], results_dir=tmp_path)
+
+
+# ------------------------------------------------------------------------------ write_run
+def test_write_run_makes_a_new_file_per_run_and_never_overwrites(tmp_path):
+    first = results.write_run("cpu-blurball", [{"variant": "eager_fp32", "median_ms": 2.0}], ENV,
+                              results_dir=tmp_path)
+    before = first.read_bytes()
+    second = results.write_run("cpu-blurball", [{"variant": "eager_fp32", "median_ms": 1.0}], ENV,
+                               results_dir=tmp_path)
+    assert first.name == "cpu-blurball-2026-11-30.csv" and second.name == "cpu-blurball-2026-11-30-2.csv"
+    assert first.read_bytes() == before
+    rows = _read(second)
+    assert rows[0][0] == "run_id" and rows[0][1:] == ["variant", "median_ms", "date", "git_commit", "threads"]
+    assert rows[1][0] == "cpu-blurball-2026-11-30-2"
+
+
+def test_write_run_refuses_to_touch_an_existing_file(tmp_path, monkeypatch):
+    existing = tmp_path / "cpu-ablation-2026-11-30.csv"
+    existing.write_text("keep me\n")
+    monkeypatch.setattr(results, "unique_path", lambda directory, stem, suffix=".csv": existing)
+    with pytest.raises(FileExistsError):
+        results.write_run("ablation", [{"a": 1}], ENV, results_dir=tmp_path)
+    assert existing.read_text() == "keep me\n"
+
+
+def test_write_run_tags(tmp_path):
+    path = results.write_run("gpu-tensorrt", [{"a": 1}], ENV, results_dir=tmp_path, tag="nvidia-h200")
+    assert path.name == "gpu-tensorrt-nvidia-h200-2026-11-30.csv"
+    with pytest.raises(ValueError, match="needs a tag"):
+        results.write_run("gpu-blurball", [{"a": 1}], ENV, results_dir=tmp_path)
+    with pytest.raises(ValueError, match="takes no tag"):
+        results.write_run("cpu-blurball", [{"a": 1}], ENV, results_dir=tmp_path, tag="x")
+    with pytest.raises(ValueError, match="tag must be"):
+        results.write_run("gpu-blurball", [{"a": 1}], ENV, results_dir=tmp_path, tag="a/b")
+
+
+def test_write_run_keeps_a_given_run_id_and_refuses_empty_rows(tmp_path):
+    path = results.write_run("cpu-onnxruntime", [{"run_id": "R1", "a": 1}], ENV, results_dir=tmp_path)
+    assert _read(path)[1][0] == "R1"
+    with pytest.raises(ValueError):
+        results.write_run("cpu-onnxruntime", [], ENV, results_dir=tmp_path)
+    with pytest.raises(ValueError):
+        results.write_run("cpu-onnxruntime", [{}], ENV, results_dir=tmp_path)
+
+
+def test_write_run_defaults_to_book_results_dir(tmp_path, monkeypatch):
+    from graphbook import book
+
+    monkeypatch.setattr(book, "RESULTS_DIR", tmp_path)
+    path = results.write_run("serving-ready", [{"server": "eager"}])
+    assert path.parent == tmp_path and re.match(r"cpu-serving-ready-\d{4}-\d{2}-\d{2}\.csv", path.name)
+    assert len(results.load("serving-ready")) == 1
+
+
+# ------------------------------------------------------------------------------ load
+def _digest(folder):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.csv"))}
+
+
+@pytest.mark.parametrize("kind", ["fusion-demo", "cpu-blurball", "cpu-onnxruntime", "ablation", "compile-cache",
+                                  "serving-ready"])
+def test_each_committed_legacy_file_loads_with_canonical_typed_columns(kind):
+    before = _digest(COMMITTED)
+    frame = results.load(kind, COMMITTED)
+    assert _digest(COMMITTED) == before, "load must never rewrite a results file"
+    assert len(frame) > 0
+    assert frame[results.RUN_ID].notna().all() and frame[results.SOURCE_FILE].notna().all()
+    legacy_names = set(results.KINDS[kind].renames)
+    assert not legacy_names & set(frame.columns), legacy_names & set(frame.columns)
+    for column in (results.SAME_OUTPUT, results.SAME_PEAKS):
+        if column in frame:
+            assert pd.api.types.is_bool_dtype(frame[column]), (column, frame[column].dtype)
+    for column in (results.SPEEDUP_VS_EAGER, results.COMPILE_S, results.MAX_ABS_DIFF, results.MEDIAN_MS):
+        if column in frame:
+            assert pd.api.types.is_numeric_dtype(frame[column]), (column, frame[column].dtype)
+    latest = results.latest_run(frame)
+    assert latest[results.RUN_ID].nunique() == 1 and len(latest) > 0
+
+
+def test_committed_files_have_the_expected_canonical_columns():
+    blurball = results.load("cpu-blurball", COMMITTED)
+    assert {results.SPEEDUP_VS_EAGER, results.SAME_PEAKS, results.COMPILE_S, results.SAME_OUTPUT} <= set(blurball)
+    variants = blurball[blurball["record"] == "variant"]
+    assert set(variants[results.SAME_PEAKS].dropna()) <= {True, False}
+    ort = results.load("cpu-onnxruntime", COMMITTED)
+    assert {results.SPEEDUP_VS_EAGER, results.SAME_PEAK_FRAMES, results.PEAK_FRAMES, results.SAME_PEAKS,
+            results.SAME_OUTPUT} <= set(ort)
+    assert ort[results.SAME_PEAKS].dtype == bool
+    ablation = results.load("ablation", COMMITTED)
+    assert ablation[results.SAME_PEAKS].dtype == bool and ablation[results.SAME_OUTPUT].dtype == bool
+    # the freezing miscompile recorded by the ablation is a "different output" under the one tolerance
+    frozen = ablation[ablation[results.VARIANT] == "all optimizations"]
+    assert not frozen[results.SAME_OUTPUT].any()
+    assert ablation[results.RUN_ID].nunique() == 3 and ablation[results.RUN_ID].map(type).eq(str).all()
+    fusion = results.load("fusion-demo", COMMITTED)
+    assert fusion.loc[fusion["part"] == "compile_time", results.COMPILE_S].notna().all()
+    cache = results.load("compile-cache", COMMITTED)
+    assert cache[results.RUN_ID].nunique() == 2  # appended runs without ids are told apart by date
+
+
+def test_load_renames_types_and_derives(tmp_path):
+    (tmp_path / "ablation_cpu.csv").write_text(
+        "run_id,variant,compile_first_call_s,max_abs_diff,same_peaks,speedup_over_eager,date\n"
+        "0001,a,1.5,1e-6,True,2.0,2026-11-29T08:00:00+00:00\n"
+        "0001,b,2.5,0.05,False,3.0,2026-11-29T08:00:00+00:00\n")
+    frame = results.load("ablation", tmp_path)
+    assert frame[results.RUN_ID].tolist() == ["0001", "0001"]  # digits stay text
+    assert frame[results.COMPILE_S].tolist() == [1.5, 2.5]
+    assert frame[results.SAME_PEAKS].dtype == bool and frame[results.SAME_PEAKS].tolist() == [True, False]
+    assert frame[results.SAME_OUTPUT].tolist() == [True, False]
+    assert frame[results.SPEEDUP_VS_EAGER].tolist() == [2.0, 3.0]
+    assert frame[results.SOURCE_FILE].tolist() == ["ablation_cpu.csv"] * 2
+
+
+def test_booleans_with_gaps_are_nullable_booleans(tmp_path):
+    results.write_run("cpu-onnxruntime", [{"variant": "a", "verified_fp32": True, "peaks_same": 3, "peaks_total": 3},
+                                          {"variant": "int8", "verified_fp32": "", "peaks_same": 2, "peaks_total": 3}],
+                      ENV, results_dir=tmp_path)
+    frame = results.load("cpu-onnxruntime", tmp_path)
+    assert str(frame[results.SAME_OUTPUT].dtype) == "boolean"
+    assert frame[results.SAME_OUTPUT].iloc[0] is True or bool(frame[results.SAME_OUTPUT].iloc[0]) is True
+    assert pd.isna(frame[results.SAME_OUTPUT].iloc[1])
+    assert frame[results.SAME_PEAKS].tolist() == [True, False]
+
+
+def test_canonical_column_wins_and_legacy_fills_gaps(tmp_path):
+    results.write_run("cpu-blurball", [{"variant": "a", "speedup_vs_eager": 2.0},
+                                       {"variant": "b", "speedup_vs_eager_fp32": 3.0}], ENV, results_dir=tmp_path)
+    frame = results.load("cpu-blurball", tmp_path)
+    assert frame[results.SPEEDUP_VS_EAGER].tolist() == [2.0, 3.0]
+    assert "speedup_vs_eager_fp32" not in frame
+
+
+def test_load_of_nothing_is_an_empty_frame_with_the_key_columns(tmp_path):
+    frame = results.load("gpu-blurball", tmp_path)
+    assert frame.empty and {results.RUN_ID, results.SOURCE_FILE, results.DATE} <= set(frame.columns)
+    assert results.latest_run(frame).empty
+    assert results.load("gpu-blurball", tmp_path / "missing").empty
+
+
+def test_load_honours_graphbook_results_dir(tmp_path):
+    import subprocess
+    import sys
+
+    results.write_run("ablation", [{"variant": "x"}], ENV, results_dir=tmp_path)
+    code = "from graphbook import results; print(len(results.load('ablation')))"
+    env = {**os.environ, "GRAPHBOOK_RESULTS_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                         cwd=ROOT)
+    assert out.stdout.strip() == "1", out.stderr
+
+
+# ------------------------------------------------------------------------------ latest_run
+def test_latest_run_goes_by_date_not_by_file_name(tmp_path):
+    results.write_run("cpu-blurball", [{"v": 1}], {"date": "2026-11-29T08:00:00+00:00"}, results_dir=tmp_path)
+    results.write_run("cpu-blurball", [{"v": 2}], {"date": "2026-11-29T09:00:00+00:00"}, results_dir=tmp_path)
+    results.write_run("cpu-blurball", [{"v": 3}], {"date": "2026-11-29T07:00:00+00:00"}, results_dir=tmp_path)
+    frame = results.load("cpu-blurball", tmp_path)
+    assert sorted(frame[results.SOURCE_FILE])[-1] == "cpu-blurball-2026-11-29.csv"  # name order is not time order
+    latest = results.latest_run(frame)
+    assert latest["v"].tolist() == [2] and latest[results.SOURCE_FILE].iloc[0] == "cpu-blurball-2026-11-29-2.csv"
+    assert results.runs(frame)[results.RUN_ID].tolist() == [
+        "cpu-blurball-2026-11-29-3", "cpu-blurball-2026-11-29", "cpu-blurball-2026-11-29-2"]
+
+
+def test_latest_run_within_one_appended_legacy_file(tmp_path):
+    (tmp_path / "compile_cache.csv").write_text(
+        "scenario,first_call_s,date\ncold,9,2026-11-29T10:00:00+00:00\nwarm,1,2026-11-29T10:00:00+00:00\n"
+        "cold,8,2026-11-29T08:00:00+00:00\n")
+    latest = results.latest_run(results.load("compile-cache", tmp_path))
+    assert latest[results.COMPILE_S].tolist() == [9, 1]
+
+
+def test_latest_run_across_legacy_and_new_files(tmp_path):
+    (tmp_path / "ablation_cpu.csv").write_text("run_id,variant,date\nold,a,2026-11-29T08:00:00+00:00\n")
+    results.write_run("ablation", [{"variant": "a"}], {"date": "2026-11-30T08:00:00+00:00"}, results_dir=tmp_path)
+    latest = results.latest_run(results.load("ablation", tmp_path))
+    assert latest[results.SOURCE_FILE].iloc[0] == "cpu-ablation-2026-11-30.csv"
+
+
+# ------------------------------------------------------------------------------ compare_to_reference
+def test_compare_to_reference_on_heatmaps():
+    reference = torch.zeros(1, 3, 4, 4)
+    reference[0, :, 1, 1] = 0.5
+    same = reference + 1e-6
+    check = results.compare_to_reference(same, reference)
+    assert check[results.SAME_OUTPUT] is True and check[results.SAME_PEAKS] is True
+    assert check[results.SAME_PEAK_FRAMES] == 3 and check[results.PEAK_FRAMES] == 3
+    assert check[results.MAX_ABS_DIFF] == pytest.approx(1e-6, rel=5e-2)
+    moved = reference.clone()
+    moved[0, 2, 3, 3] = 2.0
+    check = results.compare_to_reference(moved, reference)
+    assert check[results.SAME_PEAKS] is False and check[results.SAME_PEAK_FRAMES] == 2
+    assert check[results.SAME_OUTPUT] is False and check[results.MAX_ABS_DIFF] == pytest.approx(2.0)
+    assert results.compare_to_reference({0: same}, {0: reference})[results.SAME_PEAKS] is True
+
+
+def test_compare_tolerance_is_relative_to_a_large_reference():
+    reference = torch.full((2, 3), 1000.0)
+    close = reference + 0.5   # 5e-4 of the scale
+    assert results.compare_to_reference(close, reference)[results.SAME_OUTPUT] is True
+    small = torch.full((2, 3), 0.1)
+    assert results.compare_to_reference(small + 2e-3, small)[results.SAME_OUTPUT] is False
+    assert results.compare_to_reference(small + 5e-4, small)[results.SAME_OUTPUT] is True
+    assert results.SAME_OUTPUT_ATOL == 1e-3
+    assert "same_peaks" not in results.compare_to_reference(close, reference)
+
+
+def test_compare_to_reference_accepts_arrays_and_bf16_and_checks_shape():
+    import numpy as np
+
+    reference = torch.rand(1, 3, 8, 8)
+    check = results.compare_to_reference(reference.to(torch.bfloat16), reference.numpy())
+    assert 0 < check[results.MAX_ABS_DIFF] < 1e-2
+    with pytest.raises(ValueError, match="shape"):
+        results.compare_to_reference(np.zeros((1, 3)), np.zeros((1, 4)))
+
+
+# ------------------------------------------------------------------------------ append_rows (logs only)
 def test_append_creates_header_once_and_appends(tmp_path):
     path = tmp_path / "sub" / "r.csv"
     results.append_rows(path, [{"name": "a", "ms": 1.5}], env={"cpu": "X", "threads": 1})
@@ -61,27 +324,3 @@ def test_unique_path_never_returns_an_existing_file(tmp_path):
     assert results.unique_path(tmp_path, "run").name == "run-3.csv"
     with pytest.raises(ValueError):
         results.unique_path(tmp_path, "a/b")
-
-
-def test_read_results_concatenates_with_source_file(tmp_path):
-    results.append_rows(tmp_path / "x-1.csv", [{"a": 1}])
-    results.append_rows(tmp_path / "x-2.csv", [{"a": 2, "b": 5}])
-    frame = results.read_results("x-*.csv", base=tmp_path)
-    assert list(frame["a"]) == [1, 2]
-    assert list(frame["source_file"]) == ["x-1.csv", "x-2.csv"]
-    absolute = results.read_results(str(tmp_path / "x-*.csv"))
-    assert len(absolute) == 2
-    empty = results.read_results("nothing-*.csv", base=tmp_path)
-    assert len(empty) == 0 and "source_file" in empty.columns
-
-
-def test_latest_source_goes_by_date_not_by_file_name(tmp_path):
-    from graphbook import results
-
-    results.append_rows(tmp_path / "bench-2026-11-29.csv", [{"v": 1, "date": "2026-11-29T08:00:00+00:00"}])
-    results.append_rows(tmp_path / "bench-2026-11-29-2.csv", [{"v": 2, "date": "2026-11-29T09:00:00+00:00"}])
-    frame = results.read_results("bench-*.csv", base=tmp_path)
-    assert sorted(frame.source_file)[-1] == "bench-2026-11-29.csv"  # the trap: name order is not time order
-    latest = results.latest_source(frame)
-    assert latest["v"].tolist() == [2] and latest["source_file"].iloc[0] == "bench-2026-11-29-2.csv"
-    assert results.latest_source(frame.iloc[0:0]).empty

@@ -1,18 +1,156 @@
-"""Append-only measurement records in ``data/results/`` (Chapter 2).
+"""Measurement records in ``data/results/``: file names, column names, read-back (Chapter 2).
 
-A measurement is never overwritten: :func:`append_rows` only ever opens a file in append mode and
-writes the header only when it creates the file; :func:`unique_path` hands out file names that do
-not exist yet. Every row carries the environment columns of
-:func:`graphbook.environment.fingerprint`, so a reader can tell which machine and which versions
-produced it.
+Introduced in Chapter 2. This module is the one place that knows which script writes which file and
+what its columns are called:
+
+- :data:`KINDS` -- one entry per kind of result (``"cpu-blurball"``, ``"ablation"``...): the file
+  prefix, the legacy file names that kind wrote before this schema, and the legacy column names that
+  are renamed *on read* (the files themselves are append-only and are never rewritten).
+- :func:`write_run` -- every run of a script writes ONE NEW file ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv``
+  (never an existing one), every row with the environment columns and a ``run_id``.
+- :func:`load` -- every run of a kind (new files and legacy ones) as one typed DataFrame with canonical
+  column names, ``source_file`` and ``run_id``; :func:`latest_run` -- the newest run, by recorded date.
+- Column-name constants (:data:`SPEEDUP_VS_EAGER`, :data:`SAME_OUTPUT`, :data:`COMPILE_S`...), the one
+  tolerance :data:`SAME_OUTPUT_ATOL` and the one comparison :func:`compare_to_reference`.
+
+:func:`append_rows` remains for the two logs that are one growing file by design (the notebook
+execution log written by ``scripts/execute_notebooks.py`` and the training log of
+``code/train_blurball.py``); measurements go through :func:`write_run`.
 """
 from __future__ import annotations
 
 import csv
+import datetime as _dt
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
+
+# --------------------------------------------------------------------------------------------------
+# Column names (canonical). New writers use these constants; legacy names are mapped on read.
+# --------------------------------------------------------------------------------------------------
+RUN_ID = "run_id"                  #: one id per recorded run (a file written by write_run is one run)
+SOURCE_FILE = "source_file"        #: added on read: the file a row came from
+DATE = "date"                      #: UTC ISO 8601 time of the run (environment fingerprint)
+VARIANT = "variant"                #: a variant name (see graphbook.variants for BlurBall's)
+MEDIAN_MS = "median_ms"
+MAX_ABS_DIFF = "max_abs_diff"      #: largest |output - eager FP32 output|
+RELATIVE_DIFF = "relative_diff"    #: max_abs_diff / max(1, largest |reference|)
+SAME_OUTPUT = "same_output"        #: bool: max_abs_diff within SAME_OUTPUT_ATOL (relative to scale)
+SAME_PEAKS = "same_peaks"          #: bool: every frame's heatmap peak in the same pixel as eager
+SAME_PEAK_FRAMES = "same_peak_frames"  #: frames whose heatmap peak is in eager's pixel
+PEAK_FRAMES = "peak_frames"        #: frames compared
+EXPECTED_TO_MATCH = "expected_to_match_eager"  #: bool, from graphbook.variants
+SPEEDUP_VS_EAGER = "speedup_vs_eager"  #: eager FP32 median / this median (same threads, same run)
+SPEEDUP_VS_EAGER_SAME_PRECISION = "speedup_vs_eager_same_precision"  #: vs eager at this row's precision
+COMPILE_S = "compile_s"            #: seconds to build the variant: compile (or export + session,
+                                   #: or engine build) including the first call
+
+#: The one tolerance for "same output as eager FP32" (Chapters 3-7): the largest absolute difference of
+#: the logits, scaled by the reference's magnitude when that exceeds 1 (BlurBall's logits are below 1,
+#: so for BlurBall it is an absolute tolerance). Reordered FP32 additions stay orders of magnitude
+#: below it; a miscompile or a lower precision does not.
+SAME_OUTPUT_ATOL = 1e-3
+
+#: Columns read as text whatever they look like (a run id of digits only must not become a number).
+TEXT_COLUMNS = (RUN_ID, "git_commit", VARIANT, "description", "note", "name", "options")
 
 
+# --------------------------------------------------------------------------------------------------
+# Kinds
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Kind:
+    """One kind of result file (Chapter 2): who writes it, its file names, its legacy column names.
+
+    ``prefix``: new files are ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv``. ``tagged``: the tag (e.g. a
+    GPU slug) is required (True) or refused (False). ``legacy_files``: exact names written before this
+    schema; ``legacy_pattern``: a regular expression for older dated names. ``renames``: legacy column
+    name -> canonical name, applied on read. ``script``: the writer, for error messages and the docs.
+    """
+
+    name: str
+    prefix: str
+    script: str
+    tagged: bool = False
+    legacy_files: tuple[str, ...] = ()
+    legacy_pattern: str | None = None
+    renames: Mapping[str, str] = field(default_factory=dict)
+
+    def file_regex(self) -> re.Pattern:
+        tag = r"-(?P<tag>[A-Za-z0-9_.]+(?:-[A-Za-z0-9_.]+)*?)" if self.tagged else ""
+        return re.compile(rf"^{re.escape(self.prefix)}{tag}-\d{{4}}-\d{{2}}-\d{{2}}(?:-\d+)?\.csv$")
+
+    def matches(self, file_name: str) -> bool:
+        """Whether ``file_name`` (no folder) is a file of this kind, new style or legacy."""
+        if self.file_regex().match(file_name) or file_name in self.legacy_files:
+            return True
+        return bool(self.legacy_pattern and re.match(self.legacy_pattern, file_name))
+
+
+_SPEEDUP_RENAMES = {"speedup_over_eager": SPEEDUP_VS_EAGER, "speedup_vs_eager_fp32": SPEEDUP_VS_EAGER,
+                    "ratio_to_eager": SPEEDUP_VS_EAGER, "ratio_to_eager_fp32": SPEEDUP_VS_EAGER}
+_PEAK_RENAMES = {"peaks_equal": SAME_PEAKS, "peaks_same": SAME_PEAK_FRAMES, "peaks_total": PEAK_FRAMES}
+
+KINDS: dict[str, Kind] = {k.name: k for k in [
+    Kind("fusion-demo", "cpu-fusion-demo", "code/03_fusion.py", legacy_files=("cpu_fusion_demo.csv",),
+         renames={"seconds": COMPILE_S}),
+    Kind("cpu-blurball", "cpu-blurball", "code/bench_blurball_cpu.py",
+         renames={**_SPEEDUP_RENAMES, **_PEAK_RENAMES, "setup_s": COMPILE_S}),
+    Kind("cpu-onnxruntime", "cpu-onnxruntime", "code/bench_onnxruntime.py",
+         renames={**_SPEEDUP_RENAMES, **_PEAK_RENAMES, "verified_fp32": SAME_OUTPUT}),
+    Kind("ablation", "cpu-ablation", "code/bench_ablation.py", legacy_files=("ablation_cpu.csv",),
+         renames={**_SPEEDUP_RENAMES, **_PEAK_RENAMES, "compile_first_call_s": COMPILE_S}),
+    Kind("compile-cache", "cpu-compile-cache", "code/bench_compile_cache.py", legacy_files=("compile_cache.csv",),
+         renames={"first_call_s": COMPILE_S}),
+    Kind("serving-ready", "cpu-serving-ready", "code/bench_compile_cache.py", legacy_files=("serving_ready.csv",)),
+    Kind("gpu-blurball", "gpu-blurball", "code/gpu_blurball.py", tagged=True,
+         # before this schema: gpu-<device>-<date>.csv (any gpu- file that is not another GPU kind's)
+         legacy_pattern=r"^gpu-(?!blurball-|tensorrt-).+-\d{4}-\d{2}-\d{2}(?:-\d+)?\.csv$",
+         renames={**_SPEEDUP_RENAMES, **_PEAK_RENAMES, "first_call_s": COMPILE_S}),
+    Kind("gpu-tensorrt", "gpu-tensorrt", "code/gpu_tensorrt.py", tagged=True,
+         renames={**_SPEEDUP_RENAMES, **_PEAK_RENAMES, "build_s": COMPILE_S}),
+    Kind("notebook-executions", "notebook-executions", "scripts/execute_notebooks.py",
+         legacy_files=("notebook_executions.csv",)),
+]}
+
+
+def kind(name: str) -> Kind:
+    """The :class:`Kind` called ``name``; ValueError listing the known kinds otherwise (Chapter 2)."""
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise ValueError(f"unknown result kind {name!r}; known: {', '.join(KINDS)}") from None
+
+
+def kind_of_file(file_name: str) -> str | None:
+    """The kind whose files include ``file_name`` (no folder), or None (Chapter 2)."""
+    hits = [k.name for k in KINDS.values() if k.matches(Path(file_name).name)]
+    if len(hits) > 1:
+        raise RuntimeError(f"{file_name} matches several kinds {hits}: KINDS patterns overlap")
+    return hits[0] if hits else None
+
+
+def _results_dir(results_dir) -> Path:
+    if results_dir is None:
+        from .book import RESULTS_DIR
+
+        return Path(RESULTS_DIR)
+    return Path(results_dir)
+
+
+def files(kind_name: str, results_dir: str | Path | None = None) -> list[Path]:
+    """Every file of one kind under ``results_dir`` (default ``book.RESULTS_DIR``), in name order (Chapter 2)."""
+    k = kind(kind_name)
+    root = _results_dir(results_dir)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_file() and k.matches(p.name))
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------------
 def _columns(rows: list[dict], env: dict | None) -> list[str]:
     """Row keys in first-seen order, then the environment keys not already present."""
     columns: list[str] = []
@@ -34,14 +172,63 @@ def _read_header(path: Path) -> list[str] | None:
     return None
 
 
+_TAG_RE = re.compile(r"^[A-Za-z0-9_.]+(?:-[A-Za-z0-9_.]+)*$")
+
+
+def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
+              results_dir: str | Path | None = None, tag: str | None = None) -> Path:
+    """Write one run's ``rows`` to a NEW file of kind ``kind_name``; returns its path (Chapter 2).
+
+    The file is ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv`` under ``results_dir`` (default
+    ``book.RESULTS_DIR``, which honours ``GRAPHBOOK_RESULTS_DIR``); ``-N`` is added when a file of that
+    name exists, so nothing is ever overwritten or appended to. Each row is merged with ``env`` (the
+    environment fingerprint; a row's own value wins) and gets a ``run_id`` (the file's stem) unless it
+    has one. The date in the name is the UTC date of ``env["date"]`` when given, else today (UTC).
+    ``tag`` (letters, digits, ``._-``) is required for tagged kinds (GPU files: the device slug) and
+    refused for the others.
+    """
+    k = kind(kind_name)
+    if k.tagged and not tag:
+        raise ValueError(f"result kind {k.name!r} needs a tag (e.g. the device slug)")
+    if tag and not k.tagged:
+        raise ValueError(f"result kind {k.name!r} takes no tag, got {tag!r}")
+    if tag and not _TAG_RE.match(tag):
+        raise ValueError(f"tag must be letters, digits, '.', '_' or single '-' between them, got {tag!r}")
+    rows = [dict(row) for row in rows]
+    if not rows:
+        raise ValueError("write_run needs at least one row")
+    for index, row in enumerate(rows):
+        if not row:
+            raise ValueError(f"row {index} is empty")
+    day = _dt.datetime.now(_dt.timezone.utc).date().isoformat()
+    if env and env.get(DATE):
+        day = str(env[DATE])[:10]
+    stem = "-".join([k.prefix] + ([tag] if tag else []) + [day])
+    path = unique_path(_results_dir(results_dir), stem)
+    for row in rows:
+        row.setdefault(RUN_ID, path.stem)
+    columns = _columns(rows, env)
+    columns.remove(RUN_ID)
+    columns.insert(0, RUN_ID)
+    with path.open("x", newline="") as handle:  # "x": fail rather than touch an existing file
+        writer = csv.DictWriter(handle, fieldnames=columns, restval="")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**(env or {}), **row})
+    if not k.matches(path.name):  # a tag that makes the name ambiguous would be caught here
+        raise RuntimeError(f"{path.name} does not match kind {k.name!r}'s own pattern")
+    return path
+
+
 def append_rows(path: str | Path, rows: Iterable[dict], env: dict | None = None) -> Path:
     """Append ``rows`` (each merged with ``env``) to the CSV at ``path`` (Chapter 2).
 
-    Columns are the rows' keys in first-seen order followed by the ``env`` keys; a key that a row
-    lacks is written as an empty cell, and a row's own value wins over an ``env`` value of the same
-    name. The header is written only when the file is created (or is empty). If the file exists with
-    a different header, nothing is written and ValueError names the columns that differ: appending
-    would silently misalign the columns of earlier runs. Returns the path.
+    Only for the logs that are one growing file by design (the notebook execution log, the training
+    log); measurements use :func:`write_run`. Columns are the rows' keys in first-seen order followed
+    by the ``env`` keys; a key that a row lacks is written as an empty cell, and a row's own value wins
+    over an ``env`` value of the same name. The header is written only when the file is created (or is
+    empty). If the file exists with a different header, nothing is written and ValueError names the
+    columns that differ: appending would silently misalign the columns of earlier runs. Returns the path.
     """
     path = Path(path)
     rows = [dict(row) for row in rows]
@@ -94,19 +281,185 @@ def unique_path(directory: str | Path, stem: str, suffix: str = ".csv") -> Path:
     return candidate
 
 
-def read_results(glob_pattern: str, base: str | Path | None = None):
-    """All CSVs matching ``glob_pattern`` as one DataFrame with a ``source_file`` column (Chapter 2).
+# --------------------------------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------------------------------
+_BOOL_TEXT = {"True": True, "False": False, "true": True, "false": False}
 
-    A relative pattern is resolved against ``base`` (default: the book's ``data/results/``). Files
-    are read in sorted name order; columns a file lacks are left empty (NaN). With no match the
-    result is an empty DataFrame that still has the ``source_file`` column.
+
+def _typed(frame):
+    """Columns whose values are all True/False (text or bool, blanks allowed) become booleans:
+    ``bool`` without blanks, pandas' nullable ``boolean`` with them."""
+    import pandas as pd
+
+    for column in frame.columns:
+        series = frame[column]
+        if series.dtype == bool or str(series.dtype) == "boolean":
+            continue
+        if not (pd.api.types.is_object_dtype(series) or pd.api.types.is_string_dtype(series)):
+            continue
+        present = series.dropna()
+        present = present[present.astype(str) != ""]
+        if present.empty or not all(isinstance(v, bool) or v in _BOOL_TEXT for v in present):
+            continue
+        values = series.map(lambda v: v if isinstance(v, bool) else _BOOL_TEXT.get(v, pd.NA))
+        frame[column] = values.astype("boolean") if values.isna().any() else values.astype(bool)
+    return frame
+
+
+def _read_file(path: Path, k: Kind):
+    import pandas as pd
+
+    header = _read_header(path) or []
+    frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS if c in header}, keep_default_na=True)
+    renames = {old: new for old, new in k.renames.items() if old in frame.columns}
+    for old, new in renames.items():
+        if new in frame.columns:  # the canonical column is there already: keep it, fill its gaps
+            frame[new] = frame[new].where(frame[new].notna(), frame[old])
+            frame = frame.drop(columns=[old])
+        else:
+            frame = frame.rename(columns={old: new})
+    frame[SOURCE_FILE] = path.name
+    if RUN_ID not in frame.columns or frame[RUN_ID].isna().all():
+        # Legacy files without a run id: the rows of one run share their recorded date.
+        dates = frame[DATE].astype(str) if DATE in frame.columns else pd.Series([""] * len(frame))
+        if dates.nunique() <= 1:
+            frame[RUN_ID] = path.stem
+        else:
+            frame[RUN_ID] = path.stem + "@" + dates
+    else:
+        frame[RUN_ID] = frame[RUN_ID].fillna(path.stem).astype(str)
+    return frame
+
+
+def _derive(frame):
+    """Verdict columns a legacy file did not record, derived from what it did record."""
+    import pandas as pd
+
+    frame = _typed(frame)
+    if SAME_PEAKS not in frame.columns and {SAME_PEAK_FRAMES, PEAK_FRAMES} <= set(frame.columns):
+        same, total = pd.to_numeric(frame[SAME_PEAK_FRAMES]), pd.to_numeric(frame[PEAK_FRAMES])
+        frame[SAME_PEAKS] = (same == total).astype("boolean").where(same.notna() & total.notna(), pd.NA)
+    if SAME_OUTPUT not in frame.columns and MAX_ABS_DIFF in frame.columns:
+        diff = pd.to_numeric(frame[MAX_ABS_DIFF], errors="coerce")
+        frame[SAME_OUTPUT] = (diff <= SAME_OUTPUT_ATOL).astype("boolean").where(diff.notna(), pd.NA)
+    for column in (SAME_PEAKS, SAME_OUTPUT):
+        if column in frame.columns and str(frame[column].dtype) == "boolean" and not frame[column].isna().any():
+            frame[column] = frame[column].astype(bool)
+    return frame
+
+
+def load(kind_name: str, results_dir: str | Path | None = None):
+    """Every recorded run of one kind as one typed DataFrame with canonical column names (Chapter 2).
+
+    Reads the kind's new-style files and its legacy files under ``results_dir`` (default
+    ``book.RESULTS_DIR``) in name order. Legacy column names are renamed (the files are not touched);
+    columns a file lacks are left empty. Booleans come back as booleans (``bool``, or the nullable
+    ``boolean`` where some rows have no value), numbers as numbers. Two columns are added:
+    ``source_file`` (the file's name) and ``run_id`` (the recorded one, or for legacy files without it
+    the file's stem, plus ``@<date>`` when the file holds several runs). A legacy file that recorded
+    heatmap-peak counts but no verdict gets ``same_peaks``; one with ``max_abs_diff`` but no verdict
+    gets ``same_output`` under :data:`SAME_OUTPUT_ATOL`. With no file, an empty frame that still has
+    ``source_file``, ``run_id`` and ``date``.
     """
     import pandas as pd
 
-    if base is None:
-        from .book import RESULTS_DIR
+    k = kind(kind_name)
+    frames = [_read_file(path, k) for path in files(kind_name, results_dir)]
+    if not frames:
+        return pd.DataFrame({SOURCE_FILE: pd.Series(dtype=str), RUN_ID: pd.Series(dtype=str),
+                             DATE: pd.Series(dtype=str)})
+    return _derive(pd.concat(frames, ignore_index=True, sort=False))
 
-        base = RESULTS_DIR
+
+def runs(frame):
+    """One row per run of a :func:`load` frame: ``run_id``, ``source_file``, ``date`` (its newest), ``rows``,
+    oldest first (Chapter 2)."""
+    import pandas as pd
+
+    if frame.empty:
+        return pd.DataFrame(columns=[RUN_ID, SOURCE_FILE, DATE, "rows"])
+    when = pd.to_datetime(frame[DATE], utc=True, errors="coerce") if DATE in frame.columns \
+        else pd.Series(pd.NaT, index=frame.index)
+    order = {rid: i for i, rid in enumerate(dict.fromkeys(frame[RUN_ID]))}
+    table = (frame.assign(_when=when).groupby(RUN_ID, sort=False)
+             .agg(source_file=(SOURCE_FILE, "first"), _when=("_when", "max"), rows=(RUN_ID, "size"))
+             .reset_index())
+    table["_order"] = table[RUN_ID].map(order)
+    table = table.sort_values(["_when", "_order"], na_position="first", kind="stable")
+    table[DATE] = table["_when"].map(lambda t: t.isoformat() if pd.notna(t) else "")
+    return table[[RUN_ID, SOURCE_FILE, DATE, "rows"]].reset_index(drop=True)
+
+
+def latest_run(frame):
+    """The rows of the newest run in a :func:`load` frame, index reset (Chapter 2).
+
+    The one rule: the run whose recorded ``date`` is latest (a run's date is its rows' newest). Not the
+    file name -- ``unique_path`` names a day's second file ``...-2.csv``, which sorts *before*
+    ``...-3.csv`` but also after a later day's first -- and not the row order. Runs with equal dates:
+    the later one in load order. An empty frame comes back as it is.
+    """
+    if frame.empty:
+        return frame
+    table = runs(frame)
+    newest = table[RUN_ID].iloc[-1]
+    return frame[frame[RUN_ID] == newest].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Comparing with the reference (eager FP32)
+# --------------------------------------------------------------------------------------------------
+def compare_to_reference(output, reference, *, atol: float = SAME_OUTPUT_ATOL) -> dict:
+    """How far ``output`` is from ``reference`` (eager FP32's output), the book's one rule (Chapter 3).
+
+    Returns plain Python values: ``max_abs_diff`` (largest absolute difference, in float64),
+    ``reference_scale`` (largest absolute reference value), ``relative_diff``
+    (``max_abs_diff / max(1, reference_scale)``) and ``same_output`` (``relative_diff <= atol``, default
+    :data:`SAME_OUTPUT_ATOL`). For heatmaps ``(N, F, H, W)`` (or BlurBall's ``{0: logits}``) also
+    ``same_peak_frames``, ``peak_frames`` and ``same_peaks`` (every frame's argmax in the same pixel,
+    :func:`graphbook.blurball.heatmap_peaks`). Whether the *decoded balls* agree is a separate question
+    answered on clips with known balls by :func:`graphbook.correctness.detections_agree`.
+    """
+    import numpy as np
+
+    def as_array(value):
+        if isinstance(value, Mapping):
+            value = value[0]
+        if hasattr(value, "detach"):
+            value = value.detach().float().cpu().numpy()
+        return np.asarray(value, dtype=np.float64)
+
+    out, ref = as_array(output), as_array(reference)
+    if out.shape != ref.shape:
+        raise ValueError(f"output shape {out.shape} differs from the reference's {ref.shape}")
+    diff = float(np.max(np.abs(out - ref))) if out.size else 0.0
+    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+    relative = diff / max(1.0, scale)
+    result = {MAX_ABS_DIFF: diff, "reference_scale": scale, RELATIVE_DIFF: relative,
+              SAME_OUTPUT: bool(relative <= atol)}
+    if out.ndim == 4:
+        import torch
+
+        from .blurball import heatmap_peaks
+
+        same = (heatmap_peaks(torch.from_numpy(out)) == heatmap_peaks(torch.from_numpy(ref))).all(dim=-1)
+        result.update({SAME_PEAK_FRAMES: int(same.sum()), PEAK_FRAMES: int(same.numel()),
+                       SAME_PEAKS: bool(same.all())})
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# Before this schema (kept while a caller still uses them)
+# --------------------------------------------------------------------------------------------------
+def read_results(glob_pattern: str, base: str | Path | None = None):
+    """All CSVs matching ``glob_pattern`` as one raw DataFrame with a ``source_file`` column (Chapter 2).
+
+    Superseded by :func:`load` (canonical columns, typed, legacy files included); kept for files that
+    belong to no kind. A relative pattern is resolved against ``base`` (default ``book.RESULTS_DIR``).
+    """
+    import pandas as pd
+
+    base = _results_dir(base)
     pattern_path = Path(glob_pattern)
     if pattern_path.is_absolute():
         root, pattern = Path(pattern_path.anchor), str(pattern_path.relative_to(pattern_path.anchor))
@@ -116,20 +469,19 @@ def read_results(glob_pattern: str, base: str | Path | None = None):
     for file in sorted(root.glob(pattern)):
         if file.is_file():
             frame = pd.read_csv(file)
-            frame["source_file"] = file.name
+            frame[SOURCE_FILE] = file.name
             frames.append(frame)
     if not frames:
-        return pd.DataFrame({"source_file": pd.Series(dtype=str)})
+        return pd.DataFrame({SOURCE_FILE: pd.Series(dtype=str)})
     return pd.concat(frames, ignore_index=True, sort=False)
 
 
 def latest_source(frame):
     """The rows of the most recently recorded file in a :func:`read_results` frame (Chapter 4).
 
-    "Most recent" is decided by each file's newest ``date`` value, not by its name: ``unique_path``
-    names a second run of the day ``...-2.csv``, which sorts *before* the day's first file.
+    Superseded by :func:`latest_run`; kept until no chapter calls it.
     """
-    if frame.empty or "date" not in frame:
+    if frame.empty or DATE not in frame:
         return frame
-    newest = frame.groupby("source_file")["date"].max().idxmax()
-    return frame[frame["source_file"] == newest].reset_index(drop=True)
+    newest = frame.groupby(SOURCE_FILE)[DATE].max().idxmax()
+    return frame[frame[SOURCE_FILE] == newest].reset_index(drop=True)
