@@ -3,7 +3,7 @@
 Introduced in Chapter 6. The book needs a BlurBall that finds the ball, so that "does the compiled
 model keep the ball positions?" can be answered against ground truth. The authors' weights are not
 redistributable here, so this script trains the re-implementation (``graphbook.blurball``) on the
-synthetic clips of ``graphbook.clips``.
+synthetic clips of ``graphbook.synthetic_clips``.
 
 Why small crops: BlurBall costs about 190 k multiply-accumulates per input pixel and its top branch
 runs at full resolution, so one training sample at 288 x 512 costs tens of seconds on a laptop CPU
@@ -157,17 +157,17 @@ def line_loss(logits, target, kind: str = "weighted-mse", pos_weight: float = 20
 def validation_metrics(model, clips_list, args) -> dict:
     """Loss, detection rate, median error and mean output on target / background pixels (Chapter 6)."""
     import torch
-    from graphbook import clips as gc
+    from graphbook import blurball, scoring, synthetic_clips
 
     model.eval()
     try:
-        summary, _ = gc.evaluate_model(model, clips_list, batch_size=args.batch_size)
+        summary, _ = scoring.evaluate_model(model, clips_list, batch_size=args.batch_size)
         with torch.no_grad():
             losses, pos, neg, npos, nneg = [], 0.0, 0.0, 0, 0
             for start in range(0, len(clips_list), args.batch_size):
                 chunk = clips_list[start:start + args.batch_size]
-                logits = model(gc.imagenet_normalize(gc.frames_to_tensor(chunk)))
-                target = gc.targets_to_tensor(chunk)
+                logits = model(blurball.imagenet_normalize(synthetic_clips.frames_to_tensor(chunk)))
+                target = synthetic_clips.targets_to_tensor(chunk)
                 losses.append(float(line_loss(logits, target, args.loss, args.pos_weight)) * len(chunk))
                 prob = torch.sigmoid(logits)
                 pos += float((prob * target).sum())
@@ -201,7 +201,7 @@ def train(args) -> dict:
     """Run the training described by parsed ``args``; return the provenance record (Chapter 6)."""
     import numpy as np
     import torch
-    from graphbook import blurball, clips as gc, results
+    from graphbook import blurball, results, scoring, synthetic_clips
     from graphbook.environment import fingerprint, set_threads
 
     started = time.time()
@@ -217,7 +217,7 @@ def train(args) -> dict:
         model.final_layers[0].bias.fill_(math.log(args.prior / (1 - args.prior)))
     model.train()
     optimiser = torch.optim.Adam(model.parameters(), lr=args.lr)
-    val_clips = gc.held_out_clips(args.val_clips, args.height, args.width, max_speed=args.max_speed)
+    val_clips = synthetic_clips.held_out_clips(args.val_clips, args.height, args.width, max_speed=args.max_speed)
 
     step, epoch, samples, next_clip = 0, 0, 0, 0
     epoch_seconds = []
@@ -226,13 +226,14 @@ def train(args) -> dict:
         epoch_start = time.time()
         losses = []
         for _ in range(args.epoch_steps):
-            batch = [gc.training_clip(args.seed, next_clip + k, args.height, args.width, max_speed=args.max_speed)
+            batch = [synthetic_clips.training_clip(args.seed, next_clip + k, args.height, args.width,
+                                                   max_speed=args.max_speed)
                      for k in range(args.batch_size)]
             next_clip += args.batch_size
-            x = gc.imagenet_normalize(gc.frames_to_tensor(batch))
+            x = blurball.imagenet_normalize(synthetic_clips.frames_to_tensor(batch))
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
                 logits = model(x)
-            loss = line_loss(logits, gc.targets_to_tensor(batch), args.loss, args.pos_weight)
+            loss = line_loss(logits, synthetic_clips.targets_to_tensor(batch), args.loss, args.pos_weight)
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
             optimiser.step()
@@ -263,12 +264,15 @@ def train(args) -> dict:
     blurball.save_weights(model, paths["checkpoint"])
     final = {}
     if args.final_val_clips:
-        summary, _ = gc.evaluate_model(model, gc.held_out_clips(args.final_val_clips, args.height, args.width,
-                                                                max_speed=args.max_speed), batch_size=args.batch_size)
+        held_out = synthetic_clips.held_out_clips(args.final_val_clips, args.height, args.width,
+                                                  max_speed=args.max_speed)
+        summary, _ = scoring.evaluate_model(model, held_out, batch_size=args.batch_size)
         final[f"{args.height}x{args.width}"] = {"clips": args.final_val_clips, **summary}
     if args.full_eval_clips:
-        summary, _ = gc.evaluate_model(model, gc.held_out_clips(args.full_eval_clips, *gc.FULL_SIZE), batch_size=1)
-        final[f"{gc.FULL_SIZE[0]}x{gc.FULL_SIZE[1]}"] = {"clips": args.full_eval_clips, **summary}
+        full_height, full_width = synthetic_clips.FULL_SIZE
+        held_out = synthetic_clips.held_out_clips(args.full_eval_clips, full_height, full_width)
+        summary, _ = scoring.evaluate_model(model, held_out, batch_size=1)
+        final[f"{full_height}x{full_width}"] = {"clips": args.full_eval_clips, **summary}
     checkpoint_bytes = paths["checkpoint"].stat().st_size
     record = {
         "checkpoint": paths["checkpoint"].name, "log": paths["log"].name,
@@ -281,9 +285,9 @@ def train(args) -> dict:
         "train_wall_seconds": round(train_seconds, 1), "total_wall_seconds": round(time.time() - started, 1),
         "parameters": blurball.parameter_count(model),
         "final_metrics": final, "last_epoch": history[-1] if history else None,
-        "hit_px": gc.DEFAULT_HIT_PX, "held_out_seed": gc.HELD_OUT_SEED,
-        "notes": ("Trained on synthetic clips from graphbook.clips at the full-resolution pixel scale, as crops "
-                  f"of {args.height}x{args.width} (BlurBall is fully convolutional; a full-size sample costs "
+        "hit_px": scoring.DEFAULT_HIT_PX, "held_out_seed": synthetic_clips.HELD_OUT_SEED,
+        "notes": ("Trained on synthetic clips from graphbook.synthetic_clips at the full-resolution pixel scale, "
+                  f"as crops of {args.height}x{args.width} (BlurBall is fully convolutional; a full-size sample costs "
                   "too much on a CPU). Loss: " + ("spec MSE on the clamped sigmoid." if args.loss == "mse" else
                   f"MSE on the clamped sigmoid with target pixels weighted x{args.pos_weight} (plain MSE "
                   "collapses to all-zero heatmaps with about 1% positive pixels).")),

@@ -238,3 +238,15 @@ def test_parameter_count_and_macs_by_hooks(model, small_input):
 def test_example_input_rejects_bad_sizes():
     with pytest.raises(ValueError, match="multiples of 8"):
         bb.example_input(height=100, width=128)
+
+
+def test_load_trained_blurball_names_the_script_when_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="train_blurball.py"):
+        bb.load_trained_blurball(tmp_path / "absent.pt")
+
+
+def test_imagenet_normalize_takes_stacked_frames_and_rejects_other_shapes():
+    x = torch.rand(2, 9, 8, 16)
+    assert torch.equal(bb.imagenet_normalize(x), bb.normalize_frames(x.reshape(2, 3, 3, 8, 16)))
+    with pytest.raises(ValueError, match="3\\*frames"):
+        bb.imagenet_normalize(torch.rand(2, 8, 8, 16))

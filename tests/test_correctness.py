@@ -4,13 +4,13 @@ import math
 import pytest
 import torch
 
-from graphbook import clips, correctness, warmup
+from graphbook import correctness, decoding, synthetic_clips, warmup
 
 
 def frame(x=None, y=None):
-    det = None if x is None else clips.Detection(x=x, y=y, score=1.0, angle_deg=0.0, half_extent=1.0,
-                                                  half_length=0.0, area=4)
-    return clips.FrameDecoding(det, (det,) if det else ())
+    det = None if x is None else decoding.Detection(x=x, y=y, score=1.0, angle_deg=0.0, half_extent=1.0,
+                                                     half_length=0.0, area=4)
+    return decoding.FrameDecoding(det, (det,) if det else ())
 
 
 def test_detections_agree_counts_empty_and_shifted_frames():
@@ -25,8 +25,8 @@ def test_detections_agree_counts_empty_and_shifted_frames():
 def test_table_on_tiny_model_with_onnx_and_int8(tmp_path):
     torch.set_num_threads(1)
     net = warmup.tiny_clip_net(hidden=4)
-    held_out = clips.make_clips(2, seed=100, height=32, width=48)
-    calib = clips.make_clips(2, seed=200, height=32, width=48)
+    held_out = synthetic_clips.make_clips(2, seed=100, height=32, width=48)
+    calib = synthetic_clips.make_clips(2, seed=200, height=32, width=48)
     runners = correctness.all_variants(net, held_out[0], calibration_clips=calib, threads=1, workdir=tmp_path)
     # the compiled variants are exercised by Chapter 6 and test_warmup; keep this test fast
     runners.pop("compile")
@@ -54,7 +54,7 @@ def test_onnx_files_are_cleaned_up_without_a_workdir():
 
     before = set(glob.glob(f"{tempfile.gettempdir()}/graphbook-onnx-*"))
     net = warmup.tiny_clip_net(hidden=4)
-    held_out = clips.make_clips(1, seed=100, height=32, width=48)
+    held_out = synthetic_clips.make_clips(1, seed=100, height=32, width=48)
     runners = correctness.all_variants(net, held_out[0], threads=1)
     runners.pop("compile")
     runners.pop("compile + freezing")

@@ -97,9 +97,9 @@ def test_the_books_checkpoint_finds_the_ball():
     import hashlib
 
     import torch
-    from graphbook import clips
+    from graphbook import blurball, scoring, synthetic_clips
 
-    checkpoint = ROOT / clips.TRAINED_CHECKPOINT
+    checkpoint = ROOT / blurball.TRAINED_CHECKPOINT
     provenance = json.loads(checkpoint.with_name("blurball_synthetic.provenance.json").read_text())
     assert checkpoint.stat().st_size <= 10 * 1024 * 1024
     assert hashlib.sha256(checkpoint.read_bytes()).hexdigest() == provenance["checkpoint_sha256"]
@@ -107,9 +107,9 @@ def test_the_books_checkpoint_finds_the_ball():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        model = clips.load_trained_blurball()
-        held_out = clips.held_out_clips(6, 96, 160, max_speed=30.0)
-        summary, _ = clips.evaluate_model(model, held_out, batch_size=2)
+        model = blurball.load_trained_blurball()
+        held_out = synthetic_clips.held_out_clips(6, 96, 160, max_speed=30.0)
+        summary, _ = scoring.evaluate_model(model, held_out, batch_size=2)
     finally:
         torch.set_num_threads(threads)
     assert summary["detection_rate"] >= 0.8

@@ -51,6 +51,9 @@ DEFAULT_SEED = 0
 # Stage-4 fuse outputs 1-3 are computed but never read (spec section 5, row 11).
 DEAD_MODULE_PREFIXES = ("stage4.0.fuse_layers.1.", "stage4.0.fuse_layers.2.", "stage4.0.fuse_layers.3.")
 
+#: The checkpoint ``code/train_blurball.py --seed 0`` wrote for the book (relative to the repository).
+TRAINED_CHECKPOINT = "data/checkpoints/blurball_synthetic.pt"
+
 
 class CheckpointError(ValueError):
     """A weights file that is not a BlurBall checkpoint, or whose keys do not match (Chapter 5)."""
@@ -354,6 +357,22 @@ def save_weights(model: nn.Module, path: str | Path) -> Path:
     return path
 
 
+def load_trained_blurball(path: str | Path | None = None, *, heatmap_only: bool = True) -> BlurBall:
+    """The BlurBall trained on the synthetic clips (``TRAINED_CHECKPOINT``), in eval mode (Chapter 6).
+
+    ``path`` defaults to the book's checkpoint; its provenance (seed, commit, machine, metrics) sits
+    beside it in ``blurball_synthetic.provenance.json``. Raises FileNotFoundError naming the script
+    that recreates it when the file is missing.
+    """
+    from .environment import REPO_ROOT
+
+    path = Path(path) if path is not None else REPO_ROOT / TRAINED_CHECKPOINT
+    if not path.is_file():
+        raise FileNotFoundError(f"trained BlurBall checkpoint not found: {path}; "
+                                "recreate it with `python code/train_blurball.py --seed 0`")
+    return build_blurball(path, heatmap_only=heatmap_only)
+
+
 # --------------------------------------------------------------------------------------------------
 # Input, output, cost
 # --------------------------------------------------------------------------------------------------
@@ -384,6 +403,18 @@ def normalize_frames(frames: torch.Tensor | Sequence[torch.Tensor]) -> torch.Ten
     normalised = (frames - mean) / std
     n, f, c, h, w = normalised.shape
     return normalised.reshape(n, f * c, h, w)
+
+
+def imagenet_normalize(x: torch.Tensor) -> torch.Tensor:
+    """Per-frame ImageNet normalisation of frames already stacked as the model's channels (Chapter 6).
+
+    ``x`` is ``(N, 3F, H, W)`` in [0, 1], ordered [f0 RGB, f1 RGB, ...] (what
+    :func:`graphbook.synthetic_clips.frames_to_tensor` returns); :func:`normalize_frames` does the work.
+    """
+    if x.ndim != 4 or x.shape[1] % 3 != 0:
+        raise ValueError(f"expected (N, 3*frames, H, W), got {tuple(x.shape)}")
+    n, c, h, w = x.shape
+    return normalize_frames(x.reshape(n, c // 3, 3, h, w))
 
 
 def example_input(batch: int = 1, height: int = INPUT_HEIGHT, width: int = INPUT_WIDTH,

@@ -4,7 +4,7 @@ Introduced in Chapter 6. The article warns that fusion reorders additions, so th
 logits change, and leaves open whether the *ball positions* change. This module answers it with data:
 each variant (``torch.compile`` with freezing off and on, bf16 autocast, channels-last, every ONNX
 Runtime optimisation level, the Q/DQ INT8 model) runs on held-out synthetic clips whose ball is known
-(:mod:`graphbook.clips`) and is compared with eager FP32 twice:
+(:mod:`graphbook.synthetic_clips`) and is compared with eager FP32 twice:
 
 - with eager: max abs diff of the logits, and the share of frames whose decoded detection agrees
   (both empty, or both found within ``agree_px`` of each other);
@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from . import clips as _clips
+from . import blurball, decoding, scoring, synthetic_clips
 from .warmup import logits_of
 
 #: Two detections "agree" when their centres are within this many pixels (half a pixel: same blob, same place).
@@ -129,18 +129,18 @@ def correctness_table(runners: dict[str, Callable], clips: list, *, reference: s
         raise ValueError(f"reference variant {reference!r} is not among {sorted(runners)}")
     if not clips:
         raise ValueError("need at least one held-out clip")
-    inputs = [_clips.imagenet_normalize(_clips.frames_to_tensor(clips[i:i + batch_size]))
+    inputs = [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor(clips[i:i + batch_size]))
               for i in range(0, len(clips), batch_size)]
     outputs = {}
     with torch.no_grad():
         for name, run in runners.items():
             outputs[name] = [run(x).float() for x in inputs]
-    decoded = {name: [d for out in outs for d in _clips.decode_batch(out, threshold)] for name, outs in outputs.items()}
+    decoded = {name: [d for out in outs for d in decoding.decode_batch(out, threshold)] for name, outs in outputs.items()}
     rows = []
     for name in runners:
         diff = max(float((o - r).abs().max()) for o, r in zip(outputs[name], outputs[reference]))
         agree, frames, shift = detections_agree(decoded[name], decoded[reference], agree_px)
-        truth = _clips.summarize_matches(_clips.match_detections(decoded[name], clips))
+        truth = scoring.summarize_matches(scoring.match_detections(decoded[name], clips))
         rows.append({"variant": name, "clips": len(clips), "frames": frames, "max_abs_diff": diff,
                      "agree_frames": int(agree), "agree_share": agree / frames, "max_shift_px": float(shift),
                      "detection_rate": float(truth["detection_rate"]),
@@ -166,8 +166,8 @@ def all_variants(model: torch.nn.Module, example_clip, *, onnx: bool = True, cal
             import onnxscript  # noqa: F401
         except ImportError:
             return runners
-        example = _clips.imagenet_normalize(_clips.frames_to_tensor([example_clip]))
-        calibration = ([_clips.imagenet_normalize(_clips.frames_to_tensor([c])) for c in calibration_clips]
+        example = blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([example_clip]))
+        calibration = ([blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([c])) for c in calibration_clips]
                        if calibration_clips else None)
         if workdir is not None:
             runners.update(onnx_variants(model, example, workdir, calibration=calibration, threads=threads))

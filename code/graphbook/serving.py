@@ -22,7 +22,7 @@ HTTP interface
 
     ``200`` answer: ``{"batch_size": N, "inference_ms": .., "detections": [[det_or_null per frame]
     per clip]}``, each detection ``{"x", "y", "score", "angle_deg", "half_length"}`` in pixels and
-    degrees (decoded by :func:`graphbook.clips.decode_batch`).
+    degrees (decoded by :func:`graphbook.decoding.decode_batch`).
 
 Errors are JSON ``{"error": "<message>"}`` and never stop the server: 400 malformed body or headers,
 404 unknown path, 411 no Content-Length, 413 body larger than ``max_body_bytes`` (rejected from its
@@ -133,7 +133,7 @@ class InferenceService:
 
     def predict(self, array: np.ndarray) -> dict:
         """Run the model on a validated batch and decode one detection (or None) per frame."""
-        from .clips import decode_batch
+        from .decoding import decode_batch
 
         if not self.ready.is_set():
             raise RequestError(503, "the model is still warming up; poll /healthz")

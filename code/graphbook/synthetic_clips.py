@@ -1,9 +1,11 @@
-"""Ground truth for the ball detector: synthetic clips, blur-aware targets and the heatmap decoder.
+"""Synthetic ground truth for the ball detector: 3-frame clips with a known ball, and their targets.
 
 Introduced in Chapter 6. The article could not say whether a compiled BlurBall still puts the ball in
 the same place, because it had no frames with a known ball position. This module makes them: 3-frame
 clips of a motion-blurred table-tennis ball whose centre, blur angle and blur half-length are known
 exactly, on procedural backgrounds (gradients, value noise, stripes, a table with its lines and a net).
+The decoder that reads a heatmap back into ball positions is :mod:`graphbook.decoding`; the scoring
+of detections against these labels is :mod:`graphbook.scoring`.
 
 Conventions (shared by the renderer, the target and the decoder):
 
@@ -11,18 +13,15 @@ Conventions (shared by the renderer, the target and the decoder):
   the right and ``y`` grows downwards.
 - A label follows BlurBall's labelling: the centre is the centre of the blur streak and the streak's
   ends are ``centre +- half_length * (cos angle, sin angle)``. Angles are in degrees in ``[-90, 90)``
-  (a streak has no direction).
+  (a streak has no direction): :func:`normalize_angle` and :func:`angle_difference`.
 - Frames are float32 in ``[0, 1]``, shape ``(3 frames, H, W, 3 RGB)``; :func:`frames_to_tensor` turns a
-  batch into the model's channel order ``[f0 RGB, f1 RGB, f2 RGB]`` (before ImageNet normalisation).
+  batch into the model's channel order ``[f0 RGB, f1 RGB, f2 RGB]`` (before ImageNet normalisation,
+  :func:`graphbook.blurball.imagenet_normalize`).
 
-Public API (stable; other chapters and ``code/train_blurball.py`` build on it):
-
-- :class:`BallLabel`, :class:`Clip`, :func:`make_clip`, :func:`make_clips`, :func:`render_background`,
-  :func:`render_ball`, :func:`line_target`, :func:`frames_to_tensor`, :func:`targets_to_tensor`
-- :class:`Detection`, :class:`FrameDecoding`, :func:`connected_components`, :func:`decode_heatmap`,
-  :func:`decode_clip`, :func:`decode_batch`
-- :func:`held_out_clips`, :func:`training_clip`, :func:`match_detections`, :func:`summarize_matches`,
-  :func:`load_trained_blurball`, :func:`evaluate_model` (detection rate and position error on held-out clips)
+Public API (other chapters and ``code/train_blurball.py`` build on it): :class:`BallLabel`,
+:class:`Clip`, :func:`make_clip`, :func:`make_clips`, :func:`held_out_clips`, :func:`training_clip`,
+:func:`render_background`, :func:`render_ball`, :func:`line_target`, :func:`frames_to_tensor`,
+:func:`targets_to_tensor`, :func:`normalize_angle`, :func:`angle_difference`.
 """
 from __future__ import annotations
 
@@ -39,10 +38,6 @@ DISC_TARGET_RADIUS = 3.0
 FULL_SIZE = (288, 512)
 #: Frames per clip (BlurBall's ``frames_in`` and ``frames_out``).
 FRAMES = 3
-#: Distance (px) under which a detection counts as a hit in :func:`match_detections`.
-DEFAULT_HIT_PX = 5.0
-#: The checkpoint ``code/train_blurball.py --seed 0`` wrote for the book (relative to the repository).
-TRAINED_CHECKPOINT = "data/checkpoints/blurball_synthetic.pt"
 #: Seed of the book's held-out clips (:func:`held_out_clips`); training never draws from it.
 HELD_OUT_SEED = 2026
 
@@ -415,7 +410,8 @@ def frames_to_tensor(clips_or_frames):
     """Stack clips (or an array ``(N, 3, H, W, 3)`` / ``(3, H, W, 3)``) into a float32 torch tensor
     ``(N, 9, H, W)`` in BlurBall's channel order [f0 RGB, f1 RGB, f2 RGB], values in [0, 1] (Chapter 6).
 
-    Apply the model's ImageNet normalisation (``graphbook.blurball``) before the forward pass.
+    Apply the model's ImageNet normalisation (:func:`graphbook.blurball.imagenet_normalize`) before the
+    forward pass.
     """
     import torch
 
@@ -443,281 +439,3 @@ def targets_to_tensor(clips):
     if isinstance(clips, Clip):
         clips = [clips]
     return torch.from_numpy(np.ascontiguousarray(np.stack([c.targets for c in clips]), dtype=np.float32))
-
-
-# --------------------------------------------------------------------------------------------------
-# Decoding
-# --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Detection:
-    """One candidate blob in a decoded heatmap (Chapter 6).
-
-    ``x``, ``y``: heat-weighted centroid (px); ``score``: sum of the heat (sigmoid) values in the blob;
-    ``angle_deg``: ``0.5 * atan2(2 mu11, mu20 - mu02)`` of the binary blob; ``half_extent``: half of the
-    blob's extent along its first principal axis (the spec's "length"); ``half_length``: that minus the
-    half extent across the axis, an estimate of the streak's blur half-length ``l`` that does not depend
-    on how thick the blob is (0 for a round blob); ``area``: pixel count.
-    """
-
-    x: float
-    y: float
-    score: float
-    angle_deg: float
-    half_extent: float
-    half_length: float
-    area: int
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class FrameDecoding:
-    """The decoder's answer for one frame: the best detection (highest score) or None, and all candidates (Chapter 6)."""
-
-    best: Detection | None
-    candidates: tuple[Detection, ...]
-
-
-def _as_numpy(array) -> np.ndarray:
-    if hasattr(array, "detach"):  # torch tensor, on any device and dtype
-        array = array.detach().float().cpu().numpy()
-    out = np.asarray(array, dtype=np.float32)
-    if not np.issubdtype(out.dtype, np.floating):
-        raise TypeError(f"expected a float array, got {out.dtype}")
-    return out
-
-
-def connected_components(mask: np.ndarray, connectivity: int = 8) -> tuple[np.ndarray, int]:
-    """Label the connected components of a 2-D boolean mask (Chapter 6).
-
-    Returns ``(labels, count)``: int32 ``(H, W)`` with 0 for background and 1..count for the
-    components in raster order of their first pixel. Vectorised label propagation over the
-    foreground pixels only: each round hooks every pixel and its representative to the smallest
-    neighbouring label, then pointer jumping flattens the chains, so the number of rounds grows with
-    the logarithm of a blob's size, not its area.
-    """
-    mask = np.asarray(mask)
-    if mask.ndim != 2:
-        raise ValueError(f"mask must be 2-D, got shape {mask.shape}")
-    if connectivity not in (4, 8):
-        raise ValueError(f"connectivity must be 4 or 8, got {connectivity}")
-    mask = mask.astype(bool)
-    height, width = mask.shape
-    labels_img = np.zeros((height, width), np.int32)
-    rows, cols = np.nonzero(mask)
-    n = rows.size
-    if n == 0:
-        return labels_img, 0
-    index = np.full((height + 2, width + 2), -1, np.int64)  # padded so neighbours never go out of range
-    index[rows + 1, cols + 1] = np.arange(n)
-    offsets = [(0, 1), (1, 0)] + ([(1, 1), (1, -1)] if connectivity == 8 else [])
-    a_list, b_list = [], []
-    for di, dj in offsets:
-        nb = index[rows + 1 + di, cols + 1 + dj]
-        keep = nb >= 0
-        a_list.append(np.nonzero(keep)[0])
-        b_list.append(nb[keep])
-    a, b = np.concatenate(a_list), np.concatenate(b_list)
-    parent = np.arange(n)
-    while True:
-        low = np.minimum(parent[a], parent[b])
-        new = parent.copy()
-        np.minimum.at(new, parent[a], low)  # hook representatives, not just the pixels
-        np.minimum.at(new, parent[b], low)
-        np.minimum.at(new, a, low)
-        np.minimum.at(new, b, low)
-        while True:  # pointer jumping
-            jumped = new[new]
-            if np.array_equal(jumped, new):
-                break
-            new = jumped
-        if np.array_equal(new, parent):
-            break
-        parent = new
-    roots, compact = np.unique(parent, return_inverse=True)  # roots are the smallest index = raster order
-    labels_img[rows, cols] = compact.astype(np.int32) + 1
-    return labels_img, int(roots.size)
-
-
-def _blob_detection(ys: np.ndarray, xs: np.ndarray, heat: np.ndarray) -> Detection:
-    weight = float(heat.sum())
-    cx = float((xs * heat).sum() / weight) if weight > 0 else float(xs.mean())
-    cy = float((ys * heat).sum() / weight) if weight > 0 else float(ys.mean())
-    # Moments of the binary blob (the spec): the angle of the major axis from the x axis towards y.
-    mx, my = xs.mean(), ys.mean()
-    dx, dy = xs - mx, ys - my
-    mu20, mu02, mu11 = float((dx * dx).mean()), float((dy * dy).mean()), float((dx * dy).mean())
-    theta = 0.5 * math.atan2(2 * mu11, mu20 - mu02)
-    along = dx * math.cos(theta) + dy * math.sin(theta)
-    across = -dx * math.sin(theta) + dy * math.cos(theta)
-    half_extent = 0.5 * float(along.max() - along.min())
-    half_width = 0.5 * float(across.max() - across.min())
-    return Detection(x=cx, y=cy, score=weight, angle_deg=normalize_angle(math.degrees(theta)),
-                     half_extent=half_extent, half_length=max(half_extent - half_width, 0.0), area=int(xs.size))
-
-
-def decode_heatmap(heatmap, threshold: float = 0.5, *, from_logits: bool = True) -> FrameDecoding:
-    """Decode one frame's heatmap ``(H, W)`` into ball detections, as BlurBall does (Chapter 6).
-
-    Sigmoid (when ``from_logits``), threshold, 8-connected components; per component the score is
-    the sum of the heat, the position the heat-weighted centroid, the angle from the binary blob's
-    central moments and the length from its extent along the first principal axis.
-    """
-    heat = _as_numpy(heatmap)
-    if heat.ndim != 2:
-        raise ValueError(f"heatmap must be 2-D (H, W), got shape {heat.shape}")
-    if not 0.0 < threshold < 1.0:
-        raise ValueError(f"threshold must be in (0, 1), got {threshold}")
-    if from_logits:
-        heat = 1.0 / (1.0 + np.exp(-np.clip(heat, -60.0, 60.0)))
-    mask = heat > threshold
-    labels, count = connected_components(mask)
-    if count == 0:
-        return FrameDecoding(None, ())
-    rows, cols = np.nonzero(labels)
-    comp = labels[rows, cols]
-    order = np.argsort(comp, kind="stable")
-    rows, cols, comp = rows[order], cols[order], comp[order]
-    starts = np.searchsorted(comp, np.arange(1, count + 1))
-    ends = np.append(starts[1:], comp.size)
-    found = []
-    for s, e in zip(starts, ends):
-        ys, xs = rows[s:e].astype(np.float64), cols[s:e].astype(np.float64)
-        found.append(_blob_detection(ys, xs, heat[rows[s:e], cols[s:e]].astype(np.float64)))
-    found.sort(key=lambda d: -d.score)
-    return FrameDecoding(found[0], tuple(found))
-
-
-def decode_clip(heatmaps, threshold: float = 0.5, *, from_logits: bool = True) -> list[FrameDecoding]:
-    """Decode the ``(F, H, W)`` heatmaps of one clip (one per frame); see :func:`decode_heatmap` (Chapter 6)."""
-    heat = _as_numpy(heatmaps)
-    if heat.ndim != 3:
-        raise ValueError(f"heatmaps must be (F, H, W), got shape {heat.shape}")
-    return [decode_heatmap(h, threshold, from_logits=from_logits) for h in heat]
-
-
-def decode_batch(heatmaps, threshold: float = 0.5, *, from_logits: bool = True) -> list[list[FrameDecoding]]:
-    """Decode a batch of heatmaps ``(N, F, H, W)`` (the model's output); see :func:`decode_heatmap` (Chapter 6)."""
-    if isinstance(heatmaps, dict):  # BlurBall's raw output {0: logits}
-        heatmaps = heatmaps[0]
-    heat = _as_numpy(heatmaps)
-    if heat.ndim != 4:
-        raise ValueError(f"heatmaps must be (N, F, H, W), got shape {heat.shape}")
-    return [decode_clip(h, threshold, from_logits=from_logits) for h in heat]
-
-
-# --------------------------------------------------------------------------------------------------
-# Scoring against ground truth
-# --------------------------------------------------------------------------------------------------
-def match_detections(decoded: list[list[FrameDecoding]], clips: list[Clip], hit_px: float = DEFAULT_HIT_PX) -> list[dict]:
-    """One row per (clip, frame) comparing the best detection with the label (Chapter 6).
-
-    Columns: clip, frame, visible, detected, hit (detected within ``hit_px`` of a visible ball),
-    error_px, angle_error_deg (only for streaks with half-length >= 3 px, where the angle is defined),
-    length_error_px, and the label and detection values.
-    """
-    if len(decoded) != len(clips):
-        raise ValueError(f"{len(decoded)} decoded clips for {len(clips)} clips")
-    rows = []
-    for k, (frames, clip) in enumerate(zip(decoded, clips)):
-        for f, (dec, label) in enumerate(zip(frames, clip.labels)):
-            best = dec.best
-            row = {"clip": k, "frame": f, "visible": label.visible, "detected": best is not None,
-                   "label_x": label.x, "label_y": label.y, "label_angle_deg": label.angle_deg,
-                   "label_half_length": label.half_length,
-                   "x": best.x if best else math.nan, "y": best.y if best else math.nan,
-                   "angle_deg": best.angle_deg if best else math.nan,
-                   "half_length": best.half_length if best else math.nan,
-                   "error_px": math.nan, "angle_error_deg": math.nan, "length_error_px": math.nan, "hit": False}
-            if best is not None and label.visible:
-                row["error_px"] = math.hypot(best.x - label.x, best.y - label.y)
-                row["hit"] = row["error_px"] <= hit_px
-                row["length_error_px"] = abs(best.half_length - label.half_length)
-                if label.half_length >= 3.0:
-                    row["angle_error_deg"] = angle_difference(best.angle_deg, label.angle_deg)
-            rows.append(row)
-    return rows
-
-
-def summarize_matches(rows: list[dict]) -> dict:
-    """Detection rate, median errors and false-positive rate from :func:`match_detections` rows (Chapter 6).
-
-    ``detection_rate``: share of frames with a visible ball whose best detection is a hit;
-    ``median_error_px``: median centre error over the hits; ``false_positive_rate``: share of frames
-    without a visible ball where something was detected. Plain Python floats (ready for glue).
-    """
-    visible = [r for r in rows if r["visible"]]
-    hidden = [r for r in rows if not r["visible"]]
-    hits = [r for r in visible if r["hit"]]
-
-    def median(values):
-        values = [v for v in values if not math.isnan(v)]
-        return float(np.median(values)) if values else math.nan
-
-    return {
-        "frames": len(rows), "visible_frames": len(visible),
-        "detection_rate": len(hits) / len(visible) if visible else math.nan,
-        "median_error_px": median([r["error_px"] for r in hits]),
-        "median_angle_error_deg": median([r["angle_error_deg"] for r in hits]),
-        "median_length_error_px": median([r["length_error_px"] for r in hits]),
-        "false_positive_rate": (sum(r["detected"] for r in hidden) / len(hidden)) if hidden else math.nan,
-    }
-
-
-def evaluate_model(model, clips: list[Clip], *, normalize=None, batch_size: int = 4, threshold: float = 0.5,
-                   hit_px: float = DEFAULT_HIT_PX) -> tuple[dict, list[dict]]:
-    """Run ``model`` on held-out clips and score it against their labels (Chapter 6).
-
-    ``model`` maps a float tensor ``(N, 9, H, W)`` to logits ``(N, 3, H, W)`` (or BlurBall's dict
-    ``{0: logits}``); ``normalize`` maps the [0, 1] frames tensor to the model's input (default:
-    ImageNet normalisation per frame). Returns ``(summary, rows)`` from :func:`summarize_matches` and
-    :func:`match_detections`. Runs under ``torch.no_grad`` in the model's current mode.
-    """
-    import torch
-
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if not clips:
-        raise ValueError("need at least one clip to evaluate")
-    normalize = normalize or imagenet_normalize
-    decoded = []
-    with torch.no_grad():
-        for start in range(0, len(clips), batch_size):
-            x = normalize(frames_to_tensor(clips[start:start + batch_size]))
-            out = model(x)
-            if isinstance(out, dict):
-                out = out[0]
-            decoded.extend(decode_batch(out, threshold))
-    rows = match_detections(decoded, clips, hit_px)
-    return summarize_matches(rows), rows
-
-
-def load_trained_blurball(path=None, *, heatmap_only: bool = True):
-    """The BlurBall trained on these clips (``TRAINED_CHECKPOINT``), in eval mode (Chapter 6).
-
-    ``path`` defaults to the book's checkpoint; its provenance (seed, commit, machine, metrics) sits
-    beside it in ``blurball_synthetic.provenance.json``. Raises FileNotFoundError naming the script
-    that recreates it when the file is missing.
-    """
-    from pathlib import Path
-
-    from .blurball import build_blurball
-    from .environment import REPO_ROOT
-
-    path = Path(path) if path is not None else REPO_ROOT / TRAINED_CHECKPOINT
-    if not path.is_file():
-        raise FileNotFoundError(f"trained BlurBall checkpoint not found: {path}; "
-                                "recreate it with `python code/train_blurball.py --seed 0`")
-    return build_blurball(path, heatmap_only=heatmap_only)
-
-
-def imagenet_normalize(x):
-    """Per-frame ImageNet normalisation of a ``(N, 9, H, W)`` tensor in [0, 1], via
-    :func:`graphbook.blurball.normalize_frames` (BlurBall's input; Chapter 6)."""
-    from .blurball import normalize_frames
-
-    if x.ndim != 4 or x.shape[1] % 3 != 0:
-        raise ValueError(f"expected (N, 3*frames, H, W), got {tuple(x.shape)}")
-    n, c, h, w = x.shape
-    return normalize_frames(x.reshape(n, c // 3, 3, h, w))
