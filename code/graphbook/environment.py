@@ -29,15 +29,178 @@ def set_threads(threads: int) -> int:
     return torch.get_num_threads()
 
 
-def cpu_model() -> str:
-    """The CPU's marketing name from /proc/cpuinfo (Linux) or platform (elsewhere). Chapter 1."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+def cpu_model(cpuinfo_text: str | None = None) -> str:
+    """The CPU's name, on any architecture (Chapter 1).
+
+    x86 Linux: the ``model name`` line of /proc/cpuinfo. aarch64 Linux has no such line (and
+    sometimes a ``Model`` line with the board's name): then ``CPU implementer``/``CPU part`` are
+    reported (e.g. ``ARM implementer 0x41 part 0xd0c``). macOS: ``sysctl machdep.cpu.brand_string``
+    (``Apple M2``). Elsewhere :func:`platform.processor` or the machine type; never an exception.
+    ``cpuinfo_text`` replaces /proc/cpuinfo (tests feed fake files).
+    """
+    text = _read_cpuinfo() if cpuinfo_text is None else cpuinfo_text
+    fields = _cpuinfo_fields(text)
+    for key in ("model name", "model", "hardware"):
+        value = fields.get(key, "")
+        if value and not value.isdigit():  # x86 also has a numeric "model" line
+            return value
+    if "cpu part" in fields:
+        return f"ARM implementer {fields.get('cpu implementer', '?')} part {fields['cpu part']}"
+    if cpuinfo_text is None:
+        brand = _sysctl("machdep.cpu.brand_string")
+        if brand:
+            return brand
     return platform.processor() or platform.machine() or "unknown"
+
+
+def _read_cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def _cpuinfo_fields(text: str) -> dict[str, str]:
+    """First value of each ``key : value`` line of a cpuinfo text, keys lower-cased."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if ":" in line:
+            key, value = line.split(":", 1)
+            fields.setdefault(key.strip().lower(), value.strip())
+    return fields
+
+
+def _sysctl(name: str) -> str:
+    """``sysctl -n name`` on macOS/BSD, or "" where there is no sysctl or no such key."""
+    if platform.system() not in ("Darwin", "FreeBSD"):
+        return ""
+    try:
+        return subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+# Instruction-set features the book cares about, and the /proc/cpuinfo flag names that show them.
+X86_FEATURES = {"avx2": ("avx2",), "avx512f": ("avx512f",), "avx512_vnni": ("avx512_vnni",),
+                "avx_vnni": ("avx_vnni",), "amx": ("amx_tile", "amx_int8")}
+ARM_FEATURES = {"neon": ("asimd", "neon"), "dotprod": ("asimddp",), "i8mm": ("i8mm",), "bf16": ("bf16",)}
+_MAC_SYSCTL = {"neon": "hw.optional.neon", "dotprod": "hw.optional.arm.FEAT_DotProd",
+               "i8mm": "hw.optional.arm.FEAT_I8MM", "bf16": "hw.optional.arm.FEAT_BF16"}
+FEATURES_ENV = "GRAPHBOOK_CPU_FEATURES"
+
+
+def _arch_family(machine: str) -> str:
+    machine = machine.lower()
+    if machine in ("x86_64", "amd64", "i386", "i686", "x86"):
+        return "x86"
+    if machine in ("aarch64", "arm64") or machine.startswith("armv8"):
+        return "arm"
+    return "other"
+
+
+def cpu_features(cpuinfo_text: str | None = None, machine: str | None = None, *,
+                 sysctl=None, environ=None) -> dict:
+    """The instruction-set features this CPU offers, on x86 and ARM alike (Chapter 1, used in Chapter 4).
+
+    Returns a dict: ``arch`` ("x86", "arm" or "other"), ``machine`` (platform.machine()), ``source``
+    (where the answer came from: "/proc/cpuinfo", "sysctl", the override variable, or "unknown"),
+    one key per feature -- x86: ``avx2``, ``avx512f``, ``avx512_vnni``, ``avx_vnni``, ``amx``;
+    ARM: ``neon``, ``dotprod``, ``i8mm``, ``bf16`` -- each True, False or None (None: could not be
+    read, never a guess), ``vnni`` (either VNNI form; None if unknown), ``isa`` (a short label for
+    fingerprints, e.g. "avx512_vnni", "avx2", "neon+dotprod+i8mm", "unknown") and ``torch_isa`` (the
+    instruction set PyTorch dispatches to, which ``ATEN_CPU_CAPABILITY`` can cap; "" without torch).
+
+    Nothing assumes x86: on aarch64 the ``Features`` line is read, on macOS ``sysctl hw.optional``.
+    The variable ``GRAPHBOOK_CPU_FEATURES`` (comma-separated feature names, e.g. ``avx2`` for a
+    laptop without AVX-512 or VNNI, or ``none``) replaces detection, so a reader can ask the book to
+    choose as it would on another CPU; ONNX Runtime's own kernels still use the real CPU (it offers no
+    cap). ``cpuinfo_text``, ``machine``, ``sysctl`` (a function name -> str) and ``environ`` let tests
+    describe any CPU.
+    """
+    environ = os.environ if environ is None else environ
+    machine = platform.machine() if machine is None else machine
+    arch = _arch_family(machine)
+    names = X86_FEATURES if arch == "x86" else ARM_FEATURES if arch == "arm" else {}
+    result: dict = {"arch": arch, "machine": machine, "source": "unknown"}
+    override = environ.get(FEATURES_ENV, "").strip()
+    have: set[str] | None = None
+    if override:
+        have = {f.strip().lower() for f in override.split(",") if f.strip() and f.strip().lower() != "none"}
+        result["source"] = FEATURES_ENV
+        if arch == "other":  # the override names the family itself
+            arch = "x86" if have & set(X86_FEATURES) else "arm" if have & set(ARM_FEATURES) else "other"
+            names = X86_FEATURES if arch == "x86" else ARM_FEATURES if arch == "arm" else {}
+            result["arch"] = arch
+        values = {feature: feature in have for feature in names}
+    else:
+        text = _read_cpuinfo() if cpuinfo_text is None else cpuinfo_text
+        fields = _cpuinfo_fields(text)
+        flag_line = fields.get("flags") or fields.get("features")
+        if flag_line is not None and names:
+            flags = set(flag_line.split())
+            values = {feature: any(f in flags for f in aliases) for feature, aliases in names.items()}
+            result["source"] = "/proc/cpuinfo"
+        else:
+            values = {feature: None for feature in names}
+            read = sysctl or (_sysctl if cpuinfo_text is None else (lambda name: ""))
+            if arch == "arm":  # Apple Silicon: one sysctl key per feature, "1" or "0"
+                found = {feature: read(key).strip() for feature, key in _MAC_SYSCTL.items()}
+                if any(found.values()):
+                    values = {feature: (found[feature] == "1") if found[feature] else None for feature in names}
+                    result["source"] = "sysctl"
+            elif arch == "x86":  # an Intel Mac: the CPUID feature words as upper-case names
+                flags = set((read("machdep.cpu.features") + " " + read("machdep.cpu.leaf7_features")).lower().split())
+                if flags:
+                    aliases = {"avx2": ("avx2",), "avx512f": ("avx512f",), "avx512_vnni": ("avx512vnni",),
+                               "avx_vnni": ("avxvnni",), "amx": ("amxtile", "amxint8")}
+                    values = {feature: any(a in flags for a in aliases[feature]) for feature in names}
+                    result["source"] = "sysctl"
+    result.update(values)
+    if arch == "x86":
+        vnni = [values.get("avx512_vnni"), values.get("avx_vnni")]
+        result["vnni"] = True if any(vnni) else (None if None in vnni else False)
+    else:
+        result["vnni"] = None if arch == "other" else False
+    result["isa"] = _isa_label(arch, values)
+    result["torch_isa"] = torch_isa()
+    return result
+
+
+def _isa_label(arch: str, values: dict) -> str:
+    """The most telling feature names, joined by "+": the instruction set in a fingerprint column."""
+    if not values or all(v is None for v in values.values()):
+        return "unknown"
+    if arch == "x86":
+        if values.get("amx"):
+            return "amx"
+        if values.get("avx512f"):
+            return "avx512_vnni" if values.get("avx512_vnni") else "avx512"
+        if values.get("avx2"):
+            return "avx2+avx_vnni" if values.get("avx_vnni") else "avx2"
+        return "x86-baseline"
+    present = [name for name in ("neon", "dotprod", "i8mm", "bf16") if values.get(name)]
+    return "+".join(present) or "arm-baseline"
+
+
+def torch_isa() -> str:
+    """The CPU instruction set PyTorch dispatches to, e.g. "AVX512" or "AVX2" (Chapter 1).
+
+    ``ATEN_CPU_CAPABILITY=avx2`` caps it (oneDNN's own cap is ``ONEDNN_MAX_CPU_ISA``); "" without torch.
+    """
+    try:
+        import torch
+
+        return str(torch.backends.cpu.get_cpu_capability())
+    except Exception:  # an absent or old torch is recorded as "", not fatal
+        return ""
+
+
+def isa_caps(environ=None) -> dict:
+    """The instruction-set caps set in the environment (Chapter 1): ``ATEN_CPU_CAPABILITY`` and
+    ``ONEDNN_MAX_CPU_ISA`` (or the older ``DNNL_MAX_CPU_ISA``), "" when unset. ONNX Runtime has no such cap."""
+    environ = os.environ if environ is None else environ
+    return {"ATEN_CPU_CAPABILITY": environ.get("ATEN_CPU_CAPABILITY", ""),
+            "ONEDNN_MAX_CPU_ISA": environ.get("ONEDNN_MAX_CPU_ISA", environ.get("DNNL_MAX_CPU_ISA", ""))}
 
 
 def git_commit(root: Path = REPO_ROOT) -> str:
@@ -82,15 +245,20 @@ def gpu_info() -> dict:
 def fingerprint(threads: int | None = None) -> dict:
     """Everything a measurement needs to be compared later (Chapter 1).
 
-    Keys: date (UTC, ISO 8601), git_commit, cpu_model, cpu_cores (logical), threads (torch's intra-op
-    count, or the given one), gpu_name, gpu_driver, cuda_version, python, torch, onnxruntime, platform.
+    Keys: date (UTC, ISO 8601), git_commit, cpu_model, cpu_isa (the instruction set the CPU offers,
+    :func:`cpu_features`), torch_isa (the one PyTorch uses, lower when ``ATEN_CPU_CAPABILITY`` caps it),
+    cpu_cores (logical), threads (torch's intra-op count, or the given one), gpu_name, gpu_driver,
+    cuda_version, python, torch, onnxruntime, platform.
     """
     import torch
 
+    features = cpu_features()
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(),
         "cpu_model": cpu_model(),
+        "cpu_isa": features["isa"],
+        "torch_isa": features["torch_isa"],
         "cpu_cores": os.cpu_count() or 0,
         "threads": int(threads if threads is not None else torch.get_num_threads()),
         **gpu_info(),

@@ -1,0 +1,105 @@
+"""Tests of graphbook.environment's CPU description on CPUs this machine is not: fake /proc/cpuinfo
+texts for x86 with and without VNNI, aarch64 Linux, Apple Silicon (sysctl) and an unknown CPU."""
+import pytest
+
+from graphbook import environment as env
+
+X86_AVX512_VNNI = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 17
+model name\t: AMD EPYC 9454 96-Core Processor
+flags\t\t: fpu sse sse2 avx fma avx2 avx512f avx512dq avx512bw avx512vl avx512_bf16 avx512_vnni avx_vnni
+"""
+
+X86_AVX2_ONLY = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model\t\t: 49
+model name\t: AMD EPYC 7B12
+flags\t\t: fpu sse sse2 avx fma f16c avx2 bmi2
+"""
+
+AARCH64_LINUX = """processor\t: 0
+BogoMIPS\t: 243.75
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU variant\t: 0x3
+CPU part\t: 0xd0c
+"""
+
+
+def features(text, machine="x86_64", **kwargs):
+    return env.cpu_features(text, machine, environ=kwargs.pop("environ", {}), **kwargs)
+
+
+def test_x86_with_avx512_vnni():
+    f = features(X86_AVX512_VNNI)
+    assert f["arch"] == "x86" and f["source"] == "/proc/cpuinfo"
+    assert f["avx2"] and f["avx512f"] and f["avx512_vnni"] and f["vnni"] is True
+    assert f["amx"] is False and f["isa"] == "avx512_vnni"
+    assert env.cpu_model(X86_AVX512_VNNI) == "AMD EPYC 9454 96-Core Processor"
+
+
+def test_x86_avx2_without_vnni_is_the_laptop_case():
+    f = features(X86_AVX2_ONLY)
+    assert f["avx2"] is True and f["avx512f"] is False and f["vnni"] is False
+    assert f["isa"] == "avx2"
+    assert env.cpu_model(X86_AVX2_ONLY) == "AMD EPYC 7B12"  # the numeric "model" line is not a name
+
+
+def test_x86_avx_vnni_without_avx512():
+    f = features(X86_AVX2_ONLY.replace("bmi2", "bmi2 avx_vnni"))
+    assert f["vnni"] is True and f["avx512f"] is False and f["isa"] == "avx2+avx_vnni"
+
+
+def test_aarch64_linux_reads_features_and_cpu_part():
+    f = features(AARCH64_LINUX, machine="aarch64")
+    assert f["arch"] == "arm" and "avx2" not in f
+    assert f["neon"] is True and f["dotprod"] is True and f["i8mm"] is False and f["bf16"] is False
+    assert f["vnni"] is False and f["isa"] == "neon+dotprod"
+    assert env.cpu_model(AARCH64_LINUX) == "ARM implementer 0x41 part 0xd0c"
+
+
+def test_apple_silicon_through_sysctl():
+    answers = {"hw.optional.neon": "1", "hw.optional.arm.FEAT_DotProd": "1",
+               "hw.optional.arm.FEAT_I8MM": "1", "hw.optional.arm.FEAT_BF16": "0"}
+    f = features("", machine="arm64", sysctl=lambda name: answers.get(name, ""))
+    assert f["source"] == "sysctl" and f["arch"] == "arm"
+    assert (f["neon"], f["dotprod"], f["i8mm"], f["bf16"]) == (True, True, True, False)
+    assert f["isa"] == "neon+dotprod+i8mm"
+
+
+def test_unknown_cpu_is_unknown_not_x86():
+    f = features("", machine="riscv64")
+    assert f["arch"] == "other" and f["isa"] == "unknown" and f["vnni"] is None
+    assert "avx2" not in f and "neon" not in f
+    # an x86 machine whose flags cannot be read: features unknown (None), never assumed
+    g = features("", machine="x86_64")
+    assert g["avx2"] is None and g["vnni"] is None and g["isa"] == "unknown" and g["source"] == "unknown"
+    assert isinstance(env.cpu_model(""), str) and env.cpu_model("")
+
+
+def test_override_variable_simulates_another_cpu():
+    f = features(X86_AVX512_VNNI, environ={env.FEATURES_ENV: "avx2"})
+    assert f["source"] == env.FEATURES_ENV and f["avx512f"] is False and f["vnni"] is False and f["isa"] == "avx2"
+    none = features(X86_AVX512_VNNI, environ={env.FEATURES_ENV: "none"})
+    assert none["avx2"] is False and none["isa"] == "x86-baseline"
+
+
+def test_isa_caps_read_the_environment():
+    caps = env.isa_caps({"ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2"})
+    assert caps == {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert env.isa_caps({}) == {"ATEN_CPU_CAPABILITY": "", "ONEDNN_MAX_CPU_ISA": ""}
+
+
+def test_fingerprint_carries_the_instruction_set():
+    fp = env.fingerprint(threads=1)
+    assert {"cpu_model", "cpu_isa", "torch_isa", "threads"} <= set(fp)
+    assert fp["cpu_isa"] == env.cpu_features()["isa"]
+    assert fp["torch_isa"] == env.torch_isa() != ""
+
+
+@pytest.mark.parametrize("text", [X86_AVX512_VNNI, X86_AVX2_ONLY, AARCH64_LINUX, "", "garbage without colons"])
+def test_cpu_model_never_raises(text):
+    assert isinstance(env.cpu_model(text), str)
