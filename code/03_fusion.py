@@ -16,43 +16,34 @@ writes a report with the machine's fingerprint to ``code/03_fusion.out.txt``:
 (c) **Compile time** of the chain in a fresh process, first with an empty Inductor cache (cold), then,
     in another fresh process, with the cache the first one filled (warm: a restart).
 
-Every result is also appended to ``data/results/cpu_fusion_demo.csv`` (never overwritten). The
-functions below return plain dicts, so Chapter 2 loads this file with importlib and calls them.
+Every result is also recorded under ``data/results/`` (``--results-dir``; never overwriting). This
+file is only the command line: the measurements live in ``graphbook.fusion_demo``, which Chapter 2
+imports. Exit status (the book's policy, ``graphbook.cli``): 0 ok; 1 a version's output differs from
+its reference (the results are still written); 2 bad arguments.
 """
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
-import uuid
 from pathlib import Path
 
+from graphbook import cli
+
 HERE = Path(__file__).resolve().parent
-DEFAULT_SIZE = 2 ** 25          # float32 elements per array: 128 MiB, well beyond the private caches
-DEFAULT_REPEATS = 7             # the article took the median of 7 runs
-DEFAULT_FEATURE_MAP = (64, 288, 512)  # channels, height, width: BlurBall's full-resolution stem
-CHAIN_OPS = 4                   # x*2, +1, relu, *3
-FLOAT_BYTES = 4
-RESULTS_CSV = HERE.parent / "data" / "results" / "cpu_fusion_demo.csv"
-
-
-# ---------------------------------------------------------------- command line
-class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message):  # one line on stderr, exit 2 (argparse would print the usage too)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+DEFAULT_SIZE = 2 ** 25          # the defaults of graphbook.fusion_demo, repeated so that a typo is refused
+DEFAULT_REPEATS = 7             # before torch is imported (tests/test_fusion_script.py checks they agree)
+DEFAULT_FEATURE_MAP = (64, 288, 512)
 
 
 def _parse(argv):
-    parser = _ArgumentParser(prog="03_fusion.py", description=__doc__.splitlines()[0])
+    parser = cli.make_parser("03_fusion.py", __doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--size", type=int, default=DEFAULT_SIZE,
                         help=f"float32 elements per array in the chain (default {DEFAULT_SIZE})")
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="timed runs per median (>= 3)")
     parser.add_argument("--feature-map", type=int, nargs=3, metavar=("C", "H", "W"),
                         default=list(DEFAULT_FEATURE_MAP), help="conv+BN feature map (default 64 288 512)")
-    parser.add_argument("--out", type=Path, default=HERE, help="directory for 03_fusion.out.txt (default code/)")
-    parser.add_argument("--results-csv", type=Path, default=RESULTS_CSV,
-                        help="append-only CSV of results (default data/results/cpu_fusion_demo.csv)")
+    parser.add_argument("--report-dir", type=cli.directory, default=HERE, metavar="DIR",
+                        help="folder for the text report 03_fusion.out.txt (default code/)")
     parser.add_argument("--no-compile", action="store_true",
                         help="skip torch.compile (the compiled chain and the compile-time part)")
     args = parser.parse_args(argv)
@@ -64,324 +55,31 @@ def _parse(argv):
         parser.error(f"--repeats must be >= 3, got {args.repeats}")
     if min(args.feature_map) < 1:
         parser.error(f"--feature-map values must be >= 1, got {args.feature_map}")
-    for label, directory in (("--out", args.out), ("--results-csv directory", args.results_csv.parent)):
-        try:  # creating the directory and a scratch file is the only reliable test (root passes os.access)
-            directory.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryFile(dir=directory):
-                pass
-        except OSError as error:
-            parser.error(f"{label} {directory} is not a writable directory ({error.strerror or error})")
     return args
 
 
-if __name__ == "__main__":
-    # Check the arguments before importing torch, so that a typo fails in a fraction of a second.
-    _ARGS = _parse(sys.argv[1:])
+def main(argv=None) -> int:
+    """Run parts (a)-(c), write the report and the results; return the exit status (Chapter 2)."""
+    args = _parse(argv)  # before importing torch, so that a typo fails in a fraction of a second
+    from graphbook import environment, fusion_demo, results
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-
-sys.path.insert(0, str(HERE))  # the graphbook package lives beside this script
-from graphbook import compiletime, environment, probes, results, timing  # noqa: E402
-from graphbook.folding import fold_conv_bn  # noqa: E402
-
-
-
-
-REPORT_NAME = "03_fusion.out.txt"
-CSV_COLUMNS = ["run_id", "part", "variant", "run", "size_elements", "feature_map", "median_ms",
-               "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats", "model_bytes", "gb_per_s",
-               "share_of_copy", "speedup_vs_eager", "max_abs_diff", "change_pct", "seconds",
-               "fxgraph_cache_hit", "fxgraph_cache_miss"]
-
-
-# ---------------------------------------------------------------- the element-wise chain, four ways
-def chain(x: torch.Tensor) -> torch.Tensor:
-    """The four-op chain ``relu(x*2 + 1) * 3``, eager: every op writes a new tensor (Chapter 2)."""
-    return torch.relu(x * 2 + 1) * 3
-
-
-def chain_inplace(x: torch.Tensor) -> torch.Tensor:
-    """The chain with one new tensor and three in-place ops on it: four passes, one allocation (Chapter 2)."""
-    y = x * 2
-    y.add_(1)
-    y.relu_()
-    y.mul_(3)
-    return y
-
-
-def chain_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """The chain written into a preallocated ``out``: four passes, no allocation at all (Chapter 2)."""
-    torch.mul(x, 2, out=out)
-    out.add_(1)
-    out.relu_()
-    out.mul_(3)
-    return out
-
-
-def chain_fused_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """The chain written into ``out``; meant for torch.compile, which fuses it into one loop (Chapter 2).
-
-    Compiled, this is the fused kernel without the fresh output tensor, so its time can be set
-    against the copy bandwidth with no allocation cost mixed in.
-    """
-    out.copy_(chain(x))
-    return out
-
-
-def bytes_moved(n_elements: int, ops: int = CHAIN_OPS, fused: bool = False) -> int:
-    """Bytes a chain of ``ops`` element-wise float32 ops moves by the bytes-moved model (Chapter 2).
-
-    Unfused, each op reads ``4N`` bytes and writes ``4N``: ``8N * ops``. Fused, the values stay in
-    registers between ops: one read and one write, ``8N``. Caches and allocation are ignored.
-    """
-    if n_elements < 1 or ops < 1:
-        raise ValueError("n_elements and ops must be >= 1")
-    passes = 1 if fused else ops
-    return 2 * FLOAT_BYTES * n_elements * passes
-
-
-def count_cpp_kernels(code: str) -> int:
-    """Number of C++ kernels defined in Inductor's generated CPU code (Chapter 2).
-
-    Each kernel is compiled through one ``async_compile.cpp_pybinding(`` call, whatever its name.
-    """
-    return code.count("async_compile.cpp_pybinding(")
-
-
-def chain_generated_code(n_elements: int = 4096) -> str:
-    """The Python+C++ code Inductor generates for :func:`chain` at ``n_elements`` (Chapter 2)."""
-    from torch._inductor.utils import run_and_get_code
-
-    torch._dynamo.reset()
-    x = torch.randn(n_elements)
-    compiled = torch.compile(chain)
-    output, codes = run_and_get_code(compiled, x)
-    if (output - chain(x)).abs().max().item() > 1e-5:
-        raise RuntimeError("the compiled chain disagrees with eager")
-    return "\n".join(codes)
-
-
-# ---------------------------------------------------------------- (a) BN folding
-def _conv_bn(channels: int) -> tuple[nn.Conv2d, nn.BatchNorm2d]:
-    conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
-    bn = nn.BatchNorm2d(channels)
-    with torch.no_grad():  # "trained" statistics, so the fold is not a no-op
-        bn.running_mean.uniform_(-0.5, 0.5)
-        bn.running_var.uniform_(0.5, 2.0)
-        bn.weight.uniform_(0.5, 1.5)
-        bn.bias.uniform_(-0.5, 0.5)
-    return conv.eval(), bn.eval()
-
-
-def measure_bn_folding(feature_map=DEFAULT_FEATURE_MAP, repeats: int = DEFAULT_REPEATS,
-                       runs: int = 2, seed: int = 0) -> dict:
-    """Conv3x3 + BN versus the folded conv on one ``(C, H, W)`` feature map, ``runs`` times (Chapter 2).
-
-    Returns ``max_abs_diff`` (folded vs unfolded output), ``max_rel_diff`` and ``runs``: one dict per
-    run with ``unfolded`` and ``folded`` timing dicts and ``change_pct`` (time saved by folding, in %
-    of the unfolded median; negative means slower).
-    """
-    channels, height, width = feature_map
-    torch.manual_seed(seed)
-    conv, bn = _conv_bn(channels)
-    folded = fold_conv_bn(conv, bn)
-    x = torch.randn(1, channels, height, width)
-    with torch.no_grad():
-        reference, candidate = bn(conv(x)), folded(x)
-        max_abs = (reference - candidate).abs().max().item()
-        max_rel = max_abs / reference.abs().max().item()
-        out_runs = []
-        for run in range(1, runs + 1):
-            unfolded_t = timing.time_cpu(lambda: bn(conv(x)), warmup=2, repeats=repeats, name="conv+bn")
-            folded_t = timing.time_cpu(lambda: folded(x), warmup=2, repeats=repeats, name="folded conv")
-            change = (unfolded_t.median_ms - folded_t.median_ms) / unfolded_t.median_ms * 100
-            out_runs.append({"run": run, "unfolded": unfolded_t.as_dict(), "folded": folded_t.as_dict(),
-                             "change_pct": change})
-    return {"feature_map": list(feature_map), "max_abs_diff": max_abs, "max_rel_diff": max_rel,
-            "runs": out_runs}
-
-
-# ---------------------------------------------------------------- (b) the chain, timed
-def measure_chain(n_elements: int = DEFAULT_SIZE, repeats: int = DEFAULT_REPEATS,
-                  compile_chain: bool = True, seed: int = 0) -> dict:
-    """Time the versions of the chain on ``n_elements`` float32 values (Chapter 2).
-
-    First measures ``copy_`` bandwidth on buffers of the same size, then checks every version
-    against eager (``max_abs_diff``) before timing it. Returns ``copy`` (the probe's dict),
-    ``n_elements`` and ``variants``: a list of dicts with ``variant``, the timing fields,
-    ``model_bytes``, ``gb_per_s`` (model bytes / median time), ``share_of_copy`` and
-    ``speedup_vs_eager``. The versions are eager, torch.compile, manual in-place, preallocated out=
-    and torch.compile into out= (the fused loop without a fresh output tensor); with
-    ``compile_chain=False`` the two compiled ones are left out.
-    """
-    torch.manual_seed(seed)
-    copy = probes.copy_bandwidth(nbytes=n_elements * FLOAT_BYTES, repeats=repeats)
-    x = torch.randn(n_elements)
-    out = torch.zeros(n_elements)
-    expected = chain(x)
-    versions = [("eager", lambda: chain(x), False)]
-    if compile_chain:
-        torch._dynamo.reset()
-        compiled = torch.compile(chain)
-        compiled_into = torch.compile(chain_fused_into)
-        versions.append(("torch.compile", lambda: compiled(x), True))
-    versions += [("manual in-place", lambda: chain_inplace(x), False),
-                 ("preallocated out=", lambda: chain_into(x, out), False)]
-    if compile_chain:
-        versions.append(("torch.compile, out=", lambda: compiled_into(x, out), True))
-    variants = []
-    for name, fn, fused in versions:
-        max_abs = (fn() - expected).abs().max().item()  # correctness first (also compiles)
-        measured = timing.time_cpu(fn, warmup=2, repeats=repeats, name=name).as_dict()
-        model = bytes_moved(n_elements, fused=fused)
-        rate = model / (measured["median_ms"] * 1e-3) / 1e9
-        variants.append({"variant": name, **measured, "model_bytes": model, "gb_per_s": rate,
-                         "share_of_copy": rate / copy["gb_per_s"], "max_abs_diff": max_abs})
-    del expected
-    eager_ms = variants[0]["median_ms"]
-    for row in variants:
-        row["speedup_vs_eager"] = eager_ms / row["median_ms"]
-    return {"n_elements": n_elements, "copy": copy, "variants": variants}
-
-
-def measure_allocation(n_elements: int = DEFAULT_SIZE, repeats: int = DEFAULT_REPEATS) -> dict:
-    """What the bytes-moved model leaves out on a CPU: the cost of a fresh large tensor (Chapter 2).
-
-    Times one op, ``x * 2``, written into a new tensor (the allocator hands back fresh pages that the
-    operating system maps on first touch) and into a reused preallocated tensor (``out=``). Both
-    move the same bytes. Returns the two timing dicts, ``model_bytes`` and ``fresh_over_out``.
-    """
-    x = torch.randn(n_elements)
-    out = torch.zeros(n_elements)
-    fresh = timing.time_cpu(lambda: x * 2, warmup=2, repeats=repeats, name="x*2 new tensor")
-    reused = timing.time_cpu(lambda: torch.mul(x, 2, out=out), warmup=2, repeats=repeats,
-                             name="x*2 out=")
-    return {"n_elements": n_elements, "fresh": fresh.as_dict(), "out": reused.as_dict(),
-            "model_bytes": bytes_moved(n_elements, ops=1), "fresh_over_out": fresh.median_ms / reused.median_ms,
-            "fresh_faults_per_call": minor_page_faults(lambda: x * 2),
-            "out_faults_per_call": minor_page_faults(lambda: torch.mul(x, 2, out=out))}
-
-
-def minor_page_faults(fn, calls: int = 3) -> float | None:
-    """Minor page faults per call of ``fn`` after one untimed call; None where not measurable (Chapter 2).
-
-    A minor fault is the operating system mapping a page on its first touch. Counted with
-    ``resource.getrusage``, which exists on Linux and macOS only.
-    """
-    try:
-        import resource
-    except ImportError:  # Windows
-        return None
-    fn()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(calls):
-        fn()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
-
-
-# ---------------------------------------------------------------- (c) compile time, cold and warm
-def measure_compile_time(n_elements: int = DEFAULT_SIZE, threads: int = 1,
-                         cache_dir: str | Path | None = None) -> dict:
-    """Compile time of :func:`chain` in two fresh processes: empty cache, then warm (Chapter 2).
-
-    Both children use ``cache_dir`` (a new temporary directory, removed afterwards, by default) as
-    their Inductor cache; the first finds it empty (cold), the second finds what the first wrote (a
-    restart with a warm cache). Returns ``cold`` and ``warm`` dicts (``seconds``, cache hit and miss
-    counts) and ``warm_over_cold``.
-    """
-    with tempfile.TemporaryDirectory(prefix="fusion-inductor-cache-") as tmp:
-        directory = Path(cache_dir) if cache_dir is not None else Path(tmp)
-        cold = compiletime.compile_in_fresh_process(__file__, "chain", [[n_elements]], directory,
-                                                    threads=threads)
-        warm = compiletime.compile_in_fresh_process(__file__, "chain", [[n_elements]], directory,
-                                                    threads=threads)
-    return {"cold": cold, "warm": warm, "warm_over_cold": warm["seconds"] / cold["seconds"]}
-
-
-# ---------------------------------------------------------------- report and records
-def csv_rows(folding: dict, chain_result: dict, compile_result: dict | None, run_id: str) -> list[dict]:
-    """One CSV row per measurement, all with the columns of ``CSV_COLUMNS`` (Chapter 2)."""
-    rows = []
-    fmap = "x".join(str(v) for v in folding["feature_map"])
-    timing_keys = ("median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats")
-    for run in folding["runs"]:
-        for variant in ("unfolded", "folded"):
-            rows.append({"part": "bn_folding", "variant": variant, "run": run["run"], "feature_map": fmap,
-                         **{k: run[variant][k] for k in timing_keys},
-                         "max_abs_diff": folding["max_abs_diff"],
-                         "change_pct": run["change_pct"] if variant == "folded" else None})
-    copy = chain_result["copy"]
-    rows.append({"part": "chain", "variant": "copy_ (bandwidth probe)",
-                 "size_elements": chain_result["n_elements"], "median_ms": copy["median_ms"],
-                 "min_ms": copy["min_ms"], "max_ms": copy["max_ms"], "model_bytes": copy["bytes_moved"],
-                 "gb_per_s": copy["gb_per_s"], "share_of_copy": 1.0})
-    for variant in chain_result["variants"]:
-        rows.append({"part": "chain", "size_elements": chain_result["n_elements"],
-                     **{k: variant[k] for k in ("variant", *timing_keys, "model_bytes", "gb_per_s",
-                                                "share_of_copy", "speedup_vs_eager", "max_abs_diff")}})
-    if compile_result is not None:
-        for variant in ("cold", "warm"):
-            rows.append({"part": "compile_time", "variant": variant,
-                         "size_elements": chain_result["n_elements"], **compile_result[variant]})
-    return [{column: row.get(column) for column in CSV_COLUMNS} | {"run_id": run_id} for row in rows]
-
-
-def format_report(env: dict, folding: dict, chain_result: dict, compile_result: dict | None) -> str:
-    """The text of ``03_fusion.out.txt``: the environment header, then parts (a), (b) and (c) (Chapter 2)."""
-    lines = ["# code/03_fusion.py output", "# environment"]
-    lines += [f"#   {key}: {value}" for key, value in env.items()]
-    c, h, w = folding["feature_map"]
-    lines += ["", f"(a) BN folding: conv3x3 {c}->{c} + BatchNorm2d on a 1x{c}x{h}x{w} feature map",
-              f"    max abs difference folded vs unfolded: {folding['max_abs_diff']:.3g} "
-              f"(relative {folding['max_rel_diff']:.3g})"]
-    for run in folding["runs"]:
-        lines.append(f"    run {run['run']}: conv+BN {run['unfolded']['median_ms']:.2f} ms, folded "
-                     f"{run['folded']['median_ms']:.2f} ms -> {run['change_pct']:+.1f}% time saved")
-    n = chain_result["n_elements"]
-    copy = chain_result["copy"]
-    lines += ["", f"(b) element-wise chain relu(x*2 + 1)*3 on N = {n} float32 ({n * 4 / 2**20:.0f} MiB per array)",
-              f"    copy_ bandwidth (same run): {copy['gb_per_s']:.2f} GB/s ({copy['median_ms']:.2f} ms per copy)",
-              f"    {'version':<22}{'median ms':>10}{'min..max ms':>18}{'model MB':>10}{'GB/s':>8}"
-              f"{'of copy':>9}{'vs eager':>10}{'max|diff|':>11}"]
-    for v in chain_result["variants"]:
-        spread = f"{v['min_ms']:.3g}..{v['max_ms']:.3g}"
-        lines.append(f"    {v['variant']:<22}{v['median_ms']:>10.2f}{spread:>18}{v['model_bytes'] / 1e6:>10.4g}"
-                     f"{v['gb_per_s']:>8.2f}{v['share_of_copy'] * 100:>8.0f}%{v['speedup_vs_eager']:>9.2f}x"
-                     f"{v['max_abs_diff']:>11.2g}")
-    lines.append("")
-    if compile_result is None:
-        lines.append("(c) compile time: skipped (--no-compile)")
-    else:
-        cold, warm = compile_result["cold"], compile_result["warm"]
-        lines += ["(c) compile time of the chain, first call in a fresh process",
-                  f"    empty cache: {cold['seconds']:.2f} s (FX graph cache misses {cold['fxgraph_cache_miss']})",
-                  f"    warm cache:  {warm['seconds']:.2f} s (FX graph cache hits {warm['fxgraph_cache_hit']}),"
-                  f" {compile_result['warm_over_cold']:.2f} of the cold time"]
-    return "\n".join(lines) + "\n"
-
-
-def main(argv=None, parsed: argparse.Namespace | None = None) -> int:
-    """Run parts (a)-(c), write the report and append the CSV rows; returns the exit status (Chapter 2)."""
-    args = parsed if parsed is not None else _parse(argv)
     environment.set_threads(args.threads)
     env = environment.fingerprint(args.threads)
     print(f"03_fusion.py: {args.threads} thread(s), N = {args.size}, {args.repeats} repeats", flush=True)
-    folding = measure_bn_folding(tuple(args.feature_map), args.repeats)
+    folding = fusion_demo.measure_bn_folding(tuple(args.feature_map), args.repeats)
     print("  (a) BN folding done", flush=True)
-    chain_result = measure_chain(args.size, args.repeats, compile_chain=not args.no_compile)
+    chain_result = fusion_demo.measure_chain(args.size, args.repeats, compile_chain=not args.no_compile)
     print("  (b) chain done", flush=True)
-    compile_result = None if args.no_compile else measure_compile_time(args.size, args.threads)
+    compile_result = None if args.no_compile else fusion_demo.measure_compile_time(args.size, args.threads)
     print("  (c) compile time " + ("skipped" if compile_result is None else "done"), flush=True)
-    report = format_report(env, folding, chain_result, compile_result)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / REPORT_NAME).write_text(report)
-    run_id = env["date"] + "-" + uuid.uuid4().hex[:6]
-    results.append_rows(args.results_csv, csv_rows(folding, chain_result, compile_result, run_id), env=env)
-    print(report)
-    print(f"wrote {args.out / REPORT_NAME} and appended to {args.results_csv}")
-    return 0
+    report = fusion_demo.write_report(args.report_dir, env, folding, chain_result, compile_result)
+    rows = fusion_demo.csv_rows(folding, chain_result, compile_result)
+    results_csv = results.write_run("fusion-demo", rows, env, results_dir=args.results_dir)
+    print(report.read_text())
+    print(f"wrote {report} and {results_csv}")
+    failed = fusion_demo.failed_checks(folding, chain_result, results.SAME_OUTPUT_ATOL)
+    return cli.exit_status_for("03_fusion.py", failed)  # 1 if a version differs (its rows are written above)
 
 
 if __name__ == "__main__":
-    sys.exit(main(parsed=_ARGS))
+    sys.exit(main())

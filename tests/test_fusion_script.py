@@ -1,5 +1,5 @@
-"""Tests of code/03_fusion.py: its functions (imported with importlib) and its command line."""
-import importlib.util
+"""Tests of graphbook.fusion_demo (the demo's measurements) and of code/03_fusion.py, its command line."""
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -8,20 +8,37 @@ import pandas as pd
 import pytest
 import torch
 
+from graphbook import fusion_demo
+
 SCRIPT = Path(__file__).resolve().parents[1] / "code" / "03_fusion.py"
 
 
 @pytest.fixture(scope="module")
 def fusion():
-    spec = importlib.util.spec_from_file_location("fusion_demo", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return fusion_demo
 
 
-def _run(*args, timeout=300):
+def _run(*args, timeout=300, cwd=None):
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, cwd=cwd)
+
+
+def test_script_defaults_agree_with_the_module():
+    """The script repeats three defaults so it can refuse a typo before importing torch; they must agree."""
+    tree = ast.parse(SCRIPT.read_text())
+    constants = {node.targets[0].id: eval(ast.unparse(node.value)) for node in tree.body  # plain arithmetic
+                 if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+                 and node.targets[0].id.startswith("DEFAULT_")}
+    assert constants == {"DEFAULT_SIZE": fusion_demo.DEFAULT_SIZE, "DEFAULT_REPEATS": fusion_demo.DEFAULT_REPEATS,
+                         "DEFAULT_FEATURE_MAP": fusion_demo.DEFAULT_FEATURE_MAP}
+
+
+def test_failed_checks_name_the_versions_that_differ():
+    folding = {"max_abs_diff": 1e-6}
+    chain = {"variants": [{"variant": "eager", "max_abs_diff": 0.0}, {"variant": "torch.compile", "max_abs_diff": 0.5}]}
+    assert fusion_demo.failed_checks(folding, chain, atol=1e-4) == ["torch.compile"]
+    assert fusion_demo.failed_checks({"max_abs_diff": 1.0}, chain, atol=1.0) == []
+    assert fusion_demo.failed_checks({"max_abs_diff": 1.0}, chain, atol=1e-4) == ["folded conv", "torch.compile"]
 
 
 def test_chain_versions_agree(fusion):
@@ -64,8 +81,9 @@ def test_measure_functions_return_dicts(fusion):
 @pytest.mark.parametrize("args, message", [
     (["--threads", "0"], "--threads"), (["--size", "10"], "--size"), (["--repeats", "2"], "--repeats"),
     (["--size", "abc"], "invalid int"), (["--feature-map", "0", "8", "8"], "--feature-map"),
-    (["--bogus"], "unrecognized"), (["--out", "{file}/sub"], "--out"),
-    (["--results-csv", "{file}/sub/r.csv"], "--results-csv")])
+    (["--bogus"], "unrecognized"), (["--report-dir", "{file}/sub"], "--report-dir"),
+    (["--results-dir", "{file}/sub"], "--results-dir"), (["--results-dir", "{file}"], "not a directory"),
+    (["--out", "x"], "unrecognized"), (["--results-csv", "x.csv"], "unrecognized")])
 def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path):
     a_file = tmp_path / "a_file"
     a_file.write_text("not a directory")
@@ -78,17 +96,17 @@ def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path):
 
 
 def test_tiny_end_to_end_run(tmp_path):
-    csv = tmp_path / "results" / "demo.csv"
-    args = ["--size", "4096", "--repeats", "3", "--feature-map", "4", "16", "16", "--out", str(tmp_path),
-            "--results-csv", str(csv), "--no-compile"]
-    for _ in range(2):  # a re-run appends, never rewrites
-        proc = _run(*args)
+    results_dir = tmp_path / "results"
+    args = ["--size", "4096", "--repeats", "3", "--feature-map", "4", "16", "16", "--report-dir", str(tmp_path),
+            "--results-dir", str(results_dir), "--no-compile"]
+    for _ in range(2):  # a re-run adds a record, never rewrites one
+        proc = _run(*args, cwd=tmp_path)  # from any folder: graphbook is installed, not found beside the script
         assert proc.returncode == 0, proc.stderr
     report = (tmp_path / "03_fusion.out.txt").read_text()
     assert "# environment" in report and "torch: " in report
     assert "(a) BN folding" in report and "(b) element-wise chain" in report
     assert "skipped (--no-compile)" in report
-    frame = pd.read_csv(csv)
+    frame = pd.concat([pd.read_csv(path) for path in sorted(results_dir.glob("*.csv"))])
     assert frame["run_id"].nunique() == 2
     assert set(frame["part"]) == {"bn_folding", "chain"}
     assert {"cpu_model", "torch", "threads", "date"} <= set(frame.columns)
