@@ -151,18 +151,6 @@ def test_bad_inputs_raise_clear_errors():
         fr.capture_aten_graph(nn.ReLU(), torch.randn(2))
 
 
-def test_draw_fusion_groups_returns_axes():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    gm, groups = groups_of(ConvBnReluAdd(), (torch.randn(1, 4, 6, 6),))
-    ax = fr.draw_fusion_groups(gm, groups, title="block")
-    assert ax.get_title() == "block"
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
-
-
 def test_dynamo_graph_groups_like_the_exported_graph():
     from graphbook import inductor_tools
 

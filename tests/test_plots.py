@@ -39,3 +39,28 @@ def test_bar_with_spread_checks_inputs():
     with pytest.raises(ValueError):
         plots.bar_with_spread(["a"], [1.0], [0.5], None, ax=ax)
     plt.close(fig)
+
+
+def test_draw_fusion_groups_boxes_every_group_and_colours_every_class():
+    import torch
+    from torch import nn
+
+    from graphbook import fusion_rules
+
+    class ConvBnReluAdd(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(4, 4, 3, padding=1, bias=False)
+            self.bn = nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return torch.relu(self.bn(self.conv(x))) + x
+
+    gm = fusion_rules.capture_aten_graph(ConvBnReluAdd().eval(), (torch.randn(1, 4, 6, 6),))
+    groups = fusion_rules.fuse_groups(gm)
+    ax = plots.draw_fusion_groups(gm, groups, title="block")
+    assert ax.get_title() == "block"
+    assert sum(t.get_text().startswith("group ") for t in ax.texts) == len(groups)
+    plots.draw_fusion_groups(gm, legend=False)  # groups default to fuse_groups(gm)
+    assert set(plots._OP_CLASS_COLOURS) == {c.value for c in fusion_rules.OpClass}
+    plt.close("all")

@@ -209,7 +209,8 @@ def classify_op(name: str, overload: str = "") -> tuple[OpClass, bool, bool]:
     return OpClass.OPAQUE, False, False
 
 
-def _as_graph_module(graph) -> torch.fx.GraphModule:
+def as_graph_module(graph) -> torch.fx.GraphModule:
+    """The ``torch.fx.GraphModule`` of an FX graph or ExportedProgram; TypeError for anything else (Chapter 3)."""
     if isinstance(graph, torch.export.ExportedProgram):
         return graph.graph_module
     if isinstance(graph, torch.fx.GraphModule):
@@ -223,13 +224,13 @@ def compute_nodes(graph) -> list[torch.fx.Node]:
     Inputs, parameters and the output node are left out, and so are dead nodes (no users, e.g. the
     unused index output of a ``sort``): no compiler would run them.
     """
-    gm = _as_graph_module(graph)
+    gm = as_graph_module(graph)
     return [n for n in gm.graph.nodes if n.op in _COMPUTE_OPS and n.users]
 
 
 def classify_graph(graph) -> list[NodeInfo]:
     """Classify every compute node of an FX graph or ExportedProgram (Chapter 3)."""
-    gm = _as_graph_module(graph)
+    gm = as_graph_module(graph)
     infos = []
     for node in compute_nodes(gm):
         name = op_name(node, gm)
@@ -305,7 +306,7 @@ def fuse_groups(graph) -> list[FusionGroup]:
     injective or a reduction and the way there is injective. Phase 1: the other injective operators do
     the same. Reductions never fuse forward; opaque nodes never fuse. Returns the groups in graph order.
     """
-    gm = _as_graph_module(graph)
+    gm = as_graph_module(graph)
     nodes = compute_nodes(gm)
     infos = {info.name: info for info in classify_graph(gm)}
     names = [n.name for n in nodes]
@@ -425,98 +426,3 @@ def capture_aten_graph(model: torch.nn.Module, example_args: tuple) -> torch.fx.
     gm = program.graph_module
     gm.meta["user_inputs"] = list(program.graph_signature.user_inputs)
     return gm
-
-
-_CLASS_COLOURS = {OpClass.INJECTIVE: "#9ecae1", OpClass.REDUCTION: "#fdae6b",
-                  OpClass.COMPLEX_OUT_FUSABLE: "#a1d99b", OpClass.OPAQUE: "#d9d9d9"}
-
-
-def _layers(gm: torch.fx.GraphModule, shown: list[torch.fx.Node]) -> dict[str, int]:
-    shown_names = {n.name for n in shown}
-    layer: dict[str, int] = {}
-    for node in shown:
-        preds = [p.name for p in node.all_input_nodes if p.name in shown_names]
-        layer[node.name] = 1 + max((layer[p] for p in preds), default=-1)
-    return layer
-
-
-def draw_fusion_groups(graph, groups: Sequence[FusionGroup] | None = None, ax=None, title: str = "",
-                       legend: bool = True):
-    """Draw a small graph top to bottom: nodes coloured by class, a shaded box around each group
-    (Chapter 3). Graph inputs are grey ovals; parameters are left out. Returns the matplotlib Axes.
-
-    Meant for graphs of up to a few dozen nodes; BlurBall is shown as a table instead.
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyBboxPatch
-
-    gm = _as_graph_module(graph)
-    groups = list(groups) if groups is not None else fuse_groups(gm)
-    infos = {i.name: i for i in classify_graph(gm)}
-    user_inputs = gm.meta.get("user_inputs")
-    inputs = [n for n in gm.graph.nodes if n.op == "placeholder" and n.users
-              and (user_inputs is None or n.name in user_inputs)]
-    shown = inputs + compute_nodes(gm)
-    if len(shown) > 60:
-        raise ValueError(f"graph has {len(shown)} nodes to draw; draw_fusion_groups is for small graphs")
-    layer = _layers(gm, shown)
-    by_layer: dict[int, list[str]] = {}
-    for node in shown:
-        by_layer.setdefault(layer[node.name], []).append(node.name)
-    pos = {}
-    for depth, row in by_layer.items():
-        for k, name in enumerate(row):
-            pos[name] = (k - (len(row) - 1) / 2.0, -depth)
-    if ax is None:
-        height = 0.75 * (len(by_layer) + 1)
-        _, ax = plt.subplots(figsize=(6.5, max(2.5, height)))
-    box_w, box_h = 0.8, 0.5
-    for gi, g in enumerate(groups):
-        xs = [pos[m][0] for m in g.nodes]
-        ys = [pos[m][1] for m in g.nodes]
-        pad = 0.12
-        ax.add_patch(FancyBboxPatch((min(xs) - box_w / 2 - pad, min(ys) - box_h / 2 - pad),
-                                    max(xs) - min(xs) + box_w + 2 * pad,
-                                    max(ys) - min(ys) + box_h + 2 * pad,
-                                    boxstyle="round,pad=0.02", fc="#fff7bc", ec="#b8860b",
-                                    lw=1.2, ls="--", zorder=0))
-        ax.text(max(xs) + box_w / 2 + pad + 0.05, (min(ys) + max(ys)) / 2, f"group {g.index}",
-                va="center", ha="left", fontsize=8, color="#8b6508")
-    for node in shown:
-        x, y = pos[node.name]
-        for pred in node.all_input_nodes:
-            if pred.name in pos:
-                px, py = pos[pred.name]
-                if abs(py - y) > 1.01 and abs(px - x) < 0.01:
-                    # an edge that skips layers in one column runs down the left side, around the boxes
-                    side = x - box_w / 2 - 0.22
-                    ax.plot([px - box_w / 2, side, side], [py, py, y], color="#555555", lw=0.8, zorder=1)
-                    ax.annotate("", xy=(x - box_w / 2, y), xytext=(side, y),
-                                arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8), zorder=1)
-                else:
-                    ax.annotate("", xy=(x, y + box_h / 2), xytext=(px, py - box_h / 2),
-                                arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8), zorder=1)
-        if node.op == "placeholder":
-            ax.add_patch(FancyBboxPatch((x - box_w / 2, y - box_h / 2), box_w, box_h,
-                                        boxstyle="round,pad=0.02,rounding_size=0.2", fc="white",
-                                        ec="#888888", zorder=2))
-            label = node.name
-        else:
-            info = infos[node.name]
-            ax.add_patch(FancyBboxPatch((x - box_w / 2, y - box_h / 2), box_w, box_h,
-                                        boxstyle="round,pad=0.02", fc=_CLASS_COLOURS[info.op_class],
-                                        ec="#333333", zorder=2))
-            label = info.op
-        ax.text(x, y, label, ha="center", va="center", fontsize=8, zorder=3)
-    xs = [p[0] for p in pos.values()]
-    ys = [p[1] for p in pos.values()]
-    ax.set_xlim(min(xs) - 1.0, max(xs) + 1.6)
-    ax.set_ylim(min(ys) - (1.6 if legend else 0.7), max(ys) + 0.7)
-    ax.set_axis_off()
-    if legend:
-        handles = [plt.Rectangle((0, 0), 1, 1, fc=c, ec="#333333") for c in _CLASS_COLOURS.values()]
-        ax.legend(handles, [c.value for c in _CLASS_COLOURS], loc="lower center", fontsize=7,
-                  frameon=False, ncol=2)
-    if title:
-        ax.set_title(title, fontsize=10)
-    return ax

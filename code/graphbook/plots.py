@@ -3,13 +3,18 @@
 - :func:`bar_with_spread` -- medians as bars, min..max as error bars (the harness's spread).
 - :func:`roofline_attainable` and :func:`roofline` -- the roofline model: attainable throughput
   ``min(peak_flops, bandwidth * intensity)`` on log-log axes, with operations placed on it.
+- :func:`draw_fusion_groups` -- a small FX graph with its TVM operator classes and fusion groups
+  (Chapter 3; the classes and groups come from :mod:`graphbook.fusion_rules`).
 
 Each helper draws on an ``ax`` it is given (or a new one) and returns the ``ax``; none calls
 ``plt.show()``, so chapters control their own figures.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # only for the annotations: importing fusion_rules at run time would load torch
+    from .fusion_rules import FusionGroup
 
 
 def _axes(ax):
@@ -99,4 +104,106 @@ def roofline(peak_gflop_per_s: float, bandwidth_gb_per_s: float,
     if title:
         ax.set_title(title)
     ax.legend(fontsize=8, loc="lower right")
+    return ax
+
+
+#: Fill colour of each TVM operator class (:class:`graphbook.fusion_rules.OpClass` values) in
+#: :func:`draw_fusion_groups`.
+_OP_CLASS_COLOURS = {"injective": "#9ecae1", "reduction": "#fdae6b", "complex-out-fusable": "#a1d99b",
+                     "opaque": "#d9d9d9"}
+
+
+def _layers(shown) -> dict[str, int]:
+    """Depth of each shown node: one more than its deepest shown input (inputs at 0)."""
+    shown_names = {n.name for n in shown}
+    layer: dict[str, int] = {}
+    for node in shown:
+        preds = [p.name for p in node.all_input_nodes if p.name in shown_names]
+        layer[node.name] = 1 + max((layer[p] for p in preds), default=-1)
+    return layer
+
+
+def draw_fusion_groups(graph, groups: Sequence[FusionGroup] | None = None, ax=None, title: str = "",
+                       legend: bool = True):
+    """Draw a small FX graph top to bottom: nodes coloured by TVM operator class, a shaded box around
+    each fusion group (Chapter 3). Graph inputs are grey ovals; parameters are left out. Returns the Axes.
+
+    ``graph`` is a ``torch.fx.GraphModule`` or ExportedProgram; ``groups`` are its fusion groups
+    (default: :func:`graphbook.fusion_rules.fuse_groups` of it).
+    Meant for graphs of up to a few dozen nodes; BlurBall is shown as a table instead.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    from . import fusion_rules
+
+    gm = fusion_rules.as_graph_module(graph)
+    groups = list(groups) if groups is not None else fusion_rules.fuse_groups(gm)
+    infos = {i.name: i for i in fusion_rules.classify_graph(gm)}
+    user_inputs = gm.meta.get("user_inputs")
+    inputs = [n for n in gm.graph.nodes if n.op == "placeholder" and n.users
+              and (user_inputs is None or n.name in user_inputs)]
+    shown = inputs + fusion_rules.compute_nodes(gm)
+    if len(shown) > 60:
+        raise ValueError(f"graph has {len(shown)} nodes to draw; draw_fusion_groups is for small graphs")
+    layer = _layers(shown)
+    by_layer: dict[int, list[str]] = {}
+    for node in shown:
+        by_layer.setdefault(layer[node.name], []).append(node.name)
+    pos = {}
+    for depth, row in by_layer.items():
+        for k, name in enumerate(row):
+            pos[name] = (k - (len(row) - 1) / 2.0, -depth)
+    if ax is None:
+        height = 0.75 * (len(by_layer) + 1)
+        _, ax = plt.subplots(figsize=(6.5, max(2.5, height)))
+    box_w, box_h = 0.8, 0.5
+    for gi, g in enumerate(groups):
+        xs = [pos[m][0] for m in g.nodes]
+        ys = [pos[m][1] for m in g.nodes]
+        pad = 0.12
+        ax.add_patch(FancyBboxPatch((min(xs) - box_w / 2 - pad, min(ys) - box_h / 2 - pad),
+                                    max(xs) - min(xs) + box_w + 2 * pad,
+                                    max(ys) - min(ys) + box_h + 2 * pad,
+                                    boxstyle="round,pad=0.02", fc="#fff7bc", ec="#b8860b",
+                                    lw=1.2, ls="--", zorder=0))
+        ax.text(max(xs) + box_w / 2 + pad + 0.05, (min(ys) + max(ys)) / 2, f"group {g.index}",
+                va="center", ha="left", fontsize=8, color="#8b6508")
+    for node in shown:
+        x, y = pos[node.name]
+        for pred in node.all_input_nodes:
+            if pred.name in pos:
+                px, py = pos[pred.name]
+                if abs(py - y) > 1.01 and abs(px - x) < 0.01:
+                    # an edge that skips layers in one column runs down the left side, around the boxes
+                    side = x - box_w / 2 - 0.22
+                    ax.plot([px - box_w / 2, side, side], [py, py, y], color="#555555", lw=0.8, zorder=1)
+                    ax.annotate("", xy=(x - box_w / 2, y), xytext=(side, y),
+                                arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8), zorder=1)
+                else:
+                    ax.annotate("", xy=(x, y + box_h / 2), xytext=(px, py - box_h / 2),
+                                arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8), zorder=1)
+        if node.op == "placeholder":
+            ax.add_patch(FancyBboxPatch((x - box_w / 2, y - box_h / 2), box_w, box_h,
+                                        boxstyle="round,pad=0.02,rounding_size=0.2", fc="white",
+                                        ec="#888888", zorder=2))
+            label = node.name
+        else:
+            info = infos[node.name]
+            ax.add_patch(FancyBboxPatch((x - box_w / 2, y - box_h / 2), box_w, box_h,
+                                        boxstyle="round,pad=0.02", fc=_OP_CLASS_COLOURS[info.op_class.value],
+                                        ec="#333333", zorder=2))
+            label = info.op
+        ax.text(x, y, label, ha="center", va="center", fontsize=8, zorder=3)
+    xs = [p[0] for p in pos.values()]
+    ys = [p[1] for p in pos.values()]
+    ax.set_xlim(min(xs) - 1.0, max(xs) + 1.6)
+    ax.set_ylim(min(ys) - (1.6 if legend else 0.7), max(ys) + 0.7)
+    ax.set_axis_off()
+    if legend:
+        handles = [plt.Rectangle((0, 0), 1, 1, fc=c, ec="#333333") for c in _OP_CLASS_COLOURS.values()]
+        ax.legend(handles, list(_OP_CLASS_COLOURS), loc="lower center", fontsize=7,
+                  frameon=False, ncol=2)
+    if title:
+        ax.set_title(title, fontsize=10)
     return ax
