@@ -296,10 +296,61 @@ def test_read_profile_refuses_empty_trace(tmp_path):
         ou.read_profile(empty)
 
 
-def test_quantize_qdq_inserts_qdq_nodes_and_stays_close(exported, model_and_input, tmp_path):
+X86_NO_VNNI = {"arch": "x86", "avx2": True, "avx512f": False, "avx512_vnni": False, "avx_vnni": False,
+               "vnni": False}
+X86_VNNI = {**X86_NO_VNNI, "avx512f": True, "avx512_vnni": True, "vnni": True}
+ARM = {"arch": "arm", "neon": True, "dotprod": True, "i8mm": False, "bf16": False, "vnni": False}
+
+
+def test_int8_settings_without_vnni_reduce_the_weight_range():
+    settings = ou.int8_settings_for(X86_NO_VNNI)
+    assert settings.reduce_range is True
+    assert (settings.activation_type, settings.weight_type) == ("QUInt8", "QInt8")
+    assert "no VNNI" in settings.reason and "reduce_range=True" in settings.reason
+    assert settings.quantize_static_kwargs()["reduce_range"] is True
+
+
+def test_int8_settings_with_vnni_and_on_arm_keep_8_bit_weights():
+    for features, word in ((X86_VNNI, "AVX-512 VNNI"), ({**X86_NO_VNNI, "avx_vnni": True, "vnni": True}, "AVX-VNNI"),
+                           (ARM, "ARM")):
+        settings = ou.int8_settings_for(features)
+        assert settings.reduce_range is False and word in settings.reason
+
+
+def test_int8_settings_for_an_unknown_cpu_are_the_safe_ones():
+    for features in ({"arch": "other", "vnni": None}, {"arch": "x86", "avx2": None, "vnni": None}):
+        settings = ou.int8_settings_for(features)
+        assert settings.reduce_range is True and "could not be read" in settings.reason
+
+
+def test_u8s8_pair_arithmetic_is_why_reduce_range_helps():
+    assert ou.worst_u8s8_pair_sum(False) == 64770 > ou.INT16_MAX  # 8-bit weights can saturate vpmaddubsw
+    assert ou.worst_u8s8_pair_sum(True) == 32640 <= ou.INT16_MAX  # 7-bit weights cannot
+
+
+def _int8_weights(path):
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    return [numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == onnx.TensorProto.INT8]
+
+
+@pytest.mark.parametrize("features", [None, X86_NO_VNNI], ids=["this-cpu", "simulated-x86-without-vnni"])
+def test_quantize_qdq_inserts_qdq_nodes_and_stays_close(exported, model_and_input, tmp_path, features):
     model, x = model_and_input
     frames = [torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(s)) for s in range(3)]
-    quantized = ou.quantize_qdq(exported["optimized"], tmp_path / "q.onnx", frames)
+    quantized = ou.quantize_qdq(exported["optimized"], tmp_path / "q.onnx", frames, features=features)
+    settings = ou.int8_settings_for(features)
+    weights = _int8_weights(quantized)
+    assert weights, "the Q/DQ model stores int8 weights"
+    widest = max(int(np.abs(w.astype(np.int32)).max()) for w in weights)
+    # what the chosen settings promise, checked on the stored weights (the same on every CPU):
+    # without VNNI no u8 x s8 pair may exceed the 16-bit intermediate
+    if settings.reduce_range:
+        assert 2 * ou.UINT8_MAX * widest <= ou.INT16_MAX
+    else:
+        assert widest > 64
     counts = ou.qdq_counts(quantized)
     assert counts["QuantizeLinear"] >= 2 and counts["DequantizeLinear"] >= counts["QuantizeLinear"]
     with torch.no_grad():
