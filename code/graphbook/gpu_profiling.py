@@ -1,0 +1,348 @@
+"""What the GPU scripts need to measure right the first time on a lab machine (Chapter 5).
+
+``code/gpu_blurball.py`` and ``code/gpu_tensorrt.py`` run once on a busy lab GPU, so every rule here is
+written against the libraries' own sources and tested on a CPU with fakes:
+
+- **Profiles** (:func:`kernels_from_events`, :func:`kernel_category`): a device event that is a user
+  annotation (Inductor wraps each compiled graph in a ``## Call CompiledFxGraph ... ##`` range, which
+  the profiler also reports on the GPU timeline as ``gpu_user_annotation``) is not a kernel; a kernel
+  belongs to the *innermost* op that launched it (its ``linked_correlation_id``), so autocast's weight
+  casts inside ``aten::conv2d`` count as "cast/copy", not "convolution".
+- **First calls** (:func:`first_calls`): the clock stops only after the device is synchronized, and for
+  the CUDA-graph modes (``reduce-overhead``, ``max-autotune``) both the first call (compile and warm-up)
+  and the second (the graph is recorded) are timed.
+- **Streams and enqueues** (:func:`stream_handle`, :func:`enqueue_or_raise`): TensorRT and ONNX
+  Runtime's CUDA provider get a dedicated, non-default stream (ONNX Runtime treats handle 0 as "no user
+  stream"; TensorRT warns that the default stream adds synchronizations), and a failed
+  ``execute_async_v3`` raises instead of being timed as an empty call.
+- **max-autotune** (:func:`autotune_verdict`): Inductor skips its Triton GEMM/convolution templates on
+  GPUs with fewer than 68 SMs (``torch._inductor.utils.is_big_gpu``); the SM count and the verdict go
+  with every max-autotune row.
+- **cuDNN benchmark** (:func:`run_child`): PyTorch caches convolution plans per thread, keyed without
+  the ``benchmark`` flag, so benchmark rows are measured in a child process that sets the flag before
+  any convolution runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from typing import Callable, Iterable, Sequence
+
+#: Profile categories, in table order.
+KERNEL_CATEGORIES = ("convolution", "batch_norm", "cast/copy", "other")
+#: Inductor marks CUDA-graph modes by these ``torch.compile`` mode names.
+CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
+#: Inductor's threshold in ``is_big_gpu`` (torch 2.5 to 2.13): fewer SMs and max-autotune's Triton
+#: GEMM/convolution templates are skipped.
+INDUCTOR_MIN_SMS = 68
+#: How ``fp16`` was obtained: these two are not comparable, so every row says which.
+FP16_AUTOCAST = "autocast"
+FP16_HALF = "model.half()"
+FP16_ONNX = "fp16 onnx graph"
+
+_CONV_WORDS = ("conv", "fprop", "implicit_gemm", "winograd", "convolve")
+_BN_WORDS = ("batch_norm", "batchnorm", "bn_fw", "bn_inf")
+_COPY_WORDS = ("copy", "_to_copy", "cast")
+_COPY_OPS = ("aten::to", "aten::_to_copy", "aten::copy_", "aten::clone", "aten::contiguous")
+_SKIPPED_DEVICE_EVENTS = ("Memcpy", "Memset")
+# CPU ops that only allocate or re-view memory: never "kernels" in a CPU profile.
+_CPU_BOOKKEEPING_OPS = ("aten::empty", "aten::empty_like", "aten::empty_strided", "aten::as_strided",
+                        "aten::view", "aten::reshape", "aten::_reshape_alias", "aten::resize_", "aten::t",
+                        "aten::transpose", "aten::expand", "aten::detach", "aten::detach_", "aten::alias",
+                        "aten::select", "aten::slice", "aten::unsqueeze", "aten::squeeze", "aten::permute",
+                        "aten::lift_fresh", "aten::set_")
+
+
+def device_slug(name: str) -> str:
+    """A file-name-safe GPU name: ``"NVIDIA GeForce RTX 4060"`` -> ``"nvidia-geforce-rtx-4060"`` (Chapter 5)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", str(name).lower()).strip("-")
+    return slug or "unknown-gpu"
+
+
+# --------------------------------------------------------------------------------------------------
+# Profiles
+# --------------------------------------------------------------------------------------------------
+
+def _matches(name: str, words: Sequence[str]) -> bool:
+    return any(word in name for word in words)
+
+
+def kernel_category(op_name: str, kernel_name: str = "") -> str:
+    """Category of one kernel from its innermost launching op, else its own name (Chapter 5).
+
+    The op decides when it names a category (``aten::cudnn_convolution``, ``aten::cudnn_batch_norm``,
+    ``aten::copy_``...); an op that names none (``aten::add_``) falls back to the kernel name, which is
+    how Inductor's fused Triton kernels (``triton_poi_fused__native_batch_norm_legit_no_training_relu_3``)
+    and kernels without a known op are classified. Returns one of :data:`KERNEL_CATEGORIES`.
+    """
+    op = (op_name or "").lower()
+    kernel = (kernel_name or "").lower()
+    for name in (op, kernel):
+        if not name:
+            continue
+        if name in _COPY_OPS:
+            return "cast/copy"
+        if _matches(name, _CONV_WORDS):
+            return "convolution"
+        if _matches(name, _BN_WORDS):
+            return "batch_norm"
+        if _matches(name, _COPY_WORDS):
+            return "cast/copy"
+    return "other"
+
+
+def is_annotation(event) -> bool:
+    """True for a profiler event that is a user annotation, not work (Chapter 5).
+
+    Covers ``record_function`` ranges on the CPU (``user_annotation``), their GPU-timeline copies
+    (``gpu_user_annotation``) and Inductor's ``## Call CompiledFxGraph <key> ##`` /
+    ``## <kernel> ##`` ranges, whatever flag the installed profiler version sets.
+    """
+    if getattr(event, "is_user_annotation", False):
+        return True
+    activity = str(getattr(event, "activity_type", "") or "").lower()
+    if "user_annotation" in activity:
+        return True
+    name = str(getattr(event, "name", ""))
+    return name.startswith("## ") and name.endswith(" ##")
+
+
+def _device_kind(event) -> str:
+    kind = getattr(event, "device_type", "")
+    return str(getattr(kind, "name", kind)).upper().replace("DEVICETYPE.", "")
+
+
+def kernels_from_events(events: Iterable, device: str = "cuda") -> list[tuple[str, str, float, float]]:
+    """``(innermost_op, kernel_name, start_us, end_us)`` for each kernel in profiler events (Chapter 5).
+
+    ``events`` are ``torch.profiler`` ``FunctionEvent`` objects (or fakes with the same attributes:
+    ``name``, ``device_type``, ``id``, ``linked_correlation_id``, ``time_range``, ``is_user_annotation``,
+    ``cpu_children``). On ``"cuda"``: every CUDA event that is not an annotation or a memcpy/memset,
+    owned by the CPU op whose id is its ``linked_correlation_id`` (the op on top of the stack when it
+    was launched; annotations are never owners). On ``"cpu"`` (the smoke run): the innermost ``aten::``
+    ops that compute (no computing ``aten::`` op below them; allocation and view ops do not count), each
+    its own owner, so that the same categoriser runs on a machine without a GPU.
+    """
+    events = list(events)
+    if device == "cpu":
+        def computes(event):
+            return (_device_kind(event) == "CPU" and not is_annotation(event)
+                    and str(event.name).startswith("aten::") and event.name not in _CPU_BOOKKEEPING_OPS)
+
+        def computing_below(event):
+            return any(computes(child) or computing_below(child) for child in getattr(event, "cpu_children", []) or [])
+
+        return [(e.name, e.name, e.time_range.start, e.time_range.end) for e in events
+                if computes(e) and not computing_below(e)]
+    owners = {}
+    for event in events:
+        if _device_kind(event) == "CPU" and not is_annotation(event):
+            owners.setdefault(getattr(event, "id", None), event)
+    out = []
+    for event in events:
+        if _device_kind(event) != "CUDA" or is_annotation(event):
+            continue
+        if _matches(str(event.name), _SKIPPED_DEVICE_EVENTS):
+            continue  # copies the runtime makes, not kernels the model launches
+        owner = owners.get(getattr(event, "linked_correlation_id", None))
+        out.append((owner.name if owner is not None else "", event.name,
+                    event.time_range.start, event.time_range.end))
+    return out
+
+
+def union_length(intervals) -> float:
+    """Total length covered by (start, end) intervals, overlaps counted once (active GPU time)."""
+    total, current_start, current_end = 0.0, None, None
+    for start, end in sorted(intervals):
+        if current_end is None or start > current_end:
+            if current_end is not None:
+                total += current_end - current_start
+            current_start, current_end = start, end
+        else:
+            current_end = max(current_end, end)
+    if current_end is not None:
+        total += current_end - current_start
+    return total
+
+
+def summarize_kernels(kernels: list[tuple[str, str, float, float]], wall_ms: float) -> list[dict]:
+    """Profile rows from ``(launching_op, kernel_name, start_us, end_us)`` tuples (Chapter 5).
+
+    One row per :data:`KERNEL_CATEGORIES` entry with its kernel count, summed kernel time and share of
+    the summed time, each carrying the total kernel count, the active GPU time (union of kernel
+    intervals) and the host wall time of the profiled forward.
+    """
+    sums = {c: [0, 0.0] for c in KERNEL_CATEGORIES}
+    for op, name, start, end in kernels:
+        bucket = sums[kernel_category(op, name)]
+        bucket[0] += 1
+        bucket[1] += (end - start) / 1e3
+    kernel_total = sum(v[1] for v in sums.values()) or 1.0
+    active = union_length([(s, e) for _, _, s, e in kernels]) / 1e3
+    return [{"category": c, "kernels": sums[c][0], "kernel_ms": sums[c][1],
+             "share": sums[c][1] / kernel_total, "total_kernels": len(kernels),
+             "active_gpu_ms": active, "wall_ms": wall_ms} for c in KERNEL_CATEGORIES]
+
+
+def profile_call(call: Callable[[], object], device: str = "cuda") -> list[dict]:
+    """Profile one call (after one untimed call) and summarise its kernels by category (Chapter 5)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    call()
+    sync()
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        call()
+        sync()
+        wall_ms = (time.perf_counter() - start) * 1e3
+    return summarize_kernels(kernels_from_events(prof.events(), device), wall_ms)
+
+
+# --------------------------------------------------------------------------------------------------
+# First calls, streams, enqueues, autotune
+# --------------------------------------------------------------------------------------------------
+
+def uses_cuda_graphs(mode: str) -> bool:
+    """True for the ``torch.compile`` modes that record CUDA graphs (Chapter 5)."""
+    return mode in CUDAGRAPH_MODES
+
+
+def first_calls(call: Callable[[], object], n_calls: int, *, synchronize: Callable[[], object],
+                clock: Callable[[], float] = time.perf_counter,
+                before_each: Callable[[], object] | None = None) -> list[float]:
+    """Seconds of each of the first ``n_calls`` calls, the device synchronized before the clock stops.
+
+    Introduced in Chapter 5. A GPU call returns when its kernels are queued; stopping the clock then
+    understates a first call. ``synchronize`` runs before the first clock start and before every clock
+    stop; ``before_each`` (e.g. ``torch.compiler.cudagraph_mark_step_begin``) runs before each call,
+    inside its time. Use ``n_calls=2`` for CUDA-graph modes: the first call compiles and warms up, the
+    second records the graph.
+    """
+    if not isinstance(n_calls, int) or n_calls < 1:
+        raise ValueError(f"n_calls must be a positive integer, got {n_calls!r}")
+    seconds = []
+    synchronize()
+    for _ in range(n_calls):
+        start = clock()
+        if before_each is not None:
+            before_each()
+        call()
+        synchronize()
+        seconds.append(clock() - start)
+    return seconds
+
+
+def stream_handle(stream) -> int:
+    """The raw handle of a dedicated CUDA stream; refuses the default stream (Chapter 4).
+
+    ONNX Runtime resets ``has_user_compute_stream`` when it is given 0, and TensorRT warns that
+    enqueueing on the default stream adds device synchronizations; a handle of 0 is always a bug here.
+    """
+    handle = int(getattr(stream, "cuda_stream", stream))
+    if handle == 0:
+        raise ValueError("got the default CUDA stream (handle 0); create one with torch.cuda.Stream()")
+    return handle
+
+
+def enqueue_or_raise(context, handle: int, what: str = "TensorRT engine") -> None:
+    """Run ``context.execute_async_v3(handle)`` and raise if TensorRT says the enqueue failed (Chapter 4)."""
+    ok = context.execute_async_v3(handle)
+    if ok is False or ok is None:
+        raise RuntimeError(f"{what}: execute_async_v3 returned {ok!r}: the enqueue failed, so there is no "
+                           "output to time (see TensorRT's log above)")
+
+
+def autotune_verdict(device_index: int = 0) -> dict:
+    """SM count and Inductor's ``is_big_gpu`` verdict for a max-autotune row (Chapter 5).
+
+    ``inductor_is_big_gpu`` False means max-autotune did not try its Triton GEMM/convolution templates
+    on this GPU (fewer than :data:`INDUCTOR_MIN_SMS` SMs): its gain is then CUDA graphs and pointwise
+    tuning, not convolution autotuning. Empty strings without CUDA.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"sm_count": "", "inductor_is_big_gpu": ""}
+    from torch._inductor.utils import is_big_gpu
+
+    sms = int(torch.cuda.get_device_properties(device_index).multi_processor_count)
+    try:
+        verdict = bool(is_big_gpu(device_index))
+    except Exception:  # a torch without the helper: apply its documented threshold
+        verdict = sms >= INDUCTOR_MIN_SMS
+    return {"sm_count": sms, "inductor_is_big_gpu": verdict}
+
+
+# --------------------------------------------------------------------------------------------------
+# Child processes (cuDNN benchmark rows)
+# --------------------------------------------------------------------------------------------------
+
+CHILD_TAG = "GRAPHBOOK_CHILD_ROWS "
+
+
+def emit_child_rows(rows: list[dict], stream=None) -> None:
+    """Print rows for the parent process on one tagged line (Chapter 5)."""
+    print(CHILD_TAG + json.dumps(rows, default=str), file=stream or sys.stdout, flush=True)
+
+
+def run_child(argv: Sequence[str], *, timeout: float = 900, env: dict | None = None) -> list[dict]:
+    """Run ``python argv...`` in a fresh process and return the rows it emitted (Chapter 5).
+
+    Raises RuntimeError with the end of the child's stderr when it fails or emits nothing.
+    """
+    try:
+        proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=timeout,
+                              env=dict(os.environ, **(env or {})))
+    except subprocess.TimeoutExpired as error:
+        raise RuntimeError(f"the child process took over {timeout:.0f} s") from error
+    for line in proc.stdout.splitlines():
+        if line.startswith(CHILD_TAG):
+            return json.loads(line[len(CHILD_TAG):])
+    tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+    raise RuntimeError(f"the child process failed (exit {proc.returncode}): {tail}")
+
+
+# --------------------------------------------------------------------------------------------------
+# The smoke run's stand-in model
+# --------------------------------------------------------------------------------------------------
+
+def smoke_model(frames_in: int = 3, frames_out: int = 3, width: int = 8, seed: int = 0):
+    """A tiny BlurBall-shaped network for the GPU scripts' ``--smoke`` runs on a CPU (Chapter 5).
+
+    Same interface as BlurBall (``(N, 3*frames_in, H, W)`` in, ``(N, frames_out, H, W)`` heatmap
+    logits out) and the same kinds of layers (convolution, batch norm in eval mode, ReLU, a residual
+    add), so every code path of the scripts runs; small enough that each ``torch.compile`` mode
+    compiles in seconds instead of BlurBall's minute.
+    """
+    import torch
+    from torch import nn
+
+    class SmokeNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3 * frames_in, width, 3, padding=1, bias=False),
+                                      nn.BatchNorm2d(width), nn.ReLU())
+            self.block = nn.Sequential(nn.Conv2d(width, width, 3, padding=1, bias=False), nn.BatchNorm2d(width))
+            self.head = nn.Conv2d(width, frames_out, 1)
+
+        def forward(self, x):
+            y = self.stem(x)
+            return self.head(torch.relu(y + self.block(y)))
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):  # the same weights in every process, global RNG untouched
+        torch.manual_seed(seed)
+        model = SmokeNet()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.running_mean.copy_(0.1 * torch.randn(module.num_features, generator=generator))
+                module.running_var.copy_(0.5 + torch.rand(module.num_features, generator=generator))
+    return model.eval()
