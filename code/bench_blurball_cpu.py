@@ -7,21 +7,23 @@ Batch 1, explicit threads. Each variant is first checked against eager FP32 (max
 per-frame heatmap peak positions), then timed with the book's harness (warm-up, median, spread).
 Achieved GFLOP/s (2 x MACs counted by hooks / median time) is compared with the matmul peak
 measured in the same run, and one eager forward is profiled and grouped like the article's GPU
-profile (convolution, batch norm, element-wise, other). All rows go to a new file
-``data/results/cpu-blurball-<date>[-N].csv`` (never an existing one) and a table is printed.
+profile (convolution, batch norm, element-wise, other; ``graphbook.profiling``). All rows go to a new
+file ``cpu-blurball-<date>[-N].csv`` under ``--results-dir`` (default ``data/results/``; never an existing
+file) and a table is printed. Exit status (``graphbook.cli``): 0 ok; 1 a FP32 variant differs from eager
+by more than the tolerance (the results are still written; the variants are named on stderr); 2 bad
+arguments.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from graphbook.cli import OneLineParser, positive_int, multiple_of_8
+from graphbook import cli
+from graphbook.cli import positive_int, multiple_of_8
 
 VARIANTS = {
     "eager_fp32": "eager, FP32, NCHW (the reference)",
@@ -34,9 +36,6 @@ VARIANTS = {
 }
 REFERENCE = "eager_fp32"
 BF16_VARIANTS = ("eager_bf16_autocast", "compile_freezing_bf16")
-CATEGORIES = ("convolution", "batch_norm", "elementwise", "other")
-ELEMENTWISE_OPS = {"relu", "relu_", "add", "add_", "mul", "mul_", "sigmoid", "sigmoid_", "clamp",
-                   "clamp_", "to", "_to_copy", "copy_", "hardtanh_"}
 # fp32 results that differ by more than this from eager are reported as not matching.
 FP32_TOLERANCE = 1e-3
 
@@ -54,8 +53,7 @@ def _variant_list(text: str) -> list[str]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Command-line options; bad values exit 2 with one line on stderr (Chapter 5)."""
-    parser = OneLineParser(prog="bench_blurball_cpu.py",
-                           description="BlurBall CPU measurement matrix (Chapter 5).")
+    parser = cli.make_parser("bench_blurball_cpu.py", "BlurBall CPU measurement matrix (Chapter 5).")
     parser.add_argument("--threads", type=positive_int, default=2, help="torch and ORT intra-op threads")
     parser.add_argument("--repeats", type=positive_int, default=10, help="timed calls per variant")
     parser.add_argument("--warmup", type=positive_int, default=3, help="untimed calls per variant")
@@ -63,67 +61,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="comma-separated subset of: " + ", ".join(VARIANTS))
     parser.add_argument("--height", type=multiple_of_8, default=288)
     parser.add_argument("--width", type=multiple_of_8, default=512)
-    parser.add_argument("--out-dir", type=Path, default=None, help="default: data/results/")
     parser.add_argument("--no-profile", action="store_true", help="skip the eager profile")
     parser.add_argument("--peak-n", type=positive_int, default=2048, help="matmul size for the peak")
     return parser.parse_args(argv)
-
-
-def bf16_support() -> tuple[bool, str]:
-    """Whether this CPU runs bfloat16 convolutions natively, and why (Chapter 5)."""
-    import torch
-
-    if not torch.backends.mkldnn.is_available():
-        return False, "torch was built without oneDNN (mkldnn)"
-    try:
-        supported = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False, "this torch build cannot report oneDNN bfloat16 support"
-    if not supported:
-        return False, "the CPU lacks native bfloat16 instructions (AVX512-BF16 / AMX), so bf16 would be emulated"
-    return True, f"oneDNN reports native bfloat16 ({torch.backends.cpu.get_cpu_capability()})"
-
-
-def op_category(name: str) -> str:
-    """Article-style category of a profiler op name: convolution, batch_norm, elementwise, other."""
-    short = name.split("::")[-1].lower()
-    if "conv" in short:
-        return "convolution"
-    if "batch_norm" in short:
-        return "batch_norm"
-    if short in ELEMENTWISE_OPS:
-        return "elementwise"
-    return "other"
-
-
-def group_profile(top_level_ops) -> list[dict]:
-    """Counts and time shares per category from (name, microseconds) pairs of top-level ops."""
-    totals = {c: {"count": 0, "us": 0.0} for c in CATEGORIES}
-    for name, micros in top_level_ops:
-        bucket = totals[op_category(name)]
-        bucket["count"] += 1
-        bucket["us"] += float(micros)
-    all_us = sum(b["us"] for b in totals.values()) or 1.0
-    return [{"category": c, "ops": totals[c]["count"], "ms": totals[c]["us"] / 1e3,
-             "share": totals[c]["us"] / all_us} for c in CATEGORIES]
-
-
-def profile_eager(model, x) -> list[dict]:
-    """Profile one eager forward; group the top-level aten ops by category (Chapter 5)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    with torch.no_grad():
-        model(x)  # warm: oneDNN primitive creation is not part of a steady-state forward
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            with record_function("blurball_forward"):
-                model(x)
-    ops = []
-    for event in prof.events():
-        parent = event.cpu_parent
-        if parent is not None and parent.name == "blurball_forward" and event.name.startswith("aten::"):
-            ops.append((event.name, event.cpu_time_total))
-    return group_profile(ops)
 
 
 def compare(reference, output) -> dict:
@@ -198,22 +138,6 @@ def build_variant(name: str, model, x, threads: int, workdir: Path):
     raise ValueError(f"unknown variant {name!r}")
 
 
-def variant_rows(results: list[dict], macs: int, peaks: dict) -> list[dict]:
-    """Add ratio to eager FP32, achieved GFLOP/s and share of the precision's peak to each result."""
-    reference = next(r for r in results if r["variant"] == REFERENCE)
-    rows = []
-    for r in results:
-        row = dict(r)
-        if r.get("median_ms"):
-            row["speedup_vs_eager_fp32"] = reference["median_ms"] / r["median_ms"]
-            row["gflop_per_s"] = 2 * macs / (r["median_ms"] * 1e-3) / 1e9
-            peak = peaks.get(r.get("precision", "fp32"))
-            row["peak_gflop_per_s"] = peak if peak else ""
-            row["share_of_peak"] = row["gflop_per_s"] / peak if peak else ""
-        rows.append(row)
-    return rows
-
-
 def format_table(rows: list[dict]) -> str:
     """A fixed-width text table of the variant rows."""
     lines = [f"{'variant':28s} {'median ms':>10s} {'IQR ms':>8s} {'x eager':>8s} {'GFLOP/s':>8s} "
@@ -230,13 +154,14 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> Path:
-    """Measure every requested variant and append the rows to a new CSV; returns its path."""
+def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
+    """Measure every requested variant and write the rows to a new CSV; returns its path and the
+    FP32 variants that failed their check against eager."""
     import torch
 
     from graphbook import blurball, probes, results
-    from graphbook.book import RESULTS_DIR
     from graphbook.environment import fingerprint, set_threads
+    from graphbook.profiling import profile_eager, variant_rows
     from graphbook.timing import time_cpu
 
     set_threads(args.threads)
@@ -247,14 +172,14 @@ def run(args: argparse.Namespace) -> Path:
     with torch.no_grad():
         reference = model(x).float()
     margin = blurball.peak_margin(reference)
-    bf16_ok, bf16_reason = bf16_support()
+    bf16_ok, bf16_reason = probes.bf16_support()
 
     peaks = {"fp32": probes.matmul_peak(n=args.peak_n, repeats=5)["gflop_per_s"]}
     if bf16_ok:
         peaks["bf16"] = probes.matmul_peak(n=args.peak_n, dtype=torch.bfloat16, repeats=5)["gflop_per_s"]
     common = {"batch": 1, "height": args.height, "width": args.width, "macs": cost.macs,
               "dead_macs": cost.dead_macs, "parameters": cost.parameters, "peak_margin": margin}
-    measured = []
+    measured, failed = [], []
     with tempfile.TemporaryDirectory(prefix="bench_blurball_") as tmp:
         for name in args.variants:
             precision = "bf16" if name in BF16_VARIANTS else "fp32"
@@ -270,6 +195,7 @@ def run(args: argparse.Namespace) -> Path:
                 check = compare(reference, call())
                 if precision == "fp32" and check["max_abs_diff"] > FP32_TOLERANCE:
                     note = (note + "; " if note else "") + f"max abs diff above {FP32_TOLERANCE:g}"
+                    failed.append(name)
                 timing = time_cpu(call, warmup=args.warmup, repeats=args.repeats, name=name)
             measured.append({**base, **timing.as_dict(), **check, "setup_s": setup_s,
                              "note": note or (bf16_reason if precision == "bf16" else "")})
@@ -284,25 +210,20 @@ def run(args: argparse.Namespace) -> Path:
             rows.append({"record": "profile", "variant": REFERENCE, "precision": "fp32",
                          "category": group["category"], "ops": group["ops"],
                          "profile_ms": group["ms"], "share": group["share"]})
-    out_dir = args.out_dir or RESULTS_DIR
-    path = results.unique_path(out_dir, f"cpu-blurball-{dt.date.today().isoformat()}")
-    results.append_rows(path, rows, env=env)
+    path = results.write_run("cpu-blurball", rows, env, results_dir=args.results_dir)
     print()
     print(format_table([r for r in rows if r["record"] == "variant"]))
     print(f"\nMACs per forward {cost.macs / 1e9:.2f} G ({cost.dead_macs / 1e9:.2f} G in never-read "
           f"stage-4 outputs); peaks: " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()))
     print(f"bf16: {bf16_reason}")
     print(f"wrote {path}")
-    return path
+    return path, failed
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.out_dir is not None and args.out_dir.exists() and not args.out_dir.is_dir():
-        print(f"bench_blurball_cpu.py: error: --out-dir {args.out_dir} is not a directory", file=sys.stderr)
-        return 2
-    run(args)
-    return 0
+    _, failed = run(args)
+    return cli.exit_status_for("bench_blurball_cpu.py", failed)
 
 
 if __name__ == "__main__":

@@ -71,3 +71,22 @@ def matmul_peak(n: int = 2048, dtype=None, device: str = "cpu", repeats: int = 5
     return {"gflop_per_s": flops / (result.median_ms * 1e-3) / 1e9, "flops": flops,
             "median_ms": result.median_ms, "min_ms": result.min_ms, "max_ms": result.max_ms,
             "n": n, "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
+
+
+def bf16_support() -> tuple[bool, str]:
+    """Whether this CPU runs bfloat16 convolutions natively, and why (Chapter 5).
+
+    Native means oneDNN reports AVX512-BF16 or AMX; otherwise bf16 is emulated, and neither a bf16
+    peak nor a bf16 speedup would mean anything.
+    """
+    import torch
+
+    if not torch.backends.mkldnn.is_available():
+        return False, "torch was built without oneDNN (mkldnn)"
+    try:
+        supported = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False, "this torch build cannot report oneDNN bfloat16 support"
+    if not supported:
+        return False, "the CPU lacks native bfloat16 instructions (AVX512-BF16 / AMX), so bf16 would be emulated"
+    return True, f"oneDNN reports native bfloat16 ({torch.backends.cpu.get_cpu_capability()})"
