@@ -5,7 +5,9 @@ that introduces it):
 
 - ``environment``  -- threads and the environment fingerprint every measurement carries (Chapter 1)
 - ``timing``       -- the timing harness: warm-up, median, spread, CPU and CUDA (Chapter 1)
-- ``results``      -- append-only CSV records in ``data/results/`` (Chapter 2)
+- ``results``      -- the results schema: file kinds, write_run/load/latest_run, column names, the one
+                      tolerance and comparison with eager (Chapter 2)
+- ``variants``     -- the registry of BlurBall variants and the one way to turn freezing on (Chapter 5)
 - ``probes``       -- the physical limits: copy bandwidth and matmul compute peak (Chapter 1)
 - ``compiletime``  -- cold / warm torch.compile timing (Chapter 2)
 - ``folding``      -- Conv2d + BatchNorm2d folding (Chapter 1)

@@ -12,64 +12,31 @@ Runtime optimisation level, the Q/DQ INT8 model) runs on held-out synthetic clip
 """
 from __future__ import annotations
 
-import copy
 import math
 import tempfile
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 
-from . import blurball, decoding, scoring, synthetic_clips
-from .warmup import logits_of
+from . import blurball, decoding, results, scoring, synthetic_clips, variants
 
 #: Two detections "agree" when their centres are within this many pixels (half a pixel: same blob, same place).
 DEFAULT_AGREE_PX = 0.5
 
 
-_LAST_COMPILED_RUNNER: list = [None]
-
-
-def _compiled_runner(model, *, freezing: bool) -> Callable:
-    import torch._inductor.config as inductor_config
-
-    compiled = torch.compile(copy.deepcopy(model))
-
-    def run(x):
-        # Freezing only applies to inference graphs: with autograd on, Inductor silently skips it.
-        with inductor_config.patch(freezing=freezing), torch.no_grad():
-            # Dynamo caches compiled code on forward's code object, which both copies share, and the
-            # freezing setting is not among its guards: without a reset, "compile + freezing" would
-            # reuse the graph compiled for "compile" and measure it under the wrong name.
-            if _LAST_COMPILED_RUNNER[0] is not run:
-                torch._dynamo.reset()
-                _LAST_COMPILED_RUNNER[0] = run
-            return logits_of(compiled(x))
-    return run
+#: The variants of the correctness table, from :data:`graphbook.variants.REGISTRY` (keyed by their labels).
+TORCH_VARIANTS = ("eager_fp32", "compile_default", "compile_freezing", "eager_bf16_autocast",
+                  "eager_fp32_channels_last")
 
 
 def torch_variants(model: torch.nn.Module) -> dict[str, Callable]:
-    """Runners ``x -> logits`` for the PyTorch variants, eager FP32 first (Chapter 6).
+    """Runners ``x -> logits`` for the PyTorch variants, keyed by label, eager FP32 first (Chapter 6).
 
-    The compiled ones compile on their first call (call them once to warm up before timing).
+    Built by :mod:`graphbook.variants`. The compiled ones compile on their first call (call them once
+    to warm up before timing).
     """
-    model = model.eval()
-    channels_last = copy.deepcopy(model).to(memory_format=torch.channels_last)
-
-    def eager(x):
-        return logits_of(model(x))
-
-    def bf16(x):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            return logits_of(model(x)).float()
-
-    def nhwc(x):
-        return logits_of(channels_last(x.contiguous(memory_format=torch.channels_last))).contiguous()
-
-    return {"eager fp32": eager, "compile": _compiled_runner(model, freezing=False),
-            "compile + freezing": _compiled_runner(model, freezing=True),
-            "bf16 autocast": bf16, "channels-last": nhwc}
+    return variants.runners(model.eval(), None, TORCH_VARIANTS)
 
 
 def onnx_variants(model: torch.nn.Module, example: torch.Tensor, workdir: str | Path, *,
@@ -77,25 +44,16 @@ def onnx_variants(model: torch.nn.Module, example: torch.Tensor, workdir: str | 
                   levels=None) -> dict[str, Callable]:
     """Runners for ONNX Runtime at each optimisation level and, with ``calibration``, Q/DQ INT8 (Chapter 6).
 
-    Uses :mod:`graphbook.onnx_utils` (export with the batch dimension dynamic is not needed here:
-    every runner is called with the example's batch size).
+    Built by :mod:`graphbook.variants` (the raw export at every level; INT8 from the exporter-optimized
+    one), at the example's batch size.
     """
-    from . import onnx_utils
+    from .onnx_utils import LEVEL_NAMES
 
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    fp32 = onnx_utils.export_onnx(model.eval(), (example,), workdir / "detector.onnx", external_data=False)
-    runners = {}
-
-    def runner(session):
-        return lambda x: torch.from_numpy(np.asarray(onnx_utils.run_session(session, x)))
-
-    for level in levels or onnx_utils.LEVEL_NAMES:
-        runners[f"onnxruntime {level}"] = runner(onnx_utils.make_session(fp32, level=level, threads=threads))
-    if calibration:
-        int8 = onnx_utils.quantize_qdq(fp32, workdir / "detector-int8-qdq.onnx", calibration)
-        runners["onnxruntime int8 q/dq"] = runner(onnx_utils.make_session(int8, level="all", threads=threads))
-    return runners
+    names = [f"ort_{level}" for level in (levels or LEVEL_NAMES)] + (["ort_int8_qdq_all"] if calibration else [])
+    context = variants.BuildContext(workdir=workdir, threads=threads, calibration=calibration)
+    built = variants.runners(model.eval(), example, names, context, skip_unavailable=False)
+    built.pop(variants.get(variants.REFERENCE).label, None)
+    return built
 
 
 def detections_agree(a: list[list], b: list[list], agree_px: float = DEFAULT_AGREE_PX) -> tuple[int, int, float]:
@@ -122,8 +80,11 @@ def correctness_table(runners: dict[str, Callable], clips: list, *, reference: s
                       batch_size: int = 1, threshold: float = 0.5, agree_px: float = DEFAULT_AGREE_PX) -> list[dict]:
     """One row per variant: logits vs ``reference`` and detections vs reference and ground truth (Chapter 6).
 
-    Columns: variant, clips, frames, max_abs_diff, agree_frames, agree_share, max_shift_px,
-    detection_rate, median_error_px, median_angle_error_deg, false_positive_rate (plain Python numbers).
+    Columns: variant, clips, frames, max_abs_diff, same_output (within
+    :data:`graphbook.results.SAME_OUTPUT_ATOL` on every batch, :func:`graphbook.results.compare_to_reference`),
+    expected_to_match_eager (from :mod:`graphbook.variants`; None for a label it does not know),
+    agree_frames, agree_share, max_shift_px, detection_rate, median_error_px, median_angle_error_deg,
+    false_positive_rate (plain Python values).
     """
     if reference not in runners:
         raise ValueError(f"reference variant {reference!r} is not among {sorted(runners)}")
@@ -138,10 +99,17 @@ def correctness_table(runners: dict[str, Callable], clips: list, *, reference: s
     decoded = {name: [d for out in outs for d in decoding.decode_batch(out, threshold)] for name, outs in outputs.items()}
     rows = []
     for name in runners:
-        diff = max(float((o - r).abs().max()) for o, r in zip(outputs[name], outputs[reference]))
+        checks = [results.compare_to_reference(o, r) for o, r in zip(outputs[name], outputs[reference])]
+        diff = max(c[results.MAX_ABS_DIFF] for c in checks)
+        try:
+            expected = variants.by_label(name).expected_to_match_eager
+        except ValueError:
+            expected = None
         agree, frames, shift = detections_agree(decoded[name], decoded[reference], agree_px)
         truth = scoring.summarize_matches(scoring.match_detections(decoded[name], clips))
-        rows.append({"variant": name, "clips": len(clips), "frames": frames, "max_abs_diff": diff,
+        rows.append({"variant": name, "clips": len(clips), "frames": frames, results.MAX_ABS_DIFF: diff,
+                     results.SAME_OUTPUT: all(c[results.SAME_OUTPUT] for c in checks),
+                     results.EXPECTED_TO_MATCH: expected,
                      "agree_frames": int(agree), "agree_share": agree / frames, "max_shift_px": float(shift),
                      "detection_rate": float(truth["detection_rate"]),
                      "median_error_px": float(truth["median_error_px"]),
@@ -160,18 +128,12 @@ def all_variants(model: torch.nn.Module, example_clip, *, onnx: bool = True, cal
     the held-out ones, or the calibration ranges would have seen the test.
     """
     runners = torch_variants(model)
-    if onnx:
-        try:
-            import onnxruntime  # noqa: F401
-            import onnxscript  # noqa: F401
-        except ImportError:
-            return runners
+    if onnx and variants.onnx_available()[0]:
         example = blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([example_clip]))
         calibration = ([blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([c])) for c in calibration_clips]
                        if calibration_clips else None)
-        if workdir is not None:
-            runners.update(onnx_variants(model, example, workdir, calibration=calibration, threads=threads))
-        else:  # sessions hold their model in memory, so the files can go once they are built
-            with tempfile.TemporaryDirectory(prefix="graphbook-onnx-") as scratch:
-                runners.update(onnx_variants(model, example, scratch, calibration=calibration, threads=threads))
+        # without a workdir the files go once the sessions are built (sessions hold their model in memory)
+        with tempfile.TemporaryDirectory(prefix="graphbook-onnx-") as scratch:
+            runners.update(onnx_variants(model, example, workdir if workdir is not None else scratch,
+                                         calibration=calibration, threads=threads))
     return runners

@@ -1,0 +1,337 @@
+"""The BlurBall variants the book measures, in one registry (Chapters 3-7).
+
+Introduced in Chapter 5. Every script and chapter that runs "eager FP32 against channels-last, bf16,
+torch.compile with and without freezing, ONNX Runtime..." builds the variant here, so a name means the
+same thing everywhere:
+
+- :data:`REGISTRY` -- name -> :class:`Variant` (human label, description, precision, family, whether it
+  is expected to give eager FP32's output, and the builder);
+- :func:`build` -- build one variant for a model and an example input: a runner ``x -> logits`` (a float
+  tensor) plus the build time (compile, or export + session, including the first call);
+- :func:`freezing` -- the one way the book turns Inductor freezing on (a config patch *and*
+  ``torch.no_grad()``: with autograd on, Inductor silently skips freezing);
+- the comparison with eager is :func:`graphbook.results.compare_to_reference` under
+  :data:`graphbook.results.SAME_OUTPUT_ATOL`.
+
+``expected_to_match_eager`` is what the variant *should* do: FP32 rewrites reorder additions and stay
+within the tolerance; lower precisions do not. A variant expected to match that does not (Inductor
+freezing on BlurBall in torch 2.13, Chapter 3) is a failure the book reports, not a property of the
+variant.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from .warmup import logits_of
+
+Runner = Callable[[torch.Tensor], torch.Tensor]
+
+#: The reference every variant is compared with.
+REFERENCE = "eager_fp32"
+
+
+class VariantUnavailable(RuntimeError):
+    """A variant cannot be built here (a missing package, no calibration frames); the message says why."""
+
+
+@contextlib.contextmanager
+def freezing(enabled: bool = True):
+    """Inductor freezing on (or, with ``enabled=False``, explicitly off) for what runs inside (Chapter 3).
+
+    The one way the book switches freezing: ``torch._inductor.config.patch(freezing=...)`` together with
+    ``torch.no_grad()``. Compile *and* call inside it. ``torch.compile(options={"freezing": True})``
+    is silently ignored in torch 2.13, and freezing is skipped when autograd is on (Chapter 3).
+    """
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(freezing=bool(enabled)), torch.no_grad():
+        yield
+
+
+def _autocast(enabled: bool, x: torch.Tensor):
+    if not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(x.device.type, dtype=torch.bfloat16)
+
+
+@dataclass
+class BuildContext:
+    """What the builders share (Chapter 5): a folder for exported files, threads, calibration frames.
+
+    ``workdir=None`` makes a temporary folder that is deleted when the context is closed (use it as a
+    ``with`` block; ONNX Runtime sessions keep their model in memory, so runners still work after).
+    Exports are cached per model and input shape, so every ONNX Runtime level reuses one export.
+    """
+
+    workdir: str | Path | None = None
+    threads: int = 2
+    calibration: Sequence[torch.Tensor] | None = None
+    cache: dict = field(default_factory=dict)
+    _scratch: Path | None = field(default=None, repr=False)
+
+    def folder(self) -> Path:
+        if self.workdir is not None:
+            path = Path(self.workdir)
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="graphbook-onnx-"))
+        return self._scratch
+
+    def close(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One BlurBall variant (Chapter 5). ``builder(model, example, context) -> runner``."""
+
+    name: str
+    label: str
+    description: str
+    precision: str                  # "fp32", "bf16", "int8"
+    family: str                     # "eager", "compile", "onnxruntime"
+    expected_to_match_eager: bool
+    builder: Callable[[torch.nn.Module, torch.Tensor, BuildContext], Runner] = field(repr=False)
+    needs_calibration: bool = False
+
+
+@dataclass
+class Built:
+    """A built variant (Chapter 5): ``run(x)`` returns logits as a float tensor."""
+
+    variant: Variant
+    run: Runner
+    compile_s: float
+    note: str = ""
+    artifact: Path | None = None
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+
+# ------------------------------------------------------------------------------------------ builders
+def _eager(model, example, context, *, channels_last=False, bf16=False) -> Runner:
+    module = copy.deepcopy(model).to(memory_format=torch.channels_last) if channels_last else model
+
+    def run(x):
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.no_grad(), _autocast(bf16, x):
+            return logits_of(module(x)).float().contiguous()
+    return run
+
+
+_LAST_COMPILED: list = [None]
+
+
+def _compiled(model, example, context, *, freeze=False, bf16=False) -> Runner:
+    compiled = torch.compile(copy.deepcopy(model))
+
+    def run(x):
+        with freezing(freeze), _autocast(bf16, x):
+            # Dynamo caches compiled code on forward's code object, which every copy shares, and the
+            # freezing setting is not among its guards: without a reset, "compile_freezing" would reuse
+            # the graph compiled for "compile_default" and be measured under the wrong name.
+            if _LAST_COMPILED[0] is not run:
+                torch._dynamo.reset()
+                _LAST_COMPILED[0] = run
+            return logits_of(compiled(x)).float()
+    return run
+
+
+def onnx_available() -> tuple[bool, str]:
+    """Whether the ONNX variants can be built here, and if not why (Chapter 4)."""
+    try:
+        import onnxruntime  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError as error:
+        return False, f"ONNX variants need onnxruntime and onnxscript ({error})"
+    return True, ""
+
+
+def onnx_file(model, example, context: BuildContext, export: str) -> Path:
+    """The exported model for ``export`` in ``raw``, ``optimized``, ``int8`` (cached in the context; Chapter 4).
+
+    ``raw``: exporter optimizer off, constants folded, so ONNX Runtime's own levels do the rewrites;
+    ``optimized``: the exporter's optimizer on (BatchNorm folded); ``int8``: the optimized export
+    statically quantized to Q/DQ, calibrated on ``context.calibration``.
+    """
+    from . import onnx_utils
+
+    available, why = onnx_available()
+    if not available:
+        raise VariantUnavailable(why)
+    key = (id(model), tuple(example.shape), export)
+    if key in context.cache:
+        return context.cache[key]
+    folder = context.folder()
+    if export == "raw":
+        path = onnx_utils.export_onnx(model.eval(), (example,), folder / "blurball_raw.onnx", optimize=False,
+                                      fold_constants=True, external_data=False)
+    elif export == "optimized":
+        path = onnx_utils.export_onnx(model.eval(), (example,), folder / "blurball_optimized.onnx",
+                                      external_data=False)
+    elif export == "int8":
+        if not context.calibration:
+            raise VariantUnavailable("the INT8 Q/DQ variant needs calibration frames (BuildContext.calibration)")
+        path = onnx_utils.quantize_qdq(onnx_file(model, example, context, "optimized"),
+                                       folder / "blurball_int8_qdq.onnx", list(context.calibration))
+    else:
+        raise ValueError(f"unknown export {export!r}; choose raw, optimized or int8")
+    context.cache[key] = path
+    return path
+
+
+def _ort(model, example, context, *, export: str, level: str) -> Runner:
+    import numpy as np
+
+    from . import onnx_utils
+
+    session = onnx_utils.make_session(onnx_file(model, example, context, export), level=level,
+                                      threads=context.threads)
+
+    def run(x):
+        return torch.from_numpy(np.asarray(onnx_utils.run_session(session, x))).float()
+    run.session = session
+    return run
+
+
+def _registry() -> dict[str, Variant]:
+    from .onnx_utils import LEVEL_NAMES
+
+    entries = [
+        Variant("eager_fp32", "eager fp32", "eager, FP32, NCHW (the reference)", "fp32", "eager", True,
+                _eager),
+        Variant("eager_fp32_channels_last", "channels-last", "eager, FP32, channels-last (NHWC) model and input",
+                "fp32", "eager", True, lambda m, x, c: _eager(m, x, c, channels_last=True)),
+        Variant("eager_bf16_autocast", "bf16 autocast", "eager, bfloat16 autocast", "bf16", "eager", False,
+                lambda m, x, c: _eager(m, x, c, bf16=True)),
+        Variant("compile_default", "compile", "torch.compile, default mode, freezing off (the default)",
+                "fp32", "compile", True, _compiled),
+        # Expected to match: freezing folds constants, an exact rewrite. torch 2.13 miscompiles BlurBall with
+        # it (Chapter 3), which the book reports as a failure of this variant.
+        Variant("compile_freezing", "compile + freezing",
+                "torch.compile, default mode, Inductor freezing on (BN folded, oneDNN convs)", "fp32", "compile",
+                True, lambda m, x, c: _compiled(m, x, c, freeze=True)),
+        Variant("compile_bf16", "compile bf16", "torch.compile, freezing off, under bfloat16 autocast", "bf16",
+                "compile", False, lambda m, x, c: _compiled(m, x, c, bf16=True)),
+        Variant("compile_freezing_bf16", "compile + freezing bf16",
+                "torch.compile with Inductor freezing, under bfloat16 autocast", "bf16", "compile", False,
+                lambda m, x, c: _compiled(m, x, c, freeze=True, bf16=True)),
+    ]
+    for level in LEVEL_NAMES:
+        entries.append(Variant(f"ort_{level}", f"onnxruntime {level}",
+                               f"ONNX Runtime, raw export, level {level}", "fp32", "onnxruntime", True,
+                               lambda m, x, c, level=level: _ort(m, x, c, export="raw", level=level)))
+    entries += [
+        Variant("ort_exporter_optimized_all", "onnxruntime exporter-optimized",
+                "ONNX Runtime, exporter-optimized export, level all", "fp32", "onnxruntime", True,
+                lambda m, x, c: _ort(m, x, c, export="optimized", level="all")),
+        Variant("ort_int8_qdq_all", "onnxruntime int8 q/dq",
+                "ONNX Runtime, INT8 Q/DQ (static, min-max), level all", "int8", "onnxruntime", False,
+                lambda m, x, c: _ort(m, x, c, export="int8", level="all"), needs_calibration=True),
+    ]
+    return {v.name: v for v in entries}
+
+
+#: name -> :class:`Variant`, in the order the book reports them (eager FP32 first).
+REGISTRY: dict[str, Variant] = _registry()
+
+
+def get(name: str) -> Variant:
+    """The registered variant ``name``; ValueError listing the names otherwise (Chapter 5)."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown variant {name!r}; choose from {', '.join(REGISTRY)}") from None
+
+
+def names(*, families: Sequence[str] | None = None, precisions: Sequence[str] | None = None) -> list[str]:
+    """Registered names, optionally only some families / precisions, in registry order (Chapter 5)."""
+    return [n for n, v in REGISTRY.items() if (families is None or v.family in families)
+            and (precisions is None or v.precision in precisions)]
+
+
+def by_label(label: str) -> Variant:
+    """The variant whose human label is ``label`` (Chapter 6's table is keyed by labels)."""
+    for variant in REGISTRY.values():
+        if variant.label == label:
+            return variant
+    raise ValueError(f"no variant labelled {label!r}")
+
+
+_NOTES = {"compile_default": "freezing off", "compile_freezing": "freezing on", "compile_bf16": "freezing off",
+          "compile_freezing_bf16": "freezing on"}
+
+
+def build(name: str, model: torch.nn.Module, example: torch.Tensor, context: BuildContext | None = None, *,
+          warm: bool = True) -> Built:
+    """Build variant ``name`` for ``model`` and ``example`` (Chapter 5).
+
+    With ``warm=True`` the runner is called once on ``example`` and ``compile_s`` is the time of the
+    build plus that first call (the compile, or export + session creation); otherwise the build alone.
+    ONNX variants are exported at ``example``'s shape. Raises :class:`VariantUnavailable` when this
+    machine cannot build it.
+    """
+    variant = get(name)
+    own_context = context is None
+    context = context or BuildContext()
+    try:
+        start = time.perf_counter()
+        run = variant.builder(model.eval(), example, context)
+        if warm:
+            run(example)
+        seconds = time.perf_counter() - start
+        note, artifact = _NOTES.get(name, ""), None
+        if variant.family == "onnxruntime":
+            import onnxruntime as ort
+
+            note = f"ORT {ort.__version__}"
+            export = {"ort_exporter_optimized_all": "optimized", "ort_int8_qdq_all": "int8"}.get(name, "raw")
+            artifact = None if own_context else context.cache.get((id(model), tuple(example.shape), export))
+    finally:
+        if own_context:  # a session keeps its model in memory: the files can go
+            context.close()
+    return Built(variant, run, seconds, note, artifact)
+
+
+def runners(model: torch.nn.Module, example: torch.Tensor, selected: Sequence[str] | None = None,
+            context: BuildContext | None = None, *, key: str = "label", skip_unavailable: bool = True,
+            warm: bool = False) -> dict[str, Runner]:
+    """Runners for several variants, keyed by label (default) or name, reference first (Chapter 6).
+
+    Variants this machine cannot build (no ONNX packages, no calibration frames) are left out when
+    ``skip_unavailable``; the caller can tell from the keys.
+    """
+    selected = list(selected) if selected is not None else list(REGISTRY)
+    if REFERENCE not in selected:
+        selected.insert(0, REFERENCE)
+    out = {}
+    for name in selected:
+        try:
+            built = build(name, model, example, context, warm=warm)
+        except VariantUnavailable:
+            if not skip_unavailable:
+                raise
+            continue
+        out[getattr(built.variant, key)] = built.run
+    return out

@@ -1,0 +1,129 @@
+"""The BlurBall variant registry (graphbook.variants): names, builders, expectations, freezing."""
+import pytest
+import torch
+
+from graphbook import results, variants, warmup
+
+SHAPE = (1, 9, 16, 24)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    return warmup.tiny_clip_net(hidden=4), torch.randn(*SHAPE)
+
+
+def test_registry_names_and_labels_are_unique_and_reference_first():
+    assert list(variants.REGISTRY)[0] == variants.REFERENCE == "eager_fp32"
+    labels = [v.label for v in variants.REGISTRY.values()]
+    assert len(set(labels)) == len(labels)
+    assert all(name == v.name for name, v in variants.REGISTRY.items())
+    for v in variants.REGISTRY.values():
+        assert v.family in ("eager", "compile", "onnxruntime") and v.precision in ("fp32", "bf16", "int8")
+        assert isinstance(v.expected_to_match_eager, bool) and v.description
+        # only full precision is expected to give eager's output
+        assert v.expected_to_match_eager == (v.precision == "fp32")
+    # the book reports the freezing miscompile as a failure of a variant that should match
+    assert variants.get("compile_freezing").expected_to_match_eager is True
+    assert {"ort_disabled", "ort_all", "ort_exporter_optimized_all", "ort_int8_qdq_all",
+            "compile_bf16", "compile_freezing_bf16"} <= set(variants.REGISTRY)
+
+
+def test_unknown_names_are_clear_errors():
+    with pytest.raises(ValueError, match="unknown variant 'warp'.*eager_fp32"):
+        variants.get("warp")
+    with pytest.raises(ValueError, match="no variant labelled"):
+        variants.by_label("warp")
+    assert variants.by_label("compile + freezing").name == "compile_freezing"
+    assert variants.names(families=["compile"])[0] == "compile_default"
+    assert variants.names(precisions=["int8"]) == ["ort_int8_qdq_all"]
+
+
+@pytest.mark.parametrize("name", ["eager_fp32", "eager_fp32_channels_last", "eager_bf16_autocast"])
+def test_eager_builders_output_shape_and_match(tiny, name):
+    model, x = tiny
+    built = variants.build(name, model, x)
+    out = built.run(x)
+    assert out.shape == (1, 3, 16, 24) and out.dtype == torch.float32
+    assert built.compile_s >= 0
+    check = results.compare_to_reference(out, model(x).detach())
+    if built.variant.expected_to_match_eager:
+        assert check[results.SAME_OUTPUT], check
+    else:
+        assert check[results.MAX_ABS_DIFF] > 0
+
+
+def test_onnx_builders_share_one_export_and_match(tiny, tmp_path):
+    model, x = tiny
+    calibration = [torch.randn(*SHAPE) for _ in range(2)]
+    with variants.BuildContext(workdir=tmp_path, threads=1, calibration=calibration) as context:
+        reference = variants.build("eager_fp32", model, x, context).run(x)
+        for name in variants.names(families=["onnxruntime"]):
+            built = variants.build(name, model, x, context)
+            out = built.run(x)
+            assert out.shape == reference.shape, name
+            check = results.compare_to_reference(out, reference)
+            assert check[results.SAME_OUTPUT] == built.variant.expected_to_match_eager, (name, check)
+            assert built.artifact is not None and built.artifact.exists()
+    assert sorted(p.name for p in tmp_path.glob("*.onnx")) == [
+        "blurball_int8_qdq.onnx", "blurball_optimized.onnx", "blurball_raw.onnx"]
+
+
+def test_int8_without_calibration_is_unavailable_and_runners_skip_it(tiny):
+    model, x = tiny
+    with pytest.raises(variants.VariantUnavailable, match="calibration"):
+        variants.build("ort_int8_qdq_all", model, x)
+    runners = variants.runners(model, x, ["ort_all", "ort_int8_qdq_all"], key="name")
+    assert list(runners) == ["eager_fp32", "ort_all"]
+
+
+def test_scratch_folder_is_removed(tiny):
+    model, x = tiny
+    context = variants.BuildContext(threads=1)
+    run = variants.build("ort_basic", model, x, context).run
+    folder = context.folder()
+    assert folder.exists()
+    context.close()
+    assert not folder.exists()
+    assert run(x).shape == (1, 3, 16, 24)  # the session keeps the model in memory
+
+
+def test_freezing_context_sets_config_and_no_grad():
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.freezing
+    with variants.freezing():
+        assert inductor_config.freezing is True and not torch.is_grad_enabled()
+    with variants.freezing(False):
+        assert inductor_config.freezing is False
+    assert inductor_config.freezing == before and torch.is_grad_enabled()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["compile_default", "compile_freezing", "compile_bf16"])
+def test_compiled_builders(tiny, name):
+    model, x = tiny
+    built = variants.build(name, model, x)
+    out = built.run(x)
+    assert out.shape == (1, 3, 16, 24) and built.compile_s > 0
+    check = results.compare_to_reference(out, model(x).detach())
+    if built.variant.expected_to_match_eager:  # the tiny model has no BlurBall miscompile
+        assert check[results.SAME_OUTPUT], check
+
+
+@pytest.mark.slow
+def test_freezing_really_freezes_and_switching_back_does_not_reuse_the_frozen_graph():
+    from torch._inductor.utils import run_and_get_code
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(9, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4),
+                              torch.nn.ReLU(), torch.nn.Conv2d(4, 3, 1)).eval()
+    x = torch.randn(1, 9, 16, 16)
+    plain = variants.build("compile_default", net, x, warm=False).run
+    frozen = variants.build("compile_freezing", net, x, warm=False).run
+    assert torch.is_grad_enabled()
+    _, code_plain = run_and_get_code(plain, x)
+    _, code_frozen = run_and_get_code(frozen, x)
+    assert "_frozen_param" not in "\n".join(code_plain)
+    assert "_frozen_param" in "\n".join(code_frozen), "the BN was not folded: freezing did not apply"
+    _, again = run_and_get_code(plain, x)
+    assert "_frozen_param" not in "\n".join(again)
