@@ -324,3 +324,12 @@ def test_unique_path_never_returns_an_existing_file(tmp_path):
     assert results.unique_path(tmp_path, "run").name == "run-3.csv"
     with pytest.raises(ValueError):
         results.unique_path(tmp_path, "a/b")
+
+
+def test_renamed_variant_values_are_migrated_on_read():
+    blurball = results.load("cpu-blurball", COMMITTED)
+    names = set(blurball.loc[blurball["record"] == "variant", results.VARIANT])
+    assert "onnxruntime" not in names and "ort_exporter_optimized_all" in names
+    from graphbook import variants
+
+    assert names <= set(variants.REGISTRY)

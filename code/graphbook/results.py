@@ -66,7 +66,8 @@ class Kind:
     ``prefix``: new files are ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv``. ``tagged``: the tag (e.g. a
     GPU slug) is required (True) or refused (False). ``legacy_files``: exact names written before this
     schema; ``legacy_pattern``: a regular expression for older dated names. ``renames``: legacy column
-    name -> canonical name, applied on read. ``script``: the writer, for error messages and the docs.
+    name -> canonical name, applied on read; ``value_renames``: column -> {legacy value: canonical value}
+    (a variant renamed in :mod:`graphbook.variants`), also on read. ``script``: the writer, for error messages and the docs.
     """
 
     name: str
@@ -76,6 +77,7 @@ class Kind:
     legacy_files: tuple[str, ...] = ()
     legacy_pattern: str | None = None
     renames: Mapping[str, str] = field(default_factory=dict)
+    value_renames: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def file_regex(self) -> re.Pattern:
         tag = r"-(?P<tag>[A-Za-z0-9_.]+(?:-[A-Za-z0-9_.]+)*?)" if self.tagged else ""
@@ -96,7 +98,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("fusion-demo", "cpu-fusion-demo", "code/03_fusion.py", legacy_files=("cpu_fusion_demo.csv",),
          renames={"seconds": COMPILE_S}),
     Kind("cpu-blurball", "cpu-blurball", "code/bench_blurball_cpu.py",
-         renames={**_SPEEDUP_RENAMES, **_PEAK_RENAMES, "setup_s": COMPILE_S}),
+         renames={**_SPEEDUP_RENAMES, **_PEAK_RENAMES, "setup_s": COMPILE_S},
+         value_renames={VARIANT: {"onnxruntime": "ort_exporter_optimized_all"}}),
     Kind("cpu-onnxruntime", "cpu-onnxruntime", "code/bench_onnxruntime.py",
          renames={**_SPEEDUP_RENAMES, **_PEAK_RENAMES, "verified_fp32": SAME_OUTPUT}),
     Kind("ablation", "cpu-ablation", "code/bench_ablation.py", legacy_files=("ablation_cpu.csv",),
@@ -110,6 +113,10 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
          renames={**_SPEEDUP_RENAMES, **_PEAK_RENAMES, "first_call_s": COMPILE_S}),
     Kind("gpu-tensorrt", "gpu-tensorrt", "code/gpu_tensorrt.py", tagged=True,
          renames={**_SPEEDUP_RENAMES, **_PEAK_RENAMES, "build_s": COMPILE_S}),
+    Kind("int8-matrix", "cpu-int8-matrix", "code/bench_int8.py"),
+    Kind("int8-tensor-errors", "cpu-int8-tensor-errors", "code/bench_int8.py"),
+    Kind("restart-paths", "cpu-restart-paths", "code/bench_restart_paths.py"),
+    Kind("serving-load", "cpu-serving-load", "code/bench_serving_load.py"),
     Kind("notebook-executions", "notebook-executions", "scripts/execute_notebooks.py",
          legacy_files=("notebook_executions.csv",)),
 ]}
@@ -319,6 +326,9 @@ def _read_file(path: Path, k: Kind):
             frame = frame.drop(columns=[old])
         else:
             frame = frame.rename(columns={old: new})
+    for column, mapping in k.value_renames.items():
+        if column in frame.columns:
+            frame[column] = frame[column].replace(dict(mapping))
     frame[SOURCE_FILE] = path.name
     if RUN_ID not in frame.columns or frame[RUN_ID].isna().all():
         # Legacy files without a run id: the rows of one run share their recorded date.
