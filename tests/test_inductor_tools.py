@@ -6,7 +6,7 @@ milliseconds; two tests compile tiny functions (a few seconds each with a cold c
 import pytest
 import torch
 
-from graphbook import inductor_tools as it
+from graphbook import inductor_tools
 
 WRAPPER = '''
 from torch._inductor.codegen.cpp_utils import ...
@@ -36,49 +36,49 @@ runner = Runner(partitions=[])
 
 
 def test_kernel_definitions_and_count():
-    assert it.kernel_definitions(WRAPPER) == ["cpp_fused_relu_0", "cpp_fused_add_1"]
-    assert it.count_kernels([WRAPPER, WRAPPER]) == 4
+    assert inductor_tools.kernel_definitions(WRAPPER) == ["cpp_fused_relu_0", "cpp_fused_add_1"]
+    assert inductor_tools.count_kernels([WRAPPER, WRAPPER]) == 4
 
 
 def test_extern_calls_and_call_sequence():
-    assert it.extern_calls(WRAPPER) == ["torch.ops.mkldnn._convolution_pointwise",
+    assert inductor_tools.extern_calls(WRAPPER) == ["torch.ops.mkldnn._convolution_pointwise",
                                         "extern_kernels.convolution"]
-    assert it.call_sequence(WRAPPER) == [
+    assert inductor_tools.call_sequence(WRAPPER) == [
         "cpp_fused_relu_0(...)", "torch.ops.mkldnn._convolution_pointwise(...)",
         "extern_kernels.convolution(...)", "cpp_fused_add_1(...)"]
 
 
 def test_launch_counts_count_call_sites():
     twice = WRAPPER.replace("        return (buf4, )", "        cpp_fused_add_1(buf4, arg5_1, buf5)\n        return (buf5, )")
-    assert it.launch_counts(WRAPPER) == {"generated": 2, "library": 2}
-    assert it.launch_counts(twice) == {"generated": 3, "library": 2}
-    assert it.count_kernels(twice) == 2
+    assert inductor_tools.launch_counts(WRAPPER) == {"generated": 2, "library": 2}
+    assert inductor_tools.launch_counts(twice) == {"generated": 3, "library": 2}
+    assert inductor_tools.count_kernels(twice) == 2
 
 
 def test_kernel_source_and_missing_kernel():
-    assert "out_ptr0[0] = in_ptr0[0];" in it.kernel_source(WRAPPER, "cpp_fused_relu_0")
+    assert "out_ptr0[0] = in_ptr0[0];" in inductor_tools.kernel_source(WRAPPER, "cpp_fused_relu_0")
     with pytest.raises(KeyError, match="cpp_fused_relu_0"):
-        it.kernel_source(WRAPPER, "nope")
+        inductor_tools.kernel_source(WRAPPER, "nope")
 
 
 def test_ablation_configs():
-    assert list(it.ABLATION_CONFIGS) == ["all optimizations", "without fusion", "without freezing",
+    assert list(inductor_tools.ABLATION_CONFIGS) == ["all optimizations", "without fusion", "without freezing",
                                          "without fusion and freezing"]
-    assert it.ablation_options("without fusion") == {"freezing": True, "max_fusion_size": 1}
+    assert inductor_tools.ablation_options("without fusion") == {"freezing": True, "max_fusion_size": 1}
     import torch._inductor.config as cfg
 
-    for options in it.ABLATION_CONFIGS.values():
+    for options in inductor_tools.ABLATION_CONFIGS.values():
         for key in options:  # every option must exist in this torch version
             assert hasattr(cfg, key), key
     with pytest.raises(KeyError, match="choose one of"):
-        it.ablation_options("no such")
+        inductor_tools.ablation_options("no such")
 
 
 def test_bad_callables_raise():
     with pytest.raises(TypeError, match="callable"):
-        it.compile_and_get_code(3)
+        inductor_tools.compile_and_get_code(3)
     with pytest.raises(TypeError, match="callable"):
-        it.explain("not a function")
+        inductor_tools.explain("not a function")
 
 
 def test_explain_counts_breaks():
@@ -89,31 +89,31 @@ def test_explain_counts_breaks():
             return y.cos()
         return y.exp()
 
-    summary = it.explain(with_breaks, torch.ones(4))
+    summary = inductor_tools.explain(with_breaks, torch.ones(4))
     assert summary.graph_count == 3
     assert summary.graph_break_count == 2
     assert len(summary.break_reasons) == 2
 
 
 def test_dynamo_graphs_records_without_compiling():
-    graphs = it.dynamo_graphs(lambda x: (x * 2).relu(), torch.randn(3))
+    graphs = inductor_tools.dynamo_graphs(lambda x: (x * 2).relu(), torch.randn(3))
     assert len(graphs) == 1
     assert isinstance(graphs[0], torch.fx.GraphModule)
 
 
 def test_elementwise_chain_compiles_to_one_kernel():
     torch.set_num_threads(1)
-    result = it.compile_and_get_code(lambda x: ((x * 2 + 1).relu().sin()) * 3, torch.randn(64))
+    result = inductor_tools.compile_and_get_code(lambda x: ((x * 2 + 1).relu().sin()) * 3, torch.randn(64))
     assert result.kernel_count == 1
     assert result.extern_calls == []
     x = torch.linspace(-2, 2, 64)
-    again = it.compile_and_get_code(lambda x: ((x * 2 + 1).relu().sin()) * 3, x)
+    again = inductor_tools.compile_and_get_code(lambda x: ((x * 2 + 1).relu().sin()) * 3, x)
     torch.testing.assert_close(again.output, ((x * 2 + 1).relu().sin()) * 3)
 
 
 def test_unknown_option_is_refused():
     with pytest.raises(ValueError, match="no_such_knob"):
-        it.compile_and_get_code(torch.relu, torch.randn(4), options={"no_such_knob": 1})
+        inductor_tools.compile_and_get_code(torch.relu, torch.randn(4), options={"no_such_knob": 1})
 
 
 def test_freezing_folds_batch_norm_into_the_convolution():
@@ -121,8 +121,8 @@ def test_freezing_folds_batch_norm_into_the_convolution():
     block = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 3, padding=1, bias=False),
                                 torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
     x = torch.randn(1, 4, 8, 8)
-    plain = it.compile_and_get_code(block, x, options={"freezing": False})
-    frozen = it.compile_and_get_code(block, x, options={"freezing": True})
+    plain = inductor_tools.compile_and_get_code(block, x, options={"freezing": False})
+    frozen = inductor_tools.compile_and_get_code(block, x, options={"freezing": True})
     assert any("batch_norm" in k for k in plain.kernels)
     assert not any("batch_norm" in k for k in frozen.kernels)
     assert "torch.ops.mkldnn._convolution_pointwise" in frozen.extern_calls
