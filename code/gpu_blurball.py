@@ -2,56 +2,76 @@
 
     .venv/bin/python code/gpu_blurball.py                       # full matrix, ~3-8 minutes
     .venv/bin/python code/gpu_blurball.py --skip-max-autotune   # the same without the slow mode
+    .venv/bin/python code/gpu_blurball.py --smoke --results-dir /tmp/smoke   # the whole pipeline on a CPU
 
-Measures, at batch 1 and 3 x 288 x 512 input: eager FP32 and FP16 (autocast); torch.compile
-default, reduce-overhead and max-autotune in both precisions (first-call compile time of each, in
-a fresh Inductor cache); channels-last eager in both precisions; cuDNN benchmark on and off.
-Each configuration is first compared with eager FP32 (max abs diff, per-frame heatmap peaks), then
-timed with CUDA events (median of --repeats after --warmup). One forward of eager FP32, eager FP16
-and compile-default FP16 is profiled: total kernel count, kernel counts and times for
-convolution, batch norm and the rest, and active GPU time against wall time.
+Measures, at batch 1 and 3 x 288 x 512 input: eager FP32 and FP16 (FP16 here always means
+``torch.autocast`` with float16 on unchanged FP32 weights, recorded as ``fp16_method=autocast``; it is
+not comparable with ``model.half()`` in ``gpu_tensorrt.py``); torch.compile default, reduce-overhead and
+max-autotune in both precisions; channels-last eager in both precisions; cuDNN benchmark on and off.
 
-Everything goes to a new file ``data/results/gpu-<device>-<date>[-N].csv`` with the environment.
-Without CUDA it exits with status 3 and one line saying why; bad arguments exit 2.
-Works with torch 2.11 and newer (only public APIs: torch.compile modes, autocast, profiler).
+- Each configuration is compared with eager FP32 (max abs diff, per-frame heatmap peaks), then timed
+  with CUDA events (median of --repeats after --warmup).
+- First calls are timed with the device synchronized before the clock stops, compiles in a fresh
+  Inductor cache; the CUDA-graph modes (reduce-overhead, max-autotune) also record the second call,
+  which is when the graph is recorded (``compile_s`` holds the first call, ``second_call_s`` the second).
+- The ``+cudnn_benchmark`` rows are measured in a child process that sets
+  ``torch.backends.cudnn.benchmark`` before any convolution runs: PyTorch caches convolution plans per
+  thread without the flag in the key, so in one process they would reuse the heuristic plans.
+- max-autotune rows carry the GPU's SM count and Inductor's ``is_big_gpu`` verdict (below 68 SMs
+  Inductor skips its GEMM/convolution templates).
+- One forward of eager FP32, eager FP16 and compile-default FP16 is profiled: kernel counts and times
+  for convolution, batch norm, casts/copies and the rest (by the innermost launching op, user
+  annotations such as Inductor's ``## Call CompiledFxGraph ##`` skipped), active GPU time and wall time.
+
+Everything goes to a new file ``gpu-blurball-<device>-<date>[-N].csv`` under --results-dir (default
+data/results) with the environment. ``--smoke`` runs every step on the CPU with a tiny stand-in model,
+32 x 64 frames and two timed calls (it needs --results-dir, so smoke rows never reach the book's data).
+Exit status: 0 ok; 1 a variant failed (results still written, named on stderr); 2 bad arguments;
+3 no CUDA (outside --smoke). Works with torch 2.11 and newer.
 """
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import re
+import contextlib
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from graphbook.cli import OneLineParser, positive_int
+from graphbook import gpu_profiling as gp
+from graphbook.cli import EXIT_RESOURCE_ABSENT, EXIT_USAGE, exit_status_for, make_parser, positive_int
 
 PROG = "gpu_blurball.py"
-EXIT_BAD_ARGS = 2
-EXIT_NO_CUDA = 3
+KIND = "gpu-blurball"
+SCRIPT = Path(__file__).resolve()
+EXIT_BAD_ARGS = EXIT_USAGE
+EXIT_NO_CUDA = EXIT_RESOURCE_ABSENT
 PRECISIONS = ("fp32", "fp16")
 COMPILE_MODES = ("compile_default", "compile_reduce_overhead", "compile_max_autotune")
 TORCH_MODE = {"compile_default": "default", "compile_reduce_overhead": "reduce-overhead",
               "compile_max_autotune": "max-autotune"}
 PROFILED = (("fp32", "eager"), ("fp16", "eager"), ("fp16", "compile_default"))
-KERNEL_CATEGORIES = ("convolution", "batch_norm", "other")
+KERNEL_CATEGORIES = gp.KERNEL_CATEGORIES
 # Start max-autotune only if this much of the 8-minute budget is left (its compile is the slow one).
 MAX_AUTOTUNE_BUDGET_S = 240.0
 TOTAL_BUDGET_S = 480.0
+SMOKE = dict(height=32, width=64, repeats=2, warmup=1)
 
-VARIANT_COLUMNS = ["record", "variant", "precision", "mode", "layout", "cudnn_benchmark", "median_ms",
-                   "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats", "warmup", "first_call_s",
-                   "max_abs_diff", "peaks_equal", "speedup_vs_eager_same_precision",
-                   "speedup_vs_eager_fp32", "note"]
+# Column names are graphbook.results' canonical ones: compile_s is the synchronized first call (the
+# compile for compiled modes), second_call_s the CUDA-graph recording call.
+VARIANT_COLUMNS = ["record", "variant", "precision", "fp16_method", "mode", "layout", "cudnn_benchmark",
+                   "process", "median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats", "warmup",
+                   "compile_s", "second_call_s", "sm_count", "inductor_is_big_gpu", "expected_to_match_eager",
+                   "max_abs_diff", "relative_diff", "same_output", "same_peak_frames", "peak_frames", "same_peaks",
+                   "speedup_vs_eager_same_precision", "speedup_vs_eager", "note"]
 PROFILE_COLUMNS = ["category", "kernels", "kernel_ms", "share", "total_kernels", "active_gpu_ms",
                    "wall_ms"]
-CSV_COLUMNS = VARIANT_COLUMNS + PROFILE_COLUMNS
+CSV_COLUMNS = VARIANT_COLUMNS + PROFILE_COLUMNS + ["device", "smoke"]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Command-line options (Chapter 5). Bad values exit 2 with one line on stderr."""
-    parser = OneLineParser(prog=PROG, description="BlurBall GPU measurement matrix (Chapter 5).")
+    parser = make_parser(PROG, "BlurBall GPU measurement matrix (Chapter 5).")
     parser.add_argument("--repeats", type=positive_int, default=50, help="timed calls (article: 50)")
     parser.add_argument("--warmup", type=positive_int, default=20, help="untimed calls (article: 20)")
     parser.add_argument("--skip-max-autotune", action="store_true",
@@ -59,10 +79,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-profile", action="store_true", help="skip the kernel profiles")
     parser.add_argument("--warm-cache", action="store_true",
                         help="compile with the on-disk Inductor cache instead of a fresh (cold) one")
-    parser.add_argument("--out-dir", type=Path, default=None, help="default: data/results/")
     parser.add_argument("--weights", type=Path, default=None,
                         help="BlurBall checkpoint (authors' format); default: seeded random weights")
-    return parser.parse_args(argv)
+    parser.add_argument("--smoke", action="store_true",
+                        help="run the whole pipeline on the CPU with a tiny model and sizes (needs --results-dir)")
+    parser.add_argument("--cudnn-benchmark-child", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.smoke and args.results_dir is None and args.cudnn_benchmark_child is None:
+        parser.error("--smoke needs --results-dir (smoke rows must not reach data/results)")
+    if args.smoke:
+        args.repeats, args.warmup = SMOKE["repeats"], SMOKE["warmup"]
+    return args
 
 
 def cuda_problem() -> str | None:
@@ -81,7 +108,10 @@ def cuda_problem() -> str | None:
 
 
 def plan_matrix(skip_max_autotune: bool = False) -> list[dict]:
-    """The configurations to measure, in order: eager first, max-autotune last (Chapter 5)."""
+    """The configurations to measure, in order: eager first, max-autotune last (Chapter 5).
+
+    The ``+cudnn_benchmark`` configurations carry ``process="child"``: they run in a separate process.
+    """
     plan = []
     for precision in PRECISIONS:
         plan.append(dict(precision=precision, mode="eager", layout="nchw", cudnn_benchmark=False))
@@ -95,6 +125,8 @@ def plan_matrix(skip_max_autotune: bool = False) -> list[dict]:
             plan.append(dict(precision=precision, mode=mode, layout="nchw", cudnn_benchmark=False))
     for config in plan:
         config["variant"] = variant_name(config)
+        config["fp16_method"] = gp.FP16_AUTOCAST if config["precision"] == "fp16" else ""
+        config["process"] = "child" if config["cudnn_benchmark"] else "main"
     return plan
 
 
@@ -104,58 +136,13 @@ def variant_name(config: dict) -> str:
     return name + ("+cudnn_benchmark" if config.get("cudnn_benchmark") else "")
 
 
-def device_slug(name: str) -> str:
-    """A file-name-safe lower-case form of a GPU name: 'NVIDIA GeForce RTX 4060' -> 'nvidia-geforce-rtx-4060'."""
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    return slug or "unknown-gpu"
+device_slug = gp.device_slug
+kernel_category = gp.kernel_category
+union_length = gp.union_length
+summarize_kernels = gp.summarize_kernels
 
 
-def kernel_category(op_name: str, kernel_name: str = "") -> str:
-    """Article-style category of a CUDA kernel from its launching op (or its own name)."""
-    op = op_name.lower()
-    kernel = kernel_name.lower()
-    if "conv" in op or (not op and ("conv" in kernel or "fprop" in kernel or "implicit_gemm" in kernel)):
-        return "convolution"
-    if "batch_norm" in op or (not op and ("batch_norm" in kernel or "bn_fw" in kernel)):
-        return "batch_norm"
-    return "other"
-
-
-def union_length(intervals) -> float:
-    """Total length covered by (start, end) intervals, overlaps counted once (active GPU time)."""
-    total, current_start, current_end = 0.0, None, None
-    for start, end in sorted(intervals):
-        if current_end is None or start > current_end:
-            if current_end is not None:
-                total += current_end - current_start
-            current_start, current_end = start, end
-        else:
-            current_end = max(current_end, end)
-    if current_end is not None:
-        total += current_end - current_start
-    return total
-
-
-def summarize_kernels(kernels: list[tuple[str, str, float, float]], wall_ms: float) -> list[dict]:
-    """Profile rows from ``(launching_op, kernel_name, start_us, end_us)`` tuples (Chapter 5).
-
-    One row per category with its kernel count, summed kernel time and share of the summed time,
-    each carrying the total kernel count, the active GPU time (union of kernel intervals) and
-    the host wall time of the profiled forward.
-    """
-    sums = {c: [0, 0.0] for c in KERNEL_CATEGORIES}
-    for op, name, start, end in kernels:
-        bucket = sums[kernel_category(op, name)]
-        bucket[0] += 1
-        bucket[1] += (end - start) / 1e3
-    kernel_total = sum(v[1] for v in sums.values()) or 1.0
-    active = union_length([(s, e) for _, _, s, e in kernels]) / 1e3
-    return [{"category": c, "kernels": sums[c][0], "kernel_ms": sums[c][1],
-             "share": sums[c][1] / kernel_total, "total_kernels": len(kernels),
-             "active_gpu_ms": active, "wall_ms": wall_ms} for c in KERNEL_CATEGORIES]
-
-
-def build_rows(measurements: list[dict], profiles: dict) -> list[dict]:
+def build_rows(measurements: list[dict], profiles: dict, *, device: str = "cuda", smoke: bool = False) -> list[dict]:
     """CSV rows from measurement dicts and ``{variant: [profile rows]}`` (Chapter 5).
 
     Adds each variant's speed-up over eager (NCHW, no cuDNN benchmark) at the same precision and
@@ -168,49 +155,60 @@ def build_rows(measurements: list[dict], profiles: dict) -> list[dict]:
                 return m["median_ms"]
         return None
 
+    def blank():
+        return {**{c: "" for c in CSV_COLUMNS}, "device": device, "smoke": bool(smoke)}
+
     rows = []
     fp32 = eager_time("fp32")
     for m in measurements:
-        row = {c: "" for c in CSV_COLUMNS}
+        row = blank()
         row.update({k: v for k, v in m.items() if k in CSV_COLUMNS})
         row["record"] = "variant"
         same = eager_time(m["precision"])
         if m.get("median_ms"):
             row["speedup_vs_eager_same_precision"] = same / m["median_ms"] if same else ""
-            row["speedup_vs_eager_fp32"] = fp32 / m["median_ms"] if fp32 else ""
+            row["speedup_vs_eager"] = fp32 / m["median_ms"] if fp32 else ""
         rows.append(row)
     for variant, groups in profiles.items():
         source = next((m for m in measurements if m["variant"] == variant), {})
         for group in groups:
-            row = {c: "" for c in CSV_COLUMNS}
+            row = blank()
             row.update({"record": "profile", "variant": variant,
-                        **{k: source.get(k, "") for k in ("precision", "mode", "layout", "cudnn_benchmark")},
+                        **{k: source.get(k, "") for k in ("precision", "fp16_method", "mode", "layout",
+                                                          "cudnn_benchmark", "process")},
                         **{k: group[k] for k in PROFILE_COLUMNS}})
             rows.append(row)
     return rows
 
 
-def write_results(rows: list[dict], env: dict, out_dir: Path, device_name: str,
-                  date: str | None = None) -> Path:
-    """Write rows to a new ``gpu-<device>-<date>[-N].csv`` in ``out_dir``; never an existing file."""
+def failed_variants(rows: list[dict]) -> list[str]:
+    """Variants that failed (Chapter 5): their build or run raised (note ``failed: ...``), or an FP32
+    variant, expected to match eager FP32, did not (``same_output`` False). FP16 variants are recorded
+    with their difference, never expected to match."""
+    return [r["variant"] for r in rows if r["record"] == "variant"
+            and (str(r["note"]).startswith("failed") or (r["expected_to_match_eager"] is True
+                                                         and r["same_output"] is False))]
+
+
+def write_results(rows: list[dict], env: dict, results_dir: Path | None, device_name: str) -> Path:
+    """Write rows to a new ``gpu-blurball-<device>-<date>[-N].csv``; never an existing file (Chapter 5)."""
     from graphbook import results
 
-    date = date or dt.date.today().isoformat()
-    path = results.unique_path(out_dir, f"gpu-{device_slug(device_name)}-{date}")
-    return results.append_rows(path, rows, env=env)
+    return results.write_run(KIND, rows, env, results_dir=results_dir, tag=device_slug(device_name))
 
 
 def format_table(rows: list[dict]) -> str:
     """Text table of the variant rows and the profile rows."""
-    lines = [f"{'variant':42s} {'median ms':>9s} {'x same':>7s} {'x fp32':>7s} {'compile s':>9s} "
+    lines = [f"{'variant':42s} {'median ms':>9s} {'x same':>7s} {'x fp32':>7s} {'1st s':>7s} {'2nd s':>7s} "
              f"{'max|diff|':>9s} {'peaks':>5s}"]
     fmt = lambda v, spec: format(v, spec) if v != "" and v is not None else " " * len(format(0.0, spec))
     for r in rows:
         if r["record"] == "variant":
-            peaks = "" if r["peaks_equal"] == "" else ("same" if r["peaks_equal"] else "DIFF")
+            peaks = "" if r["same_peaks"] == "" else ("same" if r["same_peaks"] else "DIFF")
             lines.append(f"{r['variant']:42s} {fmt(r['median_ms'], '9.2f')} "
                          f"{fmt(r['speedup_vs_eager_same_precision'], '7.2f')} "
-                         f"{fmt(r['speedup_vs_eager_fp32'], '7.2f')} {fmt(r['first_call_s'], '9.1f')} "
+                         f"{fmt(r['speedup_vs_eager'], '7.2f')} {fmt(r['compile_s'], '7.2f')} "
+                         f"{fmt(r['second_call_s'], '7.2f')} "
                          f"{fmt(r['max_abs_diff'], '9.1e')} {peaks:>5s} {r['note']}")
     profile_rows = [r for r in rows if r["record"] == "profile"]
     if profile_rows:
@@ -224,157 +222,221 @@ def format_table(rows: list[dict]) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# The parts that need a GPU
+# The measurement (CUDA, or the CPU in --smoke)
 # --------------------------------------------------------------------------------------------------
 
-def _autocast(precision: str):
-    import contextlib
-
+def _autocast(precision: str, device: str):
     import torch
 
     if precision == "fp16":
-        return torch.autocast("cuda", dtype=torch.float16)
+        return torch.autocast(device, dtype=torch.float16)
     return contextlib.nullcontext()
 
 
-def build_call(config: dict, model, x, *, fresh_cache: bool = True):
-    """``(call, first_call_seconds)`` for one configuration on CUDA (Chapter 5).
+def _sync(device: str):
+    import torch
 
-    ``call()`` returns a fresh output tensor (CUDA-graph outputs are cloned before the next replay).
+    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+
+def build_call(config: dict, model, x, *, device: str = "cuda", fresh_cache: bool = True):
+    """``(call, first_call_s, second_call_s)`` for one configuration (Chapter 5).
+
+    First calls follow :func:`graphbook.gpu_profiling.first_calls`: synchronized, and two of them for
+    the CUDA-graph modes (``second_call_s`` is empty for the others). Compiles run after
+    ``torch._dynamo.reset()`` in a fresh Inductor cache unless ``fresh_cache`` is False.
     """
     import copy
 
     import torch
 
-    from graphbook.compiletime import compile_and_first_call
-
     precision, mode = config["precision"], config["mode"]
     if config["layout"] == "channels_last":
         model = copy.deepcopy(model).to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
-    if mode == "eager":
-        def eager():
-            with _autocast(precision):
-                return model(x)
-        return eager, 0.0
 
     def forward(inp):
-        with _autocast(precision):
+        with _autocast(precision, device):
             return model(inp)
 
-    with torch.no_grad():
-        compiled, seconds = compile_and_first_call(forward, (x,), fresh_cache=fresh_cache,
-                                                   mode=TORCH_MODE[mode])
-    uses_graphs = mode != "compile_default"
+    sync = _sync(device)
+    if mode == "eager":
+        call = lambda: forward(x)
+        (first,) = gp.first_calls(call, 1, synchronize=sync)
+        return call, first, ""
+
+    from torch._inductor.utils import fresh_inductor_cache
+
+    graphs = gp.uses_cuda_graphs(TORCH_MODE[mode])
+    mark = torch.compiler.cudagraph_mark_step_begin if graphs and device == "cuda" else None
+    torch._dynamo.reset()
+    with fresh_inductor_cache() if fresh_cache else contextlib.nullcontext():
+        compiled = torch.compile(forward, mode=TORCH_MODE[mode])
+        times = gp.first_calls(lambda: compiled(x), 2 if graphs else 1, synchronize=sync, before_each=mark)
 
     def call():
-        if uses_graphs:
-            torch.compiler.cudagraph_mark_step_begin()
+        if mark is not None:
+            mark()
         return compiled(x)
-    return call, seconds
+    return call, times[0], (times[1] if graphs else "")
 
 
-def profile_call(call) -> list[dict]:
-    """Profile one call: kernels grouped by the top-level op that launched them (Chapter 5)."""
+def load_model_and_input(args, device: str):
+    """The model and input for a run: BlurBall at 288 x 512, or the smoke stand-in at 32 x 64 (Chapter 5)."""
+    from graphbook import blurball
+
+    if args.smoke:
+        return (gp.smoke_model(), blurball.example_input(height=SMOKE["height"], width=SMOKE["width"]))
+    return blurball.build_blurball(args.weights).to(device), blurball.example_input().to(device)
+
+
+def measure_configs(configs, model, x, reference, args, *, device: str, log=print, started=None,
+                    profiles: dict | None = None) -> list[dict]:
+    """Check, time (and profile) each configuration in this process; one entry per configuration."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
-    call()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        start = time.perf_counter()
-        call()
-        torch.cuda.synchronize()
-        wall_ms = (time.perf_counter() - start) * 1e3
-    kernels = []
-    device_events = [e for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
-    launched_by = {}
-    for event in prof.events():
-        for kernel in getattr(event, "kernels", []) or []:
-            top = event
-            while top.cpu_parent is not None and top.cpu_parent.name.startswith("aten::"):
-                top = top.cpu_parent
-            launched_by.setdefault(kernel.name, []).append(top.name)
-    for event in device_events:
-        name = event.name
-        if any(word in name for word in ("Memcpy", "Memset")):
-            continue  # copies are not kernels the model launches
-        owners = launched_by.get(name)
-        op = owners.pop(0) if owners else ""
-        kernels.append((op, name, event.time_range.start, event.time_range.end))
-    return summarize_kernels(kernels, wall_ms)
+    from graphbook import results, timing
+
+    started = started if started is not None else time.perf_counter()
+    measurements = []
+    for config in configs:
+        entry = dict(config, note="", expected_to_match_eager=config["precision"] == "fp32")
+        elapsed = time.perf_counter() - started
+        if config["mode"] == "compile_max_autotune":
+            entry.update(gp.autotune_verdict() if device == "cuda" else {"sm_count": "", "inductor_is_big_gpu": ""})
+            if elapsed > TOTAL_BUDGET_S - MAX_AUTOTUNE_BUDGET_S and not args.smoke:
+                entry["note"] = f"skipped: {elapsed:.0f} s already used of the {TOTAL_BUDGET_S:.0f} s budget"
+                measurements.append(entry)
+                log(f"{config['variant']}: {entry['note']}")
+                continue
+        log(f"{config['variant']}: building, checking, timing ...")
+        try:
+            with torch.no_grad():
+                call, first_s, second_s = build_call(config, model, x, device=device,
+                                                     fresh_cache=not args.warm_cache)
+                output = call().float().clone()
+                entry.update(results.compare_to_reference(output, reference))
+                entry.pop("reference_scale", None)
+                timer = timing.time_cuda if device == "cuda" else timing.time_cpu
+                result = timer(call, warmup=args.warmup, repeats=args.repeats, name=config["variant"])
+                entry.update({k: v for k, v in result.as_dict().items() if k not in ("name", "device")},
+                             compile_s=first_s, second_call_s=second_s)
+                key = (config["precision"], config["mode"])
+                if (profiles is not None and not args.no_profile and key in PROFILED
+                        and config["layout"] == "nchw" and not config["cudnn_benchmark"]):
+                    profiles[config["variant"]] = gp.profile_call(call, device)
+        except Exception as exc:  # one failing mode must not lose the others' results
+            entry["note"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        measurements.append(entry)
+        log(f"  {entry.get('median_ms', float('nan')):.2f} ms {entry['note']}")
+    return measurements
+
+
+def child_argv(args, reference_path: Path) -> list[str]:
+    """The command line of the child process that measures the ``+cudnn_benchmark`` rows (Chapter 5)."""
+    argv = [str(SCRIPT), "--cudnn-benchmark-child", str(reference_path),
+            "--repeats", str(args.repeats), "--warmup", str(args.warmup)]
+    if args.smoke:
+        argv.append("--smoke")
+    if args.weights is not None:
+        argv += ["--weights", str(args.weights)]
+    if args.warm_cache:
+        argv.append("--warm-cache")
+    return argv
+
+
+def run_cudnn_benchmark_child(args) -> int:
+    """Child process: turn cuDNN benchmark on before any convolution, measure the benchmark rows (Chapter 5)."""
+    import torch
+
+    torch.backends.cudnn.benchmark = True  # before the model exists: no convolution has run in this process
+    device = "cpu" if args.smoke else "cuda"
+    if device == "cuda" and cuda_problem() is not None:
+        print(f"{PROG}: no GPU measurement: {cuda_problem()}", file=sys.stderr)
+        return EXIT_NO_CUDA
+    model, x = load_model_and_input(args, device)
+    reference = torch.load(args.cudnn_benchmark_child).to(device)
+    configs = [c for c in plan_matrix(True) if c["process"] == "child"]
+    entries = measure_configs(configs, model, x, reference, args, device=device, log=lambda *_: None)
+    for entry in entries:
+        entry["cudnn_benchmark_in_force"] = bool(torch.backends.cudnn.benchmark)
+    gp.emit_child_rows(entries)
+    return 0
 
 
 def measure(args: argparse.Namespace, log=print) -> list[dict]:
-    """Run the matrix on CUDA and return the CSV rows (Chapter 5). Assumes :func:`cuda_problem` is None."""
+    """Run the matrix and return the CSV rows (Chapter 5).
+
+    On CUDA (assumes :func:`cuda_problem` is None), or on the CPU with the smoke model when
+    ``args.smoke``. The ``+cudnn_benchmark`` rows come from a child process.
+    """
     import torch
 
-    from graphbook import blurball
-    from graphbook.timing import time_cuda
-
+    device = "cpu" if args.smoke else "cuda"
     started = time.perf_counter()
-    model = blurball.build_blurball(args.weights).cuda()
-    x = blurball.example_input().cuda()
+    torch.backends.cudnn.benchmark = False
+    model, x = load_model_and_input(args, device)
+    model = model.eval()
     with torch.no_grad():
         reference = model(x).float()
-    default_benchmark = torch.backends.cudnn.benchmark
-    measurements, profiles = [], {}
-    for config in plan_matrix(args.skip_max_autotune):
-        entry = dict(config, note="")
-        elapsed = time.perf_counter() - started
-        if config["mode"] == "compile_max_autotune" and elapsed > TOTAL_BUDGET_S - MAX_AUTOTUNE_BUDGET_S:
-            entry["note"] = f"skipped: {elapsed:.0f} s already used of the {TOTAL_BUDGET_S:.0f} s budget"
-            measurements.append(entry)
-            log(f"{config['variant']}: {entry['note']}")
-            continue
-        log(f"{config['variant']}: building, checking, timing ...")
-        torch.backends.cudnn.benchmark = bool(config["cudnn_benchmark"])
+    plan = plan_matrix(args.skip_max_autotune)
+    profiles: dict = {}
+    main_rows = measure_configs([c for c in plan if c["process"] == "main"], model, x, reference, args,
+                                device=device, log=log, started=started, profiles=profiles)
+    child_configs = [c for c in plan if c["process"] == "child"]
+    with tempfile.TemporaryDirectory(prefix="gpu-blurball-") as tmp:
+        reference_path = Path(tmp) / "reference.pt"
+        torch.save(reference.cpu(), reference_path)
+        log("cuDNN benchmark rows: measuring in a separate process ...")
         try:
-            with torch.no_grad():
-                call, first_call_s = build_call(config, model, x, fresh_cache=not args.warm_cache)
-                output = call().float().clone()
-                entry["max_abs_diff"] = float((output - reference).abs().max())
-                entry["peaks_equal"] = bool(
-                    (blurball.heatmap_peaks(output) == blurball.heatmap_peaks(reference)).all())
-                timing = time_cuda(call, warmup=args.warmup, repeats=args.repeats, name=config["variant"])
-                entry.update(timing.as_dict(), first_call_s=first_call_s)
-                key = (config["precision"], config["mode"])
-                if (not args.no_profile and key in PROFILED and config["layout"] == "nchw"
-                        and not config["cudnn_benchmark"]):
-                    profiles[config["variant"]] = profile_call(call)
-        except Exception as exc:  # one failing mode must not lose the others' results
-            entry["note"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-        finally:
-            torch.backends.cudnn.benchmark = default_benchmark
-        measurements.append(entry)
-        log(f"  {entry.get('median_ms', float('nan')):.2f} ms {entry['note']}")
-    return build_rows(measurements, profiles)
+            child_rows = gp.run_child(child_argv(args, reference_path))
+            for row in child_rows:
+                if not row.pop("cudnn_benchmark_in_force", False):
+                    row["note"] = "failed: the child process did not have cudnn.benchmark on"
+        except RuntimeError as error:
+            child_rows = [dict(c, note=f"failed: {error}"[:300]) for c in child_configs]
+    by_variant = {r["variant"]: r for r in main_rows + child_rows}
+    measurements = [by_variant[c["variant"]] for c in plan if c["variant"] in by_variant]
+    return build_rows(measurements, profiles, device=device, smoke=args.smoke)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    problem = cuda_problem()
-    if problem is not None:
-        print(f"{PROG}: no GPU measurement: {problem}", file=sys.stderr)
-        return EXIT_NO_CUDA
-    if args.weights is not None and not args.weights.is_file():
-        print(f"{PROG}: error: --weights {args.weights} is not a file", file=sys.stderr)
-        return EXIT_BAD_ARGS
+def environment(args, device: str) -> dict:
+    """The run's provenance: the fingerprint plus cuDNN, SM count, weights and the smoke flag (Chapter 5)."""
     import torch
 
-    from graphbook.book import RESULTS_DIR
     from graphbook.environment import fingerprint
 
     env = fingerprint()
     env["cudnn_version"] = str(torch.backends.cudnn.version())
     env["cudnn_allow_tf32"] = bool(torch.backends.cudnn.allow_tf32)
-    env["weights"] = args.weights.name if args.weights else "seeded-random"
+    env["gpu_sm_count"] = (int(torch.cuda.get_device_properties(0).multi_processor_count)
+                           if device == "cuda" else "")
+    env["weights"] = ("smoke stand-in model" if args.smoke
+                      else args.weights.name if args.weights else "seeded-random")
+    return env
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.weights is not None and not args.weights.is_file():
+        print(f"{PROG}: error: --weights {args.weights} is not a file", file=sys.stderr)
+        return EXIT_BAD_ARGS
+    if args.cudnn_benchmark_child is not None:
+        return run_cudnn_benchmark_child(args)
+    if not args.smoke:
+        problem = cuda_problem()
+        if problem is not None:
+            print(f"{PROG}: no GPU measurement: {problem}", file=sys.stderr)
+            return EXIT_NO_CUDA
+    device = "cpu" if args.smoke else "cuda"
+    env = environment(args, device)
     rows = measure(args)
-    path = write_results(rows, env, args.out_dir or RESULTS_DIR, env["gpu_name"] or "cuda")
+    name = "smoke-cpu" if args.smoke else (env["gpu_name"] or "cuda")
+    path = write_results(rows, env, args.results_dir, name)
     print()
     print(format_table(rows))
     print(f"\nwrote {path}")
-    return 0
+    return exit_status_for(PROG, failed_variants(rows))
 
 
 if __name__ == "__main__":
