@@ -101,3 +101,217 @@ def figures_without_caption_or_alt(nb: dict) -> list[int]:
         if not (figure.get("caption") and figure.get("name") and image.get("alt")):
             bad.append(i)
     return bad
+
+
+# -- what nbval compares, and what must not be compared ---------------------------------------------
+# nbval (strict) compares every output of every code cell, after the sanitizer's substitutions, except
+# in cells tagged nbval-ignore-output / nbval-skip (or with the # NBVAL_IGNORE_OUTPUT / # NBVAL_SKIP
+# comments). Glue records (``application/papermill.record/...``) are outputs like any other. Cells are
+# numbered as nbval numbers them: the index among code cells, from 0.
+SANITIZE_CFG = "tests/nbval_sanitize.cfg"
+NOT_COMPARED_TAGS = {"nbval-ignore-output", "nbval-skip"}
+NOT_COMPARED_COMMENTS = {"NBVAL_IGNORE_OUTPUT", "NBVAL_SKIP", "PYTEST_VALIDATE_IGNORE_OUTPUT"}
+GLUE_MIME = "application/papermill.record/"
+NOT_COMPARED_MIME = ("image/png", "image/jpeg")  # nbval skips images unless --nbdime
+# A float as Python prints it: digits with a decimal point and/or an exponent. Version strings
+# (2.13.0), dotted names and longer dotted numbers are not floats.
+RAW_FLOAT = re.compile(r"(?<![\w.])-?(?:\d+\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+)(?![\w]|\.\d)")
+# A one-digit power of ten such as 1e-5 is a tolerance the code states, not a measurement.
+TOLERANCE = re.compile(r"-?\d[eE][-+]?\d+")
+# Where a compared float may come from: the cell's metadata says so, e.g.
+#   "graphbook": {"fixed_floats": "read from data/seed/article_numbers.csv"}
+# (a value quoted from a file, or computed from a fixed seed with no timing in it); or, for one glue
+# key, the notebook's metadata "graphbook": {"fixed_glue": {"key": "data/seed/... (why it is fixed)"}}.
+FIXED_FLOATS_KEY = "fixed_floats"
+FIXED_GLUE_KEY = "fixed_glue"
+
+
+def sanitize_patterns(path=None) -> list[tuple[str, str]]:
+    """The (regex, replacement) pairs of the nbval sanitizer file, parsed as nbval parses them."""
+    from pathlib import Path
+
+    text = Path(path or Path(__file__).resolve().parents[1] / SANITIZE_CFG).read_text()
+    return re.findall(r"^regex: (.*)$\n^replace: (.*)$", text, flags=re.MULTILINE)
+
+
+def sanitize(text: str, patterns) -> str:
+    for regex, replace in patterns:
+        text = re.sub(regex, replace, text)
+    return text
+
+
+def output_compared(cell: dict) -> bool:
+    """Does nbval (strict) compare this code cell's outputs?"""
+    if set(cell.get("metadata", {}).get("tags", [])) & NOT_COMPARED_TAGS:
+        return False
+    comments = {ln.strip().lstrip("#").strip() for ln in "".join(cell.get("source", "")).splitlines()
+                if ln.strip().startswith("#")}
+    return not comments & NOT_COMPARED_COMMENTS
+
+
+def _texts(output: dict):
+    """(mime or stream name, text) of every compared part of one stored output."""
+    if output.get("output_type") == "stream":
+        yield output.get("name", "stream"), "".join(output.get("text", ""))
+    for mime, value in output.get("data", {}).items():
+        if mime in NOT_COMPARED_MIME or mime.endswith(("image/png", "image/jpeg")) or mime.endswith("+json"):
+            continue
+        yield mime, "".join(value) if isinstance(value, list) else str(value)
+
+
+def compared_raw_floats(nb: dict, patterns=None) -> list[tuple[int, str, str]]:
+    """Floats that nbval would compare digit by digit: (code-cell index, where, the float).
+
+    A float survives when it is in a compared cell and the sanitizer does not mask it (a number with a
+    unit of time, rate, ratio or percent is masked; a bare one is not). ``where`` is the output's mime
+    type or stream name, with the glue key for glue records. Cells whose metadata names the fixed source
+    of their floats (``graphbook.fixed_floats``) and glue keys listed in the notebook's
+    ``graphbook.fixed_glue`` are allowed.
+    """
+    patterns = sanitize_patterns() if patterns is None else patterns
+    fixed_glue = nb.get("metadata", {}).get("graphbook", {}).get(FIXED_GLUE_KEY, {}) or {}
+    found = []
+    for index, cell in enumerate(code_cells(nb)):
+        if not output_compared(cell) or cell.get("metadata", {}).get("graphbook", {}).get(FIXED_FLOATS_KEY):
+            continue
+        for output in cell.get("outputs", []):
+            glue_key = output.get("metadata", {}).get("scrapbook", {}).get("name")
+            for where, text in _texts(output):
+                is_glue = where.startswith(GLUE_MIME)
+                if is_glue and glue_key in fixed_glue:
+                    continue
+                # a glue record is judged on its raw value: the policy wants every glued float either
+                # declared fixed or kept out of comparison, whatever the sanitizer happens to mask
+                checked = text if is_glue else sanitize(text, patterns)
+                for match in RAW_FLOAT.finditer(checked):
+                    if TOLERANCE.fullmatch(match.group(0)):
+                        continue
+                    found.append((index, f"glue {glue_key!r}" if is_glue else where, match.group(0)))
+    return found
+
+
+# -- ranking asserts ----------------------------------------------------------------------------------
+# A chapter asserts only what holds on every supported CPU. An assert that orders two measured times
+# (or a speed-up against a threshold) is a ranking that another CPU, or a loaded machine, can reverse.
+# It is allowed only with its reason stated beside it: a comment "# physical reason: ..." (an effect
+# with a physical margin, e.g. the bytes-moved model) or "# from data: <file>" (numbers read from data/,
+# the same on every CPU) on the assert line or in the comment lines right above it, or the same words
+# in the markdown cell just before the code cell.
+PHYSICAL_REASON = re.compile(r"(?:physical reason|from data)\s*:", re.I)
+TIMING_WORD = re.compile(r"(?:^|_)(?:ms|us|ns|s|sec|secs|seconds|time|times|latency|median|mean|fps|throughput|"
+                         r"speed|speedup|speed_up|ratio|ratios|faster|slower|fastest|slowest|gain|share|pct|"
+                         r"percent|overhead)(?:_|$)|(?:_ms|_us|_s)$|_over_", re.I)
+RATIO_WORD = re.compile(r"(?:^|_)(?:speed|speedup|speed_up|ratio|ratios|faster|slower|gain|share|pct|percent|"
+                        r"overhead)(?:_|$)|_over_", re.I)
+
+
+def _words(node) -> set[str]:
+    """Identifiers, attribute names and string keys inside an expression."""
+    import ast
+
+    words = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            words.add(sub.id)
+        elif isinstance(sub, ast.Attribute):
+            words.add(sub.attr)
+        elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            words.add(sub.value)
+    return words
+
+
+def _timing(node) -> bool:
+    return any(TIMING_WORD.search(w) for w in _words(node))
+
+
+def _ratio(node) -> bool:
+    return any(RATIO_WORD.search(w) for w in _words(node))
+
+
+def _containers(node) -> set[str]:
+    """The names that are subscripted inside an expression (``t`` in ``0.9 * t["a"]``)."""
+    import ast
+
+    return {ast.unparse(sub.value) for sub in ast.walk(node) if isinstance(sub, ast.Subscript)}
+
+
+def _same_container(left, right) -> bool:
+    return bool(_containers(left) & _containers(right))
+
+
+def _is_constant(node) -> bool:
+    import ast
+
+    return not any(isinstance(sub, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) for sub in ast.walk(node))
+
+
+def _ranking_compare(test) -> bool:
+    """Does this assert test order two measurements (or a measured ratio against a threshold)?"""
+    import ast
+
+    for node in ast.walk(test):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        for op, left, right in zip(node.ops, operands, operands[1:]):
+            if not isinstance(op, (ast.Lt, ast.Gt, ast.LtE, ast.GtE)):
+                continue
+            if _timing(left) and _timing(right):
+                return True
+            if _same_container(left, right) and _timing(test):
+                return True  # two entries of one table of measurements, e.g. t[fastest] < 0.9 * t["disabled"]
+            for side, other in ((left, right), (right, left)):
+                if _ratio(side) and _is_constant(other):
+                    return True
+    return False
+
+
+def _parse_cell(source: str):
+    import ast
+
+    # IPython magics and shell lines are not Python: blank them, keeping line numbers
+    lines = [("" if ln.lstrip().startswith(("%", "!")) else ln) for ln in source.splitlines()]
+    try:
+        return ast.parse("\n".join(lines))
+    except SyntaxError:
+        return None
+
+
+def ranking_asserts(nb: dict) -> list[tuple[int, int, str]]:
+    """Ranking asserts without a stated physical reason: (code-cell index, line number from 1, line)."""
+    import ast
+
+    found = []
+    cells = nb.get("cells", [])
+    code_index = -1
+    for position, cell in enumerate(cells):
+        if cell.get("cell_type") != "code":
+            continue
+        code_index += 1
+        source = "".join(cell.get("source", ""))
+        tree = _parse_cell(source)
+        if tree is None:
+            continue
+        previous = cells[position - 1] if position > 0 else {}
+        markdown_reason = previous.get("cell_type") == "markdown" and PHYSICAL_REASON.search(
+            "".join(previous.get("source", "")))
+        lines = source.splitlines()
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Assert) or not _ranking_compare(node.test):
+                continue
+            if markdown_reason or _reason_beside(lines, node.lineno, getattr(node, "end_lineno", node.lineno)):
+                continue
+            found.append((code_index, node.lineno, lines[node.lineno - 1].strip()))
+    return found
+
+
+def _reason_beside(lines: list[str], first: int, last: int) -> bool:
+    """A "# physical reason:" comment on the assert's lines or in the comment block right above it."""
+    if any(PHYSICAL_REASON.search(ln) for ln in lines[first - 1:last]):
+        return True
+    row = first - 2
+    while row >= 0 and lines[row].strip().startswith("#"):
+        if PHYSICAL_REASON.search(lines[row]):
+            return True
+        row -= 1
+    return False

@@ -182,3 +182,139 @@ def test_quoted_numbers_carry_their_source():
         for path in (ROOT / "data" / folder).glob("*.csv"):
             header = path.read_text().splitlines()[0].split(",")
             assert column in header, f"{path.name} has no {column!r} column saying where its numbers come from"
+
+
+# -- machine-independent checks (issue 11) -------------------------------------------------------
+# A compared output may not hold a float measured on this machine, and a chapter may not assert a
+# ranking between two implementations without a stated reason. Chapters still listed below were
+# written before these rules; each entry is a strict xfail, so the test fails (XPASS) as soon as the
+# chapter is fixed and the entry must then be removed.
+PENDING_RAW_FLOATS = {"01_chef_and_refrigerator", "02_fusion_on_a_laptop_cpu", "03_what_graph_compilers_do",
+                      "04_onnx_and_runtimes", "05_blurball_measurements", "06_limitations_measured"}
+PENDING_RANKING_ASSERTS = {"01_chef_and_refrigerator", "02_fusion_on_a_laptop_cpu", "03_what_graph_compilers_do",
+                           "04_onnx_and_runtimes", "05_blurball_measurements", "06_limitations_measured"}
+
+
+def _pending(paths, pending):
+    return [pytest.param(p, id=p.relative_to(ROOT).as_posix(),
+                         marks=[pytest.mark.xfail(strict=True, reason="issue 11: chapter not fixed yet")]
+                         if p.stem in pending else []) for p in paths]
+
+
+@pytest.mark.parametrize("path", _pending(CHAPTERS, PENDING_RAW_FLOATS))
+def test_no_compared_output_holds_a_raw_float(path):
+    hits = rules.compared_raw_floats(load(path))
+    assert not hits, ("floats nbval compares digit by digit (code cell, output, value): tag the cell "
+                      "nbval-ignore-output, or name their fixed source in the cell's metadata "
+                      f"graphbook.fixed_floats / the notebook's graphbook.fixed_glue: {hits[:12]}")
+
+
+@pytest.mark.parametrize("path", _pending(CHAPTERS, PENDING_RANKING_ASSERTS))
+def test_no_ranking_assert_without_a_stated_reason(path):
+    hits = rules.ranking_asserts(load(path))
+    assert not hits, ("asserts that rank two measurements, which another CPU can reverse (code cell, line, "
+                      f"text): phrase the comparison from data, or add '# physical reason: ...': {hits}")
+
+
+def _glue_cell(key, value_text, tags=(), source="glue(...)", metadata=None):
+    return {"cell_type": "code", "source": source, "execution_count": 1,
+            "metadata": {"tags": list(tags), **(metadata or {})},
+            "outputs": [{"output_type": "display_data", "metadata": {"scrapbook": {"name": key, "mime_prefix": ""}},
+                         "data": {"application/papermill.record/text/plain": value_text}}]}
+
+
+def _print_cell(text, tags=(), source="print(...)"):
+    return {"cell_type": "code", "source": source, "execution_count": 1, "metadata": {"tags": list(tags)},
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": text}]}
+
+
+def _cells_nb(*cells, metadata=None):
+    return {"cells": list(cells), "metadata": {"kernelspec": {"name": "python3"}, **(metadata or {})}}
+
+
+def test_rules_catch_a_glued_measured_float_in_a_compared_cell():
+    nb = _cells_nb(_glue_cell("fold_err", "6.573749828930886e-07"))
+    assert rules.compared_raw_floats(nb) == [(0, "glue 'fold_err'", "6.573749828930886e-07")]
+
+
+def test_rules_allow_glued_verdicts_ignored_cells_and_declared_fixed_values():
+    verdicts = _cells_nb(_glue_cell("n_convs", "59"), _glue_cell("same", "True"), _glue_cell("name", "'eager'"))
+    assert rules.compared_raw_floats(verdicts) == []
+    ignored = _cells_nb(_glue_cell("t", "12.5", tags=["nbval-ignore-output"]),
+                        _glue_cell("u", "3.5", source="# NBVAL_IGNORE_OUTPUT\nglue('u', u)"))
+    assert rules.compared_raw_floats(ignored) == []
+    fixed = _cells_nb(_glue_cell("art_ms", "15.09"), _glue_cell("live_ms", "14.2"),
+                      metadata={"graphbook": {"fixed_glue": {"art_ms": "data/seed/article_numbers.csv"}}})
+    assert rules.compared_raw_floats(fixed) == [(1, "glue 'live_ms'", "14.2")]
+    cell_fixed = _cells_nb(_glue_cell("a", "2.5", metadata={"graphbook": {"fixed_floats": "bytes model from shapes"}}))
+    assert rules.compared_raw_floats(cell_fixed) == []
+
+
+def test_rules_catch_a_printed_raw_float_but_not_units_or_tolerances():
+    assert rules.compared_raw_floats(_cells_nb(_print_cell("max abs diff 0.0489\n"))) == [(0, "stdout", "0.0489")]
+    fine = _cells_nb(_print_cell("eager 12.31 ms, compiled 2.5x faster, 95.1 % busy, torch 2.13.0, tol 1e-5, 59 convs\n"))
+    assert rules.compared_raw_floats(fine) == []
+
+
+def test_sanitizer_masks_bare_floats_so_glue_records_are_not_compared_digit_by_digit():
+    patterns = rules.sanitize_patterns()
+    stored, fresh = "6.5737e-07", "6.5481e-07"  # the two runs of issue 11, chapter 1
+    assert rules.sanitize(stored, patterns) == rules.sanitize(fresh, patterns)
+    assert rules.sanitize("0.274", patterns) == rules.sanitize("0.035", patterns)
+    assert rules.sanitize("58", patterns) != rules.sanitize("59", patterns)  # counts stay compared
+    assert rules.sanitize("'eager'", patterns) == "'eager'"
+
+
+def _code(source, index=0):
+    return {"cell_type": "code", "source": source, "execution_count": index + 1, "metadata": {}, "outputs": []}
+
+
+def test_rules_catch_ranking_asserts():
+    nb = _cells_nb(_code("a_ms, b_ms = 2.0, 1.0\nassert a_ms > 1.1 * b_ms\n"),
+                   _code("assert speedup > 1.0\n"),
+                   _code('assert table.loc["manual", "median_ms"] > table.loc["compile", "median_ms"]\n'),
+                   _code('assert ort_live[fastest] < 0.9 * ort_live["disabled"]\n'),
+                   _code("%time x = 1\nassert eager.median_ms > compiled.median_ms  # fused wins\n"))
+    assert [(c, line) for c, line, _ in rules.ranking_asserts(nb)] == [(0, 2), (1, 1), (2, 1), (3, 1), (4, 2)]
+
+
+def test_rules_accept_ranking_asserts_with_a_reason_and_other_asserts():
+    with_reason = _cells_nb(
+        _code("assert a_ms > 5 * b_ms  # physical reason: BN reads and writes 16x the bytes it computes on\n"),
+        _code("# physical reason: the relu moves 256x the bytes,\n# and bandwidth bounds it\nassert big_ms > small_ms\n"),
+        {"cell_type": "markdown", "source": "Physical reason: a copy cannot be faster than the bytes it moves.",
+         "metadata": {}},
+        _code("assert copy_ms < relu_ms\n"),
+        _code("assert art_ratio > 1  # from data: data/seed/article_numbers.csv\n"))
+    assert rules.ranking_asserts(with_reason) == []
+    others = _cells_nb(_code("assert compile_s > 0\nassert max_abs_diff < 1e-4\nassert bytes_a > bytes_b\n"
+                             "assert len(times) == 3\nassert counts['Conv'] == 59\n"))
+    assert rules.ranking_asserts(others) == []
+
+
+@pytest.mark.slow
+def test_nbval_with_the_sanitizer_ignores_a_glued_float_that_changes(tmp_path):
+    """nbval itself, on a notebook whose glued float differs at every run: fails without the bare-float
+    rule, passes with the book's sanitizer file."""
+    import subprocess
+    import sys
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import random\nfrom myst_nb import glue\nglue('x', random.random())")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    path = tmp_path / "glued.ipynb"
+    nbformat.write(nb, str(path))
+    old_cfg = tmp_path / "units_only.cfg"
+    old_cfg.write_text((ROOT / "tests" / "nbval_sanitize.cfg").read_text().split("[bare_floats]")[0])
+
+    def nbval(cfg):
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
+                               "--nbval-current-env", "--nbval-sanitize-with", str(cfg), str(path)],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300).returncode
+
+    assert nbval(old_cfg) != 0
+    assert nbval(ROOT / "tests" / "nbval_sanitize.cfg") == 0
