@@ -1,0 +1,144 @@
+"""INT8 scored where it matters: a matrix of ONNX Runtime static-quantization choices for BlurBall.
+
+    .venv/bin/python code/bench_int8.py                      # the book's run (96x160, a few minutes)
+    .venv/bin/python code/bench_int8.py --smoke --results-dir /tmp/int8   # tiny run used by the tests
+
+The trained BlurBall (``data/checkpoints/blurball_synthetic.pt``) is exported to ONNX at batch 1 and
+the run's input size (default 96x160, the size it was trained at: 288x512 would make every one of the
+13 models take about ten times longer to score on a 2-core CPU), then quantized once per configuration
+of :func:`graphbook.int8_matrix.design` (baseline, one factor at a time, two combinations; see that
+module for the design), calibrated on synthetic *training* clips. Every model, FP32 included, is scored
+on the *held-out* synthetic clips against their labels (detection rate, median position and blur-angle
+errors) and against the FP32 logits (max abs diff), then timed in round-robin (median of ``--repeats``
+calls, ``--threads`` intra-op threads). ``reduce_range`` is the one
+:func:`graphbook.onnx_utils.int8_settings_for` chooses for this CPU, recorded with the CPU's
+instruction set. ONNX Runtime's ``qdq_loss_debug`` then ranks the baseline's worst-quantized
+activations and weights.
+
+Two new files per run, never an existing one: kind ``int8-matrix`` (one row per model) and kind
+``int8-tensor-errors`` (the ``--top`` worst tensors of each kind), both with the environment columns,
+under ``--results-dir`` (default ``data/results``, or ``$GRAPHBOOK_RESULTS_DIR``). Exit status: 0 ok;
+1 a configuration failed to build or run (results still written, the failure named on stderr); 2 bad
+arguments (one line on stderr); 3 the trained checkpoint is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from graphbook.cli import OneLineParser, multiple_of_8, positive_int
+
+#: Fastest ball (px per frame) of the training clips and of the held-out clips the checkpoint was scored on.
+MAX_SPEED = 30.0
+SMOKE = {"height": 32, "width": 64, "calibration_clips": 2, "eval_clips": 2, "repeats": 3, "debug_clips": 1}
+
+
+def at_least_3(text: str) -> int:
+    """An argparse type: an integer of at least 3 (a median needs three runs)."""
+    value = positive_int(text)
+    if value < 3:
+        raise argparse.ArgumentTypeError(f"expected at least 3 timed runs for a median, got {value}")
+    return value
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = OneLineParser(prog="bench_int8.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--height", type=multiple_of_8, default=96, help="input height (default 96, the training size)")
+    parser.add_argument("--width", type=multiple_of_8, default=160, help="input width (default 160)")
+    parser.add_argument("--threads", type=positive_int, default=2, help="ONNX Runtime intra-op threads")
+    parser.add_argument("--repeats", type=at_least_3, default=7, help="timed round-robin calls per model (>= 3)")
+    parser.add_argument("--calibration-clips", type=positive_int, default=16,
+                        help="training clips the quantizer calibrates on")
+    parser.add_argument("--eval-clips", type=positive_int, default=64, help="held-out clips every model is scored on")
+    parser.add_argument("--debug-clips", type=positive_int, default=4,
+                        help="held-out clips the Q/DQ debugging helpers run on")
+    parser.add_argument("--top", type=positive_int, default=10, help="worst tensors kept, per kind (activation, weight)")
+    parser.add_argument("--checkpoint", type=Path, default=None, help="BlurBall weights (default: the book's checkpoint)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run (32x64, 2 configurations, 2+2 clips) that exercises every step")
+    parser.add_argument("--workdir", type=Path, default=None, help="folder for the .onnx files (default: temporary)")
+    parser.add_argument("--results-dir", type=Path, default=None,
+                        help="where the result files go (default data/results, or $GRAPHBOOK_RESULTS_DIR)")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        explicit = {a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:]) if a.startswith("--")}
+        for key, value in SMOKE.items():
+            if f"--{key.replace('_', '-')}" not in explicit:
+                setattr(args, key, value)
+    if args.debug_clips > args.eval_clips:
+        parser.error(f"--debug-clips ({args.debug_clips}) cannot exceed --eval-clips ({args.eval_clips})")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from graphbook import blurball
+
+    from graphbook.environment import REPO_ROOT
+
+    checkpoint = args.checkpoint or REPO_ROOT / blurball.TRAINED_CHECKPOINT
+    if not Path(checkpoint).is_file():
+        print(f"bench_int8.py: error: trained BlurBall checkpoint not found: {checkpoint} "
+              "(recreate it with `python code/train_blurball.py --seed 0`)", file=sys.stderr)
+        return 3
+
+    import torch
+
+    from graphbook import environment, int8_matrix, onnx_utils, results, synthetic_clips
+
+    environment.set_threads(args.threads)
+    settings = int8_matrix.int8_settings()
+    configs = int8_matrix.design(settings["reduce_range"], smoke=args.smoke)
+    print(f"reduce_range={settings['reduce_range']} ({settings['reduce_range_reason']}) CPU {settings['cpu_isa']}; "
+          f"{len(configs)} INT8 configurations at {args.height}x{args.width}, {args.threads} threads", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="bench_int8_") as tmp:
+        workdir = Path(args.workdir) if args.workdir else Path(tmp)
+        model = blurball.load_trained_blurball(checkpoint)
+        example = torch.zeros(1, 3 * blurball.FRAMES_IN, args.height, args.width)
+        fp32_path = onnx_utils.export_onnx(model, example, workdir / "blurball_fp32.onnx")
+        calibration = [synthetic_clips.training_clip(0, k, args.height, args.width, max_speed=MAX_SPEED)
+                       for k in range(args.calibration_clips)]
+        held_out = synthetic_clips.held_out_clips(args.eval_clips, args.height, args.width, max_speed=MAX_SPEED)
+        run = int8_matrix.run_matrix(fp32_path, configs, int8_matrix.clip_inputs(calibration), held_out,
+                                     workdir=workdir, threads=args.threads, repeats=args.repeats,
+                                     log=lambda message: print(message, flush=True))
+        errors = []
+        baseline = run.paths.get(int8_matrix.BASELINE_NAME)
+        if baseline is not None:
+            debug_inputs = int8_matrix.clip_inputs(held_out[:args.debug_clips])
+            errors = int8_matrix.tensor_errors(fp32_path, baseline, debug_inputs, workdir=workdir / "debug",
+                                               top=args.top)
+            for row in errors:
+                row.update({"config": int8_matrix.BASELINE_NAME, "height": args.height, "width": args.width,
+                            "debug_clips": args.debug_clips, "smoke": args.smoke})
+
+    env = {**environment.fingerprint(args.threads), "reduce_range_reason": settings["reduce_range_reason"],
+           "vnni": settings["vnni"], "smoke": args.smoke}
+    written = [results.write_run(int8_matrix.KIND_MATRIX, run.rows, env, results_dir=args.results_dir)]
+    if errors:
+        written.append(results.write_run(int8_matrix.KIND_TENSOR_ERRORS, errors, env, results_dir=args.results_dir))
+    for path in written:
+        print(f"wrote {path}")
+
+    import pandas as pd
+
+    frame = pd.DataFrame(run.rows)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(int8_matrix.matrix_table(frame).to_string(index=False))
+    try:
+        _, sentence = int8_matrix.recommend_int8_config(frame)
+        print(sentence)
+    except int8_matrix.Int8MatrixError as error:
+        print(f"no recommendation: {error}")
+    if run.failures:
+        for name, message in run.failures.items():
+            print(f"bench_int8.py: configuration {name} failed: {message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,627 @@
+"""A matrix of ONNX Runtime static INT8 quantization choices, scored where it matters.
+
+Introduced in Chapter 4. Chapter 4's first INT8 model (:func:`graphbook.onnx_utils.quantize_qdq`) is one
+choice among many: weights per output channel or per tensor; activation ranges from MinMax, Entropy or
+Percentile calibration; the model pre-processed by ``onnxruntime.quantization.shape_inference.quant_pre_process``
+or not; every layer quantized, or the sensitive ones (the stem that sees the raw frames, the 1x1 head
+that writes the logits, the squeeze-and-excitation gates) kept in FP32; and ``reduce_range`` (7-bit
+weights), which :func:`graphbook.onnx_utils.int8_settings_for` chooses for this CPU (on x86 without
+VNNI the u8 x s8 products saturate otherwise). This module builds those models, scores each on the
+*held-out* synthetic clips against their ground truth (detection rate, median position error, median
+blur-angle error; :mod:`graphbook.scoring`) and against the FP32 model's logits (max abs diff), times
+them, and lets ONNX Runtime's Q/DQ debugging helpers (``onnxruntime.quantization.qdq_loss_debug``)
+name the tensors that quantize worst.
+
+The design is fractional, not the full 2 x 3 x 2 x 5 x 2 = 120-model product (about 2 minutes of a
+shared 2-core CPU each, counting scoring and timing): :func:`design` varies **one factor at a time**
+from a baseline (per-channel, MinMax, no pre-processing, everything quantized, ``reduce_range`` as
+chosen for this CPU), which measures each factor's main effect, and adds two **combinations** (the
+"careful" choice on every factor at once, and per-tensor weights with the sensitive layers excluded) to
+show whether the effects add up. Interactions beyond those two are not estimated.
+
+Entry points for Chapter 4: :func:`design`, :func:`run_matrix` (what ``code/bench_int8.py`` calls),
+:func:`tensor_errors`, and :func:`recommend_int8_config`, which chooses a configuration from a recorded
+run by data and says why.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import math
+import statistics
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+#: The calibration methods of ``onnxruntime.quantization.CalibrationMethod`` the matrix compares.
+CALIBRATIONS = ("MinMax", "Entropy", "Percentile")
+#: The layer groups that can be kept in FP32 (see :func:`node_group`).
+GROUPS = ("stem", "head", "se")
+#: Module names of BlurBall's stem (top-level convolutions, their BatchNorms, and the stem's ReLU).
+STEM_MODULES = ("conv1", "bn1", "conv2", "bn2", "relu")
+#: Module name of BlurBall's head (the 1x1 convolution that writes the logits).
+HEAD_MODULE = "final_layers"
+
+#: Result kinds (``graphbook.results.KINDS``) this module's rows are written as.
+KIND_MATRIX = "int8-matrix"
+KIND_TENSOR_ERRORS = "int8-tensor-errors"
+
+FP32_NAME = "fp32"
+#: Column of the largest logit difference from the FP32 model (the book's one name for it).
+MAX_ABS_DIFF = "max_abs_diff"
+BASELINE_NAME = "baseline"
+
+
+class Int8MatrixError(ValueError):
+    """A configuration or an argument the INT8 matrix refuses, with the reason (Chapter 4)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# The design
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Int8Config:
+    """One static-quantization choice (Chapter 4).
+
+    ``exclude`` names layer groups kept in FP32 (a subset of :data:`GROUPS`); ``reduce_range`` is
+    the value used; ``role`` says where the configuration sits in the design ("baseline",
+    "vary <factor>", "combination").
+    """
+
+    name: str
+    per_channel: bool = True
+    calibration: str = "MinMax"
+    pre_process: bool = False
+    exclude: tuple[str, ...] = ()
+    reduce_range: bool = False
+    role: str = "baseline"
+
+    def __post_init__(self):
+        if self.calibration not in CALIBRATIONS:
+            raise Int8MatrixError(f"calibration must be one of {list(CALIBRATIONS)}, got {self.calibration!r}")
+        unknown = [g for g in self.exclude if g not in GROUPS]
+        if unknown:
+            raise Int8MatrixError(f"unknown layer group(s) {unknown}; choose from {list(GROUPS)}")
+        if len(set(self.exclude)) != len(self.exclude):
+            raise Int8MatrixError(f"layer groups repeated in {self.exclude}")
+
+    @property
+    def excluded(self) -> str:
+        """The excluded groups as one cell, e.g. ``"stem+head+se"`` ("" when everything is quantized)."""
+        return "+".join(g for g in GROUPS if g in self.exclude)
+
+    def describe(self) -> str:
+        """A short phrase for prose, e.g. "per-channel weights, Entropy calibration, stem kept in FP32"."""
+        parts = ["per-channel weights" if self.per_channel else "per-tensor weights",
+                 f"{self.calibration} calibration"]
+        if self.pre_process:
+            parts.append("quant_pre_process")
+        parts.append(f"{' and '.join(self.exclude)} kept in FP32" if self.exclude else "every layer quantized")
+        parts.append(f"reduce_range={self.reduce_range}")
+        return ", ".join(parts)
+
+
+def design(reduce_range: bool, *, smoke: bool = False) -> list[Int8Config]:
+    """The configurations of the matrix, baseline first (Chapter 4).
+
+    One factor at a time from the baseline (per-channel, MinMax, no pre-processing, nothing
+    excluded, ``reduce_range`` as given, i.e. as :func:`graphbook.onnx_utils.int8_settings_for`
+    chose for this CPU): per-tensor weights; Entropy; Percentile; ``quant_pre_process``; the stem,
+    the head, the SE layers, and all three kept in FP32; the opposite ``reduce_range`` (to show what
+    the CPU-specific choice is worth). Then two combinations: ``careful`` (Percentile, pre-processed,
+    all three groups excluded) and ``per-tensor-excluded`` (per-tensor weights with all three
+    excluded). 12 configurations. ``smoke=True`` gives 2 that still touch every code path: the
+    baseline and a per-tensor, Entropy, pre-processed, everything-excluded combination.
+    """
+    if not isinstance(reduce_range, bool):
+        raise Int8MatrixError(f"reduce_range must be True or False, got {reduce_range!r}")
+    base = Int8Config(BASELINE_NAME, reduce_range=reduce_range, role="baseline")
+    if smoke:
+        return [base, replace(base, name="smoke-combination", per_channel=False, calibration="Entropy",
+                              pre_process=True, exclude=GROUPS, role="combination")]
+    return [
+        base,
+        replace(base, name="per-tensor", per_channel=False, role="vary per_channel"),
+        replace(base, name="entropy", calibration="Entropy", role="vary calibration"),
+        replace(base, name="percentile", calibration="Percentile", role="vary calibration"),
+        replace(base, name="pre-processed", pre_process=True, role="vary pre_process"),
+        replace(base, name="no-stem", exclude=("stem",), role="vary exclude"),
+        replace(base, name="no-head", exclude=("head",), role="vary exclude"),
+        replace(base, name="no-se", exclude=("se",), role="vary exclude"),
+        replace(base, name="no-stem-head-se", exclude=GROUPS, role="vary exclude"),
+        replace(base, name=f"reduce-range-{str(not reduce_range).lower()}", reduce_range=not reduce_range,
+                role="vary reduce_range"),
+        replace(base, name="careful", calibration="Percentile", pre_process=True, exclude=GROUPS,
+                role="combination"),
+        replace(base, name="per-tensor-excluded", per_channel=False, exclude=GROUPS, role="combination"),
+    ]
+
+
+def int8_settings() -> dict:
+    """``reduce_range`` for this CPU and why, as :func:`graphbook.onnx_utils.int8_settings_for` decides (Chapter 4).
+
+    Returns ``{"reduce_range": bool, "reduce_range_reason": str, "cpu_isa": str, "vnni": bool | None}``.
+    The choice lives in ``int8_settings_for`` (one place decides for the whole book); this records it
+    with the instruction set it was decided from (:func:`graphbook.environment.cpu_features`).
+    """
+    from .environment import cpu_features
+    from .onnx_utils import int8_settings_for
+
+    features = cpu_features()
+    settings = int8_settings_for(features)
+    return {"reduce_range": bool(settings.reduce_range), "reduce_range_reason": settings.reason,
+            "cpu_isa": features.get("isa", "unknown"), "vnni": features.get("vnni")}
+
+
+# --------------------------------------------------------------------------------------------------
+# Which nodes belong to the stem, the head and the SE layers
+# --------------------------------------------------------------------------------------------------
+
+def _scopes(node) -> list[str]:
+    """The module path the exporter recorded for ``node`` (``pkg.torch.onnx.name_scopes``), or []."""
+    import ast
+
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes":
+            try:
+                value = ast.literal_eval(prop.value)
+            except (ValueError, SyntaxError):
+                return []
+            return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
+    return []
+
+
+def node_group(scopes: Sequence[str]) -> str | None:
+    """``"stem"``, ``"head"``, ``"se"`` or None for a node's module path (Chapter 4).
+
+    ``scopes`` is the exporter's ``name_scopes`` list, e.g. ``['', 'stage2', ..., 'stage2.0.branches.0.0.se',
+    'mean']``. Stem: the first module is one of :data:`STEM_MODULES` (BlurBall's only top-level ReLU is
+    the stem's; a BatchNorm folded into its convolution keeps the BatchNorm's name); head:
+    :data:`HEAD_MODULE`; SE: any module path with an ``se`` part (``...se`` or ``...se.fc.0``).
+    """
+    modules = [s for s in scopes if s]
+    if not modules:
+        return None
+    if any("se" in m.split(".") for m in modules):
+        return "se"
+    top = modules[0].split(".")[0]
+    if top == HEAD_MODULE:
+        return "head"
+    if top in STEM_MODULES:
+        return "stem"
+    return None
+
+
+def module_of(scopes: Sequence[str]) -> str:
+    """The innermost module path in a ``name_scopes`` list (its last entry names the operation)."""
+    modules = [s for s in scopes if s]
+    return modules[-2] if len(modules) >= 2 else (modules[0] if modules else "")
+
+
+def classify_nodes(model_or_path) -> dict[str, str | None]:
+    """Node name -> :func:`node_group` for every node of an exported BlurBall (Chapter 4)."""
+    import onnx
+
+    model = onnx.load(str(model_or_path), load_external_data=False) if isinstance(model_or_path, (str, Path)) \
+        else model_or_path
+    return {node.name: node_group(_scopes(node)) for node in model.graph.node}
+
+
+def nodes_in_groups(model_or_path, groups: Iterable[str]) -> list[str]:
+    """Names of the nodes in the given layer groups, for ``quantize_static(nodes_to_exclude=...)`` (Chapter 4).
+
+    Raises :class:`Int8MatrixError` when a requested group has no node: the model was not exported
+    with module names (``pkg.torch.onnx.name_scopes``), and excluding nothing would be a silent lie.
+    """
+    groups = tuple(groups)
+    unknown = [g for g in groups if g not in GROUPS]
+    if unknown:
+        raise Int8MatrixError(f"unknown layer group(s) {unknown}; choose from {list(GROUPS)}")
+    classes = classify_nodes(model_or_path)
+    chosen = [name for name, group in classes.items() if group in groups]
+    empty = [g for g in groups if not any(group == g for group in classes.values())]
+    if empty:
+        raise Int8MatrixError(f"no node of the model belongs to {empty}: was it exported by torch.onnx with "
+                              "module names (pkg.torch.onnx.name_scopes metadata)?")
+    return chosen
+
+
+# --------------------------------------------------------------------------------------------------
+# Building a quantized model
+# --------------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence the quantizer: calibration progress on stdout and the pre-processing hint on the root logger."""
+    root = logging.getLogger()
+    previous = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        root.setLevel(previous)
+
+
+def quantize_config(fp32_path: str | Path, out_path: str | Path, config: Int8Config, frames: Sequence) -> dict:
+    """Build the Q/DQ model of one configuration, calibrated on ``frames`` (Chapter 4).
+
+    With ``config.pre_process`` the FP32 model first goes through ``quant_pre_process`` (symbolic
+    shape inference and ONNX Runtime's basic graph optimizations) into ``<out>.pre.onnx``. The
+    nodes of the excluded groups are looked up in the model that is actually quantized. Activations
+    are uint8, weights int8. Returns ``{"path", "quantize_s", "excluded_nodes", "quantize_nodes"}``.
+    """
+    import onnx
+    from onnxruntime import quantization as quant
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from .onnx_utils import calibration_reader, check_model_file, qdq_counts
+
+    fp32_path = check_model_file(fp32_path)
+    out_path = Path(out_path)
+    if out_path.suffix != ".onnx":
+        raise Int8MatrixError(f"the output path must end in .onnx, got {str(out_path)!r}")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    source = fp32_path
+    with _quiet():
+        if config.pre_process:
+            source = out_path.with_name(out_path.stem + ".pre.onnx")
+            quant_pre_process(str(fp32_path), str(source))
+        excluded = nodes_in_groups(source, config.exclude) if config.exclude else []
+        input_name = onnx.load(str(source), load_external_data=False).graph.input[0].name
+        quant.quantize_static(str(source), str(out_path), calibration_reader(input_name, frames),
+                              quant_format=quant.QuantFormat.QDQ, activation_type=quant.QuantType.QUInt8,
+                              weight_type=quant.QuantType.QInt8, per_channel=config.per_channel,
+                              reduce_range=config.reduce_range, nodes_to_exclude=excluded or None,
+                              calibrate_method=getattr(quant.CalibrationMethod, config.calibration))
+    return {"path": out_path, "quantize_s": time.perf_counter() - start, "excluded_nodes": len(excluded),
+            "quantize_nodes": qdq_counts(out_path)["QuantizeLinear"]}
+
+
+# --------------------------------------------------------------------------------------------------
+# Scoring and timing
+# --------------------------------------------------------------------------------------------------
+
+def clip_inputs(clips) -> list[np.ndarray]:
+    """One normalised ``(1, 9, H, W)`` float32 input per clip (ImageNet normalisation, as in training)."""
+    from .blurball import imagenet_normalize
+    from .synthetic_clips import frames_to_tensor
+
+    return [imagenet_normalize(frames_to_tensor(clip)).numpy().astype(np.float32) for clip in clips]
+
+
+def score_outputs(logits: Sequence[np.ndarray], clips, reference: Sequence[np.ndarray] | None = None) -> dict:
+    """Score per-clip logits ``(1, 3, H, W)`` against the clips' labels, and against reference logits (Chapter 4).
+
+    Returns :func:`graphbook.scoring.summarize_matches`'s dict plus ``max_abs_diff`` (the largest
+    logit difference from ``reference`` over all clips; NaN without a reference).
+    """
+    from .decoding import decode_batch
+    from .scoring import match_detections, summarize_matches
+
+    if len(logits) != len(clips):
+        raise Int8MatrixError(f"{len(logits)} outputs for {len(clips)} clips")
+    decoded = [frames for out in logits for frames in decode_batch(out)]
+    summary = summarize_matches(match_detections(decoded, list(clips)))
+    diff = math.nan
+    if reference is not None:
+        diff = max(float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+                   for a, b in zip(logits, reference))
+    return {**summary, MAX_ABS_DIFF: diff}
+
+
+def round_robin_timing(functions: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Milliseconds per call of each function, calling them in turn ``repeats`` times (Chapter 4).
+
+    Alternating single calls gives every configuration the same share of a shared machine's changing
+    load, so the ratios of medians hold even when the absolute times drift. One untimed call each first.
+    """
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise Int8MatrixError(f"repeats must be a positive integer, got {repeats!r}")
+    for fn in functions.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in functions}
+    for _ in range(repeats):
+        for name, fn in functions.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(1000.0 * (time.perf_counter() - start))
+    return times
+
+
+# --------------------------------------------------------------------------------------------------
+# The matrix
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class MatrixRun:
+    """What :func:`run_matrix` measured: one row per model (FP32 first), and the failures by name."""
+
+    rows: list[dict] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)
+    paths: dict[str, Path] = field(default_factory=dict)
+
+
+def run_matrix(fp32_path: str | Path, configs: Sequence[Int8Config], calibration_frames: Sequence, eval_clips,
+               *, workdir: str | Path, threads: int = 2, repeats: int = 5,
+               log: Callable[[str], object] | None = None) -> MatrixRun:
+    """Quantize, score and time every configuration, with the FP32 model as the reference row (Chapter 4).
+
+    ``calibration_frames``: model inputs drawn from the *training* clips; ``eval_clips``: the
+    held-out clips (:func:`graphbook.synthetic_clips.held_out_clips`) at the model's input size. Each
+    row holds the configuration, ``status`` ("ok" or the error that stopped it: a configuration that
+    fails is recorded, not dropped), the quantized model's node counts, the scores of
+    :func:`score_outputs` and the latency (median, min, max over ``repeats`` round-robin calls of one
+    clip, ``threads`` intra-op threads, ONNX Runtime's default ``all`` optimization level).
+    """
+    from .onnx_utils import make_session
+
+    if not configs:
+        raise Int8MatrixError("the matrix needs at least one configuration")
+    names = [c.name for c in configs]
+    if FP32_NAME in names or len(set(names)) != len(names):
+        raise Int8MatrixError(f"configuration names must be unique and not {FP32_NAME!r}: {names}")
+    say = log or (lambda message: None)
+    workdir = Path(workdir)
+    inputs = clip_inputs(eval_clips)
+    height, width = inputs[0].shape[-2:]
+    run = MatrixRun()
+    sessions = {}
+
+    def infer(session):
+        name = session.get_inputs()[0].name
+        return [session.run(None, {name: x})[0] for x in inputs]
+
+    fp32_session = make_session(fp32_path, threads=threads)
+    reference = infer(fp32_session)
+    sessions[FP32_NAME] = fp32_session
+    fp32_row = {"config": FP32_NAME, "role": "reference", "precision": "fp32", "per_channel": "",
+                "calibration": "", "pre_process": "", "excluded": "", "reduce_range": "", "status": "ok",
+                "quantize_s": 0.0, "excluded_nodes": 0, "quantize_nodes": 0,
+                **score_outputs(reference, eval_clips, reference)}
+    run.rows.append(fp32_row)
+    run.paths[FP32_NAME] = Path(fp32_path)
+    say(f"fp32: detection rate {fp32_row['detection_rate']:.3f}")
+    for config in configs:
+        row = {"config": config.name, "role": config.role, "precision": "int8", "per_channel": config.per_channel,
+               "calibration": config.calibration, "pre_process": config.pre_process, "excluded": config.excluded,
+               "reduce_range": config.reduce_range, "status": "ok"}
+        try:
+            built = quantize_config(fp32_path, workdir / f"int8_{config.name}.onnx", config, calibration_frames)
+            session = make_session(built["path"], threads=threads)
+            logits = infer(session)
+        except Exception as error:  # a configuration that cannot be built or run is a result, not a crash
+            message = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+            row["status"] = message
+            run.failures[config.name] = message
+            run.rows.append(row)
+            say(f"{config.name}: FAILED ({message})")
+            continue
+        row.update({"quantize_s": built["quantize_s"], "excluded_nodes": built["excluded_nodes"],
+                    "quantize_nodes": built["quantize_nodes"], **score_outputs(logits, eval_clips, reference)})
+        sessions[config.name] = session
+        run.paths[config.name] = built["path"]
+        run.rows.append(row)
+        say(f"{config.name}: detection rate {row['detection_rate']:.3f}, max abs diff {row['max_abs_diff']:.3g}")
+
+    feed_name = fp32_session.get_inputs()[0].name
+    x0 = inputs[0]
+    times = round_robin_timing({name: (lambda s=s: s.run(None, {feed_name: x0})) for name, s in sessions.items()},
+                               repeats)
+    fp32_ms = statistics.median(times[FP32_NAME])
+    for row in run.rows:
+        samples = times.get(row["config"])
+        row.update({"height": int(height), "width": int(width), "threads": threads, "timing_runs": repeats,
+                    "calibration_clips": len(calibration_frames), "eval_clips": len(eval_clips)})
+        if samples:
+            median = statistics.median(samples)
+            row.update({"latency_ms": median, "latency_min_ms": min(samples), "latency_max_ms": max(samples),
+                        "speedup_vs_fp32": fp32_ms / median})
+        else:
+            row.update({"latency_ms": math.nan, "latency_min_ms": math.nan, "latency_max_ms": math.nan,
+                        "speedup_vs_fp32": math.nan})
+    return run
+
+
+# --------------------------------------------------------------------------------------------------
+# Which tensors quantize worst (onnxruntime.quantization.qdq_loss_debug)
+# --------------------------------------------------------------------------------------------------
+
+def _sqnr_db(reference, candidate) -> float:
+    """Signal-to-quantization-noise ratio in dB (``qdq_loss_debug``'s), NaN when the reference is all zero.
+
+    A tensor that is zero in the reference (a ReLU that is off for every input shown) carries no signal,
+    so its ratio says nothing about quantization: ONNX Runtime's own function returns 0 dB for it,
+    which would rank it first.
+    """
+    from onnxruntime.quantization.qdq_loss_debug import compute_signal_to_quantization_noice_ratio
+
+    values = [reference] if isinstance(reference, np.ndarray) else list(reference)
+    if not values or float(np.linalg.norm(np.concatenate([np.ravel(v) for v in values]))) <= 1e-12:
+        return math.nan
+    return float(compute_signal_to_quantization_noice_ratio(reference, candidate))
+
+
+def _producers_and_consumers(model_path: Path) -> tuple[dict, dict]:
+    import onnx
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    produced, consumed = {}, {}
+    for node in model.graph.node:
+        for name in node.output:
+            produced[name] = node
+        for name in node.input:
+            consumed.setdefault(name, node)
+    return produced, consumed
+
+
+def tensor_errors(fp32_path: str | Path, qdq_path: str | Path, frames: Sequence, *, workdir: str | Path,
+                  top: int = 10) -> list[dict]:
+    """The ``top`` worst-quantized activations and weights of a Q/DQ model, ranked by SQNR (Chapter 4).
+
+    Uses ONNX Runtime's ``qdq_loss_debug``: both models are augmented to output every intermediate
+    tensor (``modify_model_output_intermediate_tensors``), run on ``frames`` (``collect_activations``),
+    matched (``create_activation_matching``, ``create_weight_matching``) and compared
+    (``compute_activation_error``, ``compute_weight_error``) as signal-to-quantization-noise ratios in
+    dB: lower is worse. Activations are ranked by ``qdq_sqnr_db``, the error of quantizing that tensor
+    alone; ``xmodel_sqnr_db`` is the FP32 model's tensor against the quantized model's (errors
+    accumulated from the input up to there). Two corrections to the raw helpers: the Q/DQ format drops
+    a ReLU and lets the quantizer's clamp at zero do its work, so the tensor "before Q" of a ReLU
+    output is the pre-ReLU value; the ReLU is applied to it before comparing, so that ``qdq_sqnr_db``
+    measures rounding and clipping only. And a tensor that is all zero in the reference has no
+    signal-to-noise ratio (NaN, not ranked) instead of the helpers' 0 dB. Rows: tensor_kind, rank, tensor, module (from the
+    exporter's module names), op (the producing or consuming node's type), sqnr_db, qdq_sqnr_db,
+    xmodel_sqnr_db.
+    """
+    from onnxruntime.quantization import qdq_loss_debug as qld
+
+    from .onnx_utils import calibration_reader
+
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise Int8MatrixError(f"top must be a positive integer, got {top!r}")
+    fp32_path, qdq_path, workdir = Path(fp32_path), Path(qdq_path), Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    produced, consumed = _producers_and_consumers(fp32_path)
+    import onnx
+
+    input_name = onnx.load(str(fp32_path), load_external_data=False).graph.input[0].name
+    with _quiet():
+        activations = {}
+        for label, path in (("float", fp32_path), ("qdq", qdq_path)):
+            augmented = workdir / f"debug_{label}_{path.stem}.onnx"
+            qld.modify_model_output_intermediate_tensors(str(path), str(augmented))
+            activations[label] = qld.collect_activations(str(augmented), calibration_reader(input_name, frames))
+        matched = qld.create_activation_matching(activations["qdq"], activations["float"])
+        matched = {name: m for name, m in matched.items() if m.get("float")}
+        for name, match in matched.items():
+            node = produced.get(name)
+            if node is not None and node.op_type == "Relu":  # the Q/DQ model dropped it: see the docstring
+                match["pre_qdq"] = [np.maximum(a, 0) for a in match["pre_qdq"]]
+        act_err = qld.compute_activation_error(matched, err_func=_sqnr_db)
+        weight_err = qld.compute_weight_error(qld.create_weight_matching(str(fp32_path), str(qdq_path)))
+    rows = []
+    finite = [(name, err) for name, err in act_err.items() if not math.isnan(err["qdq_err"])]
+    ranked = sorted(finite, key=lambda item: item[1]["qdq_err"])[:top]
+    for rank, (name, err) in enumerate(ranked, 1):
+        node = produced.get(name) or consumed.get(name)
+        rows.append({"tensor_kind": "activation", "rank": rank, "tensor": name,
+                     "module": module_of(_scopes(node)) if node is not None else "",
+                     "op": node.op_type if node is not None else "", "sqnr_db": err["qdq_err"],
+                     "qdq_sqnr_db": err["qdq_err"], "xmodel_sqnr_db": err.get("xmodel_err", math.nan)})
+    for rank, (name, err) in enumerate(sorted(weight_err.items(), key=lambda item: item[1])[:top], 1):
+        node = consumed.get(name)
+        rows.append({"tensor_kind": "weight", "rank": rank, "tensor": name,
+                     "module": module_of(_scopes(node)) if node is not None else "",
+                     "op": node.op_type if node is not None else "", "sqnr_db": err,
+                     "qdq_sqnr_db": math.nan, "xmodel_sqnr_db": math.nan})
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# The recommendation
+# --------------------------------------------------------------------------------------------------
+
+def _is_true(value) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value) if value == value else False  # NaN -> False
+
+
+def _config_phrase(row) -> str:
+    excluded = str(row.get("excluded") or "")
+    excluded = "" if excluded.lower() == "nan" else excluded
+    parts = ["per-channel weights" if _is_true(row.get("per_channel")) else "per-tensor weights",
+             f"{row.get('calibration')} calibration"]
+    if _is_true(row.get("pre_process")):
+        parts.append("quant_pre_process")
+    parts.append(f"{excluded.replace('+', ', ')} kept in FP32" if excluded else "every layer quantized")
+    parts.append(f"reduce_range={_is_true(row.get('reduce_range'))}")
+    return ", ".join(parts)
+
+
+def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_rate_drop: float = 0.02,
+                          rate_tolerance: float | None = None):
+    """Choose a configuration from one recorded run of the matrix, by data, and say why (Chapter 4).
+
+    ``frame``: the rows of ONE run of kind :data:`KIND_MATRIX` (e.g. ``results.latest_run(...)``),
+    including the FP32 reference row. Among the INT8 configurations that ran (``status == "ok"``)
+    within the latency budget (default: the FP32 model's median latency, i.e. INT8 must be faster),
+    keep those whose detection rate is within ``rate_tolerance`` of the best (default: one visible
+    frame) and take the smallest median position error, then the lowest latency. If its detection
+    rate is more than ``max_rate_drop`` below FP32's, or no INT8 configuration ran within the budget,
+    the FP32 row is returned instead, and the sentence says which reason applied.
+
+    Returns ``(row, sentence)``: the chosen row (a pandas Series) and one sentence with the numbers.
+    Raises :class:`Int8MatrixError` for an empty frame, one without its FP32 row, or one that mixes runs.
+    """
+    import pandas as pd
+
+    if frame is None or len(frame) == 0:
+        raise Int8MatrixError("no recorded INT8 matrix run: run `python code/bench_int8.py` first")
+    frame = pd.DataFrame(frame).reset_index(drop=True)
+    if "run_id" in frame and frame["run_id"].nunique() > 1:
+        raise Int8MatrixError(f"the frame holds {frame['run_id'].nunique()} runs; pass one "
+                              "(graphbook.results.latest_run) so the configurations share one machine and load")
+    missing = [c for c in ("config", "precision", "status", "detection_rate", "median_error_px", "latency_ms")
+               if c not in frame]
+    if missing:
+        raise Int8MatrixError(f"not an INT8 matrix run: columns {missing} are missing")
+    fp32 = frame[frame["precision"] == "fp32"]
+    if fp32.empty:
+        raise Int8MatrixError("the run has no FP32 reference row to compare with")
+    fp32 = fp32.iloc[0]
+    ok = frame[(frame["precision"] == "int8") & (frame["status"].astype(str) == "ok")]
+    ok = ok[ok["latency_ms"].notna() & ok["detection_rate"].notna()]
+    size = f"{int(fp32['height'])}x{int(fp32['width'])}" if "height" in fp32 else "the recorded size"
+    threads = f"{int(fp32['threads'])} threads" if "threads" in fp32 else "the recorded threads"
+    clips = f"{int(fp32['eval_clips'])} held-out clips" if "eval_clips" in fp32 else "the held-out clips"
+    budget = float(fp32["latency_ms"]) if latency_budget_ms is None else float(latency_budget_ms)
+    budget_phrase = (f"FP32's {budget:.1f} ms" if latency_budget_ms is None else f"{budget:.1f} ms")
+    total = int((frame["precision"] == "int8").sum())
+    if ok.empty:
+        return fp32, (f"Keep FP32: none of the {total} INT8 configurations ran here, so there is nothing to "
+                      f"trade its detection rate of {fp32['detection_rate']:.1%} for.")
+    within = ok[ok["latency_ms"] <= budget]
+    if within.empty:
+        fastest = ok.sort_values("latency_ms").iloc[0]
+        return fp32, (f"Keep FP32: no INT8 configuration ran within the latency budget ({budget_phrase} at "
+                      f"{size}, {threads}); the fastest, {fastest['config']}, took {fastest['latency_ms']:.1f} ms.")
+    visible = float(fp32.get("visible_frames", float("nan")))
+    tolerance = rate_tolerance if rate_tolerance is not None else (1.0 / visible if visible == visible and visible > 0
+                                                                   else 0.0)
+    best_rate = float(within["detection_rate"].max())
+    contenders = within[within["detection_rate"] >= best_rate - tolerance - 1e-12]
+    chosen = contenders.sort_values(["median_error_px", "latency_ms"], na_position="last").iloc[0]
+    drop = float(fp32["detection_rate"]) - float(chosen["detection_rate"])
+    numbers = (f"{chosen['detection_rate']:.1%} of visible frames found (FP32 {fp32['detection_rate']:.1%}), "
+               f"median position error {chosen['median_error_px']:.2f} px (FP32 {fp32['median_error_px']:.2f} px)")
+    if "median_angle_error_deg" in chosen and chosen["median_angle_error_deg"] == chosen["median_angle_error_deg"]:
+        numbers += (f", median blur-angle error {chosen['median_angle_error_deg']:.1f} deg "
+                    f"(FP32 {fp32['median_angle_error_deg']:.1f} deg)")
+    if drop > max_rate_drop:
+        return fp32, (f"Keep FP32: the most accurate INT8 configuration within the latency budget, "
+                      f"{chosen['config']} ({_config_phrase(chosen)}), loses {drop:.1%} of detections on {clips} "
+                      f"({numbers}), more than the {max_rate_drop:.0%} this recommendation accepts.")
+    speedup = float(fp32["latency_ms"]) / float(chosen["latency_ms"])
+    sentence = (f"Use {chosen['config']} ({_config_phrase(chosen)}): on {clips} at {size} it keeps "
+                f"{numbers}, and runs in {chosen['latency_ms']:.1f} ms against {fp32['latency_ms']:.1f} ms for FP32 "
+                f"({speedup:.2f}x, {threads}); it is the most accurate of the {len(within)} INT8 configurations "
+                f"(of {total}) that ran within the latency budget ({budget_phrase})")
+    if len(contenders) > 1:
+        sentence += (f", chosen among the {len(contenders)} whose detection rate is within one frame of the best "
+                     f"by its lower position error")
+    return chosen, sentence + "."
+
+
+def matrix_table(frame):
+    """The columns of a matrix run that a chapter shows, FP32 first (Chapter 4)."""
+    columns = [c for c in ("config", "role", "per_channel", "calibration", "pre_process", "excluded", "reduce_range",
+                           "status", "detection_rate", "median_error_px", "median_angle_error_deg", "max_abs_diff",
+                           "latency_ms", "speedup_vs_fp32") if c in frame]
+    return frame[columns].reset_index(drop=True)

@@ -1,0 +1,256 @@
+"""Tests of graphbook.int8_matrix and code/bench_int8.py: the design, the layer groups, the
+recommendation on a synthetic frame, the script's arguments, and one smoke run (slow: an export)."""
+import importlib.util
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from graphbook import int8_matrix as im
+from graphbook import results
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "code" / "bench_int8.py"
+FACTORS = ("per_channel", "calibration", "pre_process", "exclude", "reduce_range")
+
+
+def _differences(a: im.Int8Config, b: im.Int8Config) -> set[str]:
+    return {f for f in FACTORS if getattr(a, f) != getattr(b, f)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Design
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("reduce_range", [False, True])
+def test_design_is_one_factor_at_a_time_plus_combinations(reduce_range):
+    configs = im.design(reduce_range)
+    base = configs[0]
+    assert base.name == im.BASELINE_NAME and base.role == "baseline"
+    assert (base.per_channel, base.calibration, base.pre_process, base.exclude, base.reduce_range) == \
+        (True, "MinMax", False, (), reduce_range)
+    names = [c.name for c in configs]
+    assert len(set(names)) == len(names) and im.FP32_NAME not in names
+    varied = set()
+    for config in configs[1:]:
+        diff = _differences(config, base)
+        if config.role.startswith("vary "):
+            factor = config.role.split()[1]
+            assert diff == {factor}, config
+            varied.add((factor, repr(getattr(config, factor))))
+        else:
+            assert config.role == "combination" and len(diff) >= 2, config
+    # every level of every factor is reached from the baseline
+    assert {("calibration", "'Entropy'"), ("calibration", "'Percentile'"), ("per_channel", "False"),
+            ("pre_process", "True"), ("reduce_range", repr(not reduce_range))} <= varied
+    assert {v for f, v in varied if f == "exclude"} == {"('stem',)", "('head',)", "('se',)", repr(im.GROUPS)}
+    assert len(configs) == 12
+
+
+def test_smoke_design_touches_every_step():
+    base, combo = im.design(False, smoke=True)
+    assert base.name == im.BASELINE_NAME
+    assert combo.pre_process and not combo.per_channel and combo.calibration != "MinMax" and combo.exclude == im.GROUPS
+
+
+@pytest.mark.parametrize("kwargs", [{"calibration": "Magic"}, {"exclude": ("tail",)}, {"exclude": ("se", "se")}])
+def test_bad_configs_are_refused(kwargs):
+    with pytest.raises(im.Int8MatrixError):
+        im.Int8Config("x", **kwargs)
+
+
+def test_design_needs_a_real_bool():
+    with pytest.raises(im.Int8MatrixError):
+        im.design("yes")
+
+
+def test_config_phrases():
+    config = im.Int8Config("c", per_channel=False, calibration="Entropy", exclude=("head", "stem"))
+    assert config.excluded == "stem+head"
+    assert "per-tensor" in config.describe() and "Entropy" in config.describe()
+
+
+# ------------------------------------------------------------------------------------------------
+# Layer groups
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("scopes, group", [
+    (["", "bn1", "_native_batch_norm_legit_no_training"], "stem"),
+    (["", "conv2", "conv2d_1"], "stem"),
+    (["", "relu", "relu_1"], "stem"),
+    (["", "final_layers", "final_layers.0", "conv2d_71"], "head"),
+    (["", "stage2", "stage2.0", "stage2.0.branches.0.0", "stage2.0.branches.0.0.se", "mean"], "se"),
+    (["", "stage2", "stage2.0", "stage2.0.branches.0.0.se.fc.0", "linear"], "se"),
+    (["", "layer1", "layer1.0", "layer1.0.bn1", "x"], None),
+    (["", "stage3", "stage3.0.branches.1.0.conv1", "conv"], None),
+    ([], None),
+])
+def test_node_group(scopes, group):
+    assert im.node_group(scopes) == group
+
+
+def test_module_of():
+    assert im.module_of(["", "stage2", "stage2.0.branches.0.0.se", "mean"]) == "stage2.0.branches.0.0.se"
+    assert im.module_of([]) == ""
+
+
+def _tiny_model(with_scopes=True):
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = []
+    for name, scopes in (("stem_relu", "['', 'relu', 'relu']"), ("body_relu", "['', 'layer1', 'layer1.0.relu', 'r']"),
+                         ("head_relu", "['', 'final_layers', 'final_layers.0', 'r']")):
+        node = helper.make_node("Relu", [nodes[-1].output[0] if nodes else "x"], [name + "_out"], name=name)
+        if with_scopes:
+            prop = node.metadata_props.add()
+            prop.key, prop.value = "pkg.torch.onnx.name_scopes", scopes
+        nodes.append(node)
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor_value_info("head_relu_out", TensorProto.FLOAT, [1, 2])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def test_nodes_in_groups_reads_the_exporters_module_names():
+    model = _tiny_model()
+    assert im.classify_nodes(model) == {"stem_relu": "stem", "body_relu": None, "head_relu": "head"}
+    assert sorted(im.nodes_in_groups(model, ("stem", "head"))) == ["head_relu", "stem_relu"]
+    with pytest.raises(im.Int8MatrixError, match="se"):
+        im.nodes_in_groups(model, ("se",))
+    with pytest.raises(im.Int8MatrixError, match="name_scopes"):
+        im.nodes_in_groups(_tiny_model(with_scopes=False), ("stem",))
+
+
+# ------------------------------------------------------------------------------------------------
+# Timing and error helpers
+# ------------------------------------------------------------------------------------------------
+def test_round_robin_timing_alternates_and_counts():
+    calls = []
+    times = im.round_robin_timing({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 3)
+    assert calls == ["a", "b"] * 4  # one untimed call each, then 3 rounds
+    assert [len(v) for v in times.values()] == [3, 3] and all(t >= 0 for v in times.values() for t in v)
+    with pytest.raises(im.Int8MatrixError):
+        im.round_robin_timing({"a": lambda: None}, 0)
+
+
+def test_sqnr_is_nan_without_signal():
+    assert math.isnan(im._sqnr_db([np.zeros(4)], [np.ones(4)]))
+    assert im._sqnr_db([np.ones(4)], [np.ones(4) * 1.1]) == pytest.approx(20.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Recommendation
+# ------------------------------------------------------------------------------------------------
+def _row(config, rate, error, latency, *, precision="int8", status="ok", **extra):
+    return {"config": config, "precision": precision, "status": status, "detection_rate": rate,
+            "median_error_px": error, "median_angle_error_deg": 2.0, "latency_ms": latency,
+            "per_channel": True, "calibration": "MinMax", "pre_process": False, "excluded": "",
+            "reduce_range": False, "visible_frames": 100, "height": 96, "width": 160, "threads": 2,
+            "eval_clips": 40, **extra}
+
+
+def _frame(*rows):
+    return pd.DataFrame([_row("fp32", 0.99, 0.40, 100.0, precision="fp32"), *rows])
+
+
+def test_recommends_the_most_accurate_config_within_budget():
+    frame = _frame(_row("fast-bad", 0.80, 0.9, 40.0), _row("good", 0.98, 0.5, 60.0),
+                   _row("best-but-slow", 0.99, 0.4, 150.0), _row("broken", math.nan, math.nan, math.nan,
+                                                                 status="RuntimeError: boom"))
+    row, sentence = im.recommend_int8_config(frame)
+    assert row["config"] == "good"
+    assert "good" in sentence and "98.0%" in sentence and "60.0 ms" in sentence and "1.67x" in sentence
+
+
+def test_ties_within_one_frame_go_to_the_lower_position_error():
+    frame = _frame(_row("a", 0.98, 0.7, 50.0), _row("b", 0.975, 0.5, 70.0), _row("c", 0.90, 0.1, 30.0))
+    row, sentence = im.recommend_int8_config(frame)
+    assert row["config"] == "b" and "within one frame" in sentence
+
+
+def test_an_explicit_budget_is_respected():
+    frame = _frame(_row("a", 0.98, 0.7, 50.0), _row("b", 0.99, 0.5, 90.0))
+    assert im.recommend_int8_config(frame)[0]["config"] == "b"
+    assert im.recommend_int8_config(frame, latency_budget_ms=60)[0]["config"] == "a"
+
+
+def test_keeps_fp32_when_int8_is_not_faster():
+    row, sentence = im.recommend_int8_config(_frame(_row("slow", 0.99, 0.4, 120.0)))
+    assert row["precision"] == "fp32" and sentence.startswith("Keep FP32") and "slow" in sentence
+
+
+def test_keeps_fp32_when_int8_loses_detections():
+    row, sentence = im.recommend_int8_config(_frame(_row("lossy", 0.90, 0.4, 50.0)))
+    assert row["precision"] == "fp32" and "loses" in sentence and "lossy" in sentence
+    assert im.recommend_int8_config(_frame(_row("lossy", 0.90, 0.4, 50.0)), max_rate_drop=0.2)[0]["config"] == "lossy"
+
+
+def test_keeps_fp32_when_nothing_ran():
+    row, sentence = im.recommend_int8_config(_frame(_row("x", math.nan, math.nan, math.nan, status="Error")))
+    assert row["precision"] == "fp32" and "none of the 1" in sentence
+
+
+@pytest.mark.parametrize("frame, match", [
+    (pd.DataFrame(), "bench_int8"),
+    (pd.DataFrame([_row("a", 0.9, 0.5, 50.0)]), "FP32"),
+    (pd.DataFrame([{"config": "a"}]), "missing"),
+    (_frame(_row("a", 0.9, 0.5, 50.0)).assign(run_id=["r1", "r2"]), "runs"),
+])
+def test_bad_frames_are_refused(frame, match):
+    with pytest.raises(im.Int8MatrixError, match=match):
+        im.recommend_int8_config(frame)
+
+
+# ------------------------------------------------------------------------------------------------
+# The script
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_int8", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_defaults_and_smoke_sizes(bench):
+    args = bench.parse_args([])
+    assert (args.height, args.width, args.threads, args.repeats) == (96, 160, 2, 7)
+    smoke = bench.parse_args(["--smoke", "--eval-clips", "3"])
+    assert (smoke.height, smoke.width, smoke.calibration_clips, smoke.eval_clips) == (32, 64, 2, 3)
+
+
+@pytest.mark.parametrize("argv", [["--repeats", "2"], ["--height", "100"], ["--threads", "0"],
+                                  ["--debug-clips", "9", "--eval-clips", "2"], ["--bogus"]])
+def test_bad_arguments_exit_2_with_one_line(bench, argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error" in err
+
+
+def test_missing_checkpoint_exits_3(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--checkpoint", str(tmp_path / "none.pt"),
+                           "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert "checkpoint not found" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("*.csv"))
+
+
+@pytest.mark.slow
+def test_smoke_run_writes_both_kinds_and_recommends(bench, tmp_path, capsys):
+    assert bench.main(["--smoke", "--results-dir", str(tmp_path)]) == 0
+    matrix = results.load(im.KIND_MATRIX, results_dir=tmp_path)
+    assert list(matrix["config"]) == ["fp32", "baseline", "smoke-combination"]
+    assert (matrix["status"] == "ok").all() and matrix["detection_rate"].between(0, 1).all()
+    assert (matrix["latency_ms"] > 0).all() and (matrix["height"] == 32).all()
+    assert matrix.loc[0, "max_abs_diff"] == 0 and (matrix["max_abs_diff"].iloc[1:] > 0).all()
+    assert (matrix["excluded_nodes"].iloc[2] > 0) and matrix["cpu_isa"].notna().all()
+    errors = results.load(im.KIND_TENSOR_ERRORS, results_dir=tmp_path)
+    assert set(errors["tensor_kind"]) == {"activation", "weight"}
+    assert errors.groupby("tensor_kind")["rank"].max().max() <= 10
+    row, sentence = im.recommend_int8_config(results.latest_run(matrix))
+    assert row["config"] in set(matrix["config"]) and sentence.endswith(".")
+    assert sentence in capsys.readouterr().out
