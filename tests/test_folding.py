@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from graphbook.folding import FoldingError, fold_all_conv_bn, fold_conv_bn
+from graphbook.folding import FoldingError, conv_bn_plan, fold_all_conv_bn, fold_conv_bn
 
 
 def _random_bn(channels, affine=True):
@@ -147,3 +147,156 @@ def test_fold_all_refuses_training_models_and_non_modules():
 def test_fold_all_without_pairs_counts_zero():
     folded, count = fold_all_conv_bn(nn.Sequential(nn.Conv2d(3, 3, 1), nn.ReLU()))
     assert count == 0 and isinstance(folded[0], nn.Conv2d)
+
+
+# --- Whole-model folding follows the traced dataflow, not module names (issue 12) ---------------------
+
+class _NamesLie(nn.Module):
+    """Names and dataflow disagree: bn1 normalises the input *before* conv1, and conv2's output goes
+    into bn3, not bn2. A name-based folder would fold conv1/bn1 and conv2/bn2 and change the output."""
+
+    def __init__(self, channels=6):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(channels, channels, 3, padding=1), _random_bn(channels)
+        self.conv2, self.bn2 = nn.Conv2d(channels, channels, 3, padding=1), _random_bn(channels)
+        self.bn3 = _random_bn(channels)
+
+    def forward(self, x):
+        y = self.conv1(self.bn1(x))
+        return self.bn3(self.conv2(y)) + self.bn2(y)
+
+
+class _ReversedSequential(nn.Sequential):
+    """A Sequential whose forward runs its children backwards: neighbours in the list are not neighbours
+    in the dataflow."""
+
+    def forward(self, x):
+        for layer in reversed(list(self)):
+            x = layer(x)
+        return x
+
+
+class _SharedUses(nn.Module):
+    """A conv whose output is also read by the residual, and a conv module called twice."""
+
+    def __init__(self, channels=6):
+        super().__init__()
+        self.conv_a, self.bn_a = nn.Conv2d(channels, channels, 1), _random_bn(channels)
+        self.conv_b, self.bn_b = nn.Conv2d(channels, channels, 1), _random_bn(channels)
+
+    def forward(self, x):
+        y = self.conv_a(x)
+        z = self.bn_a(y) + y               # conv_a's output has two users
+        return self.bn_b(self.conv_b(z)) + self.conv_b(x)   # conv_b is called twice
+
+
+class _ChecksShape(nn.Module):
+    """A forward that inspects its input's shape, like BlurBall: torch.fx cannot trace it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 4, 3, padding=1), _random_bn(4)
+
+    def forward(self, x):
+        if x.dim() != 4:
+            raise ValueError("expected NCHW")
+        return self.bn(self.conv(x))
+
+
+def _outputs(model, folded, x):
+    with torch.no_grad():
+        return model(x), folded(x)
+
+
+def test_names_that_lie_are_not_trusted():
+    torch.manual_seed(3)
+    model = _NamesLie().eval()
+    folded, count = fold_all_conv_bn(model)
+    assert count == 1                                   # conv2 -> bn3, the only real pair
+    assert isinstance(folded.bn3, nn.Identity)
+    assert isinstance(folded.bn1, nn.BatchNorm2d) and isinstance(folded.bn2, nn.BatchNorm2d)
+    expected, actual = _outputs(model, folded, torch.randn(2, 6, 9, 11))
+    assert _max_relative_error(expected, actual) < 1e-5
+
+
+def test_neighbours_in_a_sequential_are_not_trusted():
+    torch.manual_seed(4)
+    model = _ReversedSequential(nn.Conv2d(4, 4, 3, padding=1), _random_bn(4), nn.Conv2d(4, 4, 1)).eval()
+    # dataflow: conv(1x1) -> bn -> conv(3x3): the BN follows the 1x1 conv, the list's *next* item
+    plan = conv_bn_plan(model)
+    assert plan.pairs == [("2", "1")]
+    folded, count = fold_all_conv_bn(model)
+    expected, actual = _outputs(model, folded, torch.randn(1, 4, 8, 8))
+    assert count == 1 and _max_relative_error(expected, actual) < 1e-5
+
+
+def test_shared_outputs_and_modules_called_twice_are_skipped():
+    torch.manual_seed(5)
+    model = _SharedUses().eval()
+    plan = conv_bn_plan(model)
+    assert plan.pairs == []
+    reasons = dict(plan.skipped)
+    assert "2 users" in reasons["bn_a"] and "more than once" in reasons["bn_b"]
+    folded, count = fold_all_conv_bn(model)
+    expected, actual = _outputs(model, folded, torch.randn(1, 6, 5, 5))
+    assert count == 0 and torch.equal(expected, actual)
+
+
+def test_untraceable_forward_needs_example_inputs():
+    model = _ChecksShape().eval()
+    with pytest.raises(FoldingError, match="example_inputs"):
+        fold_all_conv_bn(model)
+    x = torch.randn(1, 3, 8, 8)
+    folded, count = fold_all_conv_bn(model, (x,))
+    assert conv_bn_plan(model, (x,)).tracer == "torch.export"
+    expected, actual = _outputs(model, folded, x)
+    assert count == 1 and _max_relative_error(expected, actual) < 1e-5
+
+
+def test_export_and_fx_plans_agree():
+    model = _NamesLie().eval()
+    x = torch.randn(1, 6, 7, 7)
+    fx_plan, export_plan = conv_bn_plan(model), conv_bn_plan(model, (x,))
+    assert fx_plan.tracer == "torch.fx" and export_plan.tracer == "torch.export"
+    assert sorted(fx_plan.pairs) == sorted(export_plan.pairs) == [("conv2", "bn3")]
+    shared = _SharedUses().eval()
+    assert conv_bn_plan(shared, (torch.randn(1, 6, 4, 4),)).pairs == []
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_fold_matches_torch_fuse_conv_bn_eval(case):
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+    torch.manual_seed(6)
+    conv, bn = nn.Conv2d(**case).eval(), _random_bn(case["out_channels"])
+    ours, torchs = fold_conv_bn(conv, bn), fuse_conv_bn_eval(conv, bn)
+    assert torch.allclose(ours.weight, torchs.weight, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(ours.bias, torchs.bias, rtol=1e-5, atol=1e-6)
+
+
+def test_whole_model_folding_agrees_with_torch_fx_fuse():
+    from torch.fx.experimental.optimization import fuse
+
+    model = _model()
+    ours, count = fold_all_conv_bn(model)
+    torchs = fuse(model)
+    assert count == 3
+    assert sum(isinstance(m, nn.BatchNorm2d) for m in torchs.modules()) == 1 == \
+        sum(isinstance(m, nn.BatchNorm2d) for m in ours.modules())
+    x = torch.randn(1, 3, 12, 12)
+    with torch.no_grad():
+        assert torch.allclose(ours(x), torchs(x), rtol=1e-5, atol=1e-5)
+    # where the dataflow shares an output, torch's fuse skips too (its rule: one user)
+    shared = _NamesLie().eval()
+    assert sum(isinstance(m, nn.BatchNorm2d) for m in fuse(shared).modules()) == 2
+
+
+def test_blurball_folds_every_batch_norm_by_dataflow():
+    from graphbook import blurball
+
+    model = blurball.build_blurball()
+    x = blurball.example_input(height=16, width=32)
+    folded, count = fold_all_conv_bn(model, (x,))
+    assert count == sum(isinstance(m, nn.BatchNorm2d) for m in model.modules()) == 71
+    with torch.no_grad():
+        assert (folded(x) - model(x)).abs().max().item() < 1e-4

@@ -8,10 +8,16 @@ the folded convolution has ``W' = s * W`` (each output channel's filter scaled) 
 
 The arithmetic is done in float64 and cast back to the convolution's dtype, so the folded layer
 matches ``bn(conv(x))`` to float32 rounding.
+
+Whole-model folding (:func:`fold_all_conv_bn`) reads the pairs from the traced dataflow
+(:func:`conv_bn_plan`), never from module names or list positions, and skips every BN whose input is
+not a conv's sole use; tests/test_folding.py compares it with ``torch.nn.utils.fusion.fuse_conv_bn_eval``
+and ``torch.fx.experimental.optimization.fuse``.
 """
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -68,49 +74,171 @@ def _is_plain_conv(module: nn.Module) -> bool:
     return isinstance(module, nn.Conv2d) and not getattr(module, "transposed", False)
 
 
-def _pair_suffix(name: str, prefix: str) -> str | None:
-    return name[len(prefix):] if name.startswith(prefix) else None
+@dataclass
+class FoldPlan:
+    """Which Conv2d -> BatchNorm2d pairs the traced dataflow allows to fold, and why others are skipped
+    (Chapter 1).
+
+    ``pairs`` are ``(conv_path, bn_path)`` module names; ``skipped`` are ``(bn_path, reason)`` for
+    every BatchNorm2d call that is not folded; ``tracer`` names the graph the plan was read from
+    (``"torch.fx"`` or ``"torch.export"``).
+    """
+
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    tracer: str = ""
 
 
-def fold_all_conv_bn(module: nn.Module) -> tuple[nn.Module, int]:
-    """A deep copy of ``module`` with every recognised Conv2d -> BatchNorm2d pair folded (Chapter 1).
+@dataclass
+class _Call:
+    """One module call in a traced graph: which module, its first tensor input, how many users."""
 
-    Returns ``(folded_copy, number_of_folds)``; the original is untouched. Each folded BN is
-    replaced by ``nn.Identity`` and its conv by the folded conv. Two patterns are recognised, in
-    every submodule at any depth:
+    path: str
+    module: nn.Module
+    source: object  # the graph node that feeds the call (first argument)
+    node: object
+    users: int
 
-    1. **Sequential neighbours** -- inside an ``nn.Sequential``, a Conv2d immediately followed by a
-       BatchNorm2d (e.g. ``Sequential(conv, bn, relu)``).
-    2. **Named pairs** -- direct children named ``conv<S>`` and ``bn<S>`` with the same suffix ``<S>``
-       (``conv1``/``bn1``, ``conv2``/``bn2``, ``conv``/``bn``), where ``conv<S>`` is a Conv2d and
-       ``bn<S>`` a BatchNorm2d. This trusts the naming convention that ``forward`` applies
-       ``bn<S>`` directly to ``conv<S>``'s output; nothing else is inferred from ``forward``.
 
-    Anything else (a BN after a non-conv, a BN reached through functional calls) is left alone.
-    Compare the folded model's output with the original's before using it. Raises
-    :class:`FoldingError` if a recognised pair cannot be folded (e.g. the model is in training mode).
+def _fx_calls(module: nn.Module) -> tuple[list[_Call], dict[str, int], set[str]]:
+    """Module calls of a ``torch.fx.symbolic_trace`` of ``module`` (Conv2d and BN stay leaf calls)."""
+    import torch.fx as fx
+
+    try:
+        traced = fx.symbolic_trace(module)
+    except Exception as error:  # TraceError, or a forward that inspects its input (x.dim(), shapes)
+        raise FoldingError(
+            f"torch.fx could not trace the model's forward ({type(error).__name__}: "
+            f"{str(error).splitlines()[0][:120]}); pass example_inputs so that the dataflow is traced "
+            "with torch.export instead") from None
+    modules = dict(traced.named_modules())
+    calls, counts, attribute_uses = [], {}, set()
+    for node in traced.graph.nodes:
+        if node.op == "call_module":
+            counts[node.target] = counts.get(node.target, 0) + 1
+            source = node.args[0] if node.args else None
+            calls.append(_Call(node.target, modules[node.target], source, node, len(node.users)))
+        elif node.op == "get_attr":  # a parameter or buffer used outside its module's own call
+            attribute_uses.add(node.target.rpartition(".")[0])
+    return calls, counts, attribute_uses
+
+
+def _module_path(node) -> str | None:
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return None
+    return list(stack.values())[-1][0]
+
+
+def _export_calls(module: nn.Module, example_inputs: tuple) -> tuple[list[_Call], dict[str, int], set[str]]:
+    """Conv2d and BatchNorm2d calls of a ``torch.export`` graph of ``module`` on ``example_inputs``."""
+    try:
+        program = torch.export.export(module, tuple(example_inputs))
+    except Exception as error:
+        raise FoldingError(f"torch.export could not trace the model on the example inputs "
+                           f"({type(error).__name__}: {str(error).splitlines()[0][:160]})") from None
+    modules = dict(module.named_modules())
+    conv_ops = {torch.ops.aten.conv2d.default, torch.ops.aten.convolution.default}
+    bn_ops = {torch.ops.aten.batch_norm.default,
+              torch.ops.aten._native_batch_norm_legit_no_training.default}
+    param_owner = {}
+    for placeholder, name in {**program.graph_signature.inputs_to_parameters,
+                              **program.graph_signature.inputs_to_buffers}.items():
+        param_owner[placeholder] = name.rpartition(".")[0]
+    calls, counts, attribute_uses = [], {}, set()
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name in param_owner:
+            owner = param_owner[node.name]
+            for user in node.users:  # a parameter read by anything but its own module's op
+                if user.target not in conv_ops | bn_ops or _module_path(user) != owner:
+                    attribute_uses.add(owner)
+        if node.op != "call_function" or node.target not in conv_ops | bn_ops:
+            continue
+        path = _module_path(node)
+        if path is None or path not in modules:
+            continue
+        counts[path] = counts.get(path, 0) + 1
+        users = len(node.users)
+        if node.target is torch.ops.aten._native_batch_norm_legit_no_training.default:
+            users = sum(len(u.users) for u in node.users)  # through getitem(..., 0)
+        calls.append(_Call(path, modules[path], node.args[0], node, users))
+    return calls, counts, attribute_uses
+
+
+def conv_bn_plan(module: nn.Module, example_inputs: tuple | None = None) -> FoldPlan:
+    """The Conv2d -> BatchNorm2d pairs that the model's traced dataflow allows to fold (Chapter 1).
+
+    A BatchNorm2d call is folded only when its input is the output of a Conv2d call, that output has
+    no other user, each of the two modules is called exactly once in the whole forward (a module
+    called twice would change its other call too) and exists under one name only, and no parameter
+    of either is read outside its own call. Everything else is skipped, with the reason. Module
+    *names* play no part: ``conv1``/``bn1`` are paired only if ``forward`` really applies one to the
+    other.
+
+    Without ``example_inputs`` the forward is traced with ``torch.fx.symbolic_trace``; a forward
+    that branches on its input's shape cannot be traced that way (BlurBall checks ``x.dim()``), so
+    pass ``example_inputs`` to trace it with ``torch.export`` instead.
     """
     if not isinstance(module, nn.Module):
         raise FoldingError(f"expected an nn.Module, got {type(module).__name__}")
+    if example_inputs is None:
+        calls, counts, attribute_uses = _fx_calls(module)
+        tracer = "torch.fx"
+    else:
+        if isinstance(example_inputs, torch.Tensor):
+            example_inputs = (example_inputs,)
+        calls, counts, attribute_uses = _export_calls(module, example_inputs)
+        tracer = "torch.export"
+    by_node = {id(call.node): call for call in calls}
+    instances: dict[int, int] = {}
+    for _, sub in module.named_modules(remove_duplicate=False):
+        instances[id(sub)] = instances.get(id(sub), 0) + 1
+    plan = FoldPlan(tracer=tracer)
+    for call in calls:
+        if not isinstance(call.module, nn.BatchNorm2d):
+            continue
+        producer = by_node.get(id(call.source))
+        reason = None
+        if producer is None or not _is_plain_conv(producer.module):
+            reason = "its input is not the output of a Conv2d call"
+        elif producer.users != 1:
+            reason = f"the output of {producer.path!r} has {producer.users} users, not only this BN"
+        elif counts[producer.path] != 1 or counts[call.path] != 1:
+            reason = f"{producer.path!r} or {call.path!r} is called more than once in forward"
+        elif instances[id(producer.module)] != 1 or instances[id(call.module)] != 1:
+            reason = f"{producer.path!r} or {call.path!r} is registered under more than one name"
+        elif producer.path in attribute_uses or call.path in attribute_uses:
+            reason = "a parameter or buffer of the pair is read outside the module's own call"
+        if reason is None:
+            plan.pairs.append((producer.path, call.path))
+        else:
+            plan.skipped.append((call.path, reason))
+    return plan
+
+
+def _set_submodule(root: nn.Module, path: str, new: nn.Module) -> None:
+    parent_path, _, name = path.rpartition(".")
+    parent = root.get_submodule(parent_path) if parent_path else root
+    setattr(parent, name, new) if not name.isdigit() else parent._modules.__setitem__(name, new)
+
+
+def fold_all_conv_bn(module: nn.Module, example_inputs: tuple | None = None) -> tuple[nn.Module, int]:
+    """A deep copy of ``module`` with every Conv2d -> BatchNorm2d pair of its dataflow folded (Chapter 1).
+
+    Returns ``(folded_copy, number_of_folds)``; the original is untouched and the copy keeps the
+    model's own class and ``forward``. The pairs come from :func:`conv_bn_plan`: the forward is
+    traced (``torch.fx``, or ``torch.export`` on ``example_inputs``) and a BN is folded into a conv
+    only when the conv's output flows into that BN and nowhere else. Each folded BN becomes
+    ``nn.Identity`` and its conv the folded conv. Module names are never trusted: a ``bn1`` that
+    ``forward`` applies to something other than ``conv1``'s output is left alone, so the folded
+    model computes what the original did. Raises :class:`FoldingError` if a pair cannot be folded
+    (e.g. the model is in training mode) or the forward cannot be traced.
+    """
+    plan = conv_bn_plan(module, example_inputs)
     folded_model = copy.deepcopy(module)
-    count = 0
-    for parent in list(folded_model.modules()):
-        if isinstance(parent, nn.Sequential):
-            names = list(parent._modules)
-            for first, second in zip(names, names[1:]):
-                conv, bn = parent._modules[first], parent._modules[second]
-                if _is_plain_conv(conv) and isinstance(bn, nn.BatchNorm2d):
-                    parent._modules[first] = fold_conv_bn(conv, bn)
-                    parent._modules[second] = nn.Identity()
-                    count += 1
-        children = dict(parent.named_children())
-        for name, conv in children.items():
-            suffix = _pair_suffix(name, "conv")
-            if suffix is None or not _is_plain_conv(conv):
-                continue
-            bn = children.get("bn" + suffix)
-            if isinstance(bn, nn.BatchNorm2d):
-                setattr(parent, name, fold_conv_bn(conv, bn))
-                setattr(parent, "bn" + suffix, nn.Identity())
-                count += 1
-    return folded_model, count
+    for conv_path, bn_path in plan.pairs:
+        conv = folded_model.get_submodule(conv_path)
+        bn = folded_model.get_submodule(bn_path)
+        _set_submodule(folded_model, conv_path, fold_conv_bn(conv, bn))
+        _set_submodule(folded_model, bn_path, nn.Identity())
+    return folded_model, len(plan.pairs)
