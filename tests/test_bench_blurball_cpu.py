@@ -60,8 +60,8 @@ def test_variant_rows_ratios_and_peak_share():
                 {"variant": "eager_bf16_autocast", "precision": "bf16", "median_ms": 250.0},
                 {"variant": "compile_freezing_bf16", "precision": "bf16", "note": "skipped: no bf16"}]
     rows = profiling.variant_rows(measured, macs=10 ** 9, peaks={"fp32": 8.0})
-    assert rows[0]["speedup_vs_eager_fp32"] == pytest.approx(1.0)
-    assert rows[1]["speedup_vs_eager_fp32"] == pytest.approx(2.0)
+    assert rows[0]["speedup_vs_eager"] == pytest.approx(1.0)
+    assert rows[1]["speedup_vs_eager"] == pytest.approx(2.0)
     assert rows[1]["gflop_per_s"] == pytest.approx(4.0)
     assert rows[1]["share_of_peak"] == pytest.approx(0.5)
     assert rows[2]["share_of_peak"] == ""           # no bf16 peak measured
@@ -97,8 +97,15 @@ def test_tiny_eager_run_writes_a_new_file_each_time(tmp_path):
     assert records.count("variant") == 2 and records.count("profile") == 4 and "peak" in records
     variants = {r["variant"]: r for r in rows if r["record"] == "variant"}
     assert list(variants) == ["eager_fp32", "eager_fp32_channels_last"]
-    assert variants["eager_fp32_channels_last"]["peaks_equal"] == "True"
-    assert float(variants["eager_fp32"]["speedup_vs_eager_fp32"]) == pytest.approx(1.0)
+    assert variants["eager_fp32_channels_last"]["same_peaks"] == "True"
+    assert variants["eager_fp32_channels_last"]["same_output"] == "True"
+    assert variants["eager_fp32_channels_last"]["expected_to_match_eager"] == "True"
+    assert float(variants["eager_fp32"]["speedup_vs_eager"]) == pytest.approx(1.0)
+    # read back through the schema: typed, one run per file, the newest by date
+    from graphbook import results
+
+    frame = results.load("cpu-blurball", tmp_path / "results")
+    assert frame[results.RUN_ID].nunique() == 2 and frame[results.SAME_OUTPUT].dropna().all()
     profile = {r["category"]: int(r["ops"]) for r in rows if r["record"] == "profile"}
     assert profile["convolution"] == 72 and profile["batch_norm"] == 71
     assert rows[0]["threads"] == "1" and rows[0]["torch"]

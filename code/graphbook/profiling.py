@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from .results import SPEEDUP_VS_EAGER
+
 CATEGORIES = ("convolution", "batch_norm", "elementwise", "other")
 ELEMENTWISE_OPS = {"relu", "relu_", "add", "add_", "mul", "mul_", "sigmoid", "sigmoid_", "clamp",
                    "clamp_", "to", "_to_copy", "copy_", "hardtanh_"}
@@ -81,7 +83,7 @@ def variant_rows(measured: list[dict], macs: int, peaks: dict, reference: str = 
     for r in measured:
         row = dict(r)
         if r.get("median_ms"):
-            row["speedup_vs_eager_fp32"] = reference_row["median_ms"] / r["median_ms"]
+            row[SPEEDUP_VS_EAGER] = reference_row["median_ms"] / r["median_ms"]
             row["gflop_per_s"] = 2 * macs / (r["median_ms"] * 1e-3) / 1e9
             peak = peaks.get(r.get("precision", "fp32"))
             row["peak_gflop_per_s"] = peak if peak else ""
