@@ -13,11 +13,12 @@ timed with the book's harness (warm-up, median, spread) at every requested threa
 - the exporter-optimized export at level "all";
 - an INT8 Q/DQ model (static quantization calibrated on synthetic frames) at level "all".
 
-All rows go to a new file ``data/results/cpu-onnxruntime-<date>[-N].csv`` (never an existing one),
-each with a ``ratio_to_eager`` against eager FP32 at the same thread count and the environment
-columns. Exported .onnx files go to a temporary folder (or ``--workdir``). A FP32 variant that
-disagrees with eager is still timed but recorded with ``verified_fp32 = False``. Exit status: 0 on
-success, 2 for bad arguments (one line on stderr), 1 when a FP32 variant disagrees with eager.
+Every variant is built by ``graphbook.variants`` and judged by ``graphbook.results.compare_to_reference``.
+All rows go to a new file ``data/results/cpu-onnxruntime-<date>[-N].csv`` (``results.write_run``; never an
+existing one), each with ``speedup_vs_eager`` against eager FP32 at the same thread count and the
+environment columns. Exported .onnx files go to a temporary folder (or ``--workdir``). A variant expected
+to match eager that does not is still timed but recorded with ``same_output = False``. Exit status: 0 on
+success, 2 for bad arguments (one line on stderr), 1 when a variant expected to match eager does not.
 """
 from __future__ import annotations
 
@@ -26,15 +27,10 @@ import contextlib
 import datetime as dt
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from graphbook.cli import OneLineParser, positive_int, multiple_of_8
-
-# A FP32 variant further than this from eager is reported as not matching (verified = False).
-FP32_TOLERANCE = 1e-3
-
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = OneLineParser(prog="bench_onnxruntime.py", description=__doc__.split("\n\n")[0])
@@ -63,120 +59,91 @@ def calibration_frames(count: int, height: int, width: int):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import torch
-
-    from graphbook import blurball, onnx_utils as ou, results, timing
-    from graphbook.book import RESULTS_DIR
+    from graphbook import blurball, onnx_utils as ou, results, timing, variants
     from graphbook.environment import fingerprint, set_threads
+    from graphbook.results import (COMPILE_S, EXPECTED_TO_MATCH, MAX_ABS_DIFF, PEAK_FRAMES, SAME_OUTPUT,
+                                   SAME_PEAK_FRAMES, SAME_PEAKS, SPEEDUP_VS_EAGER)
 
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     set_threads(max(args.threads))
     model = blurball.build_blurball()
     x = blurball.example_input(height=args.height, width=args.width)
-    with torch.no_grad():
-        reference = model(x)
+    reference = variants.build(variants.REFERENCE, model, x, warm=False).run(x)
 
     rows: list[dict] = []
     failures: list[str] = []
     eager_ms: dict[int, float] = {}
 
-    def record(variant: str, description: str, run, *, fp32: bool, extra: dict | None = None,
-               thread_counts=None) -> None:
-        output = run()  # correctness first: one untimed run compared with eager FP32
-        diff = ou.max_abs_diff(reference, output)
-        same, total = ou.peaks_agree(reference, output)
-        verified = (diff <= FP32_TOLERANCE) if fp32 else ""
-        if fp32 and not verified:  # still timed, so the table shows what the mismatch would buy
-            failures.append(f"{variant}: max abs diff {diff:.3g} > {FP32_TOLERANCE}")
-            print(f"{variant}: DOES NOT MATCH eager, max abs diff {diff:.3g} exceeds {FP32_TOLERANCE}",
-                  file=sys.stderr)
+    def record(built, *, extra: dict | None = None, thread_counts=None) -> None:
+        variant = built.variant
+        check = results.compare_to_reference(built.run(x), reference)  # correctness first, untimed
+        if variant.expected_to_match_eager and not check[SAME_OUTPUT]:  # still timed: what would it buy?
+            failures.append(f"{variant.name}: max abs diff {check[MAX_ABS_DIFF]:.3g} > {results.SAME_OUTPUT_ATOL:g}")
+            print(f"{variant.name}: DOES NOT MATCH eager, max abs diff {check[MAX_ABS_DIFF]:.3g} exceeds "
+                  f"{results.SAME_OUTPUT_ATOL:g}", file=sys.stderr)
         for threads in thread_counts or args.threads:
             set_threads(threads)
-            result = timing.time_cpu(run, warmup=args.warmup, repeats=args.repeats, name=variant)
-            if variant == "eager_fp32":
+            result = timing.time_cpu(lambda: built.run(x), warmup=args.warmup, repeats=args.repeats,
+                                     name=variant.name)
+            if variant.name == variants.REFERENCE:
                 eager_ms[threads] = result.median_ms
-            rows.append({"run_id": run_id, "variant": variant, "description": description,
+            rows.append({"run_id": run_id, "variant": variant.name, "description": variant.description,
                          **(extra or {}), "height": args.height, "width": args.width,
                          **{k: v for k, v in result.as_dict().items() if k != "name"},
-                         "threads": threads, "max_abs_diff": diff, "verified_fp32": verified,
-                         "peaks_same": same, "peaks_total": total})
-            print(f"{variant:>24s} threads={threads} median {result.median_ms:9.1f} ms "
-                  f"(min {result.min_ms:.1f}, max {result.max_ms:.1f})  max|diff| {diff:.2e}  "
-                  f"peaks {same}/{total}", flush=True)
+                         "threads": threads, MAX_ABS_DIFF: check[MAX_ABS_DIFF], SAME_OUTPUT: check[SAME_OUTPUT],
+                         EXPECTED_TO_MATCH: variant.expected_to_match_eager,
+                         SAME_PEAK_FRAMES: check[SAME_PEAK_FRAMES], PEAK_FRAMES: check[PEAK_FRAMES],
+                         SAME_PEAKS: check[SAME_PEAKS], COMPILE_S: built.compile_s})
+            print(f"{variant.name:>26s} threads={threads} median {result.median_ms:9.1f} ms "
+                  f"(min {result.min_ms:.1f}, max {result.max_ms:.1f})  max|diff| {check[MAX_ABS_DIFF]:.2e}  "
+                  f"peaks {check[SAME_PEAK_FRAMES]}/{check[PEAK_FRAMES]}", flush=True)
 
-    def eager():
-        with torch.no_grad():
-            return model(x)
-
-    record("eager_fp32", "eager PyTorch, FP32", eager, fp32=True)
-
+    record(variants.build(variants.REFERENCE, model, x))
     if not args.no_compile:
-        import torch._inductor.config as inductor_config
-
-        for variant, freezing, description in [
-                ("compile_default", False, "torch.compile, default mode, freezing off"),
-                ("compile_freezing", True, "torch.compile, default mode, Inductor freezing on")]:
-            with inductor_config.patch(freezing=freezing), torch.no_grad():
-                torch._dynamo.reset()
-                compiled = torch.compile(model)
-                start = time.perf_counter()
-                compiled(x)
-                compile_s = time.perf_counter() - start
-                print(f"{variant} first call: {compile_s:.1f} s", flush=True)
-                record(variant, description, lambda c=compiled: c(x), fp32=True, extra={"compile_s": compile_s})
-            torch._dynamo.reset()
+        for name in ("compile_default", "compile_freezing"):
+            built = variants.build(name, model, x)
+            print(f"{name} first call: {built.compile_s:.1f} s", flush=True)
+            record(built)
 
     with contextlib.ExitStack() as stack:
         workdir = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ort-bench-")))
-        raw = ou.export_onnx(model, x, workdir / "blurball_raw.onnx", optimize=False, fold_constants=True)
-        optimized = ou.export_onnx(model, x, workdir / "blurball_optimized.onnx")
-        feed = x.numpy()
-        for level in ou.LEVEL_NAMES:
+        calibration = (None if args.no_quantize else
+                       calibration_frames(args.calibration_frames, args.height, args.width))
+        shared: dict = {}  # one export of each kind, whatever the thread count
+        names = [f"ort_{level}" for level in ou.LEVEL_NAMES] + ["ort_exporter_optimized_all"]
+        names += [] if args.no_quantize else ["ort_int8_qdq_all"]
+        for name in names:
             # one session per thread count: ONNX Runtime fixes its thread pool when a session is created
-            sessions = {t: ou.make_session(raw, level=level, threads=t) for t in args.threads}
-            _timed_sessions(record, f"ort_{level}", f"ONNX Runtime, raw export, level {level}", sessions,
-                            feed, args, extra={"level": level, "export": "raw"})
-        sessions = {t: ou.make_session(optimized, level="all", threads=t) for t in args.threads}
-        _timed_sessions(record, "ort_exporter_optimized_all", "ONNX Runtime, exporter-optimized export, level all",
-                        sessions, feed, args, extra={"level": "all", "export": "optimized"})
-        if not args.no_quantize:
-            quantized = ou.quantize_qdq(optimized, workdir / "blurball_int8_qdq.onnx",
-                                        calibration_frames(args.calibration_frames, args.height, args.width))
-            counts = ou.qdq_counts(quantized)
-            sessions = {t: ou.make_session(quantized, level="all", threads=t) for t in args.threads}
-            _timed_sessions(record, "ort_int8_qdq_all", "ONNX Runtime, INT8 Q/DQ (static, min-max), level all",
-                            sessions, feed, args, fp32=False,
-                            extra={"level": "all", "export": "int8_qdq",
-                                   "quantize_linear": counts["QuantizeLinear"],
-                                   "dequantize_linear": counts["DequantizeLinear"]})
+            for threads in args.threads:
+                context = variants.BuildContext(workdir=workdir, threads=threads, calibration=calibration,
+                                                cache=shared)
+                built = variants.build(name, model, x, context)
+                extra = {"level": "all" if name in ("ort_exporter_optimized_all", "ort_int8_qdq_all")
+                         else name.removeprefix("ort_"),
+                         "export": {"ort_exporter_optimized_all": "optimized",
+                                    "ort_int8_qdq_all": "int8_qdq"}.get(name, "raw")}
+                if name == "ort_int8_qdq_all":
+                    counts = ou.qdq_counts(built.artifact)
+                    extra.update(quantize_linear=counts["QuantizeLinear"],
+                                 dequantize_linear=counts["DequantizeLinear"])
+                record(built, extra=extra, thread_counts=[threads])
 
     if not rows:
         print("nothing was timed", file=sys.stderr)
         return 1
     for row in rows:
-        row["ratio_to_eager"] = eager_ms[row["threads"]] / row["median_ms"] if row["threads"] in eager_ms else ""
+        row[SPEEDUP_VS_EAGER] = eager_ms[row["threads"]] / row["median_ms"] if row["threads"] in eager_ms else ""
     columns = ["run_id", "variant", "description", "level", "export", "height", "width", "threads",
                "median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats", "warmup", "device",
-               "ratio_to_eager", "max_abs_diff", "verified_fp32", "peaks_same", "peaks_total", "compile_s",
-               "quantize_linear", "dequantize_linear"]
+               SPEEDUP_VS_EAGER, MAX_ABS_DIFF, SAME_OUTPUT, EXPECTED_TO_MATCH, SAME_PEAKS, SAME_PEAK_FRAMES,
+               PEAK_FRAMES, COMPILE_S, "quantize_linear", "dequantize_linear"]
     rows = [{c: row.get(c, "") for c in columns} for row in rows]
-    out_dir = args.out_dir or RESULTS_DIR
-    path = results.unique_path(out_dir, f"cpu-onnxruntime-{dt.date.today().isoformat()}")
-    results.append_rows(path, rows, env=fingerprint())
+    path = results.write_run("cpu-onnxruntime", rows, fingerprint(), results_dir=args.out_dir)
     print(f"wrote {len(rows)} rows to {path}")
     if failures:
         print("; ".join(failures), file=sys.stderr)
         return 1
     return 0
-
-
-def _timed_sessions(record, variant, description, sessions, feed, args, *, fp32=True, extra=None):
-    """Record one ONNX Runtime variant: one session per thread count, each timed at its own count."""
-    from graphbook import onnx_utils as ou
-
-    for threads, session in sessions.items():
-        record(variant, description, lambda s=session: ou.run_session(s, feed), fp32=fp32, extra=extra,
-               thread_counts=[threads])
 
 
 if __name__ == "__main__":
