@@ -17,6 +17,7 @@ run() {
 run code/03_fusion.py
 run code/bench_blurball_cpu.py
 run code/bench_onnxruntime.py
+run code/bench_int8.py
 run code/bench_ablation.py
 run code/bench_compile_cache.py --server
 if [ ${#failed[@]} -gt 0 ]; then

@@ -203,6 +203,18 @@ def test_bad_frames_are_refused(frame, match):
         im.recommend_int8_config(frame)
 
 
+def test_latest_matrix_reads_the_newest_real_run(tmp_path):
+    with pytest.raises(im.Int8MatrixError, match="bench_int8"):
+        im.latest_matrix(tmp_path)
+    rows = _frame(_row("a", 0.98, 0.5, 50.0)).to_dict("records")
+    results.write_run(im.KIND_MATRIX, rows, {"date": "2026-01-01T00:00:00+00:00", "smoke": False}, results_dir=tmp_path)
+    results.write_run(im.KIND_MATRIX, rows[:1], {"date": "2026-01-02T00:00:00+00:00", "smoke": True},
+                      results_dir=tmp_path)
+    latest = im.latest_matrix(tmp_path)
+    assert list(latest["config"]) == ["fp32", "a"]
+    assert im.recommend_int8_config(latest)[0]["config"] == "a"
+
+
 # ------------------------------------------------------------------------------------------------
 # The script
 # ------------------------------------------------------------------------------------------------
@@ -254,3 +266,5 @@ def test_smoke_run_writes_both_kinds_and_recommends(bench, tmp_path, capsys):
     row, sentence = im.recommend_int8_config(results.latest_run(matrix))
     assert row["config"] in set(matrix["config"]) and sentence.endswith(".")
     assert sentence in capsys.readouterr().out
+    with pytest.raises(im.Int8MatrixError):  # a smoke run is never "the" recorded run
+        im.latest_matrix(tmp_path)

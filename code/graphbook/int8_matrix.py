@@ -20,7 +20,8 @@ chosen for this CPU), which measures each factor's main effect, and adds two **c
 show whether the effects add up. Interactions beyond those two are not estimated.
 
 Entry points for Chapter 4: :func:`design`, :func:`run_matrix` (what ``code/bench_int8.py`` calls),
-:func:`tensor_errors`, and :func:`recommend_int8_config`, which chooses a configuration from a recorded
+:func:`tensor_errors`, :func:`latest_matrix` / :func:`latest_tensor_errors` (the newest recorded run),
+:func:`matrix_table`, and :func:`recommend_int8_config`, which chooses a configuration from a recorded
 run by data and says why.
 """
 from __future__ import annotations
@@ -617,6 +618,31 @@ def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_
         sentence += (f", chosen among the {len(contenders)} whose detection rate is within one frame of the best "
                      f"by its lower position error")
     return chosen, sentence + "."
+
+
+def latest_matrix(results_dir: str | Path | None = None):
+    """The rows of the newest recorded run of the matrix (kind :data:`KIND_MATRIX`), typed (Chapter 4).
+
+    ``results_dir`` defaults to the book's ``data/results`` (or ``$GRAPHBOOK_RESULTS_DIR``). Smoke runs
+    (``smoke`` column true) are never chosen. Raises :class:`Int8MatrixError` when no run is recorded.
+    """
+    return _latest(KIND_MATRIX, results_dir)
+
+
+def latest_tensor_errors(results_dir: str | Path | None = None):
+    """The rows of the newest recorded worst-tensor ranking (kind :data:`KIND_TENSOR_ERRORS`) (Chapter 4)."""
+    return _latest(KIND_TENSOR_ERRORS, results_dir)
+
+
+def _latest(kind_name: str, results_dir):
+    from . import results
+
+    frame = results.load(kind_name, results_dir=results_dir)
+    if "smoke" in frame:
+        frame = frame[~frame["smoke"].map(_is_true)]
+    if frame.empty:
+        raise Int8MatrixError(f"no recorded {kind_name} run (smoke runs excluded): run `python code/bench_int8.py`")
+    return results.latest_run(frame).reset_index(drop=True)
 
 
 def matrix_table(frame):
