@@ -63,3 +63,15 @@ def test_exit_status_policy(capsys):
     assert err == "demo: failed its correctness check against eager: bf16, int8\n"
     assert cli.resource_absent("demo", "CUDA is not available") == 3
     assert capsys.readouterr().err == "demo: CUDA is not available\n"
+
+
+def test_int_at_least_and_positive_float():
+    assert cli.int_at_least(0)("0") == 0 and cli.int_at_least(32)("96") == 96
+    with pytest.raises(argparse.ArgumentTypeError, match=">= 32"):
+        cli.int_at_least(32)("31")
+    with pytest.raises(argparse.ArgumentTypeError, match="expected an integer"):
+        cli.int_at_least(1)("x")
+    assert cli.positive_float("3e-4") == pytest.approx(3e-4)
+    for bad in ("0", "-1", "nan", "inf", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            cli.positive_float(bad)

@@ -1,5 +1,5 @@
-"""code/train_blurball.py (Chapter 6): a tiny run into a temporary folder, its outputs, and its refusals."""
-import importlib.util
+"""code/train_blurball.py (Chapter 6): a tiny run into a temporary folder, its outputs, and its refusals;
+and graphbook.training, the library it runs."""
 import json
 import subprocess
 import sys
@@ -7,35 +7,29 @@ from pathlib import Path
 
 import pytest
 
+from graphbook import training
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "code" / "train_blurball.py"
 TINY = ["--height", "32", "--width", "32", "--batch-size", "1", "--max-steps", "2", "--epoch-steps", "1",
         "--val-clips", "1", "--final-val-clips", "1", "--full-eval-clips", "0", "--threads", "1"]
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("train_blurball", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _run(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
-def _run(*args):
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
-
-
+@pytest.mark.slow
 def test_tiny_training_run_writes_checkpoint_log_and_provenance(tmp_path):
-    train = _load_script()
-    args = train.build_parser().parse_args(TINY + ["--out-dir", str(tmp_path), "--seed", "3"])
-    train.check_args(args)
-    record = train.train(args)
+    proc = _run(*TINY, "--checkpoint-dir", str(tmp_path), "--seed", "3", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["blurball_synthetic.log.csv", "blurball_synthetic.provenance.json", "blurball_synthetic.pt"]
     provenance = json.loads((tmp_path / "blurball_synthetic.provenance.json").read_text())
     assert provenance["seed"] == 3 and provenance["steps"] == 2 and provenance["samples_seen"] == 2
     assert {"git_commit", "date", "machine", "args", "train_wall_seconds", "final_metrics"} <= provenance.keys()
     assert provenance["checkpoint_bytes"] <= 10 * 1024 * 1024
-    assert record["final_metrics"]["32x32"]["clips"] == 1
+    assert provenance["final_metrics"]["32x32"]["clips"] == 1
     log_lines = (tmp_path / "blurball_synthetic.log.csv").read_text().strip().splitlines()
     assert len(log_lines) == 3 and log_lines[0].startswith("epoch,step,samples")
 
@@ -49,8 +43,8 @@ def test_tiny_training_run_writes_checkpoint_log_and_provenance(tmp_path):
     assert tuple(model(torch.zeros(1, 9, 32, 32)).shape) == (1, 3, 32, 32)
 
     # A second run never overwrites the first: it takes the next free name.
-    again = train.build_parser().parse_args(TINY + ["--out-dir", str(tmp_path), "--max-steps", "1"])
-    train.train(again)
+    again = _run(*TINY, "--checkpoint-dir", str(tmp_path), "--max-steps", "1", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
     assert (tmp_path / "blurball_synthetic-2.pt").exists()
     assert (tmp_path / "blurball_synthetic.provenance.json").read_text() == json.dumps(provenance, indent=2) + "\n"
 
@@ -58,12 +52,11 @@ def test_tiny_training_run_writes_checkpoint_log_and_provenance(tmp_path):
 def test_loss_weights_target_pixels():
     import torch
 
-    train = _load_script()
     logits = torch.full((1, 1, 4, 4), -10.0)
     target = torch.zeros(1, 1, 4, 4)
     target[0, 0, 0, 0] = 1.0
-    plain = train.line_loss(logits, target, "mse")
-    weighted = train.line_loss(logits, target, "weighted-mse", pos_weight=15.0)
+    plain = training.line_loss(logits, target, "mse")
+    weighted = training.line_loss(logits, target, "weighted-mse", pos_weight=15.0)
     assert float(plain) == pytest.approx(1 / 16, rel=1e-3)
     assert float(weighted) == pytest.approx(15 / 30, rel=1e-3)  # the missed pixel weighs half the loss
 
@@ -78,17 +71,37 @@ def test_loss_weights_target_pixels():
     (["--loss", "l1"], "invalid choice"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path):
-    result = _run(*args, "--out-dir", str(tmp_path / "out"))
+    result = _run(*args, "--checkpoint-dir", str(tmp_path / "out"))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and message in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
 
 
-def test_out_dir_that_is_a_file_is_refused(tmp_path):
+def test_output_paths_never_reuse_a_name(tmp_path):
+    first = training.output_paths(tmp_path, "run")
+    assert [p.name for p in first.values()] == ["run.pt", "run.log.csv", "run.provenance.json"]
+    first["log"].write_text("")  # one of the three files taken is enough to move on
+    assert training.output_paths(tmp_path, "run")["checkpoint"].name == "run-2.pt"
+
+
+def test_json_ready_is_strict_json():
+    import numpy as np
+
+    record = training.json_ready({"a": float("nan"), "b": [np.float32(1.5), Path("x")], "c": np.int64(3)})
+    assert json.dumps(record, allow_nan=False) == '{"a": null, "b": [1.5, "x"], "c": 3}'
+
+
+@pytest.mark.parametrize("flag", ["--out-dir", "--results-dir"])
+def test_old_and_results_flags_are_refused(flag, tmp_path):
+    result = _run(flag, str(tmp_path))
+    assert result.returncode == 2 and "unrecognized" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_checkpoint_dir_that_is_a_file_is_refused(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    result = _run("--out-dir", str(blocker))
+    result = _run("--checkpoint-dir", str(blocker))
     assert result.returncode == 2 and "not a directory" in result.stderr and result.stderr.count("\n") == 1
 
 
