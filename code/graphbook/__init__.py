@@ -5,6 +5,8 @@ that introduces it):
 
 - ``environment``  -- threads and the environment fingerprint every measurement carries (Chapter 1)
 - ``timing``       -- the timing harness: warm-up, median, spread, CPU and CUDA (Chapter 1)
+- ``runs``         -- decisions across recorded runs: medians per machine, load flags, the best
+                      correct variant, comparisons phrased from the data (Chapter 5)
 - ``results``      -- the results schema: file kinds, write_run/load/latest_run, column names, the one
                       tolerance and comparison with eager (Chapter 2)
 - ``variants``     -- the registry of BlurBall variants and the one way to turn freezing on (Chapter 5)

@@ -181,3 +181,50 @@ def alternating_timing(fn_a: Callable[[], object], fn_b: Callable[[], object], *
         b_ms.append(1000.0 * (end - middle))
     return (summarize(a_ms, name=names[0], warmup=warmup),
             summarize(b_ms, name=names[1], warmup=warmup))
+
+
+def relative_iqr(result: TimingResult) -> float:
+    """Interquartile range over the median of one timed function (Chapter 5): a quiet CPU repeats
+    a call within a few percent; a loaded one spreads the calls. ``inf`` for a zero median."""
+    return result.iqr_ms / result.median_ms if result.median_ms > 0 else float("inf")
+
+
+def repeated_alternating(fn_a: Callable[[], object], fn_b: Callable[[], object], *, runs: int = 3,
+                         warmup: int = 2, repeats: int = 10, names: tuple[str, str] = ("a", "b"),
+                         pause_s: float = 0.0, env: dict | None = None):
+    """``runs`` independent alternated timings of two functions, as a long DataFrame (Chapter 5).
+
+    Each run warms both functions up again and times them call by call (:func:`alternating_timing`);
+    every second run lets B go first, so neither version always runs in the other's wake.
+    ``pause_s`` sleeps between runs, to let a passing load move on. One row per (run, version):
+    ``run_id`` ("live-1", ...), ``variant``, ``median_ms``, ``min_ms``, ``max_ms``, ``q1_ms``,
+    ``q3_ms``, ``repeats``, ``warmup``, ``went_first``, then the ``env`` fingerprint (default:
+    :func:`graphbook.environment.fingerprint`), so :mod:`graphbook.runs` can summarize the runs,
+    flag one taken under load and phrase the comparison exactly as for recorded runs.
+    """
+    import pandas as pd
+
+    if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
+        raise ValueError(f"runs must be an integer >= 1, got {runs!r}")
+    if names[0] == names[1]:
+        raise ValueError(f"the two versions need different names, got {names!r}")
+    if env is None:
+        from .environment import fingerprint
+
+        env = fingerprint()
+    rows = []
+    for index in range(runs):
+        if index and pause_s > 0:
+            time.sleep(pause_s)
+        if index % 2 == 0:
+            result_a, result_b = alternating_timing(fn_a, fn_b, warmup=warmup, repeats=repeats, names=names)
+            first = names[0]
+        else:
+            result_b, result_a = alternating_timing(fn_b, fn_a, warmup=warmup, repeats=repeats,
+                                                    names=(names[1], names[0]))
+            first = names[1]
+        for result in (result_a, result_b):
+            record = result.as_dict()
+            record["variant"] = record.pop("name")
+            rows.append({"run_id": f"live-{index + 1}", **record, "went_first": first, **env})
+    return pd.DataFrame(rows)

@@ -1,0 +1,317 @@
+"""Decisions across recorded runs: medians per machine, a load flag, the best correct variant, a sentence.
+
+Introduced in Chapter 5. One run of a benchmark on a shared CPU can rank two variants either way
+(ONNX Runtime over eager was 2.53x, 0.99x and 3.01x in three recorded runs of the same machine), so
+a chapter decides on the **median across at least three independent runs**, shows the spread across
+runs, and keeps runs from different machines apart by their fingerprint (CPU model, instruction
+set, threads). A run taken under load is flagged from its own data, never deleted.
+
+Frames are "long": one row per (run, variant), as :func:`graphbook.results.load` returns them and as
+:func:`graphbook.timing.repeated_alternating` produces them live. Column names follow
+:mod:`graphbook.results` (``run_id``, ``variant``, ``median_ms``, ``same_output``...).
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Iterable, Mapping, Sequence
+
+MACHINE_COLUMNS = ("cpu_model", "cpu_isa", "torch_isa", "threads")
+MACHINE = "machine"            #: the column added by :func:`add_machine`: one label per fingerprint
+UNDER_LOAD = "under_load"      #: bool column added by :func:`flag_under_load`
+LOAD_REASON = "load_reason"    #: why a run was flagged ("" when it was not)
+UNRECORDED = "unrecorded"      #: a fingerprint field an older file did not record
+MIN_RUNS = 3                   #: the book decides on no fewer recorded runs than this
+
+
+def _blank(value) -> bool:
+    try:
+        import pandas as pd
+
+        return value is None or (not isinstance(value, str) and pd.isna(value)) or str(value).strip() == ""
+    except (TypeError, ValueError):
+        return value is None
+
+
+def _field(value) -> str:
+    if _blank(value):
+        return UNRECORDED
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value).strip()
+
+
+def machine_label(fingerprint: Mapping, columns: Sequence[str] = MACHINE_COLUMNS) -> str:
+    """A readable label for one machine configuration (Chapter 5), e.g.
+    ``"AMD EPYC (avx512_vnni, torch AVX2, 2 threads)"``; missing fields read "unrecorded"."""
+    values = {c: _field(fingerprint.get(c)) for c in columns}
+    model = values.pop("cpu_model", UNRECORDED)
+    parts = []
+    if "cpu_isa" in values:
+        isa = values.pop("cpu_isa")
+        parts.append("ISA unrecorded" if isa == UNRECORDED else isa)
+    if "torch_isa" in values:
+        torch_isa = values.pop("torch_isa")
+        if torch_isa != UNRECORDED:
+            parts.append(f"torch {torch_isa}")
+    if "threads" in values:
+        threads = values.pop("threads")
+        parts.append(f"{threads} thread{'s' if threads != '1' else ''}")
+    parts += [f"{k}={v}" for k, v in values.items()]
+    return f"{model} ({', '.join(parts)})" if parts else model
+
+
+def add_machine(frame, columns: Sequence[str] = MACHINE_COLUMNS):
+    """A copy of ``frame`` with a ``machine`` column: :func:`machine_label` of each row (Chapter 5).
+
+    A fingerprint field that a file did not record (older files have no ``cpu_isa``) reads "ISA
+    unrecorded", so such runs form their own group instead of being mixed with runs that recorded it.
+    """
+    out = frame.copy()
+    present = [c for c in columns if c in out.columns]
+    records = out[present].to_dict("records") if present else [{} for _ in range(len(out))]
+    out[MACHINE] = [machine_label(row, columns) for row in records]
+    return out
+
+
+def _check_columns(frame, *names) -> None:
+    missing = [n for n in names if n not in frame.columns]
+    if missing:
+        raise ValueError(f"the frame has no column(s) {missing}; it has {list(frame.columns)}")
+
+
+def _per_run(frame, by: Sequence[str], value: str, run: str):
+    """One value per (machine, *by, run): the median of that run's rows (a run may repeat a variant)."""
+    framed = frame if MACHINE in frame.columns else add_machine(frame)
+    _check_columns(framed, value, run, *by)
+    data = framed.dropna(subset=[value])
+    return data.groupby([MACHINE, *by, run], dropna=False, sort=False)[value].median().reset_index()
+
+
+def summarize_runs(frame, by: Sequence[str] | str = ("variant",), value: str = "median_ms", *,
+                   run: str = "run_id"):
+    """Median and spread across recorded runs, per machine fingerprint (Chapter 5).
+
+    Each run is first reduced to one number per group (its median ``value``); then, per machine and
+    ``by`` group: ``runs`` (how many), ``median`` (the median across runs: the number a chapter
+    decides on), ``min``, ``max``, ``spread`` ((max - min) / median, 0 for one run) and ``values``
+    (the per-run numbers, in recorded order). A group with fewer than :data:`MIN_RUNS` runs is kept
+    but has ``enough_runs`` False.
+    """
+    import pandas as pd
+
+    by = [by] if isinstance(by, str) else list(by)
+    per_run = _per_run(frame, by, value, run)
+    rows = []
+    for keys, group in per_run.groupby([MACHINE, *by], dropna=False, sort=False):
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        values = [float(v) for v in group[value]]
+        middle = statistics.median(values)
+        rows.append({MACHINE: keys[0], **dict(zip(by, keys[1:])), "runs": len(values), "median": middle,
+                     "min": min(values), "max": max(values),
+                     "spread": (max(values) - min(values)) / middle if middle else float("nan"),
+                     "values": values, "enough_runs": len(values) >= MIN_RUNS})
+    columns = [MACHINE, *by, "runs", "median", "min", "max", "spread", "values", "enough_runs"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def flag_under_load(frame, *, value: str = "median_ms", variant: str = "variant", run: str = "run_id",
+                    max_relative_iqr: float = 0.5, slow_factor: float = 2.0, reference: str | None = None,
+                    reference_factor: float = 1.5, probe: str = "copy_gbps", probe_factor: float = 1.5):
+    """Flag the runs that were taken under load, from the runs' own data (Chapter 5). Nothing is removed.
+
+    A run is flagged when any of these holds (each test is skipped when its columns are absent):
+
+    1. *unsteady calls*: the median over its rows of ``(q3_ms - q1_ms) / median_ms`` exceeds
+       ``max_relative_iqr`` (a quiet CPU repeats a call within a few percent);
+    2. *slow against its own machine*: over its variants, the median of ``value`` divided by the
+       fastest run of the same variant on the same machine exceeds ``slow_factor`` (a quiet machine
+       reproduces its best run within tens of percent; in the recorded ONNX Runtime runs eager took
+       18.9 s, 4.6 s and 0.84 s on the same Xeon);
+    3. *an unsteady reference*: a column ``reference`` that re-measures the same thing in every row
+       (e.g. ablation's ``eager_median_ms``) varies within the run by more than ``reference_factor``;
+    4. *a low bandwidth probe*: its copy bandwidth (column ``probe``, GB/s, measured in the same run)
+       is below the median of the other runs of the same machine divided by ``probe_factor``.
+
+    Returns a copy with ``under_load`` (bool) and ``load_reason`` columns, the same on every row of a run.
+    """
+    out = add_machine(frame) if MACHINE not in frame.columns else frame.copy()
+    _check_columns(out, run)
+    reasons: dict = {}
+
+    def flag(run_id, why):
+        reasons.setdefault(run_id, []).append(why)
+
+    if {"q1_ms", "q3_ms", "median_ms"} <= set(out.columns):
+        rel = (out["q3_ms"] - out["q1_ms"]) / out["median_ms"]
+        for run_id, values in rel.groupby(out[run], sort=False):
+            values = values.dropna()
+            if len(values) and float(values.median()) > max_relative_iqr:
+                flag(run_id, f"unsteady calls (interquartile range {float(values.median()):.0%} of the median)")
+    if {value, variant} <= set(out.columns):
+        per_run = out.groupby([MACHINE, variant, run], sort=False)[value].median().dropna().reset_index()
+        fastest = per_run.groupby([MACHINE, variant])[value].transform("min")
+        per_run["slowdown"] = per_run[value] / fastest
+        counts = per_run.groupby([MACHINE, variant])[run].transform("nunique")
+        compared = per_run[counts > 1]
+        for run_id, slowdowns in compared.groupby(run, sort=False)["slowdown"]:
+            if float(slowdowns.median()) > slow_factor:
+                flag(run_id, f"{float(slowdowns.median()):.1f}x slower than the fastest run of this machine "
+                             "(median over its variants)")
+    if reference and reference in out.columns:
+        for run_id, values in out.groupby(run, sort=False)[reference]:
+            values = values.dropna()
+            if len(values) > 1 and values.min() > 0 and values.max() / values.min() > reference_factor:
+                flag(run_id, f"{reference} varied {values.max() / values.min():.1f}x within the run")
+    if probe in out.columns:
+        per_run_probe = out.groupby([MACHINE, run], sort=False)[probe].median().dropna()
+        for (machine, run_id), bandwidth in per_run_probe.items():
+            others = [v for (m, r), v in per_run_probe.items() if m == machine and r != run_id]
+            if others and bandwidth < statistics.median(others) / probe_factor:
+                flag(run_id, f"copy bandwidth {bandwidth:.1f} GB/s against {statistics.median(others):.1f} GB/s "
+                             "in the other runs of this machine")
+    out[UNDER_LOAD] = out[run].map(lambda r: r in reasons)
+    out[LOAD_REASON] = out[run].map(lambda r: "; ".join(reasons.get(r, [])))
+    return out
+
+
+def _passed(frame, variant: str, correct: str) -> dict:
+    """variant -> True when every recorded row of it passed its correctness check."""
+    verdicts = {}
+    for name, values in frame.groupby(variant, sort=False)[correct]:
+        flags = [v for v in values if not _blank(v)]
+        verdicts[name] = bool(flags) and all(bool(v) and str(v) != "False" for v in flags)
+    return verdicts
+
+
+def _per_run_pivot(frame, variant: str, value: str, run: str):
+    return frame.pivot_table(index=run, columns=variant, values=value, aggfunc="median")
+
+
+def choose_best(frame, *, value: str = "median_ms", variant: str = "variant", correct: str = "same_output",
+                run: str = "run_id", lower_is_better: bool = True, candidates: Iterable[str] | None = None,
+                skip_under_load: bool = False):
+    """The best variant per machine, among variants that passed their correctness check (Chapter 5).
+
+    A variant qualifies when every recorded row of it has ``correct`` True (a missing verdict does not
+    count as a pass). Among those, the one with the best median across runs wins. Per machine, the
+    result has: ``best``, ``best_median``, ``runs``, ``runner_up``, ``runner_up_median``, ``margin``
+    (runner-up / best for times, best / runner-up for speed-ups: >1 means the best is ahead),
+    ``won_runs`` (in how many runs, of those where both were measured, the best beat the runner-up),
+    ``decided`` (at least :data:`MIN_RUNS` runs and the best ahead in every one of them) and
+    ``excluded`` (variants that failed their check). With ``skip_under_load`` runs flagged by
+    :func:`flag_under_load` are left out of the decision (they stay in the data).
+    """
+    import pandas as pd
+
+    _check_columns(frame, value, variant, correct, run)
+    data = add_machine(frame) if MACHINE not in frame.columns else frame.copy()
+    if skip_under_load and UNDER_LOAD in data.columns:
+        data = data[~data[UNDER_LOAD].astype(bool)]
+    if candidates is not None:
+        data = data[data[variant].isin(list(candidates))]
+    rows = []
+    for machine, group in data.groupby(MACHINE, sort=False):
+        verdicts = _passed(group, variant, correct)
+        passing = [v for v, ok in verdicts.items() if ok]
+        excluded = sorted(v for v, ok in verdicts.items() if not ok)
+        summary = summarize_runs(group[group[variant].isin(passing)], by=variant, value=value, run=run)
+        summary = summary.sort_values("median", ascending=lower_is_better).reset_index(drop=True)
+        row = {MACHINE: machine, "best": None, "best_median": float("nan"), "runs": 0, "runner_up": None,
+               "runner_up_median": float("nan"), "margin": float("nan"), "won_runs": 0, "decided": False,
+               "excluded": excluded}
+        if len(summary):
+            best = summary.iloc[0]
+            row.update(best=best[variant], best_median=float(best["median"]), runs=int(best["runs"]))
+        if len(summary) > 1:
+            second = summary.iloc[1]
+            pivot = _per_run_pivot(group, variant, value, run)[[row["best"], second[variant]]].dropna()
+            ahead = (pivot.iloc[:, 0] < pivot.iloc[:, 1]) if lower_is_better else (pivot.iloc[:, 0] > pivot.iloc[:, 1])
+            margin = (second["median"] / best["median"]) if lower_is_better else (best["median"] / second["median"])
+            row.update(runner_up=second[variant], runner_up_median=float(second["median"]), margin=float(margin),
+                       won_runs=int(ahead.sum()), decided=bool(len(pivot) >= MIN_RUNS and ahead.all()))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=[MACHINE, "best", "best_median", "runs", "runner_up", "runner_up_median",
+                                       "margin", "won_runs", "decided", "excluded"])
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:.1f}x" if ratio < 10 else f"{ratio:.0f}x"
+
+
+def paired_ratios(frame, a: str, b: str, *, value: str = "median_ms", variant: str = "variant",
+                  run: str = "run_id", lower_is_better: bool = True):
+    """Per machine, the per-run ratios "how many times better ``a`` was than ``b``" (Chapter 5).
+
+    Times: b / a; speed-ups or throughputs (``lower_is_better=False``): a / b. Only runs that measured
+    both count, so the ratio compares two versions under the same load (alternated, when the
+    benchmark alternates them). Returns {machine label: [ratio per run, in recorded order]}.
+    """
+    _check_columns(frame, value, variant, run)
+    data = add_machine(frame) if MACHINE not in frame.columns else frame
+    found = {}
+    for machine, group in data.groupby(MACHINE, sort=False):
+        pivot = _per_run_pivot(group, variant, value, run)
+        if a not in pivot.columns or b not in pivot.columns:
+            continue
+        pair = pivot[[a, b]].dropna()
+        ratios = (pair[b] / pair[a]) if lower_is_better else (pair[a] / pair[b])
+        if len(ratios):
+            found[machine] = [float(r) for r in ratios]
+    return found
+
+
+def _describe(ratios: Sequence[float], a: str, b: str) -> str:
+    middle = statistics.median(ratios)
+    n = len(ratios)
+    span = f"per-run {_times(min(ratios))} to {_times(max(ratios))}" if n > 1 else "a single run"
+    wins = sum(r > 1 for r in ratios)
+    if n > 1 and 0 < wins < n:
+        return (f"{a} and {b} traded places ({a} ahead in {wins} of {n} runs, {span}; "
+                f"median {_times(middle)}), so no ranking holds there")
+    if middle >= 1:
+        verdict = f"{a} was {_times(middle)} faster than {b}"
+    else:
+        verdict = f"{a} was {_times(1 / middle)} slower than {b}"
+    runs = f"median of {n} runs, {span}" if n > 1 else span
+    caution = "" if n >= MIN_RUNS else f"; fewer than {MIN_RUNS} runs, not enough to decide"
+    return f"{verdict} ({runs}{caution})"
+
+
+def phrase_comparison(frame, a: str, b: str, *, here: Mapping | str | None = None, value: str = "median_ms",
+                      variant: str = "variant", run: str = "run_id", lower_is_better: bool = True) -> str:
+    """A sentence, generated from the data, comparing ``a`` with ``b`` on this machine and the others (Chapter 5).
+
+    ``here`` is this machine: a fingerprint dict (e.g. :func:`graphbook.environment.fingerprint`) or a
+    label from :func:`machine_label`; default: this process's fingerprint. Example:
+    "On this machine (AMD EPYC (avx512_vnni, torch AVX512, 2 threads)) onnxruntime was 1.9x faster than
+    eager (median of 3 runs, per-run 1.7x to 2.1x). The recorded runs on Intel(R) Xeon(R) Processor
+    (unrecorded, 2 threads) found: onnxruntime was 2.5x faster than eager (median of 3 runs, ...)."
+    When the runs disagree on the order, the sentence says so instead of ranking.
+    """
+    if here is None:
+        from .environment import fingerprint
+
+        here = fingerprint()
+    label = here if isinstance(here, str) else machine_label(here)
+    data = add_machine(frame) if MACHINE not in frame.columns else frame
+    ratios = paired_ratios(data, a, b, value=value, variant=variant, run=run, lower_is_better=lower_is_better)
+
+    def load_note(machine: str) -> str:
+        if UNDER_LOAD not in data.columns:
+            return ""
+        mine = data[(data[MACHINE] == machine) & data[variant].isin([a, b])]
+        flagged = mine.loc[mine[UNDER_LOAD].astype(bool), run].nunique()
+        total = mine[run].nunique()
+        return f" {flagged} of these {total} runs were flagged as taken under load." if flagged else ""
+
+    parts = []
+    if label in ratios:
+        parts.append(f"On this machine ({label}) {_describe(ratios[label], a, b)}.{load_note(label)}")
+    else:
+        parts.append(f"No run on this machine ({label}) measured both {a} and {b} yet.")
+    others = [(m, r) for m, r in ratios.items() if m != label]
+    for machine, values in others:
+        parts.append(f"The recorded runs on {machine} found: {_describe(values, a, b)}.{load_note(machine)}")
+    if not others:
+        parts.append("No other machine's runs are recorded for this comparison.")
+    return " ".join(parts)

@@ -1,0 +1,176 @@
+"""Tests of graphbook.runs (decisions across recorded runs) and timing.repeated_alternating, on synthetic
+frames: two machines, three runs each, one variant that fails its check, one run under load."""
+import math
+
+import pandas as pd
+import pytest
+
+from graphbook import runs as R
+from graphbook import timing
+
+LAPTOP = {"cpu_model": "AMD EPYC 7B12", "cpu_isa": "avx2", "torch_isa": "AVX2", "threads": 2}
+XEON = {"cpu_model": "Intel(R) Xeon(R) Processor", "threads": 2}  # an older file: no ISA columns
+
+
+def _rows(machine, run_id, times, same=None, q=None, **extra):
+    same = same or {}
+    rows = []
+    for variant, ms in times.items():
+        low, high = (q or {}).get(variant, (ms * 0.98, ms * 1.02))
+        rows.append({"run_id": run_id, "variant": variant, "median_ms": ms, "q1_ms": low, "q3_ms": high,
+                     "same_output": same.get(variant, True), **machine, **extra})
+    return rows
+
+
+def frame():
+    rows = []
+    rows += _rows(LAPTOP, "l1", {"eager": 100.0, "ort": 50.0, "bf16_frozen": 10.0}, same={"bf16_frozen": False})
+    rows += _rows(LAPTOP, "l2", {"eager": 110.0, "ort": 60.0, "bf16_frozen": 11.0}, same={"bf16_frozen": False})
+    rows += _rows(LAPTOP, "l3", {"eager": 105.0, "ort": 55.0, "bf16_frozen": 12.0}, same={"bf16_frozen": False})
+    xeon = [dict(r, cpu_isa=float("nan"), torch_isa=float("nan"))
+            for r in _rows(XEON, "x1", {"eager": 100.0, "ort": 40.0})
+            + _rows(XEON, "x2", {"eager": 100.0, "ort": 101.0})
+            + _rows(XEON, "x3", {"eager": 100.0, "ort": 33.0})]
+    return pd.DataFrame(rows + xeon)
+
+
+def test_machine_labels_keep_fingerprints_apart():
+    labels = set(R.add_machine(frame())[R.MACHINE])
+    assert labels == {"AMD EPYC 7B12 (avx2, torch AVX2, 2 threads)", "Intel(R) Xeon(R) Processor (ISA unrecorded, 2 threads)"}
+    assert R.machine_label({"cpu_model": "Apple M2", "cpu_isa": "neon+dotprod+i8mm", "threads": 1.0}) == \
+        "Apple M2 (neon+dotprod+i8mm, 1 thread)"
+
+
+def test_summarize_runs_gives_median_and_spread_across_runs_per_machine():
+    summary = R.summarize_runs(frame(), by="variant", value="median_ms")
+    laptop_ort = summary[(summary[R.MACHINE].str.startswith("AMD")) & (summary["variant"] == "ort")].iloc[0]
+    assert laptop_ort["runs"] == 3 and laptop_ort["median"] == 55.0
+    assert (laptop_ort["min"], laptop_ort["max"]) == (50.0, 60.0)
+    assert laptop_ort["spread"] == pytest.approx(10 / 55)
+    assert laptop_ort["values"] == [50.0, 60.0, 55.0] and laptop_ort["enough_runs"]
+    assert len(summary) == 5  # 3 variants on the laptop, 2 on the Xeon: never pooled
+
+
+def test_summarize_runs_takes_one_value_per_run_and_counts_too_few_runs():
+    data = pd.DataFrame(_rows(LAPTOP, "l1", {"eager": 100.0}) + _rows(LAPTOP, "l1", {"eager": 120.0}))
+    summary = R.summarize_runs(data)
+    assert summary.loc[0, "runs"] == 1 and summary.loc[0, "median"] == 110.0
+    assert not summary.loc[0, "enough_runs"] and summary.loc[0, "spread"] == 0.0
+
+
+def test_summarize_runs_names_a_missing_column():
+    with pytest.raises(ValueError, match="no column"):
+        R.summarize_runs(frame(), value="p99_ms")
+
+
+def test_choose_best_only_among_correct_variants_and_says_whether_runs_agree():
+    best = R.choose_best(frame()).set_index(R.MACHINE)
+    laptop = best.loc["AMD EPYC 7B12 (avx2, torch AVX2, 2 threads)"]
+    assert laptop["best"] == "ort" and laptop["excluded"] == ["bf16_frozen"]  # fastest, but wrong output
+    assert laptop["runner_up"] == "eager" and laptop["margin"] == pytest.approx(105 / 55)
+    assert laptop["won_runs"] == 3 and laptop["decided"]
+    xeon = best.loc["Intel(R) Xeon(R) Processor (ISA unrecorded, 2 threads)"]
+    assert xeon["best"] == "ort" and xeon["won_runs"] == 2 and not xeon["decided"]  # lost run x2
+
+
+def test_choose_best_refuses_a_missing_verdict_as_a_pass():
+    data = frame()
+    data["same_output"] = data["same_output"].astype(object)
+    data.loc[data["variant"] == "ort", "same_output"] = None
+    best = R.choose_best(data).set_index(R.MACHINE)
+    assert "ort" in best.loc["AMD EPYC 7B12 (avx2, torch AVX2, 2 threads)", "excluded"]
+    assert best.loc["AMD EPYC 7B12 (avx2, torch AVX2, 2 threads)", "best"] == "eager"
+
+
+def test_choose_best_for_speedups_prefers_the_highest():
+    data = frame().assign(speedup=lambda f: 1000.0 / f["median_ms"])
+    best = R.choose_best(data, value="speedup", lower_is_better=False).set_index(R.MACHINE)
+    laptop = best.loc["AMD EPYC 7B12 (avx2, torch AVX2, 2 threads)"]
+    assert laptop["best"] == "ort" and laptop["margin"] > 1 and laptop["decided"]
+
+
+def test_flag_under_load_from_the_runs_own_spread_and_its_bandwidth_probe():
+    rows = (_rows(LAPTOP, "l1", {"eager": 100.0}, copy_gbps=20.0)
+            + _rows(LAPTOP, "l2", {"eager": 180.0}, q={"eager": (100.0, 240.0)}, copy_gbps=19.0)
+            + _rows(LAPTOP, "l3", {"eager": 100.0}, copy_gbps=9.0)
+            + _rows(LAPTOP, "l4", {"eager": 101.0}, copy_gbps=21.0))
+    flagged = R.flag_under_load(pd.DataFrame(rows))
+    by_run = flagged.groupby("run_id")[R.UNDER_LOAD].first().to_dict()
+    assert by_run == {"l1": False, "l2": True, "l3": True, "l4": False}
+    reasons = flagged.groupby("run_id")[R.LOAD_REASON].first()
+    assert "unsteady" in reasons["l2"] and "copy bandwidth 9.0 GB/s" in reasons["l3"] and reasons["l1"] == ""
+    assert len(flagged) == len(rows)  # flagged, never dropped
+    kept = R.choose_best(flagged.assign(variant="eager"), skip_under_load=True)
+    assert kept.loc[0, "runs"] == 2
+
+
+def test_phrase_comparison_says_what_happened_here_and_elsewhere():
+    text = R.phrase_comparison(frame(), "ort", "eager", here=LAPTOP)
+    assert text.startswith("On this machine (AMD EPYC 7B12 (avx2, torch AVX2, 2 threads)) ort was 1.9x faster than "
+                           "eager (median of 3 runs, per-run 1.8x to 2.0x).")
+    assert "The recorded runs on Intel(R) Xeon(R) Processor (ISA unrecorded, 2 threads) found: ort and eager traded " \
+           "places (ort ahead in 2 of 3 runs" in text and "no ranking holds there" in text
+
+
+def test_phrase_comparison_without_a_run_here_or_with_too_few_runs():
+    text = R.phrase_comparison(frame(), "ort", "eager", here={"cpu_model": "Apple M2", "cpu_isa": "neon", "threads": 1})
+    assert text.startswith("No run on this machine (Apple M2 (neon, 1 thread)) measured both ort and eager yet.")
+    one = pd.DataFrame(_rows(LAPTOP, "l1", {"a": 10.0, "b": 30.0}))
+    sentence = R.phrase_comparison(one, "a", "b", here=LAPTOP)
+    assert "a was 3.0x faster than b (a single run; fewer than 3 runs, not enough to decide)" in sentence
+    assert "No other machine's runs are recorded" in sentence
+    slower = R.phrase_comparison(one, "b", "a", here=LAPTOP)
+    assert "b was 3.0x slower than a" in slower
+
+
+def test_repeated_alternating_gives_independent_alternated_runs():
+    calls = []
+    rows = timing.repeated_alternating(lambda: calls.append("a"), lambda: calls.append("b"), runs=3, warmup=1,
+                                       repeats=2, names=("fast", "slow"), env=dict(LAPTOP))
+    assert list(rows["run_id"]) == ["live-1", "live-1", "live-2", "live-2", "live-3", "live-3"]
+    assert list(rows["variant"]) == ["fast", "slow"] * 3
+    assert list(rows["went_first"]) == ["fast", "fast", "slow", "slow", "fast", "fast"]
+    assert calls[:2] == ["a", "b"] and calls[6:8] == ["b", "a"]  # run 2 lets B go first
+    assert len(calls) == 3 * 2 * (1 + 2)
+    summary = R.summarize_runs(rows)
+    assert set(summary["runs"]) == {3} and set(summary[R.MACHINE]) == {R.machine_label(LAPTOP)}
+
+
+def test_repeated_alternating_rejects_bad_counts():
+    with pytest.raises(ValueError, match="runs"):
+        timing.repeated_alternating(lambda: None, lambda: None, runs=0, env={})
+    with pytest.raises(ValueError, match="different names"):
+        timing.repeated_alternating(lambda: None, lambda: None, names=("x", "x"), env={})
+
+
+def test_relative_iqr():
+    result = timing.summarize([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert timing.relative_iqr(result) == pytest.approx(2.0 / 3.0)
+    assert math.isinf(timing.relative_iqr(timing.summarize([0.0])))
+
+
+def test_flag_under_load_when_a_run_is_slow_against_its_own_machine_or_its_reference_wanders():
+    # the recorded ONNX Runtime runs of one Xeon: eager 18.9 s, 4.6 s, 0.84 s (two runs under load)
+    rows = (_rows(XEON, "r1", {"eager": 18909.0, "ort": 997.0, "compile": 6452.0})
+            + _rows(XEON, "r2", {"eager": 4563.0, "ort": 710.0, "compile": 2404.0})
+            + _rows(XEON, "r3", {"eager": 844.0, "ort": 307.0, "compile": 389.0})
+            + _rows(LAPTOP, "l1", {"eager": 2000.0, "ort": 900.0, "compile": 700.0}))  # another machine: not compared
+    flagged = R.flag_under_load(pd.DataFrame(rows)).groupby("run_id")
+    assert flagged[R.UNDER_LOAD].first().to_dict() == {"r1": True, "r2": True, "r3": False, "l1": False}
+    assert "slower than the fastest run of this machine" in flagged[R.LOAD_REASON].first()["r2"]
+    ablation = pd.DataFrame([{"run_id": "a", "variant": v, "eager_median_ms": e, **LAPTOP}
+                             for v, e in (("x", 9199.0), ("y", 1716.0))]
+                            + [{"run_id": "b", "variant": v, "eager_median_ms": e, **LAPTOP}
+                               for v, e in (("x", 86.0), ("y", 90.0))])
+    wander = R.flag_under_load(ablation, value="speedup", reference="eager_median_ms").groupby("run_id")
+    assert wander[R.UNDER_LOAD].first().to_dict() == {"a": True, "b": False}
+    assert "eager_median_ms varied 5.4x within the run" in wander[R.LOAD_REASON].first()["a"]
+
+
+def test_phrase_comparison_mentions_runs_flagged_under_load():
+    rows = (_rows(XEON, "r1", {"eager": 18909.0, "ort": 997.0}) + _rows(XEON, "r2", {"eager": 4563.0, "ort": 710.0})
+            + _rows(XEON, "r3", {"eager": 844.0, "ort": 307.0}))
+    text = R.phrase_comparison(R.flag_under_load(pd.DataFrame(rows)), "ort", "eager", here=XEON)
+    assert text.startswith("On this machine (Intel(R) Xeon(R) Processor (ISA unrecorded, 2 threads)) ort was 6.4x "
+                           "faster than eager (median of 3 runs, per-run 2.7x to 19x).")
+    assert "2 of these 3 runs were flagged as taken under load." in text
