@@ -1,5 +1,5 @@
-"""Tests of code/gpu_blurball.py that run on a CPU: arguments, the plan, the no-CUDA exit, the
-kernel grouping and the CSV rows (built from fake measurements)."""
+"""Tests of code/gpu_blurball.py that run on a CPU: arguments, the plan, the no-CUDA exit, the rows and
+file names, the cuDNN-benchmark child process, and the whole pipeline in --smoke mode (issue 15)."""
 import csv
 import importlib.util
 import subprocess
@@ -7,6 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+from graphbook import results
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "code" / "gpu_blurball.py"
@@ -20,19 +23,29 @@ def gpu():
     return module
 
 
+def run_script(*args, timeout=600):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
+
+
 def test_defaults_follow_the_article(gpu):
     args = gpu.parse_args([])
     assert (args.repeats, args.warmup) == (50, 20)
-    assert not args.skip_max_autotune and not args.no_profile and args.out_dir is None
+    assert not args.skip_max_autotune and not args.no_profile and args.results_dir is None and not args.smoke
 
 
-@pytest.mark.parametrize("argv", [["--repeats", "0"], ["--warmup", "x"], ["--bogus"]])
+@pytest.mark.parametrize("argv", [["--repeats", "0"], ["--warmup", "x"], ["--bogus"], ["--smoke"],
+                                  ["--results-dir", "/proc/version"]])
 def test_bad_arguments_exit_2_with_one_line(gpu, argv, capsys):
     with pytest.raises(SystemExit) as exc:
         gpu.parse_args(argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error" in err
+
+
+def test_smoke_uses_tiny_counts(gpu, tmp_path):
+    args = gpu.parse_args(["--smoke", "--results-dir", str(tmp_path)])
+    assert (args.repeats, args.warmup) == (gpu.SMOKE["repeats"], gpu.SMOKE["warmup"])
 
 
 def test_plan_covers_the_article_matrix(gpu):
@@ -51,67 +64,70 @@ def test_plan_covers_the_article_matrix(gpu):
     assert len(short) == 10 and not any("max_autotune" in c["variant"] for c in short)
 
 
-def test_no_cuda_exits_3_with_a_clear_line():
-    import torch
+# -- point 2: cuDNN benchmark rows in their own process ---------------------------------------------
 
+def test_cudnn_benchmark_rows_are_planned_for_a_child_process(gpu):
+    plan = gpu.plan_matrix()
+    assert {c["variant"] for c in plan if c["process"] == "child"} == {
+        "fp32_eager_nchw+cudnn_benchmark", "fp16_eager_nchw+cudnn_benchmark"}
+    assert all(c["cudnn_benchmark"] == (c["process"] == "child") for c in plan)
+
+
+def test_child_sets_the_flag_before_any_convolution(gpu, monkeypatch, tmp_path, capsys):
+    flag_when_model_built = []
+
+    def fake_load(args, device):
+        flag_when_model_built.append(torch.backends.cudnn.benchmark)
+        raise SystemExit(0)  # stop here: the point is the order
+
+    monkeypatch.setattr(gpu, "load_model_and_input", fake_load)
+    previous = torch.backends.cudnn.benchmark
+    try:
+        args = gpu.parse_args(["--smoke", "--cudnn-benchmark-child", str(tmp_path / "ref.pt")])
+        with pytest.raises(SystemExit):
+            gpu.run_cudnn_benchmark_child(args)
+    finally:
+        torch.backends.cudnn.benchmark = previous
+    assert flag_when_model_built == [True]
+
+
+def test_child_command_line(gpu, tmp_path):
+    args = gpu.parse_args(["--smoke", "--results-dir", str(tmp_path), "--warm-cache"])
+    argv = gpu.child_argv(args, tmp_path / "ref.pt")
+    assert argv[0] == str(SCRIPT) and "--cudnn-benchmark-child" in argv and "--smoke" in argv
+    assert "--warm-cache" in argv and "--results-dir" not in argv  # the child writes nothing
+
+
+# -- exits ----------------------------------------------------------------------------------------
+
+def test_no_cuda_exits_3_with_a_clear_line(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--skip-max-autotune"], capture_output=True,
-                          text=True, timeout=120)
+    proc = run_script("--skip-max-autotune", "--results-dir", str(tmp_path), timeout=120)
     assert proc.returncode == 3
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "no GPU measurement" in lines[0] and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bad_arguments_exit_2_from_the_command_line():
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--repeats", "-1"], capture_output=True,
-                          text=True, timeout=120)
+    proc = run_script("--repeats", "-1", timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_device_slug(gpu):
-    assert gpu.device_slug("NVIDIA GeForce RTX 4060 Laptop GPU") == "nvidia-geforce-rtx-4060-laptop-gpu"
-    assert gpu.device_slug("NVIDIA H200") == "nvidia-h200"
-    assert gpu.device_slug("///") == "unknown-gpu"
-
-
-def test_kernel_categories(gpu):
-    assert gpu.kernel_category("aten::cudnn_convolution", "sm80_xmma_fprop_implicit_gemm") == "convolution"
-    assert gpu.kernel_category("aten::batch_norm", "bn_fw_inf_1C11_kernel_NCHW") == "batch_norm"
-    assert gpu.kernel_category("aten::relu_", "vectorized_elementwise_kernel") == "other"
-    assert gpu.kernel_category("", "implicit_convolve_sgemm") == "convolution"
-    assert gpu.kernel_category("", "bn_fw_tr_1C11_kernel") == "batch_norm"
-
-
-def test_union_length_counts_overlaps_once(gpu):
-    assert gpu.union_length([]) == 0
-    assert gpu.union_length([(0, 2), (1, 3), (5, 6)]) == 4
-    assert gpu.union_length([(5, 6), (0, 10)]) == 10
-
-
-def test_summarize_kernels(gpu):
-    kernels = [("aten::convolution", "conv_a", 0, 1000), ("aten::convolution", "conv_b", 1000, 3000),
-               ("aten::batch_norm", "bn", 3000, 3500), ("aten::relu_", "relu", 3500, 4000),
-               ("aten::add", "add", 3600, 3700)]  # overlaps relu: active time counts it once
-    rows = {r["category"]: r for r in gpu.summarize_kernels(kernels, wall_ms=4.5)}
-    assert rows["convolution"]["kernels"] == 2 and rows["convolution"]["kernel_ms"] == pytest.approx(3.0)
-    assert rows["batch_norm"]["kernels"] == 1 and rows["other"]["kernels"] == 2
-    assert sum(r["share"] for r in rows.values()) == pytest.approx(1.0)
-    assert rows["other"]["total_kernels"] == 5
-    assert rows["other"]["active_gpu_ms"] == pytest.approx(4.0)
-    assert rows["other"]["wall_ms"] == 4.5
-
+# -- rows and files (point 1: the file pattern) ------------------------------------------------------
 
 def _fake_measurements(gpu):
     times = {"fp32_eager_nchw": 15.0, "fp16_eager_nchw": 10.0, "fp16_compile_default_nchw": 5.0}
     out = []
     for config in gpu.plan_matrix(skip_max_autotune=True):
-        entry = dict(config, note="")
+        entry = dict(config, note="", expected_to_match_eager=config["precision"] == "fp32")
         if config["variant"] in times:
             entry.update(median_ms=times[config["variant"]], min_ms=1, max_ms=2, q1_ms=1, q3_ms=2,
-                         repeats=50, warmup=20, first_call_s=0.0, max_abs_diff=0.0, peaks_equal=True)
+                         repeats=50, warmup=20, compile_s=0.0, max_abs_diff=0.0, same_output=True,
+                         same_peaks=True)
         else:
             entry["note"] = "failed: not measured in this fake"
         out.append(entry)
@@ -123,25 +139,58 @@ def test_rows_have_the_schema_and_ratios(gpu):
     rows = gpu.build_rows(_fake_measurements(gpu), {"fp32_eager_nchw": profile})
     assert all(list(r) == gpu.CSV_COLUMNS for r in rows)
     by_name = {r["variant"]: r for r in rows if r["record"] == "variant"}
-    assert by_name["fp32_eager_nchw"]["speedup_vs_eager_fp32"] == pytest.approx(1.0)
-    assert by_name["fp16_eager_nchw"]["speedup_vs_eager_fp32"] == pytest.approx(1.5)
+    assert by_name["fp32_eager_nchw"]["speedup_vs_eager"] == pytest.approx(1.0)
+    assert by_name["fp16_eager_nchw"]["speedup_vs_eager"] == pytest.approx(1.5)
     assert by_name["fp16_compile_default_nchw"]["speedup_vs_eager_same_precision"] == pytest.approx(2.0)
-    assert by_name["fp16_compile_default_nchw"]["speedup_vs_eager_fp32"] == pytest.approx(3.0)
+    assert by_name["fp16_compile_default_nchw"]["speedup_vs_eager"] == pytest.approx(3.0)
     assert by_name["fp32_compile_default_nchw"]["median_ms"] == ""
+    assert by_name["fp16_eager_nchw"]["fp16_method"] == "autocast"          # point 10
     profile_rows = [r for r in rows if r["record"] == "profile"]
-    assert len(profile_rows) == 3 and profile_rows[0]["precision"] == "fp32"
+    assert len(profile_rows) == len(gpu.KERNEL_CATEGORIES) and profile_rows[0]["precision"] == "fp32"
     assert "fp16_compile_default_nchw" in gpu.format_table(rows)
+    assert "fp32_compile_default_nchw" in gpu.failed_variants(rows)
 
 
-def test_write_results_never_overwrites(gpu, tmp_path):
+def test_results_are_a_gpu_blurball_kind_never_overwritten(gpu, tmp_path):
     rows = gpu.build_rows(_fake_measurements(gpu), {})
     env = {"date": "2026-01-01T00:00:00+00:00", "gpu_name": "Fake GPU", "torch": "2.11.0"}
-    first = gpu.write_results(rows, env, tmp_path, "Fake GPU 8GB", date="2026-01-01")
-    second = gpu.write_results(rows, env, tmp_path, "Fake GPU 8GB", date="2026-01-01")
-    assert first.name == "gpu-fake-gpu-8gb-2026-01-01.csv"
-    assert second.name == "gpu-fake-gpu-8gb-2026-01-01-2.csv"
+    first = gpu.write_results(rows, env, tmp_path, "Fake GPU 8GB")
+    second = gpu.write_results(rows, env, tmp_path, "Fake GPU 8GB")
+    assert first.name == "gpu-blurball-fake-gpu-8gb-2026-01-01.csv"
+    assert second.name == "gpu-blurball-fake-gpu-8gb-2026-01-01-2.csv"
+    assert results.kind_of_file(first.name) == "gpu-blurball"
     with first.open(newline="") as handle:
         table = list(csv.DictReader(handle))
-    assert len(table) == len(rows)
-    assert list(table[0]) == gpu.CSV_COLUMNS + ["date", "gpu_name", "torch"]
-    assert table[0]["gpu_name"] == "Fake GPU"
+    assert len(table) == len(rows) and table[0]["gpu_name"] == "Fake GPU"
+    loaded = results.load("gpu-blurball", tmp_path)
+    assert loaded.run_id.nunique() == 2
+    assert results.load("gpu-tensorrt", tmp_path).empty   # the TensorRT kind never takes these files
+
+
+# -- the whole pipeline on the CPU ------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_smoke_runs_every_step_on_the_cpu(tmp_path):
+    proc = run_script("--smoke", "--results-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    files = list(tmp_path.iterdir())
+    assert [f.name for f in files] == [f"gpu-blurball-smoke-cpu-{files[0].name[-14:-4]}.csv"]
+    frame = results.load("gpu-blurball", tmp_path)
+    variants = frame[frame.record == "variant"].set_index("variant")
+    assert len(variants) == 12 and variants.median_ms.notna().all()
+    assert not variants.note.fillna("").str.startswith("failed").any()
+    assert frame.smoke.all() and (frame.device == "cpu").all()
+    # cuDNN benchmark rows came from the child process, on the same weights
+    child = variants[variants.process == "child"]
+    assert len(child) == 2 and child.same_peaks.all()
+    assert bool(variants.loc["fp32_eager_nchw+cudnn_benchmark", "same_output"])
+    # CUDA-graph modes time a second call; the others do not
+    assert variants.loc[["fp32_compile_reduce_overhead_nchw", "fp16_compile_max_autotune_nchw"], "second_call_s"].notna().all()
+    assert variants.loc[["fp32_compile_default_nchw", "fp32_eager_nchw"], "second_call_s"].isna().all()
+    assert (variants.loc[variants.precision == "fp16", "fp16_method"] == "autocast").all()
+    profiles = frame[frame.record == "profile"]
+    assert set(profiles.variant) == {"fp32_eager_nchw", "fp16_eager_nchw", "fp16_compile_default_nchw"}
+    fp16_eager = profiles[profiles.variant == "fp16_eager_nchw"].set_index("category")
+    assert fp16_eager.loc["cast/copy", "kernels"] >= 3 and fp16_eager.loc["convolution", "kernels"] >= 1
+    for column in ("git_commit", "torch", "cpu_model", "weights", "date"):
+        assert frame[column].notna().all()

@@ -54,7 +54,7 @@ _CPU_BOOKKEEPING_OPS = ("aten::empty", "aten::empty_like", "aten::empty_strided"
                         "aten::view", "aten::reshape", "aten::_reshape_alias", "aten::resize_", "aten::t",
                         "aten::transpose", "aten::expand", "aten::detach", "aten::detach_", "aten::alias",
                         "aten::select", "aten::slice", "aten::unsqueeze", "aten::squeeze", "aten::permute",
-                        "aten::lift_fresh", "aten::set_")
+                        "aten::lift_fresh", "aten::set_", "aten::as_strided_", "aten::_nnpack_available")
 
 
 def device_slug(name: str) -> str:
