@@ -14,11 +14,13 @@ timed with the book's harness (warm-up, median, spread) at every requested threa
 - an INT8 Q/DQ model (static quantization calibrated on synthetic frames) at level "all".
 
 Every variant is built by ``graphbook.variants`` and judged by ``graphbook.results.compare_to_reference``.
-All rows go to a new file ``data/results/cpu-onnxruntime-<date>[-N].csv`` (``results.write_run``; never an
-existing one), each with ``speedup_vs_eager`` against eager FP32 at the same thread count and the
-environment columns. Exported .onnx files go to a temporary folder (or ``--workdir``). A variant expected
-to match eager that does not is still timed but recorded with ``same_output = False``. Exit status: 0 on
-success, 2 for bad arguments (one line on stderr), 1 when a variant expected to match eager does not.
+All rows go to a new file ``cpu-onnxruntime-<date>[-N].csv`` under ``--results-dir`` (default
+``data/results/``; ``results.write_run``, never an existing one), each with ``speedup_vs_eager`` against eager FP32 at the same thread count and the
+environment columns. Exported .onnx files go to a temporary folder, removed afterwards (or are kept in
+``--onnx-dir``). A variant expected
+to match eager that does not is still timed but recorded with ``same_output = False``. Exit status (``graphbook.cli``): 0 on
+success, 1 when a variant expected to match eager does not (the rows are still written), 2 for bad
+arguments (one line on stderr).
 """
 from __future__ import annotations
 
@@ -29,11 +31,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from graphbook.cli import OneLineParser, positive_int, multiple_of_8
+from graphbook import cli
+from graphbook.cli import positive_int, multiple_of_8
+
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = OneLineParser(prog="bench_onnxruntime.py", description=__doc__.split("\n\n")[0])
+    parser = cli.make_parser("bench_onnxruntime.py", __doc__.split("\n\n")[0])
     parser.add_argument("--height", type=multiple_of_8, default=288)
     parser.add_argument("--width", type=multiple_of_8, default=512)
     parser.add_argument("--threads", type=positive_int, nargs="+", default=[1, 2],
@@ -44,9 +47,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="synthetic frames used to calibrate the INT8 model")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (saves minutes)")
     parser.add_argument("--no-quantize", action="store_true", help="skip the INT8 Q/DQ model")
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="folder for the exported .onnx files (default: a temporary folder)")
-    parser.add_argument("--out-dir", type=Path, default=None, help="results folder (default data/results)")
+    parser.add_argument("--onnx-dir", type=cli.directory, default=None, metavar="DIR",
+                        help="keep the exported .onnx files in DIR (default: a temporary folder, removed)")
     return parser.parse_args(argv)
 
 
@@ -106,7 +108,7 @@ def main(argv=None) -> int:
             record(built)
 
     with contextlib.ExitStack() as stack:
-        workdir = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ort-bench-")))
+        workdir = args.onnx_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ort-bench-")))
         calibration = (None if args.no_quantize else
                        calibration_frames(args.calibration_frames, args.height, args.width))
         shared: dict = {}  # one export of each kind, whatever the thread count
@@ -138,12 +140,12 @@ def main(argv=None) -> int:
                SPEEDUP_VS_EAGER, MAX_ABS_DIFF, SAME_OUTPUT, EXPECTED_TO_MATCH, SAME_PEAKS, SAME_PEAK_FRAMES,
                PEAK_FRAMES, COMPILE_S, "quantize_linear", "dequantize_linear"]
     rows = [{c: row.get(c, "") for c in columns} for row in rows]
-    path = results.write_run("cpu-onnxruntime", rows, fingerprint(), results_dir=args.out_dir)
+    path = results.write_run("cpu-onnxruntime", rows, fingerprint(), results_dir=args.results_dir)
     print(f"wrote {len(rows)} rows to {path}")
     if failures:
         print("; ".join(failures), file=sys.stderr)
-        return 1
-    return 0
+        return cli.EXIT_CHECK_FAILED
+    return cli.EXIT_OK
 
 
 if __name__ == "__main__":

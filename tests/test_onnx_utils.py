@@ -367,7 +367,8 @@ def test_calibration_reader_needs_frames():
 
 # The benchmark script's argument checks (no model is built) -----------------------------------------
 
-@pytest.mark.parametrize("args", [["--height", "63"], ["--threads", "0"], ["--repeats", "-1"], ["--bogus"]])
+@pytest.mark.parametrize("args", [["--height", "63"], ["--threads", "0"], ["--repeats", "-1"], ["--bogus"],
+                                  ["--out-dir", "x"], ["--workdir", "x"], ["--results-dir", __file__]])
 def test_bench_script_bad_arguments_exit_2_with_one_line(args):
     import subprocess
     import sys
