@@ -44,7 +44,6 @@ import datetime as dt
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from graphbook import gpu_profiling as gp
@@ -119,17 +118,15 @@ def tensorrt_network_flags(trt) -> tuple[int, str]:
     return 1 << int(flag), "strong"
 
 
-@dataclass
 class EngineBuild:
     """One TensorRT build (Chapter 4): the engine, seconds in ``build_serialized_network``, the typing
-    mode, the plan's size, the timing cache after the build and whether a timing cache was given."""
+    mode, the plan's size, the timing cache after the build and whether a timing cache was given.
+    (A plain class, not a dataclass: the script is also loaded with importlib by tests and chapters.)"""
 
-    engine: object
-    build_s: float
-    typing: str
-    plan_bytes: int
-    timing_cache: bytes
-    with_timing_cache: bool
+    def __init__(self, engine, build_s: float, typing: str, plan_bytes: int, timing_cache: bytes,
+                 with_timing_cache: bool):
+        self.engine, self.build_s, self.typing, self.plan_bytes = engine, build_s, typing, plan_bytes
+        self.timing_cache, self.with_timing_cache = timing_cache, with_timing_cache
 
 
 def build_tensorrt_engine(trt, onnx_path: Path, workspace_mib: int, *, timing_cache: bytes | None = None,
