@@ -81,6 +81,7 @@ def test_bf16_support_gives_a_reason():
     assert isinstance(supported, bool) and reason
 
 
+@pytest.mark.slow
 def test_tiny_eager_run_writes_a_new_file_each_time(tmp_path):
     # Only channels-last is asked for: eager FP32, the reference, is always added.
     argv = ["--variants", "eager_fp32_channels_last", *TINY, "--results-dir", str(tmp_path / "results")]

@@ -14,6 +14,7 @@ TINY = cc.RestartSpec("graphbook.warmup:tiny_clip_net", (9, 8, 12), (1, 2), fact
                       compile_kwargs={"backend": "eager"}, threads=1)
 
 
+@pytest.mark.slow
 def test_fresh_process_reports_first_calls_and_graphs(tmp_path):
     result = cc.run_fresh_process(TINY, tmp_path / "cache")
     assert sorted(result["first_call_s"]) == ["1", "2"]

@@ -95,6 +95,7 @@ def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_tiny_end_to_end_run(tmp_path):
     results_dir = tmp_path / "results"
     args = ["--size", "4096", "--repeats", "3", "--feature-map", "4", "16", "16", "--report-dir", str(tmp_path),

@@ -49,6 +49,7 @@ def test_incomplete_warm_up_is_caught_by_fail_on_recompile(net):
         warmup.serve_random_sequence(compiled, CHW, (1, 2), requests=10, seed=1)
 
 
+@pytest.mark.slow
 def test_complete_warm_up_serves_without_recompiles_inductor(net):
     torch._dynamo.reset()
     compiled = warmup.compile_for(net, "automatic")
