@@ -103,3 +103,10 @@ def test_fingerprint_carries_the_instruction_set():
 @pytest.mark.parametrize("text", [X86_AVX512_VNNI, X86_AVX2_ONLY, AARCH64_LINUX, "", "garbage without colons"])
 def test_cpu_model_never_raises(text):
     assert isinstance(env.cpu_model(text), str)
+
+
+def test_isa_caps_label_for_the_fingerprint():
+    assert env.isa_caps_label({"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}) == \
+        "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2"
+    assert env.isa_caps_label({}) == ""
+    assert env.fingerprint(threads=1)["isa_caps"] == env.isa_caps_label()

@@ -174,3 +174,10 @@ def test_phrase_comparison_mentions_runs_flagged_under_load():
     assert text.startswith("On this machine (Intel(R) Xeon(R) Processor (ISA unrecorded, 2 threads)) ort was 6.4x "
                            "faster than eager (median of 3 runs, per-run 2.7x to 19x).")
     assert "2 of these 3 runs were flagged as taken under load." in text
+
+
+def test_a_capped_run_is_another_machine_configuration():
+    capped = dict(LAPTOP, isa_caps="ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2")
+    assert R.machine_label(capped) == \
+        "AMD EPYC 7B12 (avx2, torch AVX2, capped ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2, 2 threads)"
+    assert R.machine_label(dict(LAPTOP, isa_caps="")) == R.machine_label(LAPTOP)

@@ -203,6 +203,13 @@ def isa_caps(environ=None) -> dict:
             "ONEDNN_MAX_CPU_ISA": environ.get("ONEDNN_MAX_CPU_ISA", environ.get("DNNL_MAX_CPU_ISA", ""))}
 
 
+def isa_caps_label(environ=None) -> str:
+    """The caps in force as one fingerprint field, e.g. "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2",
+    or "" when nothing is capped (Chapter 1). oneDNN runs PyTorch's convolutions, so its cap changes
+    their speed even where ``torch_isa`` does not show it."""
+    return " ".join(f"{k}={v}" for k, v in isa_caps(environ).items() if v)
+
+
 def git_commit(root: Path = REPO_ROOT) -> str:
     """Short commit hash of the book's repository, with ``+dirty`` if files changed. Chapter 1."""
     try:
@@ -247,6 +254,7 @@ def fingerprint(threads: int | None = None) -> dict:
 
     Keys: date (UTC, ISO 8601), git_commit, cpu_model, cpu_isa (the instruction set the CPU offers,
     :func:`cpu_features`), torch_isa (the one PyTorch uses, lower when ``ATEN_CPU_CAPABILITY`` caps it),
+    isa_caps (:func:`isa_caps_label`: the instruction-set caps set in the environment, "" for none),
     cpu_cores (logical), threads (torch's intra-op count, or the given one), gpu_name, gpu_driver,
     cuda_version, python, torch, onnxruntime, platform.
     """
@@ -259,6 +267,7 @@ def fingerprint(threads: int | None = None) -> dict:
         "cpu_model": cpu_model(),
         "cpu_isa": features["isa"],
         "torch_isa": features["torch_isa"],
+        "isa_caps": isa_caps_label(),
         "cpu_cores": os.cpu_count() or 0,
         "threads": int(threads if threads is not None else torch.get_num_threads()),
         **gpu_info(),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from typing import Iterable, Mapping, Sequence
 
-MACHINE_COLUMNS = ("cpu_model", "cpu_isa", "torch_isa", "threads")
+MACHINE_COLUMNS = ("cpu_model", "cpu_isa", "torch_isa", "isa_caps", "threads")
 MACHINE = "machine"            #: the column added by :func:`add_machine`: one label per fingerprint
 UNDER_LOAD = "under_load"      #: bool column added by :func:`flag_under_load`
 LOAD_REASON = "load_reason"    #: why a run was flagged ("" when it was not)
@@ -53,6 +53,10 @@ def machine_label(fingerprint: Mapping, columns: Sequence[str] = MACHINE_COLUMNS
         torch_isa = values.pop("torch_isa")
         if torch_isa != UNRECORDED:
             parts.append(f"torch {torch_isa}")
+    if "isa_caps" in values:
+        caps = values.pop("isa_caps")
+        if caps != UNRECORDED:  # "" (nothing capped) and older files read the same: no cap
+            parts.append(f"capped {caps}")
     if "threads" in values:
         threads = values.pop("threads")
         parts.append(f"{threads} thread{'s' if threads != '1' else ''}")
