@@ -1,15 +1,21 @@
 """Serve the BlurBall ball detector over HTTP, warming up batch sizes 1, 2, 3 before reporting ready.
 
-Introduced in Chapter 7. Examples (from the repository root):
+Introduced in Chapter 7. The model comes from the checkpoint (eager or ``--compile``) or from a
+deployment artifact (``--artifact``: an AOTInductor ``.pt2``, an ``.onnx`` or a saved ORT-format ``.ort``
+model; the ONNX Runtime path never imports torch). Examples (from the repository root):
 
     .venv/bin/python code/serve_blurball.py --port 8080                    # eager FP32
     .venv/bin/python code/serve_blurball.py --port 8080 --compile          # torch.compile, warm-up = compile
     .venv/bin/python code/serve_blurball.py --compile --load-artifacts cache.bin   # restart from saved artifacts
     .venv/bin/python code/serve_blurball.py --compile --save-artifacts cache.bin   # write them after warm-up
+    .venv/bin/python code/serve_blurball.py --artifact blurball.pt2 --batch-sizes 1  # AOTInductor, batch 1
+    .venv/bin/python code/serve_blurball.py --artifact dynamic.onnx                # ONNX Runtime, batches 1-3
 
-``GET /healthz`` answers 503 until the warm-up is done; ``POST /predict`` takes clips (see
-``graphbook/serving.py`` for the request format). The line ``READY <seconds>`` on stdout marks the
-moment the server became ready, so scripts can time it.
+``GET /livez`` answers 200 while the process serves; ``GET /readyz`` (and ``/healthz``) 503 until the
+warm-up is done; ``POST /predict`` takes clips (see ``graphbook/serving.py`` for the request format).
+Concurrent requests are joined into warmed batch sizes (``--no-batching`` turns that off); at most
+``--max-queue`` wait, beyond that the answer is 503 with ``Retry-After``. The line ``READY <seconds>``
+on stdout marks the moment the server became ready, so scripts can time it.
 """
 from __future__ import annotations
 
@@ -19,7 +25,6 @@ import time
 from pathlib import Path
 
 _STARTED = time.perf_counter()
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from graphbook.cli import OneLineParser, positive_int, positive_int_list  # noqa: E402
 
 
@@ -52,6 +57,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="torch.compiler cache artifacts to load before warming up")
     p.add_argument("--save-artifacts", type=Path, default=None,
                    help="write torch.compiler cache artifacts here after the warm-up")
+    p.add_argument("--artifact", type=Path, default=None,
+                   help="serve a deployment artifact instead of the checkpoint: .pt2 (AOTInductor), "
+                        ".onnx or .ort (ONNX Runtime)")
+    p.add_argument("--no-batching", action="store_true", help="run requests one by one (no dynamic batching)")
+    p.add_argument("--max-wait-ms", type=float, default=5.0,
+                   help="how long the batcher waits for company after the oldest request (default 5)")
+    p.add_argument("--max-queue", type=positive_int, default=16,
+                   help="requests allowed to wait; more are answered 503 with Retry-After (default 16)")
     p.add_argument("--threads", type=positive_int, default=2)
     p.add_argument("--threshold", type=float, default=0.5)
     p.add_argument("--verbose", action="store_true", help="log every request")
@@ -66,6 +79,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--load-artifacts file {str(args.load_artifacts)!r} does not exist")
     if (args.load_artifacts or args.save_artifacts) and not args.compile:
         p.error("--load-artifacts/--save-artifacts only make sense with --compile")
+    if args.artifact is not None:
+        if args.artifact.suffix not in (".pt2", ".onnx", ".ort"):
+            p.error(f"--artifact must end in .pt2, .onnx or .ort, got {str(args.artifact)!r}")
+        if not args.artifact.is_file():
+            p.error(f"--artifact file {str(args.artifact)!r} does not exist")
+        if args.compile or args.weights is not None or args.model != "blurball":
+            p.error("--artifact replaces --compile, --weights and --model (the artifact is the model)")
+    if not 0 <= args.max_wait_ms <= 1000:
+        p.error(f"--max-wait-ms must be in 0..1000, got {args.max_wait_ms}")
     return args
 
 
@@ -85,25 +107,41 @@ def build_model(args):
     return build_blurball(weights), (str(weights) if weights else "seeded random weights")
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def build_service(args):
+    """The InferenceService the arguments ask for, and a description of its model."""
+    from graphbook import serving
+
+    options = dict(batch_sizes=args.batch_sizes, threshold=args.threshold, batching=not args.no_batching,
+                   max_wait_ms=args.max_wait_ms, max_queue=args.max_queue)
+    if args.artifact is not None:  # ONNX Runtime never imports torch
+        runner = serving.load_artifact(args.artifact, threads=args.threads)
+        return serving.InferenceService(runner, (args.height, args.width), **options), runner.description
     import torch
 
-    from graphbook import serving
     from graphbook.environment import set_threads
 
     set_threads(args.threads)
     if args.load_artifacts:
         torch.compiler.load_cache_artifacts(args.load_artifacts.read_bytes())
     model, source = build_model(args)
-    service = serving.InferenceService(model, (args.height, args.width), batch_sizes=args.batch_sizes,
-                                       compile=args.compile, threshold=args.threshold)
+    return serving.InferenceService(model, (args.height, args.width), compile=args.compile, **options), source
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from graphbook import serving
+
+    try:
+        service, source = build_service(args)
+    except (ValueError, RuntimeError) as exc:  # e.g. a static-batch artifact asked for batch sizes 1,2,3
+        print(f"serve_blurball.py: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 1
     try:
         server = serving.InferenceServer(service, args.host, args.port, verbose=args.verbose)
     except OSError as exc:
         print(f"serve_blurball.py: error: cannot bind {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 2
-    print(f"serving {args.model} ({source}) on {server.url}; warming up batch sizes "
+    print(f"serving {args.model if args.artifact is None else 'artifact'} ({source}) on {server.url}; warming up batch sizes "
           f"{','.join(map(str, args.batch_sizes))}{' with torch.compile' if args.compile else ''}", flush=True)
     server.start()
     try:
@@ -113,6 +151,8 @@ def main(argv=None) -> int:
         server.stop()
         return 1
     if args.save_artifacts:
+        import torch
+
         saved = torch.compiler.save_cache_artifacts()
         if saved is not None:
             args.save_artifacts.write_bytes(saved[0])

@@ -200,3 +200,281 @@ def test_cli_serves_the_tiny_model_until_terminated():
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# --------------------------------------------------------------------------------------------------
+# Probes, dynamic batching, the bounded queue, artifacts, the load test (issue 14)
+# --------------------------------------------------------------------------------------------------
+class RecordingHeatmaps(FramesAsHeatmaps):
+    """FramesAsHeatmaps that records the batch size of every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches = []
+
+    def forward(self, x):
+        self.batches.append(int(x.shape[0]))
+        return super().forward(x)
+
+
+def raw_request(srv, method, path, body=None, headers=None):
+    """(status, headers dict, JSON payload) -- serving.request hides the headers."""
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+    try:
+        conn.request(method, path, body, headers or {})
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), json.loads(resp.read() or b"{}")
+    finally:
+        conn.close()
+
+
+def wait_for(condition, timeout=10.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def in_threads(calls):
+    """Run each zero-argument callable in its own thread; return the started threads and the results list."""
+    import threading
+
+    results = [None] * len(calls)
+
+    def run(i, call):
+        results[i] = call()
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    return threads, results
+
+
+def test_livez_is_alive_during_warm_up_and_readyz_follows_the_warm_up():
+    service = serving.InferenceService(FramesAsHeatmaps(), (H, W))
+    srv = serving.InferenceServer(service).start(warm_up=False)
+    try:
+        assert raw_request(srv, "GET", "/livez")[::2] == (200, {"status": "alive"})
+        for path in ("/readyz", "/healthz"):
+            status, headers, payload = raw_request(srv, "GET", path)
+            assert (status, payload["status"], payload["warmed"]) == (503, "warming_up", [])
+            assert headers["Retry-After"] == "1"
+        service.warm_up()
+        status, _, payload = raw_request(srv, "GET", "/readyz")
+        assert status == 200 and payload["status"] == "ready" and payload["batching"] is True
+        assert sorted(payload["warmup_s"]) == ["1", "2", "3"] and payload["runtime"] == "torch"
+        assert serving.request(srv.url + "/healthz")[0] == 200
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("method, path, status, allow, text", [
+    ("POST", "/readyz", 405, "GET", "takes GET"), ("POST", "/livez", 405, "GET", "takes GET"),
+    ("GET", "/predict", 405, "POST", "use POST"), ("GET", "/readyz/extra", 404, None, "unknown path"),
+])
+def test_probes_answer_wrong_methods_and_paths_with_a_message(server, method, path, status, allow, text):
+    got, headers, payload = raw_request(server, method, path, b"{}" if method == "POST" else None,
+                                        {"Content-Type": "application/json"} if method == "POST" else {})
+    assert got == status and text in payload["error"]
+    assert headers.get("Allow") == allow
+    assert raw_request(server, "GET", "/livez")[0] == 200
+
+
+def test_failed_warm_up_makes_livez_and_readyz_500():
+    class Broken(nn.Module):
+        def forward(self, x):
+            raise RuntimeError("weights are corrupt")
+
+    service = serving.InferenceService(Broken(), (H, W))
+    srv = serving.InferenceServer(service).start()
+    try:
+        with pytest.raises(RuntimeError, match="corrupt"):
+            srv.wait_until_ready(timeout=30)
+        for path in ("/livez", "/readyz"):
+            status, _, payload = raw_request(srv, "GET", path)
+            assert status == 500 and "corrupt" in payload["error"]
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("sizes, allowed, batching, expected", [
+    ([1, 1, 1], (1, 2, 3), True, 3), ([1, 1, 1, 1], (1, 2, 3), True, 3), ([2, 2], (1, 2, 3), True, 1),
+    ([1, 2], (1, 2, 3), True, 2), ([3, 1], (1, 2, 3), True, 1), ([1, 1], (1, 3), True, 1),
+    ([1, 1, 1], (1, 3), True, 3), ([1, 1, 1], (1, 2, 3), False, 1), ([], (1, 2, 3), True, 0),
+])
+def test_plan_batch_takes_a_fifo_prefix_of_a_warmed_size(sizes, allowed, batching, expected):
+    assert serving.plan_batch(sizes, allowed, batching=batching) == expected
+
+
+def clip_with_ball_at(col):
+    return clip_with_ball(batch=1, row=5, col=col)
+
+
+@pytest.mark.parametrize("batching, expected_calls", [(True, [3]), (False, [1, 1, 1])])
+def test_concurrent_requests_are_joined_into_one_warmed_batch(batching, expected_calls):
+    model = RecordingHeatmaps()
+    service = serving.InferenceService(model, (H, W), batching=batching, max_wait_ms=0)
+    service.warm_up()
+    model.batches.clear()
+    service.pause()  # requests queue up; nothing runs until resume: deterministic, not timing-based
+    try:
+        threads, answers = in_threads([lambda c=c: service.predict(clip_with_ball_at(c)) for c in (4, 10, 16)])
+        wait_for(lambda: service.queued() == 3)
+        service.resume()
+        for t in threads:
+            t.join(timeout=30)
+        assert model.batches == expected_calls == service.calls
+        for col, answer in zip((4, 10, 16), answers):  # each request gets its own clip's answer back
+            assert answer["batch_size"] == 1 and answer["joined_batch_size"] == expected_calls[0]
+            assert abs(answer["detections"][0][0]["x"] - col) < 0.5
+    finally:
+        service.close()
+
+
+def test_overload_is_answered_503_with_retry_after_and_queued_requests_still_succeed():
+    service = serving.InferenceService(FramesAsHeatmaps(), (H, W), max_queue=2, retry_after_s=2)
+    srv = serving.InferenceServer(service).start()
+    srv.wait_until_ready(timeout=60)
+    service.pause()
+    try:
+        threads, answers = in_threads([lambda: serving.predict(srv.url, clip_with_ball()) for _ in range(2)])
+        wait_for(lambda: service.queued() == 2)
+        body, headers = serving.binary_request(clip_with_ball())
+        status, reply_headers, payload = raw_request(srv, "POST", "/predict", body, headers)
+        assert status == 503 and "overloaded" in payload["error"]
+        assert reply_headers["Retry-After"] == "2"
+        assert raw_request(srv, "GET", "/livez")[0] == 200  # probes are answered while overloaded
+        service.resume()
+        for t in threads:
+            t.join(timeout=30)
+        assert [a[0] for a in answers] == [200, 200]
+    finally:
+        srv.stop()
+
+
+def test_a_request_that_waited_too_long_gets_503_not_an_endless_wait():
+    import time
+
+    service = serving.InferenceService(FramesAsHeatmaps(), (H, W), queue_timeout_s=0.05)
+    service.warm_up()
+    service.pause()
+    try:
+        threads, answers = in_threads([lambda: pytest.raises(serving.RequestError, service.predict, clip_with_ball())])
+        wait_for(lambda: service.queued() == 1)
+        time.sleep(0.1)
+        service.resume()
+        threads[0].join(timeout=30)
+        assert answers[0].value.status == 503 and "waited" in answers[0].value.message
+    finally:
+        service.close()
+
+
+def test_service_refuses_bad_batching_settings():
+    for kwargs in ({"max_queue": 0}, {"max_wait_ms": -1}, {"queue_timeout_s": 0}, {"retry_after_s": 0}):
+        with pytest.raises(ValueError):
+            serving.InferenceService(FramesAsHeatmaps(), (H, W), **kwargs)
+
+
+def test_load_test_is_loopback_only_and_bounded(server):
+    x = clip_with_ball()
+    for url, kwargs in (("http://example.com:80", {}), (server.url, {"requests": 0}),
+                        (server.url, {"requests": 10 ** 6}), (server.url, {"time_limit_s": 3600})):
+        with pytest.raises(ValueError):
+            serving.load_test(url, x, **{"concurrency": 1, "requests": 2, **kwargs})
+    report = serving.load_test(server.url, x, concurrency=2, requests=6, time_limit_s=60)
+    assert (report["sent"], report["ok"], report["overloaded"], report["errors"]) == (6, 6, 0, 0)
+    assert report["throughput_rps"] > 0 and report["p50_ms"] <= report["p99_ms"]
+
+
+@pytest.fixture(scope="module")
+def tiny_onnx(tmp_path_factory):
+    from graphbook import onnx_utils
+
+    path = tmp_path_factory.mktemp("artifact") / "tiny-dynamic.onnx"
+    return onnx_utils.export_dynamic_batch(warmup.tiny_clip_net(hidden=4), torch.randn(2, 9, H, W), path)
+
+
+def test_server_starts_from_an_onnx_artifact_and_matches_eager(tiny_onnx):
+    runner = serving.load_artifact(tiny_onnx, threads=1)
+    assert runner.runtime == "onnxruntime" and runner.static_batch() is None
+    service = serving.InferenceService(runner, (H, W))
+    srv = serving.InferenceServer(service).start()
+    try:
+        _, ready = serving.wait_for_ready(srv.url, timeout=60)
+        assert ready["runtime"] == "onnxruntime" and ready["compiled"] is False
+        eager = serving.InferenceService(warmup.tiny_clip_net(hidden=4), (H, W))
+        eager.warm_up()
+        x = np.random.default_rng(0).standard_normal((3, 9, H, W)).astype(np.float32)
+        for b in (1, 2, 3):
+            assert np.abs(runner(x[:b]) - eager.runner(x[:b])).max() < 1e-4
+            status, payload = serving.predict(srv.url, x[:b])
+            assert status == 200 and payload["batch_size"] == b
+        eager.close()
+    finally:
+        srv.stop()
+
+
+def test_load_artifact_refuses_unknown_suffix_missing_file_and_static_batch_mismatch(tmp_path):
+    from graphbook import onnx_utils
+
+    with pytest.raises(ValueError, match="must end in"):
+        serving.load_artifact(tmp_path / "model.bin")
+    with pytest.raises(FileNotFoundError):
+        serving.load_artifact(tmp_path / "model.onnx")
+    static = onnx_utils.export_onnx(warmup.tiny_clip_net(hidden=4), torch.randn(1, 9, H, W), tmp_path / "static.onnx")
+    runner = serving.load_artifact(static, threads=1)
+    assert runner.static_batch() == 1
+    with pytest.raises(ValueError, match="static batch of 1"):
+        serving.InferenceService(runner, (H, W), batch_sizes=(1, 2, 3))
+    serving.InferenceService(runner, (H, W), batch_sizes=(1,)).warm_up()
+
+
+@pytest.mark.slow
+def test_server_starts_from_an_aoti_package(tmp_path):
+    from torch.export import Dim
+
+    model = warmup.tiny_clip_net(hidden=4)
+    program = torch.export.export(model, (torch.randn(2, 9, H, W),), dynamic_shapes=({0: Dim("batch", min=1, max=3)},))
+    path = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "tiny.pt2"))
+    runner = serving.load_artifact(path)
+    service = serving.InferenceService(runner, (H, W))
+    service.warm_up()
+    x = np.random.default_rng(0).standard_normal((3, 9, H, W)).astype(np.float32)
+    with torch.no_grad():
+        assert np.abs(runner(x) - model(torch.from_numpy(x)).numpy()).max() < 1e-4
+    assert service.predict(x[:2])["batch_size"] == 2
+    service.close()
+
+
+def test_cli_serves_an_onnx_artifact_without_importing_torch(tiny_onnx):
+    import re
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, SCRIPT, "--artifact", str(tiny_onnx), "--port", "0", "--height", str(H),
+                             "--width", str(W), "--threads", "1"], stdout=subprocess.PIPE, text=True)
+    try:
+        url = re.search(r"on (http://\S+);", proc.stdout.readline()).group(1)
+        assert proc.stdout.readline().startswith("READY")
+        status, ready = serving.request(url + "/readyz")
+        assert status == 200 and ready["runtime"] == "onnxruntime" and ready["torch_imported"] is False
+        assert serving.request(url + "/livez")[0] == 200
+        assert serving.predict(url, clip_with_ball(batch=3))[0] == 200
+        status, payload = serving.predict(url, np.zeros((1, 9, 8, 8), np.float32))
+        assert status == 422 and "shape" in payload["error"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("args", [["--artifact", "model.bin"], ["--artifact", "/nonexistent.onnx"],
+                                  ["--max-wait-ms", "-1"], ["--max-queue", "0"]])
+def test_cli_bad_artifact_arguments_exit_2_with_one_line(args):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
