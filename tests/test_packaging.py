@@ -78,3 +78,12 @@ def test_no_test_edits_the_import_path_or_loads_a_script():
     offenders = [p.name for p in sorted((ROOT / "tests").glob("*.py"))
                  if p.name != Path(__file__).name and (PATH_EDIT in p.read_text() or IMPORTLIB in p.read_text())]
     assert not offenders, f"tests that edit {PATH_EDIT} or use {IMPORTLIB} (import graphbook instead): {offenders}"
+
+
+def test_package_docstring_lists_every_module():
+    import graphbook
+
+    listed = set(re.findall(r"^- ``(\w+)``", graphbook.__doc__, re.M))
+    modules = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    assert listed == modules, (f"graphbook/__init__.py's list lacks {sorted(modules - listed)} "
+                               f"and names missing modules {sorted(listed - modules)}")
