@@ -13,7 +13,7 @@ what its columns are called:
 - Column-name constants (:data:`SPEEDUP_VS_EAGER`, :data:`SAME_OUTPUT`, :data:`COMPILE_S`...), the one
   tolerance :data:`SAME_OUTPUT_ATOL` and the one comparison :func:`compare_to_reference`.
 
-:func:`append_rows` remains for the two logs that are one growing file by design (the notebook
+:func:`append_rows` remains only for the two logs that are one growing file by design (the notebook
 execution log written by ``scripts/execute_notebooks.py`` and the training log of
 ``code/train_blurball.py``); measurements go through :func:`write_run`.
 """
@@ -459,42 +459,3 @@ def compare_to_reference(output, reference, *, atol: float = SAME_OUTPUT_ATOL) -
         result.update({SAME_PEAK_FRAMES: int(same.sum()), PEAK_FRAMES: int(same.numel()),
                        SAME_PEAKS: bool(same.all())})
     return result
-
-
-# --------------------------------------------------------------------------------------------------
-# Before this schema (kept while a caller still uses them)
-# --------------------------------------------------------------------------------------------------
-def read_results(glob_pattern: str, base: str | Path | None = None):
-    """All CSVs matching ``glob_pattern`` as one raw DataFrame with a ``source_file`` column (Chapter 2).
-
-    Superseded by :func:`load` (canonical columns, typed, legacy files included); kept for files that
-    belong to no kind. A relative pattern is resolved against ``base`` (default ``book.RESULTS_DIR``).
-    """
-    import pandas as pd
-
-    base = _results_dir(base)
-    pattern_path = Path(glob_pattern)
-    if pattern_path.is_absolute():
-        root, pattern = Path(pattern_path.anchor), str(pattern_path.relative_to(pattern_path.anchor))
-    else:
-        root, pattern = Path(base), glob_pattern
-    frames = []
-    for file in sorted(root.glob(pattern)):
-        if file.is_file():
-            frame = pd.read_csv(file)
-            frame[SOURCE_FILE] = file.name
-            frames.append(frame)
-    if not frames:
-        return pd.DataFrame({SOURCE_FILE: pd.Series(dtype=str)})
-    return pd.concat(frames, ignore_index=True, sort=False)
-
-
-def latest_source(frame):
-    """The rows of the most recently recorded file in a :func:`read_results` frame (Chapter 4).
-
-    Superseded by :func:`latest_run`; kept until no chapter calls it.
-    """
-    if frame.empty or DATE not in frame:
-        return frame
-    newest = frame.groupby(SOURCE_FILE)[DATE].max().idxmax()
-    return frame[frame[SOURCE_FILE] == newest].reset_index(drop=True)
