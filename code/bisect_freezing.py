@@ -1,0 +1,175 @@
+"""Find the freezing miscompile the way compiler engineers do: CompilerBisector, then the minifier.
+
+Chapter 3 shows what this script recorded (it takes minutes, so no chapter runs it):
+
+1. ``torch._inductor.compiler_bisector.CompilerBisector.do_bisect`` compiles the model again and again,
+   first with simpler backends (``eager``, ``aot_eager``, ``aot_eager_decomp_partition``), then with
+   Inductor while switching its subsystems off one at a time and bisecting over how many times a
+   subsystem is applied, until it names the backend, subsystem and application that first breaks the
+   output;
+2. the accuracy minifier (``TORCHDYNAMO_REPRO_AFTER=aot``, ``TORCHDYNAMO_REPRO_LEVEL=4``) in a fresh
+   process under a time limit: when the compiled output differs from eager it shrinks the graph to a
+   smallest failing one and writes a ``repro.py``.
+
+The check is BlurBall (or the reproducer's small module, ``--model repro``) compiled with Inductor
+freezing, compared with eager under ``graphbook.results.SAME_OUTPUT_ATOL``. One row per tool goes to a
+new ``cpu-freezing-bisect-<date>.csv`` (``results.write_run``, kind ``freezing-bisect``).
+
+Usage::
+
+    python code/bisect_freezing.py                       # BlurBall at 32x64, minifier limited to 300 s
+    python code/bisect_freezing.py --model repro --minifier-timeout 0
+
+Exit status: 0 recorded; 2 bad arguments.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+from graphbook.cli import OneLineParser, multiple_of_8
+
+HERE = Path(__file__).resolve().parent
+
+
+def parse_args(argv=None):
+    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["blurball", "repro"], default="blurball",
+                        help="BlurBall (seeded weights) or the reproducer's small module")
+    parser.add_argument("--height", type=multiple_of_8, default=32, help="BlurBall input height (default 32)")
+    parser.add_argument("--width", type=multiple_of_8, default=64, help="BlurBall input width (default 64)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--minifier-timeout", type=int, default=300,
+                        help="seconds for the accuracy minifier; 0 skips it (default 300)")
+    parser.add_argument("--skip-bisector", action="store_true", help="run only the minifier")
+    parser.add_argument("--results-dir", default=None,
+                        help="where the result file goes (default data/results, or $GRAPHBOOK_RESULTS_DIR)")
+    args = parser.parse_args(argv)
+    if args.minifier_timeout < 0:
+        parser.error("--minifier-timeout must be 0 or more")
+    if args.threads < 1:
+        parser.error("--threads must be at least 1")
+    return args
+
+
+def build(model_name: str, height: int, width: int):
+    """(module, inputs) of the check."""
+    import torch
+
+    if model_name == "repro":
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("repro_freezing", HERE / "repro_freezing_miscompile.py")
+        repro = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(repro)
+        return repro.build()
+    from graphbook import blurball
+
+    torch.manual_seed(0)
+    return blurball.build_blurball(), (blurball.example_input(height=height, width=width),)
+
+
+def run_bisector(model, inputs) -> dict:
+    """CompilerBisector on "compiled with freezing == eager"; returns what it named and how long it took."""
+    import torch
+    import torch._inductor.config as inductor_config
+    from torch._inductor.compiler_bisector import CompilerBisector
+
+    from graphbook import results
+
+    with torch.no_grad():
+        reference = model(*inputs)
+    calls = {"n": 0}
+
+    def check() -> bool:
+        calls["n"] += 1
+        torch._dynamo.reset()
+        with inductor_config.patch(freezing=True), torch.no_grad():
+            output = torch.compile(model)(*inputs)
+        verdict = results.compare_to_reference(output, reference)
+        print(f"  bisector check {calls['n']}: max abs diff {verdict['max_abs_diff']:.3g}", flush=True)
+        return bool(verdict["same_output"])
+
+    start = time.perf_counter()
+    found = CompilerBisector.do_bisect(check)
+    seconds = time.perf_counter() - start
+    row = {"tool": "CompilerBisector", "status": "found" if found else "nothing found",
+           "backend": getattr(found, "backend", ""), "subsystem": getattr(found, "subsystem", "") or "",
+           "bisect_number": getattr(found, "bisect_number", "") if found else "",
+           "debug_info": (getattr(found, "debug_info", "") or "")[:2000].replace("\n", " | "),
+           "compiles": calls["n"], "seconds": round(seconds, 1)}
+    return row
+
+
+_MINIFIER_SCRIPT = textwrap.dedent("""
+    import sys, torch
+    import torch._inductor.config as inductor_config
+    sys.path.insert(0, {code!r})
+    from bisect_freezing import build
+    model, inputs = build({model!r}, {height}, {width})
+    torch.set_num_threads({threads})
+    with inductor_config.patch(freezing=True), torch.no_grad():
+        torch.compile(model)(*inputs)
+""")
+
+
+def run_minifier(args) -> dict:
+    """The accuracy minifier in a fresh process with a time limit; what it reported and wrote."""
+    if args.minifier_timeout == 0:
+        return {"tool": "accuracy minifier", "status": "skipped (--minifier-timeout 0)"}
+    workdir = Path(tempfile.mkdtemp(prefix="graphbook-minifier-"))
+    script = workdir / "compile_frozen.py"
+    script.write_text(_MINIFIER_SCRIPT.format(code=str(HERE), model=args.model, height=args.height,
+                                              width=args.width, threads=args.threads))
+    env = {**os.environ, "TORCHDYNAMO_REPRO_AFTER": "aot", "TORCHDYNAMO_REPRO_LEVEL": "4"}
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, str(script)], cwd=workdir, env=env, capture_output=True,
+                              text=True, timeout=args.minifier_timeout)
+        status, tail = f"exit {proc.returncode}", (proc.stdout + proc.stderr)[-3000:]
+    except subprocess.TimeoutExpired as expired:
+        out = (expired.stdout or b"") + (expired.stderr or b"")
+        status = f"timed out after {args.minifier_timeout} s"
+        tail = (out.decode(errors="replace") if isinstance(out, bytes) else str(out))[-3000:]
+    seconds = time.perf_counter() - start
+    repros = sorted(workdir.rglob("repro.py")) + sorted(workdir.rglob("minifier_launcher.py"))
+    lines = [line for line in tail.splitlines() if "minif" in line.lower() or "accuracy" in line.lower()
+             or "repro" in line.lower()]
+    return {"tool": "accuracy minifier (REPRO_AFTER=aot, LEVEL=4)", "status": status,
+            "seconds": round(seconds, 1), "files_written": ";".join(str(p.relative_to(workdir)) for p in repros),
+            "repro_lines": sum(len(p.read_text().splitlines()) for p in repros[:1]),
+            "debug_info": " | ".join(lines[-8:])[:2000], "workdir": str(workdir)}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    from graphbook import environment, results
+
+    torch.set_num_threads(args.threads)
+    model, inputs = build(args.model, args.height, args.width)
+    rows = []
+    if not args.skip_bisector:
+        print("CompilerBisector ...", flush=True)
+        rows.append(run_bisector(model, inputs))
+        print(rows[-1], flush=True)
+    print("accuracy minifier ...", flush=True)
+    rows.append(run_minifier(args))
+    print({k: v for k, v in rows[-1].items() if k != "debug_info"}, flush=True)
+    shape = "x".join(str(s) for s in inputs[0].shape)
+    for row in rows:
+        row.update({"model": args.model, "input_shape": shape})
+    path = results.write_run("freezing-bisect", rows, environment.fingerprint(args.threads),
+                             results_dir=args.results_dir)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

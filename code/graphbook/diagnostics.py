@@ -1,0 +1,313 @@
+"""The compiler's own diagnostics: TORCH_LOGS, tlparse, and a graph break found and fixed (Chapter 3).
+
+Introduced in Chapter 3.
+
+* :func:`capture_torch_logs` runs a snippet of Python in a fresh process with ``TORCH_LOGS`` set and
+  returns the log records grouped by artifact (``graph_breaks``, ``recompiles``, ``fusion``,
+  ``schedule``, ``output_code``...), so a cell can show a few lines of each instead of pages.
+  A fresh process because logging is configured when torch is imported, and so that the chapter's
+  own compiled graphs are not mixed in. :func:`available_log_artifacts` lists what this torch offers.
+* :func:`tlparse_report` compiles BlurBall with ``TORCH_TRACE`` set and turns the trace into tlparse's
+  HTML report (PyPI ``tlparse``); ``code/make_tlparse_report.py`` writes it where the book build copies
+  it (``images/extra/tlparse/``, served at ``/tlparse/index.html``).
+* :func:`detect_with_breaks` is Chapter 3's function with two graph breaks (a ``print`` of a tensor and
+  a branch on a tensor's value); :func:`detect_fullgraph` and :func:`detect_cond` compute the same
+  thing in one graph (the side effect moved to the caller, the branch rewritten as ``torch.where`` or
+  ``torch.cond``), and :func:`graph_break_comparison` counts graphs with ``explain`` and times each.
+"""
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+#: The artifacts Chapter 3 shows, in order; :func:`available_log_artifacts` says which exist here.
+CHAPTER_ARTIFACTS = ("graph_breaks", "recompiles", "fusion", "schedule", "output_code")
+
+# One record starts with glog's prefix: level letter, MMDD, time, thread id, file:line]
+_RECORD_START = re.compile(r"^(?:\[rank\d+\]:)?[VIWEDC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ")
+_ARTIFACT_TAG = re.compile(r"\[__(\w+)\]\s?")
+
+
+def available_log_artifacts() -> list[str]:
+    """Names ``TORCH_LOGS`` accepts in this torch: artifacts and component aliases (Chapter 3)."""
+    from torch._logging._internal import log_registry
+
+    return sorted(set(log_registry.artifact_names) | set(log_registry.log_alias_to_log_qnames))
+
+
+@dataclass
+class LogCapture:
+    """The log of one run of :func:`capture_torch_logs` (Chapter 3)."""
+
+    records: dict[str, list[str]]     # artifact (or "other") -> records, each one message (may span lines)
+    returncode: int
+    seconds: float
+    stdout: str = ""
+    stderr: str = field(default="", repr=False)
+
+    def counts(self) -> dict[str, int]:
+        """Number of records per artifact."""
+        return {name: len(items) for name, items in self.records.items()}
+
+    def excerpt(self, artifact: str, max_records: int = 3, max_lines: int = 12, grep: str | None = None) -> str:
+        """The first ``max_records`` records of ``artifact`` (those containing ``grep``), each cut to
+        ``max_lines`` lines, for display."""
+        items = [r for r in self.records.get(artifact, []) if grep is None or grep in r]
+        parts = []
+        for record in items[:max_records]:
+            lines = record.splitlines()
+            cut = lines[:max_lines] + ([f"    ... ({len(lines) - max_lines} more lines)"]
+                                       if len(lines) > max_lines else [])
+            parts.append("\n".join(cut))
+        if len(items) > max_records:
+            parts.append(f"... and {len(items) - max_records} more {artifact} records")
+        return "\n".join(parts) if parts else f"(no {artifact} records)"
+
+
+def parse_torch_log(text: str) -> dict[str, list[str]]:
+    """Split a ``TORCH_LOGS`` stderr into records grouped by artifact tag (Chapter 3).
+
+    A record starts at a glog-style prefix; the following lines without one belong to it. Records of
+    component loggers (``dynamo``, ``inductor``) carry no ``[__name]`` tag and are grouped as "other".
+    """
+    records: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    header = None
+    for line in text.splitlines():
+        start = _RECORD_START.match(line)
+        if start:
+            message = line[start.end():]
+            compile_id = re.match(r"^\[[\d/_!-]+\] ", message)
+            message = message[compile_id.end():] if compile_id else message
+            tag = _ARTIFACT_TAG.match(message)
+            name = tag.group(1) if tag else "other"
+            message = message[tag.end():] if tag else message
+            # torch prefixes every line of a multi-line message with the same header
+            line_header = (line[:start.end()], compile_id.group(0) if compile_id else "", name)
+            if current is not None and line_header == header:
+                current.append(message)
+                continue
+            header = line_header
+            current = [message]
+            records.setdefault(name, []).append(current)  # type: ignore[arg-type]
+        elif current is not None:
+            current.append(line)
+    return {name: ["\n".join(r) for r in items] for name, items in records.items()}
+
+
+def capture_torch_logs(code: str, logs: Sequence[str] = CHAPTER_ARTIFACTS, *, timeout: float = 300,
+                       threads: int = 2) -> LogCapture:
+    """Run ``code`` (Python source) in a fresh interpreter with ``TORCH_LOGS`` set to ``logs`` (Chapter 3).
+
+    Unknown names are refused here with the list of valid ones (torch itself would fail the run).
+    The child sees ``OMP_NUM_THREADS=threads`` and the current ``sys.path``; a run that exceeds
+    ``timeout`` seconds raises ``TimeoutError``.
+    """
+    logs = [str(name).lstrip("+") for name in logs]
+    known = set(available_log_artifacts())
+    unknown = [name for name in logs if name not in known]
+    if unknown:
+        raise ValueError(f"unknown TORCH_LOGS name(s) {unknown}; this torch offers {sorted(known)}")
+    env = {**os.environ, "TORCH_LOGS": ",".join(logs), "OMP_NUM_THREADS": str(threads),
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(f"the logged run did not finish within {timeout} s") from None
+    seconds = time.perf_counter() - start
+    return LogCapture(parse_torch_log(proc.stderr), proc.returncode, seconds, proc.stdout, proc.stderr)
+
+
+#: Snippets for :func:`capture_torch_logs`: each compiles something small and typical.
+SCENARIOS = {
+    # Chapter 3's function with two breaks, then a second input shape, which recompiles
+    "graph_breaks": (
+        "import io, torch\n"
+        "from graphbook.diagnostics import detect_with_breaks\n"
+        "f = torch.compile(detect_with_breaks)\n"
+        "sink = io.StringIO()\n"
+        "f(torch.ones(8), sink)\n"
+        "f(torch.ones(16), sink)\n"
+    ),
+    # a conv -> BN -> ReLU -> add block and an SE tail: fusion decisions, schedule, generated code
+    "conv_block": (
+        "import torch\n"
+        "from graphbook.diagnostics import small_conv_block\n"
+        "model, x = small_conv_block()\n"
+        "with torch.no_grad():\n"
+        "    torch.compile(model)(x)\n"
+    ),
+}
+
+
+def run_scenario(name: str, logs: Sequence[str] = CHAPTER_ARTIFACTS, **kwargs) -> LogCapture:
+    """:func:`capture_torch_logs` on one of :data:`SCENARIOS` (Chapter 3)."""
+    if name not in SCENARIOS:
+        raise KeyError(f"unknown scenario {name!r}; choose one of {sorted(SCENARIOS)}")
+    return capture_torch_logs(SCENARIOS[name], logs, **kwargs)
+
+
+def small_conv_block(channels: int = 16, size: int = 32, seed: int = 0):
+    """(model, input): conv3x3 -> BN -> SE gate -> + input -> ReLU, eval mode, seeded (Chapter 3)."""
+    from torch import nn
+
+    torch.manual_seed(seed)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+            self.bn = nn.BatchNorm2d(channels)
+            self.fc1 = nn.Linear(channels, channels // 4, bias=False)
+            self.fc2 = nn.Linear(channels // 4, channels, bias=False)
+
+        def forward(self, x):
+            y = self.bn(self.conv(x))
+            gate = torch.sigmoid(self.fc2(torch.relu(self.fc1(y.mean((2, 3))))))
+            return torch.relu(y * gate[:, :, None, None] + x)
+
+    model = Block().eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-0.5, 0.5)
+        model.bn.running_var.uniform_(0.5, 2.0)
+    return model, torch.randn(1, channels, size, size)
+
+
+# ------------------------------------------------------------------------------------- graph breaks
+def detect_with_breaks(x: torch.Tensor, log=None) -> torch.Tensor:
+    """Chapter 3's example: a ``print`` of a tensor and a branch on a tensor's value (two breaks).
+
+    ``log`` is the file the peak is printed to (default stdout), so it can be timed silently.
+    """
+    y = torch.sigmoid(x * 2)
+    print("peak", y.max(), file=log if log is not None else sys.stdout)   # a Python side effect
+    if y.sum() > 4:                                                       # data-dependent branch
+        return y - 0.5
+    return y + 0.5
+
+
+def detect_fullgraph(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same computation in one graph: returns ``(result, peak)``; the caller prints the peak, and the
+    branch becomes ``torch.where`` (both sides are cheap, so computing both costs nothing) (Chapter 3)."""
+    y = torch.sigmoid(x * 2)
+    return torch.where(y.sum() > 4, y - 0.5, y + 0.5), y.max()
+
+
+def detect_cond(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same with ``torch.cond``: only the branch taken runs, the right tool when the sides are
+    expensive (Chapter 3)."""
+    y = torch.sigmoid(x * 2)
+    result = torch.cond(y.sum() > 4, lambda t: t - 0.5, lambda t: t + 0.5, (y,))
+    return result, y.max()
+
+
+def _breaks_only(fn):
+    """``fn`` with its outputs reduced to the result tensor, for explain/timing."""
+    def wrapped(x):
+        out = fn(x)
+        return out[0] if isinstance(out, tuple) else out
+    return wrapped
+
+
+def graph_break_comparison(size: int = 4096, repeats: int = 50, warmup: int = 5) -> list[dict]:
+    """The break count from ``explain`` and the median time per call, before and after the fix (Chapter 3).
+
+    Rows: ``variant``, ``graphs``, ``graph_breaks``, ``fullgraph_compiles`` (whether
+    ``torch.compile(fullgraph=True)`` accepts it), ``median_us`` of the compiled call and ``same_result``
+    (equal to the eager result of the original). The original prints to an in-memory file while timed.
+    Each variant is compiled once (a few seconds each).
+    """
+    from .inductor_tools import explain
+    from .timing import time_cpu
+
+    x = torch.linspace(-1, 1, size)
+    sink = io.StringIO()
+    expected = detect_with_breaks(x, sink)
+    variants = {"with breaks (print + if)": lambda t: detect_with_breaks(t, sink),
+                "fixed: torch.where": detect_fullgraph,
+                "fixed: torch.cond": detect_cond}
+    rows = []
+    for name, fn in variants.items():
+        report = explain(_breaks_only(fn), x)
+        try:
+            torch._dynamo.reset()
+            torch.compile(fn, fullgraph=True)(x)
+            fullgraph = True
+        except Exception:  # Dynamo refuses a graph break under fullgraph=True
+            fullgraph = False
+        torch._dynamo.reset()
+        compiled = torch.compile(fn)
+        out = compiled(x)
+        out = out[0] if isinstance(out, tuple) else out
+        timing = time_cpu(lambda: compiled(x), warmup=warmup, repeats=repeats, name=name)
+        rows.append({"variant": name, "graphs": report.graph_count, "graph_breaks": report.graph_break_count,
+                     "fullgraph_compiles": fullgraph, "median_us": timing.median_ms * 1000,
+                     "same_result": bool(torch.allclose(out, expected))})
+    torch._dynamo.reset()
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ tlparse
+def tlparse_available() -> bool:
+    """Whether the ``tlparse`` command (PyPI ``tlparse``) is installed (Chapter 3)."""
+    return _tlparse_command() is not None
+
+
+def _tlparse_command() -> str | None:
+    local = Path(sys.executable).with_name("tlparse")
+    return str(local) if local.exists() else shutil.which("tlparse")
+
+
+_TRACE_SCRIPT = (
+    "import torch\n"
+    "from graphbook import blurball\n"
+    "torch.set_num_threads({threads})\n"
+    "model = blurball.build_blurball()\n"
+    "x = blurball.example_input(height={height}, width={width})\n"
+    "with torch.no_grad():\n"
+    "    torch.compile(model)(x)\n"
+)
+
+
+def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, threads: int = 2,
+                   timeout: float = 900) -> Path:
+    """Compile BlurBall with ``TORCH_TRACE`` on and write tlparse's HTML report to ``out_dir`` (Chapter 3).
+
+    Returns the report's ``index.html``. ``out_dir`` is replaced. Raises ``RuntimeError`` when tlparse
+    is not installed or either step fails (with the tail of its output).
+    """
+    command = _tlparse_command()
+    if command is None:
+        raise RuntimeError("tlparse is not installed (pip install tlparse; see requirements.txt)")
+    out_dir = Path(out_dir)
+    with tempfile.TemporaryDirectory(prefix="graphbook-trace-") as trace_dir:
+        env = {**os.environ, "TORCH_TRACE": trace_dir, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+               "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}   # a cache hit would leave the trace without code
+        script = _TRACE_SCRIPT.format(threads=threads, height=height, width=width)
+        proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                              timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the traced compile failed: {proc.stderr[-1500:]}")
+        logs = sorted(Path(trace_dir).glob("*.log"))
+        if not logs:
+            raise RuntimeError(f"TORCH_TRACE wrote no log under {trace_dir}")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        proc = subprocess.run([command, str(logs[-1]), "-o", str(out_dir), "--overwrite", "--no-browser"],
+                              capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0 or not (out_dir / "index.html").exists():
+            raise RuntimeError(f"tlparse failed: {(proc.stdout + proc.stderr)[-1500:]}")
+    return out_dir / "index.html"

@@ -1,0 +1,72 @@
+"""Tests of graphbook.diagnostics: TORCH_LOGS parsing, the graph-break fix, tlparse availability."""
+import io
+
+import pytest
+import torch
+
+from graphbook import diagnostics as d
+
+_LOG = """\
+V1130 18:14:49.512000 27052 torch/_dynamo/symbolic_convert.py:5124] [0/0] [__graph_breaks] Graph break in user code at f.py:3
+V1130 18:14:49.512000 27052 torch/_dynamo/symbolic_convert.py:5124] [0/0] [__graph_breaks] Graph Break Reason: print
+V1130 18:14:49.512000 27052 torch/_dynamo/symbolic_convert.py:5124] [0/0] [__graph_breaks]   Hint: avoid print
+V1130 18:14:52.528000 27052 torch/_dynamo/symbolic_convert.py:5124] [1/0] [__graph_breaks] Graph break in user code at f.py:4
+I1130 18:14:53.000000 27052 torch/_dynamo/guards.py:100] [0/1] [__recompiles] Recompiling function f in f.py:1
+    triggered by the following guard failure(s):
+    - 0/0: tensor 'x' size mismatch at index 0. expected 8, actual 16
+I1130 18:14:54.000000 27052 torch/_inductor/compile_fx.py:10] [0/1] compiling the graph
+"""
+
+
+def test_parse_groups_multiline_records_by_artifact():
+    records = d.parse_torch_log(_LOG)
+    assert {k: len(v) for k, v in records.items()} == {"graph_breaks": 2, "recompiles": 1, "other": 1}
+    first = records["graph_breaks"][0].splitlines()
+    assert first[0] == "Graph break in user code at f.py:3" and first[-1] == "  Hint: avoid print"
+    assert "size mismatch" in records["recompiles"][0]
+
+
+def test_excerpt_cuts_and_counts():
+    capture = d.LogCapture(d.parse_torch_log(_LOG), 0, 1.0)
+    text = capture.excerpt("graph_breaks", max_records=1, max_lines=1)
+    assert text.splitlines()[0] == "Graph break in user code at f.py:3"
+    assert "(2 more lines)" in text and "1 more graph_breaks records" in text
+    assert capture.excerpt("fusion") == "(no fusion records)"
+    assert capture.excerpt("graph_breaks", grep="f.py:4").startswith("Graph break in user code at f.py:4")
+
+
+def test_chapter_artifacts_exist_and_unknown_names_are_refused():
+    assert set(d.CHAPTER_ARTIFACTS) <= set(d.available_log_artifacts())
+    with pytest.raises(ValueError, match="unknown TORCH_LOGS"):
+        d.capture_torch_logs("pass", ["not_a_log"])
+    with pytest.raises(KeyError, match="unknown scenario"):
+        d.run_scenario("nope")
+
+
+@pytest.mark.parametrize("values", [torch.zeros(8), torch.ones(8), torch.linspace(-2, 2, 33)])
+def test_fixed_versions_compute_what_the_original_does(values):
+    sink = io.StringIO()
+    expected = d.detect_with_breaks(values, sink)
+    assert sink.getvalue().startswith("peak")
+    for fixed in (d.detect_fullgraph, d.detect_cond):
+        result, peak = fixed(values)
+        assert torch.equal(result, expected)
+        assert torch.equal(peak, torch.sigmoid(values * 2).max())
+
+
+def test_explain_counts_before_and_after_the_fix():
+    from graphbook.inductor_tools import explain
+
+    x = torch.ones(8)
+    sink = io.StringIO()
+    before = explain(lambda t: d.detect_with_breaks(t, sink), x)
+    after = explain(lambda t: d.detect_fullgraph(t)[0], x)
+    assert (before.graph_count, before.graph_break_count) == (3, 2)
+    assert (after.graph_count, after.graph_break_count) == (1, 0)
+
+
+def test_tlparse_report_needs_tlparse(monkeypatch, tmp_path):
+    monkeypatch.setattr(d, "_tlparse_command", lambda: None)
+    assert not d.tlparse_available()
+    with pytest.raises(RuntimeError, match="tlparse is not installed"):
+        d.tlparse_report(tmp_path / "out")
