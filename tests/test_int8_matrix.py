@@ -19,7 +19,9 @@ FACTORS = ("per_channel", "calibration", "pre_process", "exclude", "reduce_range
 
 
 def _differences(a: im.Int8Config, b: im.Int8Config) -> set[str]:
-    return {f for f in FACTORS if getattr(a, f) != getattr(b, f)}
+    """The factors in which two configurations differ; the histogram size is part of the calibration."""
+    diff = {f for f in FACTORS if getattr(a, f) != getattr(b, f)}
+    return diff | ({"calibration"} if a.histogram_bins != b.histogram_bins else set())
 
 
 # ------------------------------------------------------------------------------------------------
@@ -40,23 +42,28 @@ def test_design_is_one_factor_at_a_time_plus_combinations(reduce_range):
         if config.role.startswith("vary "):
             factor = config.role.split()[1]
             assert diff == {factor}, config
-            varied.add((factor, repr(getattr(config, factor))))
+            varied.add((factor, repr(getattr(config, factor)) + (f"/{config.histogram_bins}" if factor == "calibration"
+                                                                       and config.histogram_bins else "")))
         else:
             assert config.role == "combination" and len(diff) >= 2, config
     # every level of every factor is reached from the baseline
-    assert {("calibration", "'Entropy'"), ("calibration", "'Percentile'"), ("per_channel", "False"),
+    assert {("calibration", "'Entropy'"), ("calibration", f"'Entropy'/{im.ENTROPY_BINS}"),
+            ("calibration", "'Percentile'"), ("per_channel", "False"),
             ("pre_process", "True"), ("reduce_range", repr(not reduce_range))} <= varied
     assert {v for f, v in varied if f == "exclude"} == {"('stem',)", "('head',)", "('se',)", repr(im.GROUPS)}
-    assert len(configs) == 12
+    assert len(configs) == 13
 
 
 def test_smoke_design_touches_every_step():
     base, combo = im.design(False, smoke=True)
     assert base.name == im.BASELINE_NAME
     assert combo.pre_process and not combo.per_channel and combo.calibration != "MinMax" and combo.exclude == im.GROUPS
+    assert combo.histogram_bins  # the calibration-cache path too
 
 
-@pytest.mark.parametrize("kwargs", [{"calibration": "Magic"}, {"exclude": ("tail",)}, {"exclude": ("se", "se")}])
+@pytest.mark.parametrize("kwargs", [{"calibration": "Magic"}, {"exclude": ("tail",)}, {"exclude": ("se", "se")},
+                                    {"histogram_bins": 512}, {"calibration": "Entropy", "histogram_bins": 128},
+                                    {"calibration": "Entropy", "histogram_bins": True}])
 def test_bad_configs_are_refused(kwargs):
     with pytest.raises(im.Int8MatrixError):
         im.Int8Config("x", **kwargs)
@@ -71,6 +78,7 @@ def test_config_phrases():
     config = im.Int8Config("c", per_channel=False, calibration="Entropy", exclude=("head", "stem"))
     assert config.excluded == "stem+head"
     assert "per-tensor" in config.describe() and "Entropy" in config.describe()
+    assert "512 histogram bins" in im.Int8Config("d", calibration="Entropy", histogram_bins=512).describe()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -164,14 +172,29 @@ def test_recommends_the_most_accurate_config_within_budget():
     assert "good" in sentence and "98.0%" in sentence and "60.0 ms" in sentence and "1.67x" in sentence
 
 
-def test_ties_within_one_frame_go_to_the_lower_position_error():
+def test_a_clearly_larger_position_error_is_not_as_accurate():
     frame = _frame(_row("a", 0.98, 0.7, 50.0), _row("b", 0.975, 0.5, 70.0), _row("c", 0.90, 0.1, 30.0))
     row, sentence = im.recommend_int8_config(frame)
-    assert row["config"] == "b" and "within one frame" in sentence
+    assert row["config"] == "b" and "this is it" in sentence
+
+
+def test_equally_accurate_configs_go_to_the_fastest():
+    frame = _frame(_row("a", 0.98, 0.52, 50.0, latency_min_ms=45.0, latency_max_ms=55.0),
+                   _row("b", 0.975, 0.50, 70.0, latency_min_ms=65.0, latency_max_ms=75.0))
+    row, sentence = im.recommend_int8_config(frame)
+    assert row["config"] == "a" and "2 are as accurate" in sentence and "fastest" in sentence
+    assert "equally good" not in sentence
+
+
+def test_a_lead_within_the_timing_spread_is_called_a_tie():
+    frame = _frame(_row("a", 0.98, 0.52, 50.0, latency_min_ms=40.0, latency_max_ms=80.0),
+                   _row("b", 0.975, 0.50, 70.0, latency_min_ms=60.0, latency_max_ms=90.0))
+    row, sentence = im.recommend_int8_config(frame)
+    assert row["config"] == "a" and "equally good choices" in sentence and "b (" not in sentence.split("over")[0]
 
 
 def test_an_explicit_budget_is_respected():
-    frame = _frame(_row("a", 0.98, 0.7, 50.0), _row("b", 0.99, 0.5, 90.0))
+    frame = _frame(_row("a", 0.98, 0.6, 50.0), _row("b", 0.99, 0.5, 90.0))
     assert im.recommend_int8_config(frame)[0]["config"] == "b"
     assert im.recommend_int8_config(frame, latency_budget_ms=60)[0]["config"] == "a"
 
@@ -185,6 +208,11 @@ def test_keeps_fp32_when_int8_loses_detections():
     row, sentence = im.recommend_int8_config(_frame(_row("lossy", 0.90, 0.4, 50.0)))
     assert row["precision"] == "fp32" and "loses" in sentence and "lossy" in sentence
     assert im.recommend_int8_config(_frame(_row("lossy", 0.90, 0.4, 50.0)), max_rate_drop=0.2)[0]["config"] == "lossy"
+
+
+def test_keeps_fp32_when_int8_moves_the_ball():
+    row, sentence = im.recommend_int8_config(_frame(_row("blurry", 0.99, 0.80, 50.0)))
+    assert row["precision"] == "fp32" and "position error" in sentence and "blurry" in sentence
 
 
 def test_keeps_fp32_when_nothing_ran():
@@ -228,7 +256,7 @@ def bench():
 
 def test_defaults_and_smoke_sizes(bench):
     args = bench.parse_args([])
-    assert (args.height, args.width, args.threads, args.repeats) == (96, 160, 2, 7)
+    assert (args.height, args.width, args.threads, args.repeats) == (96, 160, 2, 15)
     smoke = bench.parse_args(["--smoke", "--eval-clips", "3"])
     assert (smoke.height, smoke.width, smoke.calibration_clips, smoke.eval_clips) == (32, 64, 2, 3)
 

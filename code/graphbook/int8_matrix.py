@@ -12,8 +12,8 @@ blur-angle error; :mod:`graphbook.scoring`) and against the FP32 model's logits 
 them, and lets ONNX Runtime's Q/DQ debugging helpers (``onnxruntime.quantization.qdq_loss_debug``)
 name the tensors that quantize worst.
 
-The design is fractional, not the full 2 x 3 x 2 x 5 x 2 = 120-model product (about 2 minutes of a
-shared 2-core CPU each, counting scoring and timing): :func:`design` varies **one factor at a time**
+The design is fractional, not the full 2 x 4 x 2 x 5 x 2 = 160-model product (half a minute to a
+minute of a shared 2-core CPU each, counting calibration, scoring and timing): :func:`design` varies **one factor at a time**
 from a baseline (per-channel, MinMax, no pre-processing, everything quantized, ``reduce_range`` as
 chosen for this CPU), which measures each factor's main effect, and adds two **combinations** (the
 "careful" choice on every factor at once, and per-tensor weights with the sensitive layers excluded) to
@@ -52,6 +52,11 @@ KIND_MATRIX = "int8-matrix"
 KIND_TENSOR_ERRORS = "int8-tensor-errors"
 
 FP32_NAME = "fp32"
+#: Quantized bins of ONNX Runtime's entropy calibrator (its default, kept here); see :class:`Int8Config`.
+ENTROPY_QUANTIZED_BINS = 128
+#: Histogram bins of the design's real entropy calibration: 4x the quantized bins gives the search
+#: 193 candidate ranges; 2048 (TensorRT's choice) makes ONNX Runtime's Python search take minutes.
+ENTROPY_BINS = 512
 #: Column of the largest logit difference from the FP32 model (the book's one name for it).
 MAX_ABS_DIFF = "max_abs_diff"
 BASELINE_NAME = "baseline"
@@ -71,7 +76,11 @@ class Int8Config:
 
     ``exclude`` names layer groups kept in FP32 (a subset of :data:`GROUPS`); ``reduce_range`` is
     the value used; ``role`` says where the configuration sits in the design ("baseline",
-    "vary <factor>", "combination").
+    "vary <factor>", "combination"). ``histogram_bins`` (Entropy and Percentile only) sets the
+    calibrator's histogram size; None keeps what ``quantize_static`` uses, which cannot be changed
+    through its arguments: 128 bins for Entropy -- as many as the 128 quantized bins the entropy
+    search needs, which leaves it one candidate threshold, the full range, i.e. MinMax's -- and 2048
+    for Percentile.
     """
 
     name: str
@@ -81,6 +90,7 @@ class Int8Config:
     exclude: tuple[str, ...] = ()
     reduce_range: bool = False
     role: str = "baseline"
+    histogram_bins: int | None = None
 
     def __post_init__(self):
         if self.calibration not in CALIBRATIONS:
@@ -90,6 +100,14 @@ class Int8Config:
             raise Int8MatrixError(f"unknown layer group(s) {unknown}; choose from {list(GROUPS)}")
         if len(set(self.exclude)) != len(self.exclude):
             raise Int8MatrixError(f"layer groups repeated in {self.exclude}")
+        if self.histogram_bins is not None:
+            if self.calibration == "MinMax":
+                raise Int8MatrixError("histogram_bins applies to Entropy and Percentile calibration, not MinMax")
+            if isinstance(self.histogram_bins, bool) or not isinstance(self.histogram_bins, int) \
+                    or self.histogram_bins < 2 * ENTROPY_QUANTIZED_BINS:
+                raise Int8MatrixError(f"histogram_bins must be an integer >= {2 * ENTROPY_QUANTIZED_BINS} "
+                                      f"(the entropy search needs more bins than its {ENTROPY_QUANTIZED_BINS} "
+                                      f"quantized ones), got {self.histogram_bins!r}")
 
     @property
     def excluded(self) -> str:
@@ -99,7 +117,8 @@ class Int8Config:
     def describe(self) -> str:
         """A short phrase for prose, e.g. "per-channel weights, Entropy calibration, stem kept in FP32"."""
         parts = ["per-channel weights" if self.per_channel else "per-tensor weights",
-                 f"{self.calibration} calibration"]
+                 f"{self.calibration} calibration"
+                 + (f" ({self.histogram_bins} histogram bins)" if self.histogram_bins else "")]
         if self.pre_process:
             parts.append("quant_pre_process")
         parts.append(f"{' and '.join(self.exclude)} kept in FP32" if self.exclude else "every layer quantized")
@@ -112,23 +131,28 @@ def design(reduce_range: bool, *, smoke: bool = False) -> list[Int8Config]:
 
     One factor at a time from the baseline (per-channel, MinMax, no pre-processing, nothing
     excluded, ``reduce_range`` as given, i.e. as :func:`graphbook.onnx_utils.int8_settings_for`
-    chose for this CPU): per-tensor weights; Entropy; Percentile; ``quant_pre_process``; the stem,
-    the head, the SE layers, and all three kept in FP32; the opposite ``reduce_range`` (to show what
-    the CPU-specific choice is worth). Then two combinations: ``careful`` (Percentile, pre-processed,
-    all three groups excluded) and ``per-tensor-excluded`` (per-tensor weights with all three
-    excluded). 12 configurations. ``smoke=True`` gives 2 that still touch every code path: the
-    baseline and a per-tensor, Entropy, pre-processed, everything-excluded combination.
+    chose for this CPU): per-tensor weights; Entropy as ``quantize_static`` runs it, and Entropy with
+    :data:`ENTROPY_BINS` histogram bins (see :class:`Int8Config`: the first is MinMax in disguise);
+    Percentile; ``quant_pre_process``; the stem, the head, the SE layers, and all three kept in FP32;
+    the opposite ``reduce_range`` (to show what the CPU-specific choice is worth). Then two
+    combinations: ``careful`` (Percentile, pre-processed, all three groups excluded) and
+    ``per-tensor-excluded`` (per-tensor weights with all three excluded). 13 configurations.
+    ``smoke=True`` gives 2 that still touch every code path: the baseline and a per-tensor, Entropy
+    (own histogram), pre-processed, everything-excluded combination.
     """
     if not isinstance(reduce_range, bool):
         raise Int8MatrixError(f"reduce_range must be True or False, got {reduce_range!r}")
     base = Int8Config(BASELINE_NAME, reduce_range=reduce_range, role="baseline")
     if smoke:
         return [base, replace(base, name="smoke-combination", per_channel=False, calibration="Entropy",
-                              pre_process=True, exclude=GROUPS, role="combination")]
+                              histogram_bins=2 * ENTROPY_QUANTIZED_BINS, pre_process=True, exclude=GROUPS,
+                              role="combination")]
     return [
         base,
         replace(base, name="per-tensor", per_channel=False, role="vary per_channel"),
         replace(base, name="entropy", calibration="Entropy", role="vary calibration"),
+        replace(base, name=f"entropy-{ENTROPY_BINS}-bins", calibration="Entropy", histogram_bins=ENTROPY_BINS,
+                role="vary calibration"),
         replace(base, name="percentile", calibration="Percentile", role="vary calibration"),
         replace(base, name="pre-processed", pre_process=True, role="vary pre_process"),
         replace(base, name="no-stem", exclude=("stem",), role="vary exclude"),
@@ -249,6 +273,30 @@ def _quiet():
         root.setLevel(previous)
 
 
+def _calibrate_to_cache(model_path: Path, reader, config: Int8Config, cache: Path, *, workdir: Path) -> None:
+    """Run ONNX Runtime's histogram calibrator with ``config.histogram_bins`` bins; save its ranges to ``cache``.
+
+    ``quantize_static`` passes no bin count to its calibrator, but it accepts a calibration cache
+    (``calibration_cache_path``) in the format of ``calibrate.save_tensors_data``: the same
+    calibrator (``create_calibrator``, on the operator types ``quantize_static`` would calibrate)
+    writes one with the bins asked for.
+    """
+    from onnxruntime import quantization as quant
+    from onnxruntime.quantization.calibrate import create_calibrator, save_tensors_data
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    if cache.exists():
+        cache.unlink()  # a stale cache would be loaded instead of calibrating
+    op_types = sorted(set(QLinearOpsRegistry) | set(QDQRegistry))  # quantize_static's default op types
+    calibrator = create_calibrator(Path(model_path), op_types,
+                                   augmented_model_path=str(workdir / f"{cache.stem}.augmented.onnx"),
+                                   calibrate_method=getattr(quant.CalibrationMethod, config.calibration),
+                                   extra_options={"num_bins": config.histogram_bins,
+                                                  "num_quantized_bins": ENTROPY_QUANTIZED_BINS})
+    calibrator.collect_data(reader)
+    save_tensors_data(calibrator.compute_data(), cache)
+
+
 def quantize_config(fp32_path: str | Path, out_path: str | Path, config: Int8Config, frames: Sequence) -> dict:
     """Build the Q/DQ model of one configuration, calibrated on ``frames`` (Chapter 4).
 
@@ -276,11 +324,17 @@ def quantize_config(fp32_path: str | Path, out_path: str | Path, config: Int8Con
             quant_pre_process(str(fp32_path), str(source))
         excluded = nodes_in_groups(source, config.exclude) if config.exclude else []
         input_name = onnx.load(str(source), load_external_data=False).graph.input[0].name
-        quant.quantize_static(str(source), str(out_path), calibration_reader(input_name, frames),
+        reader, cache = calibration_reader(input_name, frames), None
+        if config.histogram_bins is not None:  # calibrate here, hand the ranges over as a calibration cache
+            cache = out_path.with_name(out_path.stem + ".calibration.json")
+            _calibrate_to_cache(source, reader, config, cache, workdir=out_path.parent)
+            reader = None
+        quant.quantize_static(str(source), str(out_path), reader,
                               quant_format=quant.QuantFormat.QDQ, activation_type=quant.QuantType.QUInt8,
                               weight_type=quant.QuantType.QInt8, per_channel=config.per_channel,
                               reduce_range=config.reduce_range, nodes_to_exclude=excluded or None,
-                              calibrate_method=getattr(quant.CalibrationMethod, config.calibration))
+                              calibrate_method=getattr(quant.CalibrationMethod, config.calibration),
+                              calibration_cache_path=str(cache) if cache else None)
     return {"path": out_path, "quantize_s": time.perf_counter() - start, "excluded_nodes": len(excluded),
             "quantize_nodes": qdq_counts(out_path)["QuantizeLinear"]}
 
@@ -383,7 +437,7 @@ def run_matrix(fp32_path: str | Path, configs: Sequence[Int8Config], calibration
     reference = infer(fp32_session)
     sessions[FP32_NAME] = fp32_session
     fp32_row = {"config": FP32_NAME, "role": "reference", "precision": "fp32", "per_channel": "",
-                "calibration": "", "pre_process": "", "excluded": "", "reduce_range": "", "status": "ok",
+                "calibration": "", "histogram_bins": "", "pre_process": "", "excluded": "", "reduce_range": "", "status": "ok",
                 "quantize_s": 0.0, "excluded_nodes": 0, "quantize_nodes": 0,
                 **score_outputs(reference, eval_clips, reference)}
     run.rows.append(fp32_row)
@@ -391,7 +445,8 @@ def run_matrix(fp32_path: str | Path, configs: Sequence[Int8Config], calibration
     say(f"fp32: detection rate {fp32_row['detection_rate']:.3f}")
     for config in configs:
         row = {"config": config.name, "role": config.role, "precision": "int8", "per_channel": config.per_channel,
-               "calibration": config.calibration, "pre_process": config.pre_process, "excluded": config.excluded,
+               "calibration": config.calibration, "histogram_bins": config.histogram_bins or "",
+               "pre_process": config.pre_process, "excluded": config.excluded,
                "reduce_range": config.reduce_range, "status": "ok"}
         try:
             built = quantize_config(fp32_path, workdir / f"int8_{config.name}.onnx", config, calibration_frames)
@@ -472,13 +527,18 @@ def tensor_errors(fp32_path: str | Path, qdq_path: str | Path, frames: Sequence,
     (``compute_activation_error``, ``compute_weight_error``) as signal-to-quantization-noise ratios in
     dB: lower is worse. Activations are ranked by ``qdq_sqnr_db``, the error of quantizing that tensor
     alone; ``xmodel_sqnr_db`` is the FP32 model's tensor against the quantized model's (errors
-    accumulated from the input up to there). Two corrections to the raw helpers: the Q/DQ format drops
-    a ReLU and lets the quantizer's clamp at zero do its work, so the tensor "before Q" of a ReLU
-    output is the pre-ReLU value; the ReLU is applied to it before comparing, so that ``qdq_sqnr_db``
-    measures rounding and clipping only. And a tensor that is all zero in the reference has no
-    signal-to-noise ratio (NaN, not ranked) instead of the helpers' 0 dB. Rows: tensor_kind, rank, tensor, module (from the
-    exporter's module names), op (the producing or consuming node's type), sqnr_db, qdq_sqnr_db,
-    xmodel_sqnr_db.
+    accumulated from the input up to there).
+
+    Two corrections to the raw helpers: the Q/DQ format drops a ReLU and lets the quantizer's clamp
+    at zero do its work, so the tensor "before Q" of a ReLU output is the pre-ReLU value; the ReLU is
+    applied to it before comparing, so that ``qdq_sqnr_db`` measures rounding and clipping only. And
+    a tensor that is all zero in the reference has no signal-to-noise ratio (NaN, not ranked) instead
+    of the helpers' 0 dB.
+
+    Rows: tensor_kind ("activation" or "weight"), rank, tensor, module (from the exporter's module
+    names; for a weight, its parameter's module), group (:func:`node_group`, "other" outside the
+    stem, head and SE layers), op (the producing or consuming node's type), sqnr_db (the ranking
+    value), qdq_sqnr_db, xmodel_sqnr_db.
     """
     from onnxruntime.quantization import qdq_loss_debug as qld
 
@@ -513,12 +573,16 @@ def tensor_errors(fp32_path: str | Path, qdq_path: str | Path, frames: Sequence,
         node = produced.get(name) or consumed.get(name)
         rows.append({"tensor_kind": "activation", "rank": rank, "tensor": name,
                      "module": module_of(_scopes(node)) if node is not None else "",
+                     "group": (node_group(_scopes(node)) or "other") if node is not None else "other",
                      "op": node.op_type if node is not None else "", "sqnr_db": err["qdq_err"],
                      "qdq_sqnr_db": err["qdq_err"], "xmodel_sqnr_db": err.get("xmodel_err", math.nan)})
     for rank, (name, err) in enumerate(sorted(weight_err.items(), key=lambda item: item[1])[:top], 1):
         node = consumed.get(name)
-        rows.append({"tensor_kind": "weight", "rank": rank, "tensor": name,
-                     "module": module_of(_scopes(node)) if node is not None else "",
+        parameter = name.rsplit(".", 1)
+        module = parameter[0] if len(parameter) == 2 and parameter[1] in ("weight", "bias") else \
+            (module_of(_scopes(node)) if node is not None else "")
+        rows.append({"tensor_kind": "weight", "rank": rank, "tensor": name, "module": module,
+                     "group": (node_group(_scopes(node)) or "other") if node is not None else "other",
                      "op": node.op_type if node is not None else "", "sqnr_db": err,
                      "qdq_sqnr_db": math.nan, "xmodel_sqnr_db": math.nan})
     return rows
@@ -537,8 +601,10 @@ def _is_true(value) -> bool:
 def _config_phrase(row) -> str:
     excluded = str(row.get("excluded") or "")
     excluded = "" if excluded.lower() == "nan" else excluded
+    bins = row.get("histogram_bins")
+    bins = f" ({int(float(bins))} histogram bins)" if bins not in (None, "") and str(bins) != "nan" else ""
     parts = ["per-channel weights" if _is_true(row.get("per_channel")) else "per-tensor weights",
-             f"{row.get('calibration')} calibration"]
+             f"{row.get('calibration')} calibration{bins}"]
     if _is_true(row.get("pre_process")):
         parts.append("quant_pre_process")
     parts.append(f"{excluded.replace('+', ', ')} kept in FP32" if excluded else "every layer quantized")
@@ -547,16 +613,24 @@ def _config_phrase(row) -> str:
 
 
 def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_rate_drop: float = 0.02,
-                          rate_tolerance: float | None = None):
+                          max_error_increase_px: float = 0.25, rate_tolerance: float | None = None,
+                          error_tolerance_px: float = 0.05):
     """Choose a configuration from one recorded run of the matrix, by data, and say why (Chapter 4).
 
-    ``frame``: the rows of ONE run of kind :data:`KIND_MATRIX` (e.g. ``results.latest_run(...)``),
-    including the FP32 reference row. Among the INT8 configurations that ran (``status == "ok"``)
-    within the latency budget (default: the FP32 model's median latency, i.e. INT8 must be faster),
-    keep those whose detection rate is within ``rate_tolerance`` of the best (default: one visible
-    frame) and take the smallest median position error, then the lowest latency. If its detection
-    rate is more than ``max_rate_drop`` below FP32's, or no INT8 configuration ran within the budget,
-    the FP32 row is returned instead, and the sentence says which reason applied.
+    ``frame``: the rows of ONE run of kind :data:`KIND_MATRIX` (e.g. :func:`latest_matrix`), including
+    the FP32 reference row. Among the INT8 configurations that ran (``status == "ok"``) within the
+    latency budget (default: the FP32 model's median latency, i.e. INT8 must be faster):
+
+    1. keep those as accurate as the best: detection rate within ``rate_tolerance`` of the best
+       (default: one visible frame) and median position error within ``error_tolerance_px`` of the
+       best of those (default 0.05 px, a twentieth of a pixel: differences below it are noise of the
+       decoder's sub-pixel centre, not quantization);
+    2. take the fastest of them (median latency); the sentence says when its lead over the next one
+       is within the spread of the timed calls.
+
+    If that configuration loses more than ``max_rate_drop`` of detection rate or more than
+    ``max_error_increase_px`` of median position error against FP32, or no INT8 configuration ran
+    within the budget, the FP32 row is returned instead and the sentence gives the reason.
 
     Returns ``(row, sentence)``: the chosen row (a pandas Series) and one sentence with the numbers.
     Raises :class:`Int8MatrixError` for an empty frame, one without its FP32 row, or one that mixes runs.
@@ -568,7 +642,8 @@ def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_
     frame = pd.DataFrame(frame).reset_index(drop=True)
     if "run_id" in frame and frame["run_id"].nunique() > 1:
         raise Int8MatrixError(f"the frame holds {frame['run_id'].nunique()} runs; pass one "
-                              "(graphbook.results.latest_run) so the configurations share one machine and load")
+                              "(latest_matrix or graphbook.results.latest_run) so the configurations share "
+                              "one machine and load")
     missing = [c for c in ("config", "precision", "status", "detection_rate", "median_error_px", "latency_ms")
                if c not in frame]
     if missing:
@@ -583,7 +658,7 @@ def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_
     threads = f"{int(fp32['threads'])} threads" if "threads" in fp32 else "the recorded threads"
     clips = f"{int(fp32['eval_clips'])} held-out clips" if "eval_clips" in fp32 else "the held-out clips"
     budget = float(fp32["latency_ms"]) if latency_budget_ms is None else float(latency_budget_ms)
-    budget_phrase = (f"FP32's {budget:.1f} ms" if latency_budget_ms is None else f"{budget:.1f} ms")
+    budget_phrase = f"FP32's {budget:.1f} ms" if latency_budget_ms is None else f"{budget:.1f} ms"
     total = int((frame["precision"] == "int8").sum())
     if ok.empty:
         return fp32, (f"Keep FP32: none of the {total} INT8 configurations ran here, so there is nothing to "
@@ -594,29 +669,44 @@ def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_
         return fp32, (f"Keep FP32: no INT8 configuration ran within the latency budget ({budget_phrase} at "
                       f"{size}, {threads}); the fastest, {fastest['config']}, took {fastest['latency_ms']:.1f} ms.")
     visible = float(fp32.get("visible_frames", float("nan")))
-    tolerance = rate_tolerance if rate_tolerance is not None else (1.0 / visible if visible == visible and visible > 0
-                                                                   else 0.0)
+    if rate_tolerance is None:
+        rate_tolerance = 1.0 / visible if visible == visible and visible > 0 else 0.0
     best_rate = float(within["detection_rate"].max())
-    contenders = within[within["detection_rate"] >= best_rate - tolerance - 1e-12]
-    chosen = contenders.sort_values(["median_error_px", "latency_ms"], na_position="last").iloc[0]
-    drop = float(fp32["detection_rate"]) - float(chosen["detection_rate"])
+    accurate = within[within["detection_rate"] >= best_rate - rate_tolerance - 1e-12]
+    best_error = float(accurate["median_error_px"].min())
+    if best_error == best_error:  # a NaN error (no hit at all) leaves the detection rate to decide
+        accurate = accurate[accurate["median_error_px"] <= best_error + error_tolerance_px + 1e-12]
+    ranked = accurate.sort_values(["latency_ms", "median_error_px"], na_position="last")
+    chosen = ranked.iloc[0]
+    rate_drop = float(fp32["detection_rate"]) - float(chosen["detection_rate"])
+    error_increase = float(chosen["median_error_px"]) - float(fp32["median_error_px"])
     numbers = (f"{chosen['detection_rate']:.1%} of visible frames found (FP32 {fp32['detection_rate']:.1%}), "
                f"median position error {chosen['median_error_px']:.2f} px (FP32 {fp32['median_error_px']:.2f} px)")
     if "median_angle_error_deg" in chosen and chosen["median_angle_error_deg"] == chosen["median_angle_error_deg"]:
         numbers += (f", median blur-angle error {chosen['median_angle_error_deg']:.1f} deg "
                     f"(FP32 {fp32['median_angle_error_deg']:.1f} deg)")
-    if drop > max_rate_drop:
-        return fp32, (f"Keep FP32: the most accurate INT8 configuration within the latency budget, "
-                      f"{chosen['config']} ({_config_phrase(chosen)}), loses {drop:.1%} of detections on {clips} "
-                      f"({numbers}), more than the {max_rate_drop:.0%} this recommendation accepts.")
+    if rate_drop > max_rate_drop or error_increase > max_error_increase_px:
+        limit = (f"{rate_drop:.1%} of detections, more than the {max_rate_drop:.0%}" if rate_drop > max_rate_drop
+                 else f"{error_increase:.2f} px of position error, more than the {max_error_increase_px:.2f} px")
+        return fp32, (f"Keep FP32: the best INT8 configuration within the latency budget, {chosen['config']} "
+                      f"({_config_phrase(chosen)}), loses {limit} this recommendation accepts, on {clips} "
+                      f"({numbers}).")
     speedup = float(fp32["latency_ms"]) / float(chosen["latency_ms"])
     sentence = (f"Use {chosen['config']} ({_config_phrase(chosen)}): on {clips} at {size} it keeps "
                 f"{numbers}, and runs in {chosen['latency_ms']:.1f} ms against {fp32['latency_ms']:.1f} ms for FP32 "
-                f"({speedup:.2f}x, {threads}); it is the most accurate of the {len(within)} INT8 configurations "
-                f"(of {total}) that ran within the latency budget ({budget_phrase})")
-    if len(contenders) > 1:
-        sentence += (f", chosen among the {len(contenders)} whose detection rate is within one frame of the best "
-                     f"by its lower position error")
+                f"({speedup:.2f}x, {threads}, median of the timed calls). Of the {len(within)} INT8 configurations "
+                f"(of {total}) that ran within the latency budget ({budget_phrase}), {len(accurate)} "
+                f"{'is' if len(accurate) == 1 else 'are'} as accurate as the best (detection rate within one frame, "
+                f"median position error within {error_tolerance_px:.2f} px)")
+    if len(accurate) == 1:
+        return chosen, sentence + ", and this is it."
+    runner = ranked.iloc[1]
+    sentence += "; this is the fastest of them"
+    if {"latency_min_ms", "latency_max_ms"} <= set(ranked.columns) and \
+            float(runner["latency_min_ms"]) <= float(chosen["latency_max_ms"]):
+        sentence += (f", but its lead over {runner['config']} ({chosen['latency_ms']:.1f} vs "
+                     f"{runner['latency_ms']:.1f} ms) is within the spread of the timed calls, so on this machine "
+                     f"they are equally good choices")
     return chosen, sentence + "."
 
 
