@@ -315,6 +315,13 @@ def finish_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
+def write_results(rows: list[dict], env: dict, results_dir: Path | None, device_name: str) -> Path:
+    """Write rows to a new ``gpu-tensorrt-<device>-<date>[-N].csv``; never an existing file (Chapter 4)."""
+    from graphbook import results
+
+    return results.write_run(KIND, rows, env, results_dir=results_dir, tag=device_slug(device_name))
+
+
 def failed_variants(rows: list[dict]) -> list[str]:
     """Variants whose build or run raised, or that were expected to match eager and did not (Chapter 4)."""
     return [r["variant"] for r in rows if str(r["note"]).startswith("failed")
@@ -514,7 +521,6 @@ def main(argv=None) -> int:
             return EXIT_NO_GPU
     import torch
 
-    from graphbook import results
     from graphbook.environment import fingerprint
 
     print(status.summary(), flush=True)
@@ -527,8 +533,7 @@ def main(argv=None) -> int:
     if not any(r["median_ms"] != "" for r in rows):
         print(f"{PROG}: nothing was measured: " + "; ".join(r["note"] for r in rows), file=sys.stderr)
         return EXIT_CHECK_FAILED
-    tag = device_slug("smoke-cpu" if args.smoke else status.cuda_device)
-    path = results.write_run(KIND, rows, env, results_dir=args.results_dir, tag=tag)
+    path = write_results(rows, env, args.results_dir, "smoke-cpu" if args.smoke else status.cuda_device)
     print(f"wrote {len(rows)} rows to {path}")
     return exit_status_for(PROG, failed_variants(rows))
 

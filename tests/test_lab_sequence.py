@@ -1,0 +1,136 @@
+"""The README's lab sequence, end to end on a CPU (issue 15).
+
+A lab engineer runs ``code/gpu_blurball.py`` and ``code/gpu_tensorrt.py`` on a GPU machine, then re-executes
+the chapters. Here the scripts' own row builders and writers produce result files from fake measurements
+in a scratch results folder (beside copies of the committed ``data/results`` files); then copies of
+chapters 4, 5 and 7 are executed with ``GRAPHBOOK_RESULTS_DIR`` pointing at that folder. Chapter 4 must
+show the TensorRT run, chapter 5 the BlurBall run beside the article's numbers (and not the TensorRT
+file), and chapter 7's GPU decision must use the recorded run. The chapters themselves are never written.
+"""
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE_GPU = "Fake Lab GPU 9000"
+# Distinctive fake medians (ms): eager FP32 / FP16 reduce-overhead = 5.0, unlike the article's 3.5.
+FAKE_MS = {"fp32_eager_nchw": 12.345, "fp16_eager_nchw": 8.765, "fp32_eager_channels_last": 13.579,
+           "fp16_eager_channels_last": 7.531, "fp32_compile_default_nchw": 9.876, "fp16_compile_default_nchw": 3.21,
+           "fp32_compile_reduce_overhead_nchw": 9.5, "fp16_compile_reduce_overhead_nchw": 2.469,
+           "fp32_compile_max_autotune_nchw": 9.4, "fp16_compile_max_autotune_nchw": 2.4,
+           "fp32_eager_nchw+cudnn_benchmark": 12.0, "fp16_eager_nchw+cudnn_benchmark": 8.5}
+FAKE_SPEEDUP = "5.0x"
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "code" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake_env():
+    from graphbook.environment import fingerprint
+
+    return {**fingerprint(), "gpu_name": FAKE_GPU, "gpu_driver": "999.99", "cuda_version": "13.0",
+            "gpu_sm_count": 132, "weights": "seeded-random"}
+
+
+def write_fake_blurball_run(results_dir):
+    gpu = load_script("gpu_blurball")
+    measurements = []
+    for config in gpu.plan_matrix():
+        ms = FAKE_MS[config["variant"]]
+        measurements.append(dict(config, note="", expected_to_match_eager=config["precision"] == "fp32",
+                                 median_ms=ms, min_ms=ms * 0.98, max_ms=ms * 1.05, q1_ms=ms * 0.99,
+                                 q3_ms=ms * 1.01, repeats=50, warmup=20, compile_s=12.0 if "compile" in config["mode"] else 0.1,
+                                 second_call_s=0.4 if config["mode"] in ("compile_reduce_overhead", "compile_max_autotune") else "",
+                                 max_abs_diff=1e-5 if config["precision"] == "fp32" else 2e-3,
+                                 same_output=config["precision"] == "fp32", same_peaks=True))
+    profile = gpu.summarize_kernels([("aten::cudnn_convolution", "sm90_xmma_fprop", 0, 800),
+                                     ("aten::cudnn_batch_norm", "bn_fw_inf", 800, 1100),
+                                     ("aten::copy_", "direct_copy_kernel", 1100, 1200)], wall_ms=1.3)
+    rows = gpu.build_rows(measurements, {"fp32_eager_nchw": profile})
+    return gpu.write_results(rows, fake_env(), results_dir, FAKE_GPU)
+
+
+def write_fake_tensorrt_run(results_dir):
+    trt = load_script("gpu_tensorrt")
+    rows = []
+    for variant, ms, extra in [("eager_fp32", 12.345, {"precision": "fp32", "same_output": True}),
+                               ("eager_fp16_half", 6.111, {"precision": "fp16", "fp16_method": "model.half()"}),
+                               ("ort_cuda_fp32", 10.222, {"precision": "fp32", "same_output": True}),
+                               ("ort_tensorrt_fp16", 2.333, {"precision": "fp16", "compile_s": 40.0,
+                                                             "engine_cache": "built (empty per-run cache folder)"}),
+                               ("tensorrt_fp16", 1.987, {"precision": "fp16", "compile_s": 35.0,
+                                                         "build_s_timing_cache": 9.0, "trt_typing": "strong"})]:
+        row = trt.blank_row(variant, False)
+        row.update(extra, median_ms=ms, min_ms=ms, max_ms=ms, q1_ms=ms, q3_ms=ms, repeats=50, warmup=20,
+                   device="cuda", max_abs_diff=1e-3, same_peaks=True, stream="dedicated")
+        rows.append(row)
+    skipped = trt.blank_row("tensorrt_int8_qdq", False)
+    skipped["note"] = "skipped: TensorRT takes only symmetric INT8 Q/DQ"
+    return trt.write_results(trt.finish_rows(rows + [skipped]), fake_env(), results_dir, FAKE_GPU)
+
+
+def execute_copy(chapter, results_dir):
+    """Execute a copy of a chapter in memory (the file is never written); returns (notebook, error)."""
+    import nbclient
+    import nbformat
+
+    nb = nbformat.read(ROOT / "chapters" / chapter, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
+                                     resources={"metadata": {"path": str(ROOT / "chapters")}})
+    try:
+        client.execute()
+        return nb, None
+    except Exception as error:  # report every chapter, not just the first that fails
+        return nb, f"{type(error).__name__}: {str(error)[-1500:]}"
+
+
+def output_text(nb):
+    parts = []
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            parts.append(str(output.get("text", "")))
+            for mime, value in output.get("data", {}).items():
+                if mime.startswith("text/") or "papermill" in mime:
+                    parts.append(str(value))
+    return "\n".join(parts)
+
+
+@pytest.mark.slow
+def test_lab_runs_reach_chapters_4_5_and_7(tmp_path, monkeypatch):
+    results_dir = tmp_path / "results"
+    shutil.copytree(ROOT / "data" / "results", results_dir)
+    blurball_file = write_fake_blurball_run(results_dir)
+    tensorrt_file = write_fake_tensorrt_run(results_dir)
+    monkeypatch.setenv("GRAPHBOOK_RESULTS_DIR", str(results_dir))
+
+    problems = []
+    executed = {}
+    for chapter in ("04_onnx_and_runtimes.ipynb", "05_blurball_measurements.ipynb", "07_serving.ipynb"):
+        nb, error = execute_copy(chapter, results_dir)
+        executed[chapter] = output_text(nb)
+        if error:
+            problems.append(f"{chapter} raised {error}")
+
+    ch4, ch5, ch7 = executed.values()
+    # Chapter 4 shows the TensorRT run.
+    if tensorrt_file.name not in ch4 or "tensorrt_fp16" not in ch4 or FAKE_GPU not in ch4:
+        problems.append("chapter 4 does not show the recorded gpu-tensorrt run")
+    # Chapter 5 shows the BlurBall run, beside the article's numbers, and never the TensorRT file as a run.
+    if f"1 recorded GPU run(s): {blurball_file.name}" not in ch5:
+        problems.append("chapter 5 does not count exactly the gpu-blurball run")
+    if tensorrt_file.name in ch5:
+        problems.append("chapter 5 counts the gpu-tensorrt file as a BlurBall run")
+    if "12.345" not in ch5 or "article (ms)" not in ch5:
+        problems.append("chapter 5 does not show the recorded run beside the article's numbers")
+    # Chapter 7 decides from the recorded run, and drops its caveat only because a gpu-blurball run exists.
+    if FAKE_GPU not in ch7 or FAKE_SPEEDUP not in ch7:
+        problems.append("chapter 7's GPU decision does not use the recorded gpu-blurball run")
+    if "no GPU re-execution recorded yet" in ch7:
+        problems.append("chapter 7 still says no GPU re-execution is recorded")
+    assert not problems, "\n".join(problems)
