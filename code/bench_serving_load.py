@@ -1,0 +1,140 @@
+"""The BlurBall server under load on loopback: throughput and latency against concurrency, batching off and on.
+
+Introduced in Chapter 7. Exports the trained BlurBall with a dynamic batch dimension (or takes
+``--artifact``), starts ``code/serve_blurball.py`` from it twice (``--no-batching``, then with dynamic
+batching), and at each concurrency level lets that many loopback clients send single clips
+(:func:`graphbook.serving.load_test`: bounded request count and time). A last level sends more
+clients than the queue admits, to show the bounded queue answering 503 with ``Retry-After``. One new
+results file of kind ``serving-load`` per run.
+
+    .venv/bin/python code/bench_serving_load.py                       # 96x160, levels 1,2,4,8 (a few minutes)
+    .venv/bin/python code/bench_serving_load.py --height 288 --width 512 --requests 24
+
+Exit status: 0 ok; 1 the server failed or a request got an answer other than 200 or 503; 2 bad
+arguments; 3 the checkpoint is missing.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from graphbook.cli import OneLineParser, multiple_of_8, positive_int, positive_int_list
+
+SCRIPT = Path(__file__).resolve().parent / "serve_blurball.py"
+
+
+def parse_args(argv=None):
+    p = OneLineParser(prog="bench_serving_load.py", description=__doc__.splitlines()[0])
+    p.add_argument("--height", type=multiple_of_8, default=96)
+    p.add_argument("--width", type=multiple_of_8, default=160)
+    p.add_argument("--concurrency", type=positive_int_list, default="1,2,4,8",
+                   help="client counts to try (default 1,2,4,8)")
+    p.add_argument("--requests", type=positive_int, default=24,
+                   help="requests per level, at least 4 per client (default 24)")
+    p.add_argument("--time-limit", type=positive_int, default=60, help="seconds per level at most (default 60)")
+    p.add_argument("--max-queue", type=positive_int, default=8, help="the server's queue bound (default 8)")
+    p.add_argument("--max-wait-ms", type=float, default=5.0, help="the batcher's wait for company (default 5)")
+    p.add_argument("--overload-clients", type=int, default=24,
+                   help="clients of the last level, beyond the queue bound (0 skips it; default 24)")
+    p.add_argument("--threads", type=positive_int, default=2)
+    p.add_argument("--artifact", type=Path, default=None,
+                   help="serve this .onnx/.ort/.pt2 instead of exporting the trained BlurBall (dynamic batch 1-3)")
+    p.add_argument("--results-dir", type=Path, default=None, help="where the results file goes (default data/results)")
+    args = p.parse_args(argv)
+    if max(args.concurrency) > 64 or args.overload_clients > 64 or args.overload_clients < 0:
+        p.error("at most 64 clients per level")
+    if max(args.concurrency) > args.max_queue:  # a client resends before the worker takes the next request
+        p.error(f"--concurrency levels must not exceed --max-queue ({args.max_queue}); only the overload level does")
+    if args.artifact is not None and (args.artifact.suffix not in (".onnx", ".ort", ".pt2") or not args.artifact.is_file()):
+        p.error(f"--artifact {str(args.artifact)!r} must be an existing .onnx, .ort or .pt2 file")
+    if not 0 <= args.max_wait_ms <= 1000:
+        p.error(f"--max-wait-ms must be in 0..1000, got {args.max_wait_ms}")
+    return args
+
+
+def start_server(artifact: Path, args, batching: bool):
+    """Start serve_blurball.py from ``artifact``; return (process, url, seconds to READY)."""
+    import re
+
+    cmd = [sys.executable, str(SCRIPT), "--artifact", str(artifact), "--port", "0", "--height", str(args.height),
+           "--width", str(args.width), "--threads", str(args.threads), "--max-queue", str(args.max_queue),
+           "--max-wait-ms", str(args.max_wait_ms)] + ([] if batching else ["--no-batching"])
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()
+    match = re.search(r"on (http://\S+);", first)
+    ready = proc.stdout.readline()
+    if not match or not ready.startswith("READY"):
+        proc.kill()
+        raise RuntimeError(f"server did not start: {(first + ready + proc.stderr.read())[-600:]}")
+    return proc, match.group(1), time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import numpy as np
+
+    from graphbook import results, serving
+    from graphbook.environment import REPO_ROOT, fingerprint
+
+    env = fingerprint(args.threads)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="graphbook-load-") as tmp:
+        artifact = args.artifact
+        if artifact is None:
+            import torch
+
+            from graphbook import onnx_utils
+            from graphbook.blurball import TRAINED_CHECKPOINT, build_blurball
+
+            weights = REPO_ROOT / TRAINED_CHECKPOINT
+            if not weights.is_file():
+                print(f"bench_serving_load.py: error: checkpoint {weights} is missing; "
+                      "recreate it with `python code/train_blurball.py --seed 0`", file=sys.stderr)
+                return 3
+            print(f"exporting BlurBall with a dynamic batch at {args.height}x{args.width}", flush=True)
+            artifact = onnx_utils.export_dynamic_batch(build_blurball(weights), torch.randn(2, 9, args.height, args.width),
+                                                       Path(tmp) / "blurball-dynamic.onnx")
+        clip = np.random.default_rng(0).standard_normal((1, 9, args.height, args.width)).astype(np.float32)
+        levels = [(c, False) for c in args.concurrency] + ([(args.overload_clients, True)] if args.overload_clients else [])
+        for batching in (False, True):
+            try:
+                proc, url, ready_s = start_server(artifact, args, batching)
+            except RuntimeError as exc:
+                print(f"bench_serving_load.py: error: {exc}", file=sys.stderr)
+                return 1
+            try:
+                _, ready = serving.request(url + "/readyz")
+                for clients, overload in levels:
+                    requests = max(args.requests, 4 * clients)
+                    report = serving.load_test(url, clip, concurrency=clients, requests=requests,
+                                               time_limit_s=args.time_limit)
+                    row = {"batching": batching, "overload_level": overload, **report,
+                           "requests_planned": requests, "max_queue": args.max_queue, "max_wait_ms": args.max_wait_ms,
+                           "input_hw": f"{args.height}x{args.width}", "model": ready.get("model", ""),
+                           "runtime": ready.get("runtime", ""), "server_ready_s": ready_s}
+                    rows.append(row)
+                    print(f"batching {'on ' if batching else 'off'} clients {clients:>2}: {report['ok']:>3}/{report['sent']} ok, "
+                          f"{report['overloaded']} x 503, {report['throughput_rps']:6.1f} req/s, p50 {report['p50_ms']:7.1f} ms, "
+                          f"p99 {report['p99_ms']:7.1f} ms, joined batch {report['mean_joined_batch']:.2f}, "
+                          f"/readyz max {report['readyz_max_ms']:.0f} ms", flush=True)
+            finally:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    out = results.write_run("serving-load", rows, env, results_dir=args.results_dir)
+    print(f"wrote {len(rows)} rows to {out}")
+    errors = sum(r["errors"] for r in rows)
+    if errors:
+        print(f"bench_serving_load.py: {errors} requests got an answer other than 200 or 503", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""code/bench_serving_load.py: the server under loopback load, batching off and on (Chapter 7)."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from graphbook import onnx_utils, results
+from graphbook.environment import REPO_ROOT
+from graphbook.warmup import tiny_clip_net
+
+SCRIPT = REPO_ROOT / "code" / "bench_serving_load.py"
+
+
+@pytest.mark.parametrize("args", [["--concurrency", "1,x"], ["--concurrency", "100"], ["--height", "7"],
+                                  ["--artifact", "/nonexistent.onnx"], ["--max-wait-ms", "-3"],
+                                  ["--overload-clients", "-1"]])
+def test_bad_arguments_exit_2_with_one_line(args):
+    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_load_run_records_both_batching_modes_and_the_overload_level(tmp_path):
+    artifact = onnx_utils.export_dynamic_batch(tiny_clip_net(hidden=4), torch.randn(2, 9, 16, 24), tmp_path / "tiny.onnx")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--artifact", str(artifact), "--height", "16", "--width", "24",
+                           "--concurrency", "1,3", "--requests", "6", "--overload-clients", "12", "--max-queue", "3",
+                           "--threads", "1", "--results-dir", str(tmp_path / "res")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    frame = results.load("serving-load", tmp_path / "res")
+    assert len(frame) == 6 and sorted(frame["batching"].unique()) == [False, True]
+    normal = frame[~frame["overload_level"]]
+    assert (normal["ok"] == normal["sent"]).all() and (frame["errors"] == 0).all()
+    assert (frame[frame["overload_level"]]["overloaded"] > 0).all()  # 12 clients, a queue of 3: 503s
