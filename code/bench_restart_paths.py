@@ -1,0 +1,125 @@
+"""Restart paths of BlurBall side by side, each in fresh processes (Chapter 6).
+
+For every path of :mod:`graphbook.restart_paths` (cold compile, warm disk cache, saved cache artifacts,
+AOTInductor ``.pt2`` static and dynamic batch, with and without ``TORCHINDUCTOR_VEC_ISA_OK=1``, ONNX
+Runtime from the raw and the saved optimized model in ``.onnx`` and ORT format, a dynamic-batch ONNX
+model): the one-time build cost, the fresh-process time to the first output checked against eager
+FP32, the steady latency, the artifact's size and what it is tied to. ``--repeats`` fresh starts per
+path (default 3), interleaved by round. One new results file of kind ``restart-paths`` per run, and
+one of kind ``serving-ready``: ``serve_blurball.py`` started from the ``.pt2``, ``.onnx`` and ``.ort``
+artifacts, seconds to ready (``--server-repeats``).
+
+    .venv/bin/python code/bench_restart_paths.py                      # 288x512, 3 starts (about 15 min)
+    .venv/bin/python code/bench_restart_paths.py --paths eager,ort-raw --height 32 --width 64 --repeats 1
+
+Targets (issue 14): first correct output at least 20x sooner than the cold compile through
+AOTInductor with the public loader, and 50x through ONNX Runtime; printed with their ratios.
+Exit status: 0 ok, 1 a path's output differed from eager (results still written), 2 bad arguments.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from graphbook.cli import OneLineParser, multiple_of_8, positive_int
+
+TARGETS = {"aoti-static": 20.0, "ort-raw": 50.0}
+
+
+def _paths(text: str) -> tuple[str, ...]:
+    import argparse
+
+    from graphbook.restart_paths import PATH_NAMES
+
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in PATH_NAMES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"unknown path(s) {', '.join(unknown) or repr(text)}; "
+                                         f"choose from {','.join(PATH_NAMES)}")
+    return names
+
+
+def parse_args(argv=None):
+    from graphbook.restart_paths import PATH_NAMES
+
+    p = OneLineParser(prog="bench_restart_paths.py", description=__doc__.splitlines()[0])
+    p.add_argument("--paths", type=_paths, default=",".join(PATH_NAMES),
+                   help="comma-separated restart paths (default: all)")
+    p.add_argument("--height", type=multiple_of_8, default=288)
+    p.add_argument("--width", type=multiple_of_8, default=512)
+    p.add_argument("--repeats", type=positive_int, default=3, help="fresh starts per path (default 3)")
+    p.add_argument("--steady-runs", type=positive_int, default=5, help="calls timed after the first (default 5)")
+    p.add_argument("--server-repeats", type=int, default=3,
+                   help="also time serve_blurball.py to ready from the .pt2, .onnx and .ort artifacts this many "
+                        "times (a serving-ready results file; 0 skips it; default 3)")
+    p.add_argument("--threads", type=positive_int, default=2)
+    p.add_argument("--weights", type=Path, default=None,
+                   help="checkpoint (default: the book's trained BlurBall, data/checkpoints/blurball_synthetic.pt)")
+    p.add_argument("--workdir", type=Path, default=None, help="keep the artifacts here (default: a temporary folder)")
+    p.add_argument("--timeout", type=positive_int, default=1800, help="seconds per fresh process")
+    p.add_argument("--results-dir", type=Path, default=None, help="where the results file goes (default data/results)")
+    args = p.parse_args(argv)
+    if isinstance(args.paths, str):
+        args.paths = _paths(args.paths)
+    if any(n in args.paths for n in ("compile-warm", "compile-artifacts")) and "compile-cold" not in args.paths:
+        p.error("compile-warm and compile-artifacts need compile-cold in --paths (it fills their cache)")
+    if args.server_repeats < 0:
+        p.error(f"--server-repeats must be >= 0, got {args.server_repeats}")
+    if args.weights is not None and not args.weights.is_file():
+        p.error(f"--weights file {str(args.weights)!r} does not exist")
+    if args.workdir is not None and args.workdir.exists() and any(args.workdir.iterdir()):
+        p.error(f"--workdir {str(args.workdir)!r} is not empty")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from graphbook import restart_paths, results
+    from graphbook.blurball import TRAINED_CHECKPOINT
+    from graphbook.environment import REPO_ROOT, fingerprint
+
+    weights = args.weights or REPO_ROOT / TRAINED_CHECKPOINT
+    if not weights.is_file():
+        print(f"bench_restart_paths.py: error: checkpoint {weights} is missing; "
+              "recreate it with `python code/train_blurball.py --seed 0`", file=sys.stderr)
+        return 3
+    env = fingerprint(args.threads)
+    server_rows: list[dict] = []
+    try:
+        rows = restart_paths.run_restart_paths(weights, input_hw=(args.height, args.width), repeats=args.repeats,
+                                               threads=args.threads, paths=args.paths, steady_runs=args.steady_runs,
+                                               workdir=args.workdir, timeout=args.timeout,
+                                               progress=lambda m: print(m, flush=True),
+                                               server_repeats=args.server_repeats, server_rows=server_rows)
+    except restart_paths.RestartPathError as exc:
+        print(f"bench_restart_paths.py: error: {str(exc).strip().splitlines()[-1]}", file=sys.stderr)
+        return 1
+    out = results.write_run(restart_paths.KIND, rows, env, results_dir=args.results_dir)
+    print(f"wrote {len(rows)} rows to {out}")
+    if server_rows:
+        out = results.write_run("serving-ready", server_rows, env, results_dir=args.results_dir)
+        print(f"wrote {len(server_rows)} server rows to {out}")
+    import pandas as pd
+
+    summary = restart_paths.summarize(pd.DataFrame(rows))
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(summary[["path", "starts", "first_output_median_s", "first_output_min_s", "first_output_max_s",
+                       "speedup_vs_cold", "steady_median_ms", "build_s", "artifact_mb", "same_output"]]
+              .to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    by_path = summary.set_index("path")
+    for name, target in TARGETS.items():
+        if name in by_path.index and "compile-cold" in by_path.index:
+            r = by_path.loc[name]
+            verdict = "met" if r["speedup_vs_cold"] >= target and r["same_output"] else "NOT met"
+            print(f"target {name} >= {target:.0f}x sooner than compile-cold: {verdict} "
+                  f"(median {r['speedup_vs_cold']:.1f}x, worst pairing {r['speedup_vs_cold_min']:.1f}x)")
+    wrong = summary[~summary["same_output"]]["path"].tolist()
+    if wrong:
+        print(f"bench_restart_paths.py: paths whose output differed from eager FP32: {', '.join(wrong)}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

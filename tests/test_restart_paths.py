@@ -1,0 +1,86 @@
+"""Restart paths in fresh processes (graphbook.restart_paths, code/bench_restart_paths.py; Chapter 6)."""
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from graphbook import restart_paths, results
+from graphbook.blurball import TRAINED_CHECKPOINT
+from graphbook.environment import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "code" / "bench_restart_paths.py"
+
+
+def test_path_registry_names_are_unique_and_say_what_they_are_tied_to():
+    assert len(set(restart_paths.PATH_NAMES)) == len(restart_paths.PATHS)
+    for path in restart_paths.PATHS:
+        assert path.runtime in ("eager", "compile", "aoti", "ort") and path.tied_to
+        assert path.batch_sizes[0] == 1
+    assert restart_paths.path_by_name("ort-raw").level == "all"
+    assert restart_paths.path_by_name("ort-optimized-ort").level == "disabled"
+    with pytest.raises(ValueError, match="unknown restart path"):
+        restart_paths.path_by_name("tensorrt")
+
+
+def test_summarize_gives_median_spread_and_ratio_to_the_cold_compile():
+    rows = []
+    for path, firsts in (("compile-cold", [60.0, 80.0, 70.0]), ("ort-raw", [0.5, 0.7, 0.6])):
+        for i, s in enumerate(firsts):
+            rows.append({"path": path, "first_output_s": s, "import_s": 0.1, "load_s": 0.1, "first_call_s": 0.1,
+                         "steady_median_ms": 10.0, "build_s": 1.0, "artifact_bytes": 2e6, "same_output": True,
+                         "tied_to": "x", "repeat": i})
+    table = restart_paths.summarize(pd.DataFrame(rows)).set_index("path")
+    assert table.loc["ort-raw", "first_output_median_s"] == 0.6
+    assert table.loc["ort-raw", "speedup_vs_cold"] == pytest.approx(70 / 0.6)
+    assert table.loc["ort-raw", "speedup_vs_cold_min"] == pytest.approx(60 / 0.7)
+    assert table.loc["compile-cold", "speedup_vs_cold"] == 1.0 and table.loc["ort-raw", "artifact_mb"] == 2.0
+
+
+def test_run_refuses_warm_paths_without_the_cold_one_and_zero_repeats(tmp_path):
+    with pytest.raises(ValueError, match="compile-cold"):
+        restart_paths.run_restart_paths("x.pt", paths=("compile-warm",), workdir=tmp_path)
+    with pytest.raises(ValueError, match="repeats"):
+        restart_paths.run_restart_paths("x.pt", paths=("eager",), repeats=0, workdir=tmp_path)
+
+
+def test_module_cli_without_child_flag_exits_2():
+    proc = subprocess.run([sys.executable, "-m", "graphbook.restart_paths"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["--paths", "eager,tensorrt"], ["--height", "7"], ["--repeats", "0"],
+                                  ["--paths", "compile-warm"], ["--weights", "/nonexistent.pt"]])
+def test_bench_script_bad_arguments_exit_2_with_one_line(args):
+    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_onnx_runtime_paths_are_correct_and_never_import_torch(tmp_path):
+    rows = restart_paths.run_restart_paths(REPO_ROOT / TRAINED_CHECKPOINT, input_hw=(32, 64), repeats=1, threads=1,
+                                           paths=("eager", "ort-raw", "ort-optimized-ort", "ort-dynamic"),
+                                           steady_runs=1, workdir=tmp_path)
+    by_path = {r["path"]: r for r in rows}
+    assert set(by_path) == {"eager", "ort-raw", "ort-optimized-ort", "ort-dynamic"}
+    for name, row in by_path.items():
+        assert row[results.SAME_OUTPUT] and row["first_output_s"] > 0, name
+        assert row["torch_imported"] is (name == "eager")
+    assert by_path["ort-dynamic"]["batch_sizes"] == "1,2,3"
+    assert by_path["ort-optimized-ort"]["nchwc_ops"] >= 0 and by_path["ort-raw"]["artifact_bytes"] > 1e6
+
+
+@pytest.mark.slow
+def test_bench_script_writes_one_restart_paths_file(tmp_path):
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--paths", "eager,ort-raw", "--height", "32", "--width", "64",
+                           "--repeats", "1", "--steady-runs", "1", "--threads", "1", "--server-repeats", "1",
+                           "--results-dir", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    frame = results.load(restart_paths.KIND, out)
+    assert sorted(frame["path"]) == ["eager", "ort-raw"] and frame[results.SAME_OUTPUT].all()
+    servers = results.load("serving-ready", out)
+    assert set(servers["server"]) == {"onnxruntime .onnx (dynamic batch)", "onnxruntime .ort (optimized, batch 1)"}
+    assert (servers["time_to_ready_s"] > 0).all()
