@@ -188,7 +188,11 @@ def compile_and_get_code(fn: Callable, *args, options: Mapping | None = None, re
     # The options are set as a config patch around the first call, where compilation happens.
     # Passing them as torch.compile(options=...) is not equivalent: in torch 2.13,
     # options={"freezing": True} compiles without freezing (checked in Chapter 3).
-    with inductor_config.patch(options), torch.no_grad():
+    # Freezing goes through the book's one switch (graphbook.variants.freezing: config patch + no_grad).
+    from .variants import freezing
+
+    freeze = options.pop("freezing", inductor_config.freezing)
+    with freezing(freeze), inductor_config.patch(options):
         output, sources = run_and_get_code(compiled, *args)
     sources = list(sources)
     return GeneratedCode(output, sources, kernel_definitions(sources), extern_calls(sources), compiled)
