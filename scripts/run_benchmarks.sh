@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Re-record every CPU benchmark the chapters show as "recorded" (each appends to data/results/,
-# never overwriting). Run it on a quiet machine: about half an hour on two cores. A benchmark that
-# finds a variant disagreeing with eager exits non-zero; the others still run, and this script
-# exits 1 at the end naming it.
+# Re-record every CPU benchmark the chapters show as "recorded" (each run writes a new file under
+# data/results/ through graphbook.results.write_run, never touching an existing one). Run it on a
+# quiet machine: about half an hour on two cores. A benchmark that finds a variant disagreeing with
+# eager exits 1; the others still run, and this script exits 1 at the end naming it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh || exit 2
