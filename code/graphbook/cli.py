@@ -78,12 +78,17 @@ def exit_status_for(prog: str, failed_variants) -> int:
     return EXIT_CHECK_FAILED
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer of at least 1."""
+def _converted(text: str, convert, expected: str):
+    """``convert(text)``, or an argparse error saying what was expected."""
     try:
-        value = int(text)
+        return convert(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1 (Chapter 2)."""
+    value = _converted(text, int, "a positive integer")
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
@@ -92,10 +97,7 @@ def positive_int(text: str) -> int:
 def int_at_least(minimum: int):
     """An argparse type factory: an integer of at least ``minimum`` (Chapter 6)."""
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        value = _converted(text, int, "an integer")
         if value < minimum:
             raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
         return value
@@ -105,10 +107,7 @@ def int_at_least(minimum: int):
 
 def positive_float(text: str) -> float:
     """An argparse type: a finite number above 0 (Chapter 6)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    value = _converted(text, float, "a number")
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
