@@ -24,15 +24,17 @@ checks that both name every module:
 - ``onnx_utils``   -- export, ONNX Runtime sessions, operator counts (Chapter 4)
 - ``int8_matrix``  -- the matrix of ONNX Runtime static INT8 quantization choices (Chapter 4)
 - ``inductor_tools`` -- generated code, kernel counts, graph-break summaries, ablation settings (Chapter 3)
+- ``diagnostics``  -- the compiler's own diagnostics: TORCH_LOGS, tlparse, a graph break found and fixed (Chapter 3)
 - ``synthetic_clips`` -- synthetic ground-truth clips of a blurred ball and their targets (Chapter 6)
 - ``decoding``     -- the heatmap decoder: logits back to ball position, angle, length (Chapter 6)
 - ``scoring``      -- detections against ground truth: detection rate, position error (Chapter 6)
 - ``training``     -- training BlurBall on synthetic clips behind code/train_blurball.py (Chapter 6)
 - ``compile_cache`` -- compile time in fresh processes: cold, warm cache, saved artifacts (Chapter 6)
+- ``restart_paths`` -- fresh-process time to the first correct output: compile caches, AOTInductor, ONNX Runtime (Chapter 6)
 - ``restart_paths`` -- restart paths side by side: time to a fresh process's first correct output (Chapter 6)
 - ``warmup``       -- recompilation counting and the warm-up for batch sizes 1, 2, 3 (Chapter 6)
 - ``correctness``  -- every variant against eager FP32 and the ground truth (Chapter 6)
-- ``serving``      -- the minimal inference server that is ready only after warm-up (Chapter 7)
+- ``serving``      -- the inference server: ready after warm-up, from a model or an artifact, dynamic batching (Chapter 7)
 - ``provenance``   -- where and when each chapter last executed (appendix)
 - ``plots``        -- the book's plotting helpers
 - ``book``         -- chapter set-up, repository paths, data files
