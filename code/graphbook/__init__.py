@@ -30,7 +30,6 @@ checks that both name every module:
 - ``scoring``      -- detections against ground truth: detection rate, position error (Chapter 6)
 - ``training``     -- training BlurBall on synthetic clips behind code/train_blurball.py (Chapter 6)
 - ``compile_cache`` -- compile time in fresh processes: cold, warm cache, saved artifacts (Chapter 6)
-- ``restart_paths`` -- fresh-process time to the first correct output: compile caches, AOTInductor, ONNX Runtime (Chapter 6)
 - ``restart_paths`` -- restart paths side by side: time to a fresh process's first correct output (Chapter 6)
 - ``warmup``       -- recompilation counting and the warm-up for batch sizes 1, 2, 3 (Chapter 6)
 - ``correctness``  -- every variant against eager FP32 and the ground truth (Chapter 6)
