@@ -55,3 +55,13 @@ def test_blurball_dynamic_batch_matches_eager_for_each_batch(tmp_path):
     model = build_blurball()
     path = onnx_utils.export_dynamic_batch(model, torch.randn(2, 9, 32, 64), tmp_path / "blurball-dyn.onnx")
     check_one_session_serves_batches(model, path, 32, 64)
+
+
+def test_check_batches_reports_each_batch_or_the_refusal(tmp_path):
+    model = tiny_clip_net(hidden=4)
+    dynamic = onnx_utils.export_dynamic_batch(model, torch.randn(2, 9, H, W), tmp_path / "dyn.onnx")
+    rows = onnx_utils.check_batches(model, dynamic, (9, H, W), threads=1)
+    assert [r["batch_size"] for r in rows] == [1, 2, 3] and all(r[results.SAME_OUTPUT] for r in rows)
+    static = onnx_utils.export_onnx(model, torch.randn(1, 9, H, W), tmp_path / "static.onnx")
+    rows = onnx_utils.check_batches(model, static, (9, H, W), threads=1)
+    assert rows[0][results.SAME_OUTPUT] and "error" in rows[1] and "error" in rows[2]

@@ -162,6 +162,34 @@ def export_dynamic_batch(model, example_input, path: str | Path, *, min_batch: i
     return path
 
 
+def check_batches(model, path: str | Path, input_chw, batch_sizes=(1, 2, 3), *, threads: int = 2,
+                  seed: int = 0) -> list[dict]:
+    """Serve every batch size from ONE session on ``path`` and compare each with eager ``model`` (Chapter 7).
+
+    Returns one dict per batch size: ``batch_size``, ``output_shape`` and the fields of
+    :func:`graphbook.results.compare_to_reference` (``max_abs_diff``, ``same_output``...). A batch
+    the model refuses (a static export) gets ``error`` with ONNX Runtime's message instead.
+    """
+    import torch
+
+    from .results import compare_to_reference
+
+    session = make_session(path, threads=threads)
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for b in batch_sizes:
+        x = torch.randn(b, *input_chw, generator=gen)
+        try:
+            out = run_session(session, x)
+        except Exception as error:  # ORT's pybind errors: a dimension the model fixed
+            rows.append({"batch_size": int(b), "error": str(error).splitlines()[0][:300]})
+            continue
+        with torch.no_grad():
+            reference = model(x)
+        rows.append({"batch_size": int(b), "output_shape": tuple(out.shape), **compare_to_reference(out, reference)})
+    return rows
+
+
 def input_batch_dim(path: str | Path) -> int | str:
     """Dimension 0 of a model's first input: an int when static, its symbol's name when dynamic (Chapter 7)."""
     import onnx
