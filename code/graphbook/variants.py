@@ -40,7 +40,7 @@ REFERENCE = "eager_fp32"
 
 
 class VariantUnavailable(RuntimeError):
-    """A variant cannot be built here (a missing package, no calibration frames); the message says why."""
+    """A variant cannot be built here (a missing package, no calibration frames); the message says why (Chapter 5)."""
 
 
 @contextlib.contextmanager
