@@ -7,8 +7,13 @@ The book is served on loopback; each page is loaded in Debian's Chromium (driven
 browser download). A page fails on: a load error or HTTP error, a console error or uncaught
 exception, a broken image, an internal link to a missing page or anchor, glue or role text left
 unresolved (``{glue:text}`...```), a traceback or error output in a cell, math that MathJax did not
-typeset, or fewer figures than its notebook produced. A full-page screenshot of each page goes to
-``_build/screenshots/`` for a person to look at. Exit 0 when every page passes, 1 otherwise, 2 on
+typeset, fewer figures than its notebook produced, a figure without real alt text or without a
+numbered caption, or ``NaN`` (``NaT``, ``<NA>``) in a table cell. Each page is then opened twice more:
+in a phone-sized window (390 px wide), where the page body must not scroll sideways (a wide table in
+its own scroll container is fine), and in the theme's dark mode, where text must stay readable
+(contrast at least 3:1 against its background). Full-page screenshots of all three views go to
+``_build/screenshots/`` (``<page>.png``, ``<page>--phone.png``, ``<page>--dark.png``) for a person to
+look at, and the report lists each page's figures. Exit 0 when every page passes, 1 otherwise, 2 on
 bad usage.
 """
 from __future__ import annotations
@@ -31,6 +36,9 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 SKIP_DIRS = {"_static", "_sources", "_images", "_sphinx_design_static", "reports"}
 UNRESOLVED = re.compile(r"\{(?:glue(?::\w+)?|cite(?::\w+)?|doc|numref|ref|eq|download)\}`?")
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}  # a phone held upright (CSS pixels)
+MIN_DARK_CONTRAST = 3.0  # WCAG's floor for large text; black-on-dark text scores about 1.2
 
 
 def find_chromium() -> str | None:
@@ -114,8 +122,154 @@ def check_links(html_dir: Path, page: Path, hrefs: list[str], base: str, cache: 
     return problems
 
 
-def check_site(html_dir: Path, screenshots: Path | None = None, notebooks_root: Path = ROOT) -> dict[str, list[str]]:
-    """Problems found per page (relative path -> list of messages); an empty list means the page passed."""
+# Content of the page: the article where the theme has one, else <main>, else <body>.
+_CONTENT = "(document.querySelector('article') || document.querySelector('main') || document.body)"
+_DESCRIBE = """el => { const cls = (el.getAttribute('class') || '').trim().split(/\\s+/).slice(0, 2).join('.');
+  const text = (el.textContent || '').trim().replace(/\\s+/g, ' ').slice(0, 40);
+  return el.tagName.toLowerCase() + (cls ? '.' + cls : '') + (text ? ` "${text}"` : ''); }"""
+
+# Sideways overflow at the current window width: does the document scroll sideways, and which content
+# elements stick out past the window without a scroll container of their own inside the content?
+OVERFLOW_JS = """() => {
+  const describe = %s, content = %s, width = document.documentElement.clientWidth;
+  const pageWidth = Math.max(document.documentElement.scrollWidth, document.body.scrollWidth);
+  const contained = el => { for (let e = el.parentElement; e && e !== content; e = e.parentElement) {
+      const o = getComputedStyle(e).overflowX; if (o !== 'visible') return true; } return false; };
+  const out = [];
+  for (const el of content.querySelectorAll('*')) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0 || r.right <= width + 1 || contained(el)) continue;
+    if (out.length && out[out.length - 1].contains(el)) continue;  // report the outermost only
+    out.push(el);
+  }
+  // Boxes that scroll sideways on their own (a wide table in its output area): allowed, but noted.
+  const scrollers = [...content.querySelectorAll('*')].filter(e => e.scrollWidth > e.clientWidth + 1
+      && ['auto', 'scroll'].includes(getComputedStyle(e).overflowX) && e.querySelector('table'));
+  return {width, pageWidth, offenders: out.slice(0, 3).map(describe), count: out.length,
+          scrollingTables: scrollers.length};
+}""" % (_DESCRIBE, _CONTENT)
+
+# Text in the content whose colour is too close to the background it is drawn on.
+CONTRAST_JS = """(minimum) => {
+  const describe = %s, content = %s;
+  const parse = c => { const m = /rgba?\\(([^)]+)\\)/.exec(c); if (!m) return null;
+    const p = m[1].split(',').map(Number); return {r: p[0], g: p[1], b: p[2], a: p.length > 3 ? p[3] : 1}; };
+  const lum = c => { const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(c.r) + 0.7152 * f(c.g) + 0.0722 * f(c.b); };
+  const background = el => { for (let e = el; e; e = e.parentElement) {
+      const c = parse(getComputedStyle(e).backgroundColor); if (c && c.a >= 0.5) return c; }
+    return {r: 255, g: 255, b: 255, a: 1}; };
+  const bad = [];
+  for (const el of content.querySelectorAll('p, li, td, th, dt, dd, pre, figcaption, h1, h2, h3, h4, span.pasted-text')) {
+    if (!el.textContent.trim() || !el.getClientRects().length) continue;
+    const style = getComputedStyle(el); if (style.visibility === 'hidden') continue;
+    const fg = parse(style.color); if (!fg) continue;
+    const l1 = lum(fg), l2 = lum(background(el));
+    const ratio = (Math.max(l1, l2) + 0.05) / (Math.min(l1, l2) + 0.05);
+    if (ratio < minimum) bad.push(describe(el) + ` (${ratio.toFixed(1)}:1)`);
+  }
+  return bad;
+}""" % (_DESCRIBE, _CONTENT)
+
+# Figures on the page: every image in the content, grouped by its <figure> where it has one.
+FIGURES_JS = """() => {
+  const content = %s, figures = [];
+  for (const img of content.querySelectorAll('img')) {
+    const figure = img.closest('figure');
+    if (figure && figures.some(f => f.figure === figure)) continue;
+    const caption = figure && figure.querySelector('figcaption');
+    const number = caption && caption.querySelector('.caption-number');
+    const captionText = caption ? caption.textContent.replace(number ? number.textContent : '', '').replace('#', '').trim() : '';
+    const alt = (img.getAttribute('alt') || '').trim();
+    figures.push({figure, src: img.getAttribute('src'), number: number ? number.textContent.trim() : '',
+                  captioned: !!(number && captionText), alt: !!alt && !/\\.(png|jpe?g|svg|gif)$/i.test(alt)});
+  }
+  return figures.map(({figure, ...rest}) => rest);
+}""" % _CONTENT
+
+# Missing values that pandas prints when a table has no figure for a cell.
+MISSING_VALUE = re.compile(r"(?<![A-Za-z])(NaN|nan|NaT|<NA>)(?![A-Za-z])")
+
+
+def _dark_mode_init():
+    """Before any page script runs: ask the pydata theme (and the OS preference) for dark mode."""
+    return "try { localStorage.setItem('mode', 'dark'); localStorage.setItem('theme', 'dark'); } catch (e) {}"
+
+
+def _load(page, url: str, problems: list[str] | None) -> bool:
+    try:
+        response = page.goto(url, wait_until="load", timeout=60_000)
+        if response is None or response.status >= 400:
+            if problems is not None:
+                problems.append(f"page did not load (HTTP {response.status if response else 'none'})")
+            return False
+        page.wait_for_load_state("networkidle", timeout=30_000)
+        return True
+    except Exception as err:  # a page that cannot load is the first thing to report
+        if problems is not None:
+            problems.append(f"page did not load: {err}")
+        return False
+
+
+def check_phone(page, notes: list[str] | None = None) -> list[str]:
+    """At the phone width the page body must not scroll sideways, and no content may stick out of it.
+
+    Tables wider than the phone inside their own scroll box pass, and are counted in ``notes``.
+    """
+    found = page.evaluate(OVERFLOW_JS)
+    if found["scrollingTables"] and notes is not None:
+        notes.append(f"at {PHONE['width']} px {found['scrollingTables']} table(s) scroll sideways in their own box")
+    problems = []
+    if found["pageWidth"] > found["width"] + 1:
+        problems.append(f"at {PHONE['width']} px the page is {found['pageWidth']} px wide and scrolls sideways")
+    if found["count"]:
+        problems.append(f"at {PHONE['width']} px {found['count']} element(s) stick out of the page: "
+                        + "; ".join(found["offenders"]))
+    return problems
+
+
+def check_dark(page) -> list[str]:
+    """In dark mode, text must keep a readable contrast with what it is drawn on."""
+    page.evaluate("() => { const d = document.documentElement;"
+                  " if (d.dataset.theme !== 'dark') { d.dataset.theme = 'dark'; d.dataset.mode = 'dark'; } }")
+    bad = page.evaluate(CONTRAST_JS, MIN_DARK_CONTRAST)
+    if not bad:
+        return []
+    return [f"in dark mode {len(bad)} text element(s) have contrast below {MIN_DARK_CONTRAST:g}:1: " + "; ".join(bad[:3])]
+
+
+def check_tables(page) -> list[str]:
+    """A table cell must say what is missing ("not reported"), not show pandas' NaN."""
+    cells = page.evaluate(f"() => [...{_CONTENT}.querySelectorAll('td, th')].map(c => c.textContent.trim())")
+    bad = [cell for cell in cells if MISSING_VALUE.search(cell)]
+    if not bad:
+        return []
+    return [f"{len(bad)} table cell(s) show a missing value ({', '.join(sorted(set(MISSING_VALUE.findall(' '.join(bad)))))}); "
+            "say what is missing instead (e.g. 'not reported')"]
+
+
+def check_figures(page) -> tuple[int, list[str]]:
+    """The page's figures, and the problems with them: each needs real alt text and a numbered caption."""
+    figures = page.evaluate(FIGURES_JS)
+    problems = []
+    no_alt = [f["src"] for f in figures if not f["alt"]]
+    if no_alt:
+        problems.append(f"{len(no_alt)} figures without real alt text (set mystnb.image.alt): {', '.join(no_alt[:3])}")
+    uncaptioned = [f["src"] for f in figures if not f["captioned"]]
+    if uncaptioned:
+        problems.append(f"{len(uncaptioned)} figures without a numbered caption (mystnb.figure.caption or a "
+                        f"figure directive): {', '.join(uncaptioned[:3])}")
+    return len(figures), problems
+
+
+def check_site(html_dir: Path, screenshots: Path | None = None, notebooks_root: Path = ROOT,
+               figure_counts: dict[str, int] | None = None,
+               notes: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
+    """Problems found per page (relative path -> list of messages); an empty list means the page passed.
+
+    ``figure_counts``, when given, is filled with the number of figures on each page, and ``notes`` with
+    remarks that do not fail a page (tables that scroll in their own box on a phone).
+    """
     from playwright.sync_api import sync_playwright
 
     chromium = find_chromium()
@@ -127,7 +281,10 @@ def check_site(html_dir: Path, screenshots: Path | None = None, notebooks_root: 
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            context = browser.new_context(viewport=DESKTOP)
+            phone = browser.new_context(viewport=PHONE)
+            dark = browser.new_context(viewport=DESKTOP, color_scheme="dark")
+            dark.add_init_script(_dark_mode_init())
             for page_path in pages(html_dir):
                 rel = page_path.relative_to(html_dir).as_posix()
                 problems: list[str] = []
@@ -139,13 +296,7 @@ def check_site(html_dir: Path, screenshots: Path | None = None, notebooks_root: 
                         if resp.status >= 400 and resp.url.startswith(base) else None)
                 page.on("requestfailed", lambda req, p=problems: p.append(f"request failed: {req.url}")
                         if req.url.startswith(base) else None)
-                try:
-                    response = page.goto(base + rel, wait_until="load", timeout=60_000)
-                    if response is None or response.status >= 400:
-                        problems.append(f"page did not load (HTTP {response.status if response else 'none'})")
-                    page.wait_for_load_state("networkidle", timeout=30_000)
-                except Exception as err:  # a page that cannot load is the first thing to report
-                    problems.append(f"page did not load: {err}")
+                if not _load(page, base + rel, problems):
                     report[rel] = problems
                     page.close()
                     continue
@@ -154,12 +305,28 @@ def check_site(html_dir: Path, screenshots: Path | None = None, notebooks_root: 
                 if landed and (html_dir / unquote(landed)).is_file():
                     page_path = html_dir / unquote(landed)
                 problems += _check_page(page, html_dir, page_path, base, anchors, notebooks_root)
+                problems += check_tables(page)
+                n_figures, figure_problems = check_figures(page)
+                problems += figure_problems
+                if figure_counts is not None:
+                    figure_counts[rel] = n_figures
+                shot = None
                 if screenshots is not None:
                     shot = screenshots / (rel.replace("/", "__").removesuffix(".html") + ".png")
                     shot.parent.mkdir(parents=True, exist_ok=True)
                     page.screenshot(path=str(shot), full_page=True)
-                report[rel] = problems
                 page.close()
+                # The same page on a phone and in dark mode (console messages were judged above).
+                page_notes = notes.setdefault(rel, []) if notes is not None else None
+                for view, check, suffix in ((phone, functools.partial(check_phone, notes=page_notes), "--phone"),
+                                            (dark, check_dark, "--dark")):
+                    other = view.new_page()
+                    if _load(other, base + rel, problems):
+                        problems += check(other)
+                        if shot is not None:
+                            other.screenshot(path=str(shot.with_name(shot.stem + suffix + ".png")), full_page=True)
+                    other.close()
+                report[rel] = problems
             browser.close()
     finally:
         server.shutdown()
@@ -190,17 +357,11 @@ def _check_page(page, html_dir, page_path, base, anchors, notebooks_root) -> lis
         shown = len(page.query_selector_all(".cell_output img"))
         if shown < expected:
             problems.append(f"shows {shown} figures but its notebook produced {expected}")
-        # myst-nb's fallback alt text is the image's own path, which tells a screen reader nothing.
         # myst-nb renders a glue key it cannot find as nothing at all, so count the filled-in values.
         glued = page.eval_on_selector_all("[class^='pasted-']", "els => els.filter(e => e.textContent.trim()).length")
         expected_glue = notebook_glue_references(notebook)
         if glued < expected_glue:
             problems.append(f"{expected_glue - glued} glue references rendered empty (unresolved glue keys)")
-        missing_alt = page.eval_on_selector_all(
-            ".cell_output img", "els => els.filter(e => { const a = (e.getAttribute('alt') || '').trim();"
-            " return !a || /\\.(png|jpe?g|svg)$/i.test(a); }).length")
-        if missing_alt:
-            problems.append(f"{missing_alt} figures without real alt text (set mystnb.image.alt)")
     return problems
 
 
@@ -212,17 +373,22 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not (args.html_dir / "index.html").exists():
         parser.error(f"{args.html_dir} holds no built book (index.html missing): build it first")
+    figures: dict[str, int] = {}
+    notes: dict[str, list[str]] = {}
     try:
-        report = check_site(args.html_dir, args.screenshots, args.notebooks_root)
+        report = check_site(args.html_dir, args.screenshots, args.notebooks_root, figure_counts=figures, notes=notes)
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     failed = {page: probs for page, probs in report.items() if probs}
     for page, probs in report.items():
-        print(f"{'FAIL' if probs else 'ok  '} {page}")
+        n = figures.get(page, 0)
+        print(f"{'FAIL' if probs else 'ok  '} {page} ({n} figure{'' if n == 1 else 's'})")
         for problem in probs:
             print(f"       - {problem}")
-    print(f"{len(report) - len(failed)} passed, {len(failed)} failed")
+        for note in notes.get(page, []):
+            print(f"       note: {note}")
+    print(f"{len(report) - len(failed)} passed, {len(failed)} failed; {sum(figures.values())} figures in all")
     return 1 if failed else 0
 
 

@@ -51,16 +51,32 @@ def _notebook_with_figures(n, prose="Eager took {glue:text}`eager_ms:.1f` ms."):
             "metadata": {}}
 
 
+FIGURE = ('<figure id="fig-a"><div class="cell_output"><img src="fig.png" alt="{alt}"></div>'
+          '<figcaption><p><span class="caption-number">Fig. 1.{n} </span><span class="caption-text">A plot.</span>'
+          '<a class="headerlink" href="#fig-a">#</a></p></figcaption></figure>')
+# A table wider than a phone, in its own scroll box (as myst-nb's output area gives it): allowed.
+WIDE_TABLE_IN_A_BOX = ('<div style="overflow-x: auto"><table><tr>'
+                       + "".join(f"<th>column number {i}</th>" for i in range(12)) + "</tr><tr>"
+                       + "".join(f"<td>{i}.5 nanoseconds</td>" for i in range(12)) + "</tr></table></div>")
+
+
+def _problems(proc):
+    return " | ".join(line.strip() for line in proc.stdout.splitlines() if line.startswith("       - "))
+
+
 def test_a_clean_page_passes(tmp_path):
     html = _site(tmp_path, {
         "index.html": '<p>Eager took <span class="pasted-text">12.5</span> ms.</p><a href="other.html#sec">next</a>'
-                      '<div class="cell_output"><img src="fig.png" alt="a plot"></div>',
+                      + FIGURE.format(alt="a plot", n=1) + WIDE_TABLE_IN_A_BOX,
         "other.html": '<h2 id="sec">Section</h2>',
     }, {"index.ipynb": _notebook_with_figures(1)})
     proc = _check(html, "--screenshots", tmp_path / "shots", "--notebooks-root", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines() == ["ok   index.html", "ok   other.html", "2 passed, 0 failed"]
-    assert (tmp_path / "shots" / "index.png").stat().st_size > 0
+    assert proc.stdout.splitlines() == [
+        "ok   index.html (1 figure)", "       note: at 390 px 1 table(s) scroll sideways in their own box",
+        "ok   other.html (0 figures)", "2 passed, 0 failed; 1 figures in all"]
+    for view in ("", "--phone", "--dark"):
+        assert (tmp_path / "shots" / f"index{view}.png").stat().st_size > 0, view
 
 
 def test_a_broken_page_fails_on_each_defect(tmp_path):
@@ -72,7 +88,7 @@ def test_a_broken_page_fails_on_each_defect(tmp_path):
     }, {"index.ipynb": _notebook_with_figures(2)})
     proc = _check(html, "--screenshots", tmp_path / "shots", "--notebooks-root", tmp_path)
     assert proc.returncode == 1 and proc.stdout.startswith("FAIL index.html"), proc.stdout + proc.stderr
-    problems = " | ".join(line.strip() for line in proc.stdout.splitlines() if line.startswith("       - "))
+    problems = _problems(proc)
     for expected in ["unresolved role text '{glue:text}`'", "unresolved role text '{doc}`'",
                      "broken image 'missing.png'", "broken internal link 'nowhere.html'",
                      "missing anchor 'index.html#nope'", "traceback", "console error: boom",
@@ -84,3 +100,39 @@ def test_a_broken_page_fails_on_each_defect(tmp_path):
 def test_cli_refuses_a_folder_without_a_built_book(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "no built book" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("body, expected", [
+    # the page body is wider than a phone: a fixed-width block outside any scroll box
+    ('<p>Text.</p><div style="width: 700px">a wide block</div>', "at 390 px the page is 7"),
+    # a long unbreakable word sticks out even where the body is clipped
+    ('<style>body { overflow-x: hidden }</style><p><code style="white-space: nowrap">'
+     'torch._inductor.config.some_very_long_option_name_that_does_not_wrap</code></p>',
+     "at 390 px 1 element(s) stick out of the page: code"),
+    # a wide table NOT in a scroll box pushes the page sideways
+    (WIDE_TABLE_IN_A_BOX.replace('style="overflow-x: auto"', ""), "scrolls sideways"),
+    # pandas' missing value in a rendered table
+    ("<table><tr><th>model</th><th>article</th></tr><tr><td>BlurBall</td><td>NaN</td></tr></table>",
+     "1 table cell(s) show a missing value (NaN)"),
+    ("<table><tr><td>&lt;NA&gt;</td><td>nan</td></tr></table>", "2 table cell(s) show a missing value (<NA>, nan)"),
+    # dark mode: text hard-coded dark on the theme's dark background
+    ('<style>html[data-theme=dark] body { background: #121212 } html[data-theme=dark] p { color: #222 }</style>'
+     "<p>Unreadable at night.</p>", "in dark mode 1 text element(s) have contrast below 3:1: p"),
+    # figures: a plot with no caption, one whose caption has no number, one whose alt text is its file name
+    ('<div class="cell_output"><img src="fig.png" alt="a plot"></div>', "1 figures without a numbered caption"),
+    ('<figure><img src="fig.png" alt="a plot"><figcaption><p>A plot.</p></figcaption></figure>',
+     "1 figures without a numbered caption"),
+    (FIGURE.format(alt="fig.png", n=1), "1 figures without real alt text"),
+])
+def test_each_new_check_fails_on_a_broken_page(tmp_path, body, expected):
+    html = _site(tmp_path, {"index.html": body})
+    proc = _check(html, "--screenshots", tmp_path / "shots", "--notebooks-root", tmp_path)
+    assert proc.returncode == 1 and proc.stdout.startswith("FAIL index.html"), proc.stdout + proc.stderr
+    assert expected in _problems(proc), proc.stdout
+
+
+def test_figures_are_counted_per_page(tmp_path):
+    html = _site(tmp_path, {"index.html": FIGURE.format(alt="one", n=1) + FIGURE.format(alt="two", n=2).replace("fig-a", "fig-b")})
+    proc = _check(html, "--screenshots", tmp_path / "shots", "--notebooks-root", tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.splitlines() == ["ok   index.html (2 figures)", "1 passed, 0 failed; 2 figures in all"]
