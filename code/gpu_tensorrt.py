@@ -56,6 +56,7 @@ EXIT_NO_GPU = EXIT_RESOURCE_ABSENT
 VARIANTS = ("eager_fp32", "eager_fp16_half", "ort_cuda_fp32", "ort_tensorrt_fp16", "tensorrt_fp16",
             "tensorrt_int8_qdq", "tensorrt_int8_qdq_symmetric")
 SMOKE = dict(height=32, width=64, repeats=2, warmup=1)
+SMOKE_GPU_ONLY = "smoke run on the CPU: this variant needs the GPU"
 #: Chapter 4's calibration: three synthetic inputs with these seeds.
 CALIBRATION_SEEDS = (100, 101, 102)
 COLUMNS = ["variant", "description", "precision", "fp16_method", "runtime", "runtime_version", "stream",
@@ -439,6 +440,8 @@ def measure(args, status, log=print) -> list[dict]:
             record(row, ort_runner(session, x, out_shape, torch.float32), True)
 
         def ort_tensorrt(row):
+            if smoke:
+                return skip(row, SMOKE_GPU_ONLY)
             if not status.ort_tensorrt:
                 return skip(row, "ONNX Runtime has no TensorrtExecutionProvider here")
             cache = workdir / "ort_trt_cache"
@@ -472,6 +475,8 @@ def measure(args, status, log=print) -> list[dict]:
 
         def tensorrt_fp16(row):
             path = onnx_file("fp16")  # exported in the smoke run too: the export path is part of the check
+            if smoke:
+                return skip(row, SMOKE_GPU_ONLY)
             if not status.tensorrt:
                 return skip(row, "the tensorrt Python package is not installed (or there is no CUDA device)")
             tensorrt_build_and_run(row, path)
@@ -487,6 +492,8 @@ def measure(args, status, log=print) -> list[dict]:
                 problem = tensorrt_qdq_problem(path)
                 if problem is not None:
                     return skip(row, problem)
+                if smoke:
+                    return skip(row, SMOKE_GPU_ONLY)
                 if not status.tensorrt:
                     return skip(row, "the tensorrt Python package is not installed (or there is no CUDA device)")
                 tensorrt_build_and_run(row, path, int8=True)

@@ -305,10 +305,24 @@ def test_smoke_runs_every_step_the_cpu_can(tmp_path):
     assert bool(frame.loc["ort_cuda_fp32", "same_output"]) and frame.smoke.all()
     assert frame.loc["eager_fp16_half", "fp16_method"] == "model.half()"
     assert "symmetric INT8" in frame.loc["tensorrt_int8_qdq", "note"]          # chapter 4's model: uint8
-    assert "tensorrt" in frame.loc["tensorrt_int8_qdq_symmetric", "note"]      # compatible, no TensorRT here
+    assert frame.loc["tensorrt_int8_qdq_symmetric", "note"] == "skipped: " + load_script().SMOKE_GPU_ONLY  # compatible
     assert frame.loc["tensorrt_int8_qdq_symmetric", "qdq_source"] == "chapter 4's recipe, int8 symmetric"
     assert not frame.note.fillna("").str.startswith("failed").any()
     runs = [p.name for p in work.iterdir()]
     assert len(runs) == 1 and runs[0].startswith("run-")   # a new folder per run: no engine cache reused
     assert {"blurball_fp32.onnx", "blurball_fp16.onnx", "blurball_int8_qdq.onnx",
             "blurball_int8_qdq_sym.onnx"} <= {p.name for p in (work / runs[0]).iterdir()}
+
+
+@pytest.mark.slow
+def test_smoke_on_a_machine_with_every_gpu_runtime_skips_the_gpu_only_variants(tmp_path):
+    """The lab engineer's dry run (README step 2) sees CUDA, ONNX Runtime's GPU providers and TensorRT."""
+    script = load_script()
+    status = SimpleNamespace(cuda_device="Fake GPU", ort_cuda=True, ort_tensorrt=True, tensorrt=True,
+                             tensorrt_version="10.13.0", anything=True)
+    args = script.parse_args(["--smoke", "--results-dir", str(tmp_path), "--workdir", str(tmp_path / "w")])
+    rows = {r["variant"]: r for r in script.measure(args, status, log=lambda *_: None)}
+    assert script.failed_variants(list(rows.values())) == []
+    for variant in ("ort_tensorrt_fp16", "tensorrt_fp16", "tensorrt_int8_qdq_symmetric"):
+        assert rows[variant]["note"] == "skipped: " + script.SMOKE_GPU_ONLY
+    assert rows["ort_cuda_fp32"]["median_ms"] != ""
