@@ -4,10 +4,12 @@ sphinx-thebe 0.3.1 registers its inline configuration script twice under Sphinx 
 declared ``const THEBE_JS_URL`` twice and raised a SyntaxError in the reader's console. This
 extension drops exact duplicate script entries from each page's context.
 
-It also owns the book's repository URL, set in ONE place: ``book_repository_url`` under
+It also lets long inline code wrap on a phone-sized screen (``static/book_html_fixes.css``), and owns
+the book's repository URL, set in ONE place: ``book_repository_url`` under
 ``sphinx: config:`` in ``_config.yml``. While it is empty the repository, issues and launch (Binder,
 Colab) buttons are absent; once it names the published repository they all point at it.
 """
+from pathlib import Path
 
 
 def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
@@ -50,9 +52,19 @@ def _apply_repository_url(app, config):
     config.html_theme_options = options
 
 
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+def _add_static_path(app, config):
+    config.html_static_path = [*config.html_static_path, str(STATIC)]
+
+
 def setup(app):
     app.add_config_value("book_repository_url", "", "html", types=[str])
     app.add_config_value("book_repository_branch", "main", "html", types=[str])
     app.connect("config-inited", _apply_repository_url)
+    # Inline code wraps on a phone instead of widening the page (static/book_html_fixes.css).
+    app.connect("config-inited", _add_static_path)
+    app.add_css_file("book_html_fixes.css")
     app.connect("html-page-context", _drop_duplicate_scripts, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -71,3 +71,6 @@ def test_a_built_page_has_the_buttons_only_with_a_url(tmp_path):
         assert marker not in without, marker
         assert marker in with_url, marker
     assert URL in with_url
+    # long inline code wraps on a phone: the extension's stylesheet is linked and shipped
+    assert "book_html_fixes.css" in without
+    assert (tmp_path / "without" / "_build" / "html" / "_static" / "book_html_fixes.css").is_file()
