@@ -243,6 +243,22 @@ def test_latest_matrix_reads_the_newest_real_run(tmp_path):
     assert im.recommend_int8_config(latest)[0]["config"] == "a"
 
 
+def test_describe_tensor_errors_counts_groups():
+    rows = [{"tensor_kind": "activation", "rank": k + 1, "tensor": f"t{k}", "op": "Relu", "sqnr_db": 1.0 + k,
+             "module": f"stage2.0.branches.0.{k}.se.fc.1" if k < 3 else "stage3.0.branches.0.0.bn1",
+             "group": "se" if k < 3 else "other"} for k in range(4)]
+    rows.append({"tensor_kind": "weight", "rank": 1, "tensor": "w", "op": "Conv", "sqnr_db": 45.0, "module": "m",
+                 "group": "other"})
+    sentence = im.describe_tensor_errors(pd.DataFrame(rows))
+    assert "3 are in the squeeze-and-excitation layers and 1 in the rest" in sentence
+    assert "t0" in sentence and "1.0 dB" in sentence and "45.0 to 45.0 dB" in sentence
+    # a run recorded before the group column existed: the group comes from the module name
+    legacy = pd.DataFrame(rows).drop(columns="group")
+    assert "3 are in the squeeze-and-excitation" in im.describe_tensor_errors(legacy)
+    with pytest.raises(im.Int8MatrixError):
+        im.describe_tensor_errors(pd.DataFrame())
+
+
 # ------------------------------------------------------------------------------------------------
 # The script
 # ------------------------------------------------------------------------------------------------

@@ -13,15 +13,20 @@ them, and lets ONNX Runtime's Q/DQ debugging helpers (``onnxruntime.quantization
 name the tensors that quantize worst.
 
 The design is fractional, not the full 2 x 4 x 2 x 5 x 2 = 160-model product (half a minute to a
-minute of a shared 2-core CPU each, counting calibration, scoring and timing): :func:`design` varies **one factor at a time**
-from a baseline (per-channel, MinMax, no pre-processing, everything quantized, ``reduce_range`` as
-chosen for this CPU), which measures each factor's main effect, and adds two **combinations** (the
-"careful" choice on every factor at once, and per-tensor weights with the sensitive layers excluded) to
-show whether the effects add up. Interactions beyond those two are not estimated.
+minute of a shared 2-core CPU each, counting calibration, scoring and timing): :func:`design` varies
+**one factor at a time** from a baseline (per-channel, MinMax, no pre-processing, everything
+quantized, ``reduce_range`` as chosen for this CPU), which measures each factor's main effect, and
+adds two **combinations** (the "careful" choice on every factor at once, and per-tensor weights with
+the sensitive layers excluded) to show whether the effects add up. Interactions beyond those two are
+not estimated. The calibration factor has four levels, because ``quantize_static``'s Entropy is
+MinMax in disguise: it builds its histogram with 128 bins, as many as the 128 quantized bins the
+entropy search slides over them, so the search has one candidate, the full range (the first
+recorded run shows identical scales); a real entropy calibration needs more bins, which only a
+calibration cache can hand to ``quantize_static`` (:class:`Int8Config`, ``histogram_bins``).
 
 Entry points for Chapter 4: :func:`design`, :func:`run_matrix` (what ``code/bench_int8.py`` calls),
 :func:`tensor_errors`, :func:`latest_matrix` / :func:`latest_tensor_errors` (the newest recorded run),
-:func:`matrix_table`, and :func:`recommend_int8_config`, which chooses a configuration from a recorded
+:func:`matrix_table`, :func:`describe_tensor_errors`, and :func:`recommend_int8_config`, which chooses a configuration from a recorded
 run by data and says why.
 """
 from __future__ import annotations
@@ -46,6 +51,8 @@ GROUPS = ("stem", "head", "se")
 STEM_MODULES = ("conv1", "bn1", "conv2", "bn2", "relu")
 #: Module name of BlurBall's head (the 1x1 convolution that writes the logits).
 HEAD_MODULE = "final_layers"
+#: How prose names each layer group.
+GROUP_WORDS = {"stem": "stem", "head": "head", "se": "SE layers"}
 
 #: Result kinds (``graphbook.results.KINDS``) this module's rows are written as.
 KIND_MATRIX = "int8-matrix"
@@ -121,7 +128,7 @@ class Int8Config:
                  + (f" ({self.histogram_bins} histogram bins)" if self.histogram_bins else "")]
         if self.pre_process:
             parts.append("quant_pre_process")
-        parts.append(f"{' and '.join(self.exclude)} kept in FP32" if self.exclude else "every layer quantized")
+        parts.append(_excluded_phrase(self.excluded))
         parts.append(f"reduce_range={self.reduce_range}")
         return ", ".join(parts)
 
@@ -592,6 +599,15 @@ def tensor_errors(fp32_path: str | Path, qdq_path: str | Path, frames: Sequence,
 # The recommendation
 # --------------------------------------------------------------------------------------------------
 
+def _excluded_phrase(excluded: str) -> str:
+    """``"stem+head+se"`` -> "stem, head and SE layers kept in FP32"; "" -> "every layer quantized"."""
+    words = [GROUP_WORDS.get(g, g) for g in str(excluded).split("+") if g]
+    if not words:
+        return "every layer quantized"
+    joined = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+    return f"{joined} kept in FP32"
+
+
 def _is_true(value) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("true", "1", "yes")
@@ -607,7 +623,7 @@ def _config_phrase(row) -> str:
              f"{row.get('calibration')} calibration{bins}"]
     if _is_true(row.get("pre_process")):
         parts.append("quant_pre_process")
-    parts.append(f"{excluded.replace('+', ', ')} kept in FP32" if excluded else "every layer quantized")
+    parts.append(_excluded_phrase(excluded))
     parts.append(f"reduce_range={_is_true(row.get('reduce_range'))}")
     return ", ".join(parts)
 
@@ -710,6 +726,38 @@ def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_
     return chosen, sentence + "."
 
 
+def describe_tensor_errors(frame) -> str:
+    """One sentence on a recorded worst-tensor ranking (kind :data:`KIND_TENSOR_ERRORS`) (Chapter 4).
+
+    Says how many of the worst activations fall in each layer group, names the worst one with its
+    module and SQNR, and gives the range of the worst weights' SQNR. Raises :class:`Int8MatrixError`
+    for a frame without activation rows.
+    """
+    import pandas as pd
+
+    frame = pd.DataFrame(frame)
+    if frame.empty or "tensor_kind" not in frame:
+        raise Int8MatrixError("no worst-tensor ranking recorded: run `python code/bench_int8.py` first")
+    acts = frame[frame["tensor_kind"] == "activation"].sort_values("rank")
+    weights = frame[frame["tensor_kind"] == "weight"]
+    if acts.empty:
+        raise Int8MatrixError("the ranking has no activation rows")
+    names = {"se": "squeeze-and-excitation layers", "stem": "stem", "head": "head", "other": "rest of the network"}
+    recorded = acts["group"] if "group" in acts else pd.Series([None] * len(acts), index=acts.index)
+    derived = acts["module"].fillna("").map(lambda m: node_group(["", str(m)]) or "other")  # runs before "group"
+    groups = recorded.where(recorded.notna() & (recorded.astype(str) != ""), derived).value_counts()
+    parts = [f"{n} in the {names.get(g, g)}" for g, n in groups.items()]
+    parts[0] = f"{groups.iloc[0]} {'is' if groups.iloc[0] == 1 else 'are'}" + parts[0][len(str(groups.iloc[0])):]
+    worst = acts.iloc[0]
+    sentence = (f"Of the {len(acts)} activations that quantize worst in the baseline model, "
+                f"{', '.join(parts[:-1]) + ' and ' + parts[-1] if len(parts) > 1 else parts[0]}; the worst, "
+                f"{worst['tensor']} ({worst['op']} in {worst['module']}), keeps a signal-to-quantization-noise "
+                f"ratio of {worst['sqnr_db']:.1f} dB")
+    if not weights.empty:
+        sentence += (f", while the worst weights keep {weights['sqnr_db'].min():.1f} to {weights['sqnr_db'].max():.1f} dB")
+    return sentence + "."
+
+
 def latest_matrix(results_dir: str | Path | None = None):
     """The rows of the newest recorded run of the matrix (kind :data:`KIND_MATRIX`), typed (Chapter 4).
 
@@ -737,7 +785,7 @@ def _latest(kind_name: str, results_dir):
 
 def matrix_table(frame):
     """The columns of a matrix run that a chapter shows, FP32 first (Chapter 4)."""
-    columns = [c for c in ("config", "role", "per_channel", "calibration", "pre_process", "excluded", "reduce_range",
-                           "status", "detection_rate", "median_error_px", "median_angle_error_deg", "max_abs_diff",
-                           "latency_ms", "speedup_vs_fp32") if c in frame]
+    columns = [c for c in ("config", "role", "per_channel", "calibration", "histogram_bins", "pre_process",
+                           "excluded", "reduce_range", "status", "detection_rate", "median_error_px",
+                           "median_angle_error_deg", "max_abs_diff", "latency_ms", "speedup_vs_fp32") if c in frame]
     return frame[columns].reset_index(drop=True)
