@@ -66,6 +66,13 @@ def autocast_conv_events():
             event("void cudnn::bn_fw_inf_1C11_kernel_NCHW", "CUDA", 40, 45, id=22, linked=99)]  # owner unknown
 
 
+def test_runtime_calls_never_own_kernels():
+    events = [event("cudaLaunchKernel", "CPU", 1, 2, id=6, linked=4),   # CUPTI id equal to the conv's op id
+              *autocast_conv_events()]
+    kernels = gp.kernels_from_events(events, "cuda")
+    assert [k[0] for k in kernels] == ["aten::copy_", "aten::cudnn_convolution", ""]
+
+
 def test_weight_casts_under_conv2d_are_cast_copy_not_convolution():
     kernels = gp.kernels_from_events(autocast_conv_events(), "cuda")
     assert [k[0] for k in kernels] == ["aten::copy_", "aten::cudnn_convolution", ""]
@@ -186,3 +193,16 @@ def test_child_rows_round_trip(tmp_path):
     bad.write_text("raise SystemExit('no rows here')\n")
     with pytest.raises(RuntimeError, match="no rows here"):
         gp.run_child([str(bad)])
+
+
+def test_real_profiler_events_have_the_attributes_the_rules_read():
+    from torch.profiler import profile
+
+    model, x = gp.smoke_model(), torch.randn(1, 9, 16, 16)
+    with profile() as prof, torch.no_grad():
+        model(x)
+    events = prof.events()
+    assert all(gp._device_kind(e) == "CPU" for e in events)
+    assert all(getattr(e, "linked_correlation_id", None) == 0 for e in events)  # ops link to nothing
+    assert gp.kernels_from_events(events, "cuda") == []   # no CUDA events on a CPU
+    assert gp.kernels_from_events(events, "cpu")

@@ -140,7 +140,10 @@ def kernels_from_events(events: Iterable, device: str = "cuda") -> list[tuple[st
                 if computes(e) and not computing_below(e)]
     owners = {}
     for event in events:
-        if _device_kind(event) == "CPU" and not is_annotation(event):
+        # Owners are the ops themselves (linked to nothing); runtime calls such as cudaLaunchKernel are
+        # linked to their op and carry CUPTI's own correlation ids, which may equal an op's id.
+        if (_device_kind(event) == "CPU" and not is_annotation(event)
+                and not getattr(event, "linked_correlation_id", 0)):
             owners.setdefault(getattr(event, "id", None), event)
     out = []
     for event in events:
