@@ -125,9 +125,10 @@ class EngineBuild:
     (A plain class, not a dataclass: the script is also loaded with importlib by tests and chapters.)"""
 
     def __init__(self, engine, build_s: float, typing: str, plan_bytes: int, timing_cache: bytes,
-                 with_timing_cache: bool):
+                 with_timing_cache: bool, keep_alive=()):
         self.engine, self.build_s, self.typing, self.plan_bytes = engine, build_s, typing, plan_bytes
         self.timing_cache, self.with_timing_cache = timing_cache, with_timing_cache
+        self.keep_alive = tuple(keep_alive)  # the runtime and logger outlive the engine they made
 
 
 def build_tensorrt_engine(trt, onnx_path: Path, workspace_mib: int, *, timing_cache: bytes | None = None,
@@ -159,10 +160,12 @@ def build_tensorrt_engine(trt, onnx_path: Path, workspace_mib: int, *, timing_ca
     if plan is None:
         raise RuntimeError("TensorRT returned no engine (see its log above)")
     serialized = bytes(config.get_timing_cache().serialize())
-    engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
+    runtime = trt.Runtime(logger)
+    engine = runtime.deserialize_cuda_engine(plan)
     if engine is None:
         raise RuntimeError("TensorRT could not deserialize the engine it just built")
-    return EngineBuild(engine, build_s, typing_mode, int(plan.nbytes), serialized, timing_cache is not None)
+    return EngineBuild(engine, build_s, typing_mode, int(plan.nbytes), serialized, timing_cache is not None,
+                       keep_alive=(runtime, logger))
 
 
 def tensorrt_runner(trt, engine, x, stream, *, device: str = "cuda"):
@@ -189,10 +192,11 @@ def tensorrt_runner(trt, engine, x, stream, *, device: str = "cuda"):
         raise RuntimeError("TensorRT could not create an execution context")
     context.set_tensor_address(inputs[0], x.data_ptr())
     context.set_tensor_address(outputs[0], output.data_ptr())
+    bound = (engine, x, output)  # TensorRT holds raw pointers: keep the tensors (and engine) alive
 
     def run():
         gp.enqueue_or_raise(context, handle)
-        return output
+        return bound[2]
 
     return run
 
@@ -280,10 +284,11 @@ def ort_runner(session, x, out_shape, dtype, *, device: str = "cuda"):
     np_type = np.float16 if dtype == torch.float16 else np.float32
     binding.bind_input(session.get_inputs()[0].name, device, 0, np_type, tuple(x.shape), x.data_ptr())
     binding.bind_output(session.get_outputs()[0].name, device, 0, np_type, tuple(output.shape), output.data_ptr())
+    bound = (x, output)  # the binding holds raw pointers: keep both tensors alive with the runner
 
     def run():
         session.run_with_iobinding(binding)
-        return output
+        return bound[1]
 
     return run
 
