@@ -28,27 +28,23 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphbook.cli import OneLineParser, multiple_of_8, positive_int
+from graphbook.cli import (EXIT_CHECK_FAILED, EXIT_OK, int_at_least, make_parser, multiple_of_8, positive_int,
+                           resource_absent)
+
+PROG = "bench_int8.py"
 
 #: Fastest ball (px per frame) of the training clips and of the held-out clips the checkpoint was scored on.
 MAX_SPEED = 30.0
 SMOKE = {"height": 32, "width": 64, "calibration_clips": 2, "eval_clips": 2, "repeats": 3, "debug_clips": 1}
 
 
-def at_least_3(text: str) -> int:
-    """An argparse type: an integer of at least 3 (a median needs three runs)."""
-    value = positive_int(text)
-    if value < 3:
-        raise argparse.ArgumentTypeError(f"expected at least 3 timed runs for a median, got {value}")
-    return value
-
-
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = OneLineParser(prog="bench_int8.py", description=__doc__.split("\n\n")[0])
+    parser = make_parser(PROG, __doc__.split("\n\n")[0])
     parser.add_argument("--height", type=multiple_of_8, default=96, help="input height (default 96, the training size)")
     parser.add_argument("--width", type=multiple_of_8, default=160, help="input width (default 160)")
     parser.add_argument("--threads", type=positive_int, default=2, help="ONNX Runtime intra-op threads")
-    parser.add_argument("--repeats", type=at_least_3, default=15, help="timed round-robin calls per model (>= 3)")
+    parser.add_argument("--repeats", type=int_at_least(3), default=15,
+                        help="timed round-robin calls per model (at least 3: a median)")
     parser.add_argument("--calibration-clips", type=positive_int, default=16,
                         help="training clips the quantizer calibrates on")
     parser.add_argument("--eval-clips", type=positive_int, default=64, help="held-out clips every model is scored on")
@@ -59,8 +55,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true",
                         help="a tiny run (32x64, 2 configurations, 2+2 clips) that exercises every step")
     parser.add_argument("--workdir", type=Path, default=None, help="folder for the .onnx files (default: temporary)")
-    parser.add_argument("--results-dir", type=Path, default=None,
-                        help="where the result files go (default data/results, or $GRAPHBOOK_RESULTS_DIR)")
     args = parser.parse_args(argv)
     if args.smoke:
         explicit = {a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:]) if a.startswith("--")}
@@ -80,9 +74,8 @@ def main(argv=None) -> int:
 
     checkpoint = args.checkpoint or REPO_ROOT / blurball.TRAINED_CHECKPOINT
     if not Path(checkpoint).is_file():
-        print(f"bench_int8.py: error: trained BlurBall checkpoint not found: {checkpoint} "
-              "(recreate it with `python code/train_blurball.py --seed 0`)", file=sys.stderr)
-        return 3
+        return resource_absent(PROG, f"trained BlurBall checkpoint not found: {checkpoint} "
+                                     "(recreate it with `python code/train_blurball.py --seed 0`)")
 
     import torch
 
@@ -133,11 +126,11 @@ def main(argv=None) -> int:
         print(sentence)
     except int8_matrix.Int8MatrixError as error:
         print(f"no recommendation: {error}")
-    if run.failures:
-        for name, message in run.failures.items():
-            print(f"bench_int8.py: configuration {name} failed: {message}", file=sys.stderr)
-        return 1
-    return 0
+    if run.failures:  # recorded with their error in the status column; named here
+        print(f"{PROG}: configurations that could not be built or run: "
+              + "; ".join(f"{name} ({message})" for name, message in run.failures.items()), file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    return EXIT_OK
 
 
 if __name__ == "__main__":

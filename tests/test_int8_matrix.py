@@ -1,6 +1,5 @@
 """Tests of graphbook.int8_matrix and code/bench_int8.py: the design, the layer groups, the
 recommendation on a synthetic frame, the script's arguments, and one smoke run (slow: an export)."""
-import importlib.util
 import math
 import subprocess
 import sys
@@ -262,53 +261,48 @@ def test_describe_tensor_errors_counts_groups():
 # ------------------------------------------------------------------------------------------------
 # The script
 # ------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_int8", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _run(*args, timeout=120):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
 
 
-def test_defaults_and_smoke_sizes(bench):
-    args = bench.parse_args([])
-    assert (args.height, args.width, args.threads, args.repeats) == (96, 160, 2, 15)
-    smoke = bench.parse_args(["--smoke", "--eval-clips", "3"])
-    assert (smoke.height, smoke.width, smoke.calibration_clips, smoke.eval_clips) == (32, 64, 2, 3)
-
-
-@pytest.mark.parametrize("argv", [["--repeats", "2"], ["--height", "100"], ["--threads", "0"],
-                                  ["--debug-clips", "9", "--eval-clips", "2"], ["--bogus"]])
-def test_bad_arguments_exit_2_with_one_line(bench, argv, capsys):
-    with pytest.raises(SystemExit) as exc:
-        bench.parse_args(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "error" in err
+@pytest.mark.parametrize("argv, message", [
+    (["--repeats", "2"], ">= 3"), (["--height", "100"], "multiple of 8"), (["--threads", "0"], "positive integer"),
+    (["--debug-clips", "9", "--eval-clips", "2"], "cannot exceed"), (["--bogus"], "unrecognized"),
+    (["--results-dir", "{file}"], "not a directory")])
+def test_bad_arguments_exit_2_with_one_line(argv, message, tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    proc = _run(*[arg.format(file=a_file) for arg in argv])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error" in lines[0] and message in lines[0], proc.stderr
 
 
 def test_missing_checkpoint_exits_3(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--checkpoint", str(tmp_path / "none.pt"),
-                           "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    proc = _run("--smoke", "--checkpoint", str(tmp_path / "none.pt"), "--results-dir", str(tmp_path))
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
     assert "checkpoint not found" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.glob("*.csv"))
 
 
 @pytest.mark.slow
-def test_smoke_run_writes_both_kinds_and_recommends(bench, tmp_path, capsys):
-    assert bench.main(["--smoke", "--results-dir", str(tmp_path)]) == 0
+def test_smoke_run_writes_both_kinds_and_recommends(tmp_path):
+    proc = _run("--smoke", "--results-dir", str(tmp_path), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 INT8 configurations at 32x64, 2 threads" in proc.stdout
     matrix = results.load(im.KIND_MATRIX, results_dir=tmp_path)
     assert list(matrix["config"]) == ["fp32", "baseline", "smoke-combination"]
     assert (matrix["status"] == "ok").all() and matrix["detection_rate"].between(0, 1).all()
-    assert (matrix["latency_ms"] > 0).all() and (matrix["height"] == 32).all()
+    assert (matrix["latency_ms"] > 0).all() and (matrix["height"] == 32).all() and (matrix["timing_runs"] == 3).all()
     assert matrix.loc[0, "max_abs_diff"] == 0 and (matrix["max_abs_diff"].iloc[1:] > 0).all()
     assert (matrix["excluded_nodes"].iloc[2] > 0) and matrix["cpu_isa"].notna().all()
+    assert matrix["smoke"].all()
     errors = results.load(im.KIND_TENSOR_ERRORS, results_dir=tmp_path)
     assert set(errors["tensor_kind"]) == {"activation", "weight"}
     assert errors.groupby("tensor_kind")["rank"].max().max() <= 10
+    assert set(errors["group"]) <= {"stem", "head", "se", "other"}
     row, sentence = im.recommend_int8_config(results.latest_run(matrix))
     assert row["config"] in set(matrix["config"]) and sentence.endswith(".")
-    assert sentence in capsys.readouterr().out
+    assert sentence in proc.stdout
     with pytest.raises(im.Int8MatrixError):  # a smoke run is never "the" recorded run
         im.latest_matrix(tmp_path)
