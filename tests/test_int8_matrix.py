@@ -130,6 +130,42 @@ def test_nodes_in_groups_reads_the_exporters_module_names():
         im.nodes_in_groups(_tiny_model(with_scopes=False), ("stem",))
 
 
+def _tiny_detector(path):
+    """A 1x1 convolution 9 -> 3 channels: BlurBall's input and output shapes, no module names."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.normal(0, 0.3, (3, 9, 1, 1)).astype(np.float32), "w")
+    bias = numpy_helper.from_array(np.full(3, -4.0, np.float32), "b")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv")], "tiny",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 9, 32, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 32, 64])], [weight, bias])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 10
+    onnx.save(model, str(path))
+    return path
+
+
+def test_run_matrix_records_a_failing_configuration(tmp_path):
+    from graphbook import synthetic_clips
+
+    fp32 = _tiny_detector(tmp_path / "tiny.onnx")
+    clips = synthetic_clips.held_out_clips(2, 32, 64)
+    configs = [im.Int8Config("baseline"), im.Int8Config("no-se", exclude=("se",), role="vary exclude")]
+    run = im.run_matrix(fp32, configs, im.clip_inputs(clips[:1]), clips, workdir=tmp_path, threads=1, repeats=3)
+    assert [r["config"] for r in run.rows] == ["fp32", "baseline", "no-se"]
+    assert run.rows[1]["status"] == "ok" and run.rows[1]["quantize_nodes"] > 0 and run.rows[1]["latency_ms"] > 0
+    assert run.rows[1]["max_abs_diff"] > 0 and run.rows[0]["max_abs_diff"] == 0
+    assert "no-se" in run.failures and "name_scopes" in run.rows[2]["status"]  # recorded, not raised
+    assert math.isnan(run.rows[2]["latency_ms"])
+    row, _ = im.recommend_int8_config(pd.DataFrame(run.rows), latency_budget_ms=1e9, max_rate_drop=1.0,
+                                      max_error_increase_px=1e9)
+    assert row["config"] in ("fp32", "baseline")
+    with pytest.raises(im.Int8MatrixError):
+        im.run_matrix(fp32, [im.Int8Config("fp32")], [], clips, workdir=tmp_path)
+
+
 # ------------------------------------------------------------------------------------------------
 # Timing and error helpers
 # ------------------------------------------------------------------------------------------------
