@@ -294,6 +294,28 @@ def test_describe_tensor_errors_counts_groups():
         im.describe_tensor_errors(pd.DataFrame())
 
 
+def test_combined_runs_decide_latency_on_the_median_across_runs(tmp_path):
+    env = {"cpu_model": "CPU A", "cpu_isa": "avx2", "smoke": False}
+    for day, (fp32_ms, a_ms, b_ms) in enumerate([(100.0, 50.0, 80.0), (120.0, 90.0, 60.0), (110.0, 70.0, 65.0)], 1):
+        rows = _frame(_row("a", 0.98, 0.52, a_ms), _row("b", 0.98, 0.50, b_ms)).to_dict("records")
+        rows[0]["latency_ms"] = fp32_ms
+        results.write_run(im.KIND_MATRIX, rows, {**env, "date": f"2026-01-0{day}T00:00:00+00:00"},
+                          results_dir=tmp_path)
+    other = _frame(_row("a", 0.98, 0.52, 1.0), _row("b", 0.98, 0.50, 1.0)).to_dict("records")
+    results.write_run(im.KIND_MATRIX, other, {**env, "cpu_model": "CPU B", "date": "2025-12-31T00:00:00+00:00"},
+                      results_dir=tmp_path)
+    combined = im.combined_matrix(tmp_path)
+    assert list(combined["config"]) == ["fp32", "a", "b"] and combined["run_id"].nunique() == 1
+    assert list(combined["runs"]) == [3, 3, 3]  # the other machine's run is left out
+    assert list(combined["latency_ms"]) == [110.0, 70.0, 65.0]
+    assert list(combined["latency_min_ms"]) == [100.0, 50.0, 60.0]
+    assert combined.loc[2, "speedup_vs_fp32"] == pytest.approx(110 / 65)
+    row, sentence = im.recommend_int8_config(combined)
+    assert row["config"] == "b" and "median across 3 recorded runs" in sentence and "spread across runs" in sentence
+    with pytest.raises(im.Int8MatrixError):
+        im.combine_runs(pd.DataFrame())
+
+
 # ------------------------------------------------------------------------------------------------
 # The script
 # ------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ calibration cache can hand to ``quantize_static`` (:class:`Int8Config`, ``histog
 
 Entry points for Chapter 4: :func:`design`, :func:`run_matrix` (what ``code/bench_int8.py`` calls),
 :func:`tensor_errors`, :func:`latest_matrix` / :func:`latest_tensor_errors` (the newest recorded run),
+:func:`combined_matrix` (every recorded run of this machine, latency as the median across runs),
 :func:`matrix_table`, :func:`describe_tensor_errors`, and :func:`recommend_int8_config`, which chooses a configuration from a recorded
 run by data and says why.
 """
@@ -633,8 +634,9 @@ def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_
                           error_tolerance_px: float = 0.05):
     """Choose a configuration from one recorded run of the matrix, by data, and say why (Chapter 4).
 
-    ``frame``: the rows of ONE run of kind :data:`KIND_MATRIX` (e.g. :func:`latest_matrix`), including
-    the FP32 reference row. Among the INT8 configurations that ran (``status == "ok"``) within the
+    ``frame``: the rows of ONE run of kind :data:`KIND_MATRIX` (e.g. :func:`latest_matrix`), or several
+    runs combined by :func:`combine_runs` (:func:`combined_matrix`: latency decided on the median across
+    runs), including the FP32 reference row. Among the INT8 configurations that ran (``status == "ok"``) within the
     latency budget (default: the FP32 model's median latency, i.e. INT8 must be faster):
 
     1. keep those as accurate as the best: detection rate within ``rate_tolerance`` of the best
@@ -708,9 +710,12 @@ def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_
                       f"({_config_phrase(chosen)}), loses {limit} this recommendation accepts, on {clips} "
                       f"({numbers}).")
     speedup = float(fp32["latency_ms"]) / float(chosen["latency_ms"])
+    run_count = int(chosen["runs"]) if "runs" in chosen and chosen["runs"] == chosen["runs"] else 1
+    timing = f"median across {run_count} recorded runs" if run_count > 1 else "median of the timed calls"
+    spread = "the spread across runs" if run_count > 1 else "the spread of the timed calls"
     sentence = (f"Use {chosen['config']} ({_config_phrase(chosen)}): on {clips} at {size} it keeps "
                 f"{numbers}, and runs in {chosen['latency_ms']:.1f} ms against {fp32['latency_ms']:.1f} ms for FP32 "
-                f"({speedup:.2f}x, {threads}, median of the timed calls). Of the {len(within)} INT8 configurations "
+                f"({speedup:.2f}x, {threads}, {timing}). Of the {len(within)} INT8 configurations "
                 f"(of {total}) that ran within the latency budget ({budget_phrase}), {len(accurate)} "
                 f"{'is' if len(accurate) == 1 else 'are'} as accurate as the best (detection rate within one frame, "
                 f"median position error within {error_tolerance_px:.2f} px)")
@@ -721,7 +726,7 @@ def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_
     if {"latency_min_ms", "latency_max_ms"} <= set(ranked.columns) and \
             float(runner["latency_min_ms"]) <= float(chosen["latency_max_ms"]):
         sentence += (f", but its lead over {runner['config']} ({chosen['latency_ms']:.1f} vs "
-                     f"{runner['latency_ms']:.1f} ms) is within the spread of the timed calls, so on this machine "
+                     f"{runner['latency_ms']:.1f} ms) is within {spread}, so on this machine "
                      f"they are equally good choices")
     return chosen, sentence + "."
 
@@ -781,6 +786,60 @@ def _latest(kind_name: str, results_dir):
     if frame.empty:
         raise Int8MatrixError(f"no recorded {kind_name} run (smoke runs excluded): run `python code/bench_int8.py`")
     return results.latest_run(frame).reset_index(drop=True)
+
+
+def combine_runs(frame):
+    """One row per configuration from every recorded run of the newest run's machine and conditions (Chapter 4).
+
+    The accuracy columns are deterministic (same clips, same seeds, same models) and come from the
+    newest run; the latency is decided across runs, as :func:`graphbook.runs.summarize_runs` does for
+    every benchmark of the book: ``latency_ms`` is the median of the runs' medians, ``latency_min_ms``
+    and ``latency_max_ms`` the smallest and largest run median, ``runs`` how many runs timed the
+    configuration, and ``speedup_vs_fp32`` is recomputed from the combined medians. Runs on another
+    machine fingerprint (CPU model, instruction set, threads), at another input size or on another
+    number of held-out clips are left out, as are configurations the newest run does not have.
+    The result has one ``run_id`` (the combined runs' ids joined by "+"), so
+    :func:`recommend_int8_config` accepts it.
+    """
+    import pandas as pd
+
+    from . import results
+    from . import runs as recorded_runs
+
+    frame = pd.DataFrame(frame)
+    if frame.empty:
+        raise Int8MatrixError("no recorded INT8 matrix run: run `python code/bench_int8.py` first")
+    if "run_id" not in frame:
+        raise Int8MatrixError("the frame has no run_id column: pass rows from graphbook.results.load")
+    framed = recorded_runs.add_machine(frame)
+    latest = results.latest_run(framed)
+    same = framed[framed[recorded_runs.MACHINE] == latest[recorded_runs.MACHINE].iloc[0]]
+    for column in ("height", "width", "eval_clips"):
+        if column in same:
+            same = same[same[column] == latest[column].iloc[0]]
+    timed = same[(same["status"].astype(str) == "ok") & same["latency_ms"].notna()]
+    summary = recorded_runs.summarize_runs(timed, by="config", value="latency_ms").set_index("config")
+    combined = latest.drop(columns=[recorded_runs.MACHINE]).copy()
+    for column, source in (("latency_ms", "median"), ("latency_min_ms", "min"), ("latency_max_ms", "max"),
+                           ("runs", "runs")):
+        combined[column] = combined["config"].map(summary[source]) if not summary.empty else math.nan
+    fp32 = combined.loc[combined["precision"] == "fp32", "latency_ms"]
+    if not fp32.empty:
+        combined["speedup_vs_fp32"] = float(fp32.iloc[0]) / combined["latency_ms"]
+    combined["run_id"] = "+".join(dict.fromkeys(str(r) for r in same["run_id"]))
+    return combined.reset_index(drop=True)
+
+
+def combined_matrix(results_dir: str | Path | None = None):
+    """:func:`combine_runs` over every recorded (non-smoke) run of the matrix (Chapter 4)."""
+    from . import results
+
+    frame = results.load(KIND_MATRIX, results_dir=results_dir)
+    if "smoke" in frame:
+        frame = frame[~frame["smoke"].map(_is_true)]
+    if frame.empty:
+        raise Int8MatrixError("no recorded int8-matrix run (smoke runs excluded): run `python code/bench_int8.py`")
+    return combine_runs(frame)
 
 
 def matrix_table(frame):
