@@ -21,6 +21,7 @@ checks that both name every module:
 - ``folding``      -- Conv2d + BatchNorm2d folding (Chapter 1)
 - ``blurball``     -- the BlurBall ball detector, its loader and input normalisation (Chapter 5)
 - ``fusion_rules`` -- TVM's operator classes and fusion grouping on FX graphs (Chapter 3)
+- ``tvm_compare``  -- real TVM (optional, requirements-tvm.txt) as the referee of the fusion rules (Chapter 3)
 - ``onnx_utils``   -- export, ONNX Runtime sessions, operator counts (Chapter 4)
 - ``int8_matrix``  -- the matrix of ONNX Runtime static INT8 quantization choices (Chapter 4)
 - ``inductor_tools`` -- generated code, kernel counts, graph-break summaries, ablation settings (Chapter 3)
