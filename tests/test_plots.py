@@ -64,3 +64,32 @@ def test_draw_fusion_groups_boxes_every_group_and_colours_every_class():
     plots.draw_fusion_groups(gm, legend=False)  # groups default to fuse_groups(gm)
     assert set(plots._OP_CLASS_COLOURS) == {c.value for c in fusion_rules.OpClass}
     plt.close("all")
+
+
+def test_draw_clip_detection_draws_truth_and_detection_on_four_panels():
+    from graphbook import decoding, synthetic_clips
+
+    clip = synthetic_clips.make_clip(3, 48, 64, p_no_ball=0.0, p_hidden_frame=0.0)
+    label = clip.labels[1]
+    logits = np.where(clip.targets[1] > 0, 8.0, -8.0).astype(np.float32)  # a perfect heatmap, as logits
+    best = decoding.decode_heatmap(logits).best
+    assert best is not None and np.hypot(best.x - label.x, best.y - label.y) < 1.5
+    fig, axes = plt.subplots(1, 4)
+    out = plots.draw_clip_detection(clip.frames[1], clip.targets[1], logits, label, best, crop=12, axes=axes)
+    assert len(out) == 4 and [a.get_title() for a in out] == ["frame", "frame (zoom)", "target", "model heatmap"]
+    assert len(out[0].lines) == 1                       # the box around the ball on the whole frame
+    assert all(len(a.lines) == 4 for a in out[1:])      # truth streak + centre, decoded streak + centre
+    x0, x1 = out[1].get_xlim()
+    assert x0 <= label.x <= x1 and x1 - x0 <= 24 + 1e-6  # cropped around the true centre
+    assert out[3].get_legend() is not None
+    plt.close(fig)
+    # no label, no detection: the whole image, no marks
+    out = plots.draw_clip_detection(clip.frames[1], clip.targets[1], logits, crop=None)
+    assert all(len(a.lines) == 0 for a in out) and out[1].get_xlim() == (-0.5, 63.5)
+    plt.close("all")
+    with pytest.raises(ValueError):
+        plots.draw_clip_detection(clip.frames[1], clip.targets[1][:10], logits)
+    with pytest.raises(ValueError):
+        plots.draw_clip_detection(clip.frames[1][..., 0], clip.targets[1], logits)
+    with pytest.raises(ValueError):
+        plots.draw_clip_detection(clip.frames[1], clip.targets[1], logits, axes=[None, None])

@@ -5,6 +5,9 @@
   ``min(peak_flops, bandwidth * intensity)`` on log-log axes, with operations placed on it.
 - :func:`draw_fusion_groups` -- a small FX graph with its TVM operator classes and fusion groups
   (Chapter 3; the classes and groups come from :mod:`graphbook.fusion_rules`).
+- :func:`draw_clip_detection` -- one frame of a synthetic clip, its target heatmap, the model's heatmap
+  and the decoded ball with its blur direction (Chapter 5; clips from :mod:`graphbook.synthetic_clips`,
+  detections from :mod:`graphbook.decoding`).
 
 Each helper draws on an ``ax`` it is given (or a new one) and returns the ``ax``; none calls
 ``plt.show()``, so chapters control their own figures.
@@ -207,3 +210,78 @@ def draw_fusion_groups(graph, groups: Sequence[FusionGroup] | None = None, ax=No
     if title:
         ax.set_title(title, fontsize=10)
     return ax
+
+
+def _streak(ax, x, y, angle_deg, half_length, *, color, label, marker="o", linestyle="-"):
+    """A ball centre and its blur streak (the segment centre +- half_length * (cos, sin) of angle)."""
+    import math
+
+    t = math.radians(angle_deg)
+    dx, dy = half_length * math.cos(t), half_length * math.sin(t)
+    ax.plot([x - dx, x + dx], [y - dy, y + dy], color=color, linewidth=1.6, linestyle=linestyle)
+    ax.plot([x], [y], marker=marker, markersize=5, markerfacecolor="none", markeredgecolor=color,
+            linestyle="none", label=label)
+
+
+def draw_clip_detection(frame, target, heatmap, label=None, detection=None, *, crop: int | None = 40, axes=None,
+                        from_logits: bool = True, titles: Sequence[str] | None = None):
+    """One frame of a clip, its target, the model's heatmap and the decoded ball, side by side (Chapter 5).
+
+    ``frame``: ``(H, W, 3)`` RGB in [0, 1]; ``target`` and ``heatmap``: ``(H, W)`` (the heatmap as logits
+    when ``from_logits``, else probabilities in [0, 1]); ``label``: the ground truth
+    (:class:`graphbook.synthetic_clips.BallLabel`) or None; ``detection``: the decoder's best
+    (:class:`graphbook.decoding.Detection`) or None. Four panels on ``axes`` (four matplotlib axes, or new
+    ones): the whole frame with a box around the ball, then the frame, the target and the heatmap cropped
+    to ``crop`` pixels around the true centre (the whole image when ``crop`` is None or there is no
+    label), each with the true streak (dashed green) and the decoded centre and blur direction (red).
+    Returns the axes.
+    """
+    import numpy as np
+
+    frame, target, heatmap = np.asarray(frame, np.float32), np.asarray(target, np.float32), np.asarray(heatmap, np.float32)
+    if frame.ndim != 3 or frame.shape[2] != 3:
+        raise ValueError(f"frame must be (H, W, 3) RGB, got shape {frame.shape}")
+    if target.shape != frame.shape[:2] or heatmap.shape != frame.shape[:2]:
+        raise ValueError(f"target {target.shape} and heatmap {heatmap.shape} must match the frame's {frame.shape[:2]}")
+    if crop is not None and crop < 4:
+        raise ValueError(f"crop must be at least 4 pixels (or None), got {crop}")
+    if axes is None:
+        import matplotlib.pyplot as plt
+
+        _, axes = plt.subplots(1, 4, figsize=(10, 2.9))
+    axes = list(np.ravel(axes))
+    if len(axes) != 4:
+        raise ValueError(f"need 4 axes, got {len(axes)}")
+    heat = 1.0 / (1.0 + np.exp(-np.clip(heatmap, -60, 60))) if from_logits else heatmap
+    height, width = target.shape
+    if label is not None and crop is not None:
+        x0, x1 = max(label.x - crop, -0.5), min(label.x + crop, width - 0.5)
+        y0, y1 = max(label.y - crop, -0.5), min(label.y + crop, height - 0.5)
+    else:
+        x0, x1, y0, y1 = -0.5, width - 0.5, -0.5, height - 0.5
+    titles = list(titles) if titles is not None else ["frame", "frame (zoom)", "target", "model heatmap"]
+    if len(titles) != 4:
+        raise ValueError(f"need 4 titles, got {len(titles)}")
+    images = [(frame, {}), (frame, {}), (target, {"cmap": "gray", "vmin": 0, "vmax": 1}),
+              (heat, {"cmap": "magma", "vmin": 0, "vmax": 1})]
+    for k, (ax, (image, style), title) in enumerate(zip(axes, images, titles)):
+        ax.imshow(image, interpolation="nearest", **style)
+        ax.set_title(title, fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        if k == 0:
+            if (x0, x1, y0, y1) != (-0.5, width - 0.5, -0.5, height - 0.5):
+                ax.plot([x0, x1, x1, x0, x0], [y0, y0, y1, y1, y0], color="yellow", linewidth=1.0)
+            continue
+        if label is not None and label.visible:
+            _streak(ax, label.x, label.y, label.angle_deg, label.half_length, color="#2ca02c", label="truth",
+                    marker="s", linestyle="--")
+        if detection is not None:
+            _streak(ax, detection.x, detection.y, detection.angle_deg, detection.half_length, color="#d62728",
+                    label="decoded")
+        ax.set_xlim(x0, x1)
+        ax.set_ylim(y1, y0)  # image rows grow downwards
+    handles, names = axes[-1].get_legend_handles_labels()
+    if handles:
+        axes[-1].legend(handles, names, loc="lower right", fontsize=7, framealpha=0.8)
+    return axes
