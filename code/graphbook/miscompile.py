@@ -1,0 +1,298 @@
+"""The freezing miscompile taken apart: verdict, wrapper diff, the missing summand (Chapter 3).
+
+Introduced in Chapter 3. With Inductor freezing on, BlurBall's compiled output differs from eager. The
+cause is in the generated wrapper: freezing turns ``conv(x) + other`` into the in-place oneDNN call
+``torch.ops.mkldnn._convolution_pointwise_.binary(other, x, ..., 'add', ...)``; with scheduler fusion on,
+the generated kernel that finishes an HRNet fuse layer's three-branch sum reads ``other``'s buffer
+*before* that call adds into it, so one summand is dropped (a lost read-after-write on a mutated
+buffer). This module gives a chapter:
+
+* :func:`freezing_bug_verdict` -- whether ``code/repro_freezing_miscompile.py`` still fails with this
+  torch, run once per torch version in a fresh process and remembered (see its docstring);
+* :func:`inplace_binary_calls`, :func:`lost_reads` and :func:`call_order` -- the in-place calls in a
+  wrapper, the generated kernels that read their buffer too early, and the order of the calls around
+  them, for the two wrappers side by side (fusion on and off);
+* :func:`dropped_summand` -- recomputes BlurBall in eager mode with each fuse-layer summand left out in
+  turn and says which one the compiled output equals: the arithmetic that proves a summand is missing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .environment import REPO_ROOT
+
+REPRO_SCRIPT = REPO_ROOT / "code" / "repro_freezing_miscompile.py"
+#: Where verdicts are remembered between chapter runs, one file per torch version (not a measurement, so
+#: not in data/results; ``record_verdict`` files a run there when a recorded one is wanted).
+CACHE_DIR = Path(os.environ.get("GRAPHBOOK_CACHE_DIR", Path.home() / ".cache" / "graphbook"))
+
+_DIFF_LINE = re.compile(r"max abs diff, freezing:\s+([0-9.eE+-]+|nan|inf)")
+
+
+# ----------------------------------------------------------------------------------------- verdict
+def _run_reproducer(timeout: float, threads: int) -> dict:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(REPRO_SCRIPT), "--threads", str(threads), "--skip-control"],
+                          capture_output=True, text=True, timeout=timeout)
+    seconds = time.perf_counter() - start
+    match = _DIFF_LINE.search(proc.stdout)
+    if proc.returncode not in (0, 1) or match is None:
+        raise RuntimeError(f"the reproducer failed (exit {proc.returncode}): {(proc.stdout + proc.stderr)[-800:]}")
+    return {"present": proc.returncode == 1, "torch": torch.__version__, "max_abs_diff": float(match.group(1)),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "seconds": round(seconds, 1),
+            "output": proc.stdout}
+
+
+def _cache_file() -> Path:
+    return CACHE_DIR / f"freezing-repro-torch-{torch.__version__.replace('+', '_')}.json"
+
+
+def freezing_bug_verdict(*, refresh: bool = False, timeout: float = 900, threads: int = 2) -> dict:
+    """Whether the freezing miscompile is present in this torch: ``{present, torch, max_abs_diff, ...}``
+    (Chapter 3).
+
+    Looked up in this order, so a chapter compiles the reproducer at most once per torch version:
+    a recorded run in ``data/results`` (kind ``freezing-repro``, :func:`record_verdict`) with this torch
+    version and CPU capability; then ``~/.cache/graphbook/freezing-repro-torch-<version>.json``
+    (``GRAPHBOOK_CACHE_DIR`` moves it); else the reproducer runs in a fresh process (under a minute on
+    two cores, once the Inductor cache is warm) and the answer is cached. ``source`` says which.
+    ``refresh=True`` always runs it.
+    """
+    if not refresh:
+        recorded = _recorded_verdict()
+        if recorded is not None:
+            return recorded
+        cache = _cache_file()
+        if cache.exists():
+            try:
+                return {**json.loads(cache.read_text()), "source": f"cache {cache}"}
+            except (OSError, ValueError):
+                pass  # an unreadable cache is simply recomputed
+    verdict = _run_reproducer(timeout, threads)
+    try:
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        _cache_file().write_text(json.dumps(verdict, indent=1))
+    except OSError:
+        pass  # a read-only home: the verdict is still returned
+    return {**verdict, "source": "run now"}
+
+
+def _recorded_verdict() -> dict | None:
+    from . import results
+
+    try:
+        frame = results.load("freezing-repro")
+    except Exception:
+        return None
+    if frame.empty or "torch" not in frame:
+        return None
+    mine = frame[(frame["torch"].astype(str) == torch.__version__)
+                 & (frame.get("cpu_capability", "").astype(str) == torch.backends.cpu.get_cpu_capability())]
+    if mine.empty:
+        return None
+    row = results.latest_run(mine).iloc[0]
+    return {"present": bool(row["present"]), "torch": str(row["torch"]), "max_abs_diff": float(row["max_abs_diff"]),
+            "cpu_capability": str(row["cpu_capability"]), "seconds": float(row.get("seconds", float("nan"))),
+            "source": f"recorded {row['source_file']}"}
+
+
+def record_verdict(results_dir=None, threads: int = 2) -> Path:
+    """Run the reproducer now and file the verdict as a new ``cpu-freezing-repro-<date>.csv`` (Chapter 3)."""
+    from . import environment, results
+
+    verdict = _run_reproducer(900, threads)
+    row = {k: v for k, v in verdict.items() if k != "output"}
+    return results.write_run("freezing-repro", [row], environment.fingerprint(threads), results_dir=results_dir)
+
+
+def verdict_sentence(verdict: dict) -> str:
+    """"still present in torch X" / "fixed in torch X", for prose and asserts (Chapter 3)."""
+    version = str(verdict["torch"]).split("+")[0]
+    return f"still present in torch {version}" if verdict["present"] else f"fixed in torch {version}"
+
+
+# ------------------------------------------------------------------------------------ wrapper reading
+_INPLACE = re.compile(r"torch\.ops\.mkldnn\._convolution_pointwise_\.binary\((\w+), (\w+),")
+_KERNEL_CALL = re.compile(r"^\s*(cpp_fused_\w+)\(([^)]*)\)")
+
+
+def _call_lines(source: str) -> list[tuple[int, str]]:
+    from .inductor_tools import _call_body
+
+    return [(i, line.strip()) for i, line in enumerate(_call_body(source).splitlines())]
+
+
+@dataclass
+class InplaceCall:
+    """One in-place oneDNN conv + add: ``other += conv(input)``, at position ``line`` of ``call``."""
+
+    line: int
+    other: str
+    input: str
+    text: str
+
+
+def inplace_binary_calls(source: str) -> list[InplaceCall]:
+    """The in-place ``_convolution_pointwise_.binary`` calls of a wrapper, in order (Chapter 3)."""
+    calls = []
+    for line, text in _call_lines(source):
+        match = _INPLACE.search(text)
+        if match:
+            calls.append(InplaceCall(line, match.group(1), match.group(2), text))
+    return calls
+
+
+@dataclass
+class LostRead:
+    """A generated kernel that reads ``buffer`` before the in-place call that adds into it (Chapter 3)."""
+
+    buffer: str
+    kernel: str
+    kernel_line: int
+    kernel_text: str
+    inplace_line: int
+    inplace_text: str
+    kernel_def_line: int  # where ``buffer`` was produced (the line that first names it)
+
+
+def lost_reads(source: str) -> list[LostRead]:
+    """Generated kernels launched between a buffer's creation and the in-place add into it that take the
+    buffer as an argument: they read it before the add (Chapter 3). Empty for a correct wrapper."""
+    lines = _call_lines(source)
+    found = []
+    for call in inplace_binary_calls(source):
+        buf = call.other
+        first = next((i for i, text in lines if re.search(rf"\b{buf}\b", text)), None)
+        if first is None:
+            continue
+        for i, text in lines:
+            if not first < i < call.line:
+                continue
+            match = _KERNEL_CALL.match(text)
+            if match and buf in [a.strip() for a in match.group(2).split(",")]:
+                found.append(LostRead(buf, match.group(1), i, text, call.line, call.text, first))
+    return found
+
+
+def call_order(source: str, buffer: str, context: int = 0) -> list[str]:
+    """The launches of ``call`` that name ``buffer`` (plus ``context`` launches around each), in order,
+    numbered by launch position: the order of events on that buffer (Chapter 3)."""
+    from .inductor_tools import _EXTERN_CALL
+
+    lines = _call_lines(source)
+    names = {buffer}
+    for _ in range(3):  # ``buf187 = buf186`` (and reinterpret/reuse lines): the same storage, another name
+        for _, text in lines:
+            alias = re.match(r"^(\w+) = (\w+)(?:;|$)", text)
+            if alias and (alias.group(1) in names or alias.group(2) in names):
+                names.update(alias.groups())
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names))) + r")\b")
+    launches = [(i, text) for i, text in lines if _KERNEL_CALL.match(text) or _EXTERN_CALL.search(text)]
+    keep = set()
+    for k, (_, text) in enumerate(launches):
+        if pattern.search(text):
+            keep.update(range(max(0, k - context), min(len(launches), k + context + 1)))
+    return [f"#{k:3d}  {_shorten(launches[k][1])}" for k in sorted(keep)]
+
+
+def _shorten(text: str, width: int = 150) -> str:
+    text = re.sub(r"_frozen_param\d+", "W", text)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def side_by_side(fused_source: str, unfused_source: str) -> dict:
+    """For the buffer the fused wrapper reads too early: its events in both wrappers (Chapter 3).
+
+    Returns ``{"buffer", "kernel", "fused": [...], "unfused": [...], "unfused_buffer"}``; the unfused
+    wrapper's buffer is found as the ``other`` of the in-place call with the same convolution weights.
+    Raises ``LookupError`` when the fused wrapper has no early read (the bug is absent).
+    """
+    reads = lost_reads(fused_source)
+    if not reads:
+        raise LookupError("no generated kernel reads an in-place-added buffer early: the bug is absent here")
+    read = reads[0]
+    weights = re.findall(r"_frozen_param\d+", read.inplace_text)
+    twin = next((c for c in inplace_binary_calls(unfused_source)
+                 if all(w in c.text for w in weights)), None)
+    unfused_buffer = twin.other if twin else read.buffer
+    return {"buffer": read.buffer, "kernel": read.kernel, "fused": call_order(fused_source, read.buffer),
+            "unfused_buffer": unfused_buffer, "unfused": call_order(unfused_source, unfused_buffer),
+            "unfused_lost_reads": len(lost_reads(unfused_source))}
+
+
+# ----------------------------------------------------------------------------------- the arithmetic
+def _fuse_sum(module, xs, skip):
+    """HighResolutionModule.forward with one summand ``skip = (output i, branch j)`` left out."""
+    xs = [branch(x) for branch, x in zip(module.branches, xs)]
+    fused = []
+    for i, paths in enumerate(module.fuse_layers):
+        terms = [xs[j] if i == j else paths[j](xs[j]) for j in range(len(xs))]
+        total = sum(t for j, t in enumerate(terms) if (i, j) != skip)
+        fused.append(module.relu(total))
+    return fused
+
+
+@dataclass
+class SummandCheck:
+    """Which fuse-layer summand, left out of an eager run, reproduces the compiled output (Chapter 3)."""
+
+    stage: str
+    output: int
+    branch: int
+    diff_without: float      # max |compiled - eager without that summand|
+    diff_with: float         # max |compiled - eager| (the whole sum)
+    summand_max: float       # the largest magnitude of the summand that went missing
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def dropped_summand(model, x: torch.Tensor, compiled_output: torch.Tensor) -> list[SummandCheck]:
+    """Left out in turn, which fuse-layer summand makes eager BlurBall equal the compiled output (Chapter 3)?
+
+    Runs ``model`` (a BlurBall) in eager mode once per (stage, fuse output, branch) with that one term
+    removed from the sum and compares with ``compiled_output``; returns every omission that matches to
+    1e-4 (normally exactly one), with the full-sum difference for contrast. Milliseconds per run at the
+    chapter's input size.
+    """
+    from . import blurball
+
+    with torch.no_grad():
+        full = model(x)
+    diff_with = float((compiled_output - full).abs().max())
+    matches = []
+    for stage_name in ("stage2", "stage3", "stage4"):
+        module = getattr(model, stage_name)[0]
+        n = len(module.branches)
+        for i in range(n):
+            for j in range(n):
+                original = blurball.HighResolutionModule.forward
+                captured = {}
+
+                def patched(self, xs, _i=i, _j=j, _module=module):
+                    if self is not _module:
+                        return original(self, xs)
+                    inner = [branch(t) for branch, t in zip(self.branches, xs)]
+                    term = inner[_j] if _i == _j else self.fuse_layers[_i][_j](inner[_j])
+                    captured["max"] = float(term.abs().max())
+                    return _fuse_sum(self, xs, (_i, _j))
+
+                blurball.HighResolutionModule.forward = patched
+                try:
+                    with torch.no_grad():
+                        without = model(x)
+                finally:
+                    blurball.HighResolutionModule.forward = original
+                diff = float((compiled_output - without).abs().max())
+                if diff < 1e-4:
+                    matches.append(SummandCheck(stage_name, i, j, diff, diff_with, captured.get("max", float("nan"))))
+    return matches

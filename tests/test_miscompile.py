@@ -1,0 +1,98 @@
+"""Tests of graphbook.miscompile: reading the two wrappers, the verdict cache, the reproducer's exit codes."""
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from graphbook import miscompile as mc
+
+# A shortened wrapper with the shape of BlurBall's (fusion on): the fused kernel reads buf187 early.
+_HEAD = "from torch import empty\n\nclass Runner:\n    def call(self, args):\n"
+_FUSED = _HEAD + """\
+        buf186 = torch.ops.mkldnn._convolution_pointwise.default(buf185, _frozen_param1125, _frozen_param1035, [1, 1], [2, 2], [1, 1], 1, 'none', [None], '')
+        buf187 = buf186
+        del buf186
+        cpp_fused_add_mul_relu_sigmoid_unsqueeze_13(buf131, buf130, buf120, buf187, buf191)
+        buf132 = torch.ops.mkldnn._convolution_pointwise.default(buf131, _frozen_param1121, _frozen_param1031, [0, 0], [1, 1], [1, 1], 1, 'none', [None], '')
+        torch.ops.mkldnn._convolution_pointwise_.binary(buf187, buf105, _frozen_param1126, _frozen_param1036, [1, 1], [2, 2], [1, 1], 1, 'add', 1.0, None, [None], None)
+        del buf187
+        return (buf191, )
+runner = Runner()
+"""
+_UNFUSED = _HEAD + """\
+        buf186 = torch.ops.mkldnn._convolution_pointwise.default(buf185, _frozen_param1125, _frozen_param1035, [1, 1], [2, 2], [1, 1], 1, 'none', [None], '')
+        buf187 = buf186
+        del buf186
+        torch.ops.mkldnn._convolution_pointwise_.binary(buf187, buf105, _frozen_param1126, _frozen_param1036, [1, 1], [2, 2], [1, 1], 1, 'add', 1.0, None, [None], None)
+        cpp_fused_add_relu_14(buf191, buf187)
+        return (buf191, )
+runner = Runner()
+"""
+
+
+def test_inplace_calls_and_the_early_read():
+    calls = mc.inplace_binary_calls(_FUSED)
+    assert [(c.other, c.input) for c in calls] == [("buf187", "buf105")]
+    reads = mc.lost_reads(_FUSED)
+    assert [(r.buffer, r.kernel) for r in reads] == [("buf187", "cpp_fused_add_mul_relu_sigmoid_unsqueeze_13")]
+    assert reads[0].kernel_line < reads[0].inplace_line
+    assert mc.lost_reads(_UNFUSED) == []
+
+
+def test_side_by_side_orders_the_events_on_the_buffer():
+    both = mc.side_by_side(_FUSED, _UNFUSED)
+    assert both["buffer"] == both["unfused_buffer"] == "buf187"
+    fused = [re.sub(r"^#\s*\d+\s+", "", line) for line in both["fused"]]
+    assert fused[0].startswith("buf186 = torch.ops.mkldnn._convolution_pointwise")   # alias of buf187
+    assert fused[1].startswith("cpp_fused_add_mul_relu") and "binary" in fused[2]        # read, then add
+    unfused = [re.sub(r"^#\s*\d+\s+", "", line) for line in both["unfused"]]
+    assert "binary" in unfused[1] and unfused[2].startswith("cpp_fused_add_relu_14")     # add, then read
+    assert both["unfused_lost_reads"] == 0
+    with pytest.raises(LookupError, match="absent"):
+        mc.side_by_side(_UNFUSED, _UNFUSED)
+
+
+def test_verdict_is_cached_per_torch_version(monkeypatch, tmp_path):
+    monkeypatch.setattr(mc, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(mc, "_recorded_verdict", lambda: None)
+    runs = []
+
+    def fake_run(timeout, threads):
+        runs.append(1)
+        return {"present": True, "torch": torch.__version__, "max_abs_diff": 0.05, "cpu_capability": "X",
+                "seconds": 1.0, "output": ""}
+
+    monkeypatch.setattr(mc, "_run_reproducer", fake_run)
+    first = mc.freezing_bug_verdict()
+    second = mc.freezing_bug_verdict()
+    assert first["present"] and second["present"] and len(runs) == 1
+    assert first["source"] == "run now" and second["source"].startswith("cache")
+    assert json.loads(mc._cache_file().read_text())["max_abs_diff"] == 0.05
+    mc.freezing_bug_verdict(refresh=True)
+    assert len(runs) == 2
+    assert mc.verdict_sentence(first).startswith("still present in torch ")
+    assert mc.verdict_sentence({**first, "present": False}).startswith("fixed in torch ")
+
+
+def test_reproducer_refuses_bad_arguments():
+    for bad in (["--height", "7"], ["--threads", "0"], ["--nonsense"]):
+        proc = subprocess.run([sys.executable, str(mc.REPRO_SCRIPT), *bad], capture_output=True, text=True)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_reproducer_imports_only_torch():
+    source = mc.REPRO_SCRIPT.read_text()
+    imports = {line.split()[1].split(".")[0] for line in source.splitlines()
+               if line.startswith(("import ", "from "))}
+    assert imports <= {"__future__", "argparse", "platform", "sys", "time", "torch"}
+
+
+@pytest.mark.slow
+def test_reproducer_verdict_in_a_fresh_process(monkeypatch, tmp_path):
+    monkeypatch.setattr(mc, "CACHE_DIR", tmp_path)
+    verdict = mc.freezing_bug_verdict(refresh=True)
+    assert verdict["torch"] == torch.__version__
+    assert verdict["present"] == (verdict["max_abs_diff"] > 1e-4)
