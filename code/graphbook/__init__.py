@@ -26,6 +26,8 @@ checks that both name every module:
 - ``int8_matrix``  -- the matrix of ONNX Runtime static INT8 quantization choices (Chapter 4)
 - ``inductor_tools`` -- generated code, kernel counts, graph-break summaries, ablation settings (Chapter 3)
 - ``diagnostics``  -- the compiler's own diagnostics: TORCH_LOGS, tlparse, a graph break found and fixed (Chapter 3)
+- ``miscompile``   -- the freezing miscompile taken apart: per-torch verdict, the two wrappers, the
+                      dropped summand (Chapter 3)
 - ``synthetic_clips`` -- synthetic ground-truth clips of a blurred ball and their targets (Chapter 6)
 - ``decoding``     -- the heatmap decoder: logits back to ball position, angle, length (Chapter 6)
 - ``scoring``      -- detections against ground truth: detection rate, position error (Chapter 6)

@@ -31,9 +31,13 @@ _BOOK_TO_TVM = {"linear": "matmul", "mul": "multiply", "unsqueeze": "expand_dims
                 "upsample_nearest2d": "resize2d", "mean": "mean"}
 
 
+def _tvm_installed() -> bool:
+    return importlib.util.find_spec("tvm") is not None
+
+
 def tvm_status() -> tuple[bool, str]:
     """``(True, "apache-tvm X")`` when TVM imports here, else ``(False, why)`` (Chapter 3)."""
-    if importlib.util.find_spec("tvm") is None:
+    if not _tvm_installed():
         return False, ("apache-tvm is not installed (optional: pip install -r requirements-tvm.txt; wheels "
                        "exist for x86-64 Linux only)")
     try:
