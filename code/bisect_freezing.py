@@ -131,15 +131,18 @@ def run_minifier(args) -> dict:
     try:
         proc = subprocess.run([sys.executable, str(script)], cwd=workdir, env=env, capture_output=True,
                               text=True, timeout=args.minifier_timeout)
-        status, tail = f"exit {proc.returncode}", (proc.stdout + proc.stderr)[-3000:]
+        status, tail = f"exit {proc.returncode}", (proc.stdout + proc.stderr)[-20000:]
     except subprocess.TimeoutExpired as expired:
         out = (expired.stdout or b"") + (expired.stderr or b"")
+        if isinstance(out, str):
+            out = out.encode()
         status = f"timed out after {args.minifier_timeout} s"
-        tail = (out.decode(errors="replace") if isinstance(out, bytes) else str(out))[-3000:]
+        tail = out.decode(errors="replace")[-20000:]
     seconds = time.perf_counter() - start
+    (workdir / "minifier_output.txt").write_text(tail)
     repros = sorted(workdir.rglob("repro.py")) + sorted(workdir.rglob("minifier_launcher.py"))
-    lines = [line for line in tail.splitlines() if "minif" in line.lower() or "accuracy" in line.lower()
-             or "repro" in line.lower()]
+    lines = [line.strip() for line in tail.splitlines()
+             if line.strip() and not line.startswith((" ", "Traceback"))]  # messages, not stack frames
     return {"tool": "accuracy minifier (REPRO_AFTER=aot, LEVEL=4)", "status": status,
             "seconds": round(seconds, 1), "files_written": ";".join(str(p.relative_to(workdir)) for p in repros),
             "repro_lines": sum(len(p.read_text().splitlines()) for p in repros[:1]),
@@ -155,7 +158,9 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     model, inputs = build(args.model, args.height, args.width)
     rows = []
-    if not args.skip_bisector:
+    if args.skip_bisector:
+        pass
+    else:
         print("CompilerBisector ...", flush=True)
         rows.append(run_bisector(model, inputs))
         print(rows[-1], flush=True)

@@ -1,0 +1,54 @@
+"""Write tlparse's HTML report of BlurBall's torch.compile where the book build publishes it (Chapter 3).
+
+Compiles BlurBall once in a fresh process with ``TORCH_TRACE`` set (Inductor's caches off, so the trace
+holds every stage) and runs ``tlparse`` (PyPI, pinned in requirements.txt) on the trace. The default
+output folder, ``images/extra/tlparse/``, lies under the book's ``html_extra_path`` (``_config.yml``), so
+the built site serves it at ``/tlparse/index.html`` and Chapter 3 links it.
+
+Usage::
+
+    python code/make_tlparse_report.py                  # 96x160 input, images/extra/tlparse
+    python code/make_tlparse_report.py --out /tmp/tl --height 32 --width 64
+
+Exit status: 0 written; 2 bad arguments; 3 tlparse not installed; 1 the compile or tlparse failed.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from graphbook.cli import OneLineParser, multiple_of_8, positive_int
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parse_args(argv=None):
+    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(REPO / "images" / "extra" / "tlparse"),
+                        help="output folder, replaced (default images/extra/tlparse)")
+    parser.add_argument("--height", type=multiple_of_8, default=96)
+    parser.add_argument("--width", type=multiple_of_8, default=160)
+    parser.add_argument("--threads", type=positive_int, default=2)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from graphbook import diagnostics
+
+    if not diagnostics.tlparse_available():
+        print("make_tlparse_report: error: tlparse is not installed (pip install -r requirements.txt)",
+              file=sys.stderr)
+        return 3
+    try:
+        index = diagnostics.tlparse_report(args.out, height=args.height, width=args.width, threads=args.threads)
+    except (RuntimeError, OSError) as error:
+        print(f"make_tlparse_report: error: {str(error).splitlines()[0] if str(error) else error}", file=sys.stderr)
+        return 1
+    size = sum(p.stat().st_size for p in Path(args.out).rglob("*") if p.is_file())
+    print(f"wrote {index} ({size / 1e6:.1f} MB in {args.out})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
