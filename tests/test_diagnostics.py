@@ -70,3 +70,17 @@ def test_tlparse_report_needs_tlparse(monkeypatch, tmp_path):
     assert not d.tlparse_available()
     with pytest.raises(RuntimeError, match="tlparse is not installed"):
         d.tlparse_report(tmp_path / "out")
+
+
+def test_unfused_ablation_really_generates_no_kernel():
+    from graphbook import inductor_tools as it
+
+    options = it.ablation_options("without fusion and inlining")
+    assert options == {"freezing": False, "fallback_by_default": True}
+    model, x = d.small_conv_block(size=8)
+    with torch.no_grad():
+        expected = model(x)
+    code = it.compile_and_get_code(model, x, options=options)
+    assert code.kernel_count == 0 and code.launches["generated"] == 0
+    assert code.launches["library"] > 10           # one ATen call per decomposed operator
+    assert torch.allclose(code.output, expected, atol=1e-5)

@@ -296,3 +296,18 @@ def dropped_summand(model, x: torch.Tensor, compiled_output: torch.Tensor) -> li
                 if diff < 1e-4:
                     matches.append(SummandCheck(stage_name, i, j, diff, diff_with, captured.get("max", float("nan"))))
     return matches
+
+
+def frozen_wrappers(model, x: torch.Tensor, fused=None) -> dict:
+    """BlurBall compiled with freezing, scheduler fusion on and off: ``{"fused": GeneratedCode, "unfused":
+    GeneratedCode}`` (Chapter 3).
+
+    Pass the chapter's own freezing compile as ``fused`` (a ``GeneratedCode`` from
+    ``inductor_tools.compile_and_get_code``) to compile only the unfused one (``max_fusion_size=1``).
+    """
+    from .inductor_tools import compile_and_get_code
+
+    if fused is None:
+        fused = compile_and_get_code(model, x, options={"freezing": True})
+    unfused = compile_and_get_code(model, x, options={"freezing": True, "max_fusion_size": 1})
+    return {"fused": fused, "unfused": unfused}
