@@ -96,3 +96,18 @@ def test_reproducer_verdict_in_a_fresh_process(monkeypatch, tmp_path):
     verdict = mc.freezing_bug_verdict(refresh=True)
     assert verdict["torch"] == torch.__version__
     assert verdict["present"] == (verdict["max_abs_diff"] > 1e-4)
+
+
+def test_a_recorded_verdict_is_used_first(monkeypatch, tmp_path):
+    from graphbook import results
+
+    monkeypatch.setattr(mc, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(mc, "_run_reproducer", lambda *a: pytest.fail("must not run the reproducer"))
+    row = {"present": True, "torch": torch.__version__, "max_abs_diff": 0.0793,
+           "cpu_capability": torch.backends.cpu.get_cpu_capability(), "seconds": 40.0}
+    results.write_run("freezing-repro", [row], {"date": "2026-11-30T18:00:00+00:00"}, results_dir=tmp_path)
+    monkeypatch.setenv("GRAPHBOOK_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(results, "_results_dir", lambda d=None: tmp_path)
+    verdict = mc.freezing_bug_verdict()
+    assert verdict["present"] and verdict["max_abs_diff"] == 0.0793
+    assert verdict["source"].startswith("recorded cpu-freezing-repro-2026-11-30")

@@ -93,10 +93,10 @@ def _recorded_verdict() -> dict | None:
         frame = results.load("freezing-repro")
     except Exception:
         return None
-    if frame.empty or "torch" not in frame:
+    if frame.empty or "torch" not in frame or "cpu_capability" not in frame:
         return None
     mine = frame[(frame["torch"].astype(str) == torch.__version__)
-                 & (frame.get("cpu_capability", "").astype(str) == torch.backends.cpu.get_cpu_capability())]
+                 & (frame["cpu_capability"].astype(str) == torch.backends.cpu.get_cpu_capability())]
     if mine.empty:
         return None
     row = results.latest_run(mine).iloc[0]
