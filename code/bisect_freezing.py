@@ -25,6 +25,7 @@ Exit status: 0 recorded; 2 bad arguments.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -143,6 +144,10 @@ def run_minifier(args) -> dict:
     repros = sorted(workdir.rglob("repro.py")) + sorted(workdir.rglob("minifier_launcher.py"))
     lines = [line.strip() for line in tail.splitlines()
              if line.strip() and not line.startswith((" ", "Traceback"))]  # messages, not stack frames
+    errors = [line.strip() for line in tail.splitlines()
+              if re.match(r"^[A-Za-z_.]*(Error|Exception)\b.*:", line.strip())]
+    if errors:  # e.g. the minifier's own deepcopy of the frozen graph failing on oneDNN's opaque tensors
+        status = f"minifier failed ({status}): {errors[-1][:200]}"
     return {"tool": "accuracy minifier (REPRO_AFTER=aot, LEVEL=4)", "status": status,
             "seconds": round(seconds, 1), "files_written": ";".join(str(p.relative_to(workdir)) for p in repros),
             "repro_lines": sum(len(p.read_text().splitlines()) for p in repros[:1]),
