@@ -283,11 +283,12 @@ _TRACE_SCRIPT = (
 
 
 def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, threads: int = 2,
-                   timeout: float = 900) -> Path:
+                   timeout: float = 900, keep_raw: bool = False) -> Path:
     """Compile BlurBall with ``TORCH_TRACE`` on and write tlparse's HTML report to ``out_dir`` (Chapter 3).
 
-    Returns the report's ``index.html``. ``out_dir`` is replaced. Raises ``RuntimeError`` when tlparse
-    is not installed or either step fails (with the tail of its output).
+    Returns the report's ``index.html``. ``out_dir`` is replaced. Unless ``keep_raw``, the copies of the
+    raw trace (``raw.log``, ``raw.jsonl``: half the size, linked from no page) are removed. Raises
+    ``RuntimeError`` when tlparse is not installed or either step fails (with the tail of its output).
     """
     command = _tlparse_command()
     if command is None:
@@ -310,4 +311,7 @@ def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, t
                               capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0 or not (out_dir / "index.html").exists():
             raise RuntimeError(f"tlparse failed: {(proc.stdout + proc.stderr)[-1500:]}")
+    if not keep_raw:
+        for name in ("raw.log", "raw.jsonl"):
+            (out_dir / name).unlink(missing_ok=True)
     return out_dir / "index.html"
