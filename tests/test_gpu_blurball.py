@@ -1,7 +1,7 @@
-"""Tests of code/gpu_blurball.py that run on a CPU: arguments, the plan, the no-CUDA exit, the rows and
-file names, the cuDNN-benchmark child process, and the whole pipeline in --smoke mode (issue 15)."""
+"""Tests of code/gpu_blurball.py (run as a subprocess) and graphbook.gpu_measure behind it, on a CPU:
+arguments, the plan, the no-CUDA exit, the rows and file names, the cuDNN-benchmark child process,
+and the whole pipeline in --smoke mode (issue 15)."""
 import csv
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphbook import results
+from graphbook import gpu_measure, results
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "code" / "gpu_blurball.py"
@@ -17,10 +17,8 @@ SCRIPT = ROOT / "code" / "gpu_blurball.py"
 
 @pytest.fixture(scope="module")
 def gpu():
-    spec = importlib.util.spec_from_file_location("gpu_blurball", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The library behind the script: the script itself is only run as a command line."""
+    return gpu_measure
 
 
 def run_script(*args, timeout=600):
@@ -94,7 +92,7 @@ def test_child_sets_the_flag_before_any_convolution(gpu, monkeypatch, tmp_path, 
 def test_child_command_line(gpu, tmp_path):
     args = gpu.parse_args(["--smoke", "--results-dir", str(tmp_path), "--warm-cache"])
     argv = gpu.child_argv(args, tmp_path / "ref.pt")
-    assert argv[0] == str(SCRIPT) and "--cudnn-benchmark-child" in argv and "--smoke" in argv
+    assert argv[0] == str(SCRIPT) == str(gpu.SCRIPT) and "--cudnn-benchmark-child" in argv and "--smoke" in argv
     assert "--warm-cache" in argv and "--results-dir" not in argv  # the child writes nothing
 
 

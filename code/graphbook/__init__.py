@@ -15,6 +15,8 @@ checks that both name every module:
 - ``probes``       -- the physical limits: copy bandwidth, matmul compute peak, native bf16 (Chapter 1)
 - ``profiling``    -- the CPU profile of one forward grouped the article's way; GFLOP/s vs peak (Chapter 5)
 - ``gpu_profiling`` -- GPU kernels, streams, first calls and max-autotune verdicts for the lab scripts (Chapter 5)
+- ``gpu_measure``  -- the BlurBall GPU matrix behind code/gpu_blurball.py: plan, check, time, profile (Chapter 5)
+- ``gpu_runtimes`` -- ONNX Runtime's GPU providers and TensorRT engines behind code/gpu_tensorrt.py (Chapter 4)
 - ``compiletime``  -- cold / warm torch.compile timing (Chapter 2)
 - ``fusion_demo``  -- the article's CPU fusion demo behind code/03_fusion.py: chain variants, bytes-moved
                       model, measurements, report (Chapter 2)

@@ -1,0 +1,488 @@
+"""BlurBall on the GPU runtimes of Chapter 4, behind ``code/gpu_tensorrt.py`` (Chapter 4).
+
+ONNX Runtime's CUDA and TensorRT providers and TensorRT engines built with the ``tensorrt`` package,
+each compared with eager FP32 and timed on a dedicated CUDA stream: :func:`build_tensorrt_engine`
+(strongly typed networks, timing caches), :func:`tensorrt_runner` (a failed enqueue raises),
+:func:`tensorrt_qdq_problem` (TensorRT takes only symmetric INT8 Q/DQ), :func:`quantize_symmetric`,
+:func:`ort_runner` / :func:`ort_stream_options`, and :func:`measure`, which returns the
+``gpu-tensorrt`` rows. The command line (``main``) stays in ``code/gpu_tensorrt.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import tempfile
+import time
+from pathlib import Path
+
+from . import gpu_profiling as gp
+from .cli import EXIT_RESOURCE_ABSENT, make_parser, positive_int
+
+PROG = "gpu_tensorrt.py"
+KIND = "gpu-tensorrt"
+EXIT_NO_GPU = EXIT_RESOURCE_ABSENT
+VARIANTS = ("eager_fp32", "eager_fp16_half", "ort_cuda_fp32", "ort_tensorrt_fp16", "tensorrt_fp16",
+            "tensorrt_int8_qdq", "tensorrt_int8_qdq_symmetric")
+SMOKE = dict(height=32, width=64, repeats=2, warmup=1)
+SMOKE_GPU_ONLY = "smoke run on the CPU: this variant needs the GPU"
+#: Chapter 4's calibration: three synthetic inputs with these seeds.
+CALIBRATION_SEEDS = (100, 101, 102)
+COLUMNS = ["variant", "description", "precision", "fp16_method", "runtime", "runtime_version", "stream",
+           "median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats", "warmup", "device",
+           "speedup_vs_eager", "expected_to_match_eager", "max_abs_diff", "relative_diff", "same_output",
+           "same_peak_frames", "peak_frames", "same_peaks", "compile_s", "build_s_timing_cache",
+           "timing_cache_bytes", "engine_cache", "trt_typing", "engine_bytes", "qdq_source", "note", "smoke"]
+
+
+def _variant_list(text: str) -> list[str]:
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    unknown = [v for v in names if v not in VARIANTS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"unknown variant(s) {unknown or text!r}; choose from {','.join(VARIANTS)}")
+    return names
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = make_parser(PROG, "BlurBall on ONNX Runtime's GPU providers and TensorRT (Chapter 4).")
+    parser.add_argument("--variants", type=_variant_list, default=list(VARIANTS),
+                        help=f"comma-separated subset of {','.join(VARIANTS)}")
+    parser.add_argument("--warmup", type=positive_int, default=20)
+    parser.add_argument("--repeats", type=positive_int, default=50)
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="folder for ONNX files and engines (default: a temporary folder); each run "
+                             "uses a new subfolder, so no engine cache is ever reused")
+    parser.add_argument("--workspace-mib", type=positive_int, default=2048,
+                        help="TensorRT builder workspace limit")
+    parser.add_argument("--qdq-model", type=Path, default=None,
+                        help="chapter 4's Q/DQ ONNX file (default: rebuilt with the chapter's recipe)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="run the whole pipeline on the CPU with a tiny model and sizes (needs --results-dir)")
+    args = parser.parse_args(argv)
+    if args.smoke and args.results_dir is None:
+        parser.error("--smoke needs --results-dir (smoke rows must not reach data/results)")
+    if args.qdq_model is not None and not args.qdq_model.is_file():
+        parser.error(f"--qdq-model {args.qdq_model} is not a file")
+    if args.smoke:
+        args.repeats, args.warmup = SMOKE["repeats"], SMOKE["warmup"]
+    return args
+
+
+device_slug = gp.device_slug
+
+
+# --------------------------------------------------------------------------------------------------
+# TensorRT
+# --------------------------------------------------------------------------------------------------
+
+def tensorrt_network_flags(trt) -> tuple[int, str]:
+    """Network-creation flags and the typing mode for the installed TensorRT (Chapter 4).
+
+    ``STRONGLY_TYPED`` (TensorRT 9 and later) makes the engine keep the ONNX file's types, so an
+    FP16 file gives an FP16 engine and Q/DQ nodes give INT8; on TensorRT 11 strong typing is always on
+    and the flag is accepted and ignored. Without the flag (old TensorRT) the caller sets builder flags.
+    """
+    flag = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
+    if flag is None:
+        return 0, "weak (builder flags)"
+    return 1 << int(flag), "strong"
+
+
+class EngineBuild:
+    """One TensorRT build (Chapter 4): the engine, seconds in ``build_serialized_network``, the typing
+    mode, the plan's size, the timing cache after the build and whether a timing cache was given."""
+
+    def __init__(self, engine, build_s: float, typing: str, plan_bytes: int, timing_cache: bytes,
+                 with_timing_cache: bool, keep_alive=()):
+        self.engine, self.build_s, self.typing, self.plan_bytes = engine, build_s, typing, plan_bytes
+        self.timing_cache, self.with_timing_cache = timing_cache, with_timing_cache
+        self.keep_alive = tuple(keep_alive)  # the runtime and logger outlive the engine they made
+
+
+def build_tensorrt_engine(trt, onnx_path: Path, workspace_mib: int, *, timing_cache: bytes | None = None,
+                          int8: bool = False) -> EngineBuild:
+    """Parse an ONNX file and build a deserialised engine (Chapter 4).
+
+    ``timing_cache``: the serialized timing cache of an earlier build (None: start from an empty one);
+    the cache after this build is returned, so a second build can measure what the cache saves.
+    ``int8`` only matters on a TensorRT without strong typing (it then sets ``BuilderFlag.INT8`` for
+    Q/DQ models). Raises RuntimeError naming the parser's errors, or when the builder returns no plan.
+    """
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    flags, typing_mode = tensorrt_network_flags(trt)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(onnx_path)):  # reads the external weights beside the file
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise RuntimeError(f"TensorRT could not parse {Path(onnx_path).name}: {errors}")
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_mib << 20)
+    if typing_mode != "strong":  # removed in TensorRT 11; only reached on old versions
+        config.set_flag(trt.BuilderFlag.INT8 if int8 else trt.BuilderFlag.FP16)
+    cache = config.create_timing_cache(bytes(timing_cache or b""))
+    config.set_timing_cache(cache, False)
+    start = time.perf_counter()
+    plan = builder.build_serialized_network(network, config)
+    build_s = time.perf_counter() - start
+    if plan is None:
+        raise RuntimeError("TensorRT returned no engine (see its log above)")
+    serialized = bytes(config.get_timing_cache().serialize())
+    runtime = trt.Runtime(logger)
+    engine = runtime.deserialize_cuda_engine(plan)
+    if engine is None:
+        raise RuntimeError("TensorRT could not deserialize the engine it just built")
+    return EngineBuild(engine, build_s, typing_mode, int(plan.nbytes), serialized, timing_cache is not None,
+                       keep_alive=(runtime, logger))
+
+
+def tensorrt_runner(trt, engine, x, stream, *, device: str = "cuda"):
+    """A zero-argument function that enqueues the engine on ``stream`` and returns its output (Chapter 4).
+
+    ``stream`` is a dedicated CUDA stream (``torch.cuda.Stream``; its handle must not be 0). The input is
+    cast to the engine's input type; a failed enqueue raises RuntimeError
+    (:func:`graphbook.gpu_profiling.enqueue_or_raise`).
+    """
+    import torch
+
+    handle = gp.stream_handle(stream)
+    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+    inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+    outputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
+    if len(inputs) != 1 or len(outputs) != 1:
+        raise RuntimeError(f"expected one input and one output, got {inputs} and {outputs}")
+    dtypes = {trt.DataType.HALF: torch.float16, trt.DataType.FLOAT: torch.float32}
+    x = x.to(dtypes[engine.get_tensor_dtype(inputs[0])]).contiguous()
+    output = torch.empty(tuple(engine.get_tensor_shape(outputs[0])),
+                         dtype=dtypes[engine.get_tensor_dtype(outputs[0])], device=device)
+    context = engine.create_execution_context()
+    if context is None:
+        raise RuntimeError("TensorRT could not create an execution context")
+    context.set_tensor_address(inputs[0], x.data_ptr())
+    context.set_tensor_address(outputs[0], output.data_ptr())
+    bound = (engine, x, output)  # TensorRT holds raw pointers: keep the tensors (and engine) alive
+
+    def run():
+        gp.enqueue_or_raise(context, handle)
+        return bound[2]
+
+    return run
+
+
+def tensorrt_qdq_problem(model_path: Path) -> str | None:
+    """Why TensorRT cannot build this Q/DQ model, or None (Chapter 4).
+
+    TensorRT takes only symmetric INT8 quantization: every QuantizeLinear/DequantizeLinear zero point
+    must be int8 and 0. ONNX Runtime's default static quantization (chapter 4's) gives uint8 activations
+    with non-zero zero points.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    initializers = {t.name: t for t in model.graph.initializer}
+    constants = {o: n.attribute[0].t for n in model.graph.node if n.op_type == "Constant" for o in n.output
+                 if n.attribute and n.attribute[0].name == "value"}
+    uint8, nonzero, nodes = 0, 0, 0
+    for node in model.graph.node:
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        nodes += 1
+        if len(node.input) < 3 or not node.input[2]:
+            uint8 += 1  # no zero point: ONNX's default is a uint8 zero
+            continue
+        tensor = initializers.get(node.input[2]) or constants.get(node.input[2])
+        if tensor is None:
+            continue
+        if tensor.data_type == onnx.TensorProto.UINT8:
+            uint8 += 1
+        if numpy_helper.to_array(tensor).any():
+            nonzero += 1
+    if nodes == 0:
+        return "the model has no QuantizeLinear/DequantizeLinear nodes"
+    if uint8 or nonzero:
+        return (f"TensorRT takes only symmetric INT8 Q/DQ (int8 zero point 0); this model has {uint8} "
+                f"uint8 and {nonzero} non-zero zero points of {nodes} Q/DQ nodes (asymmetric uint8 activations)")
+    return None
+
+
+def quantize_symmetric(fp32_path: Path, out_path: Path, frames) -> Path:
+    """Chapter 4's static Q/DQ recipe with TensorRT's constraint: int8 activations and weights,
+    symmetric ranges (zero points 0), per-channel weights, min-max calibration (Chapter 4)."""
+    import logging
+
+    from onnxruntime import quantization as quant
+
+    from . import onnx_utils as ou
+
+    import onnx
+
+    input_name = onnx.load(str(fp32_path), load_external_data=False).graph.input[0].name
+    root = logging.getLogger()
+    previous = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        quant.quantize_static(str(fp32_path), str(out_path), ou.calibration_reader(input_name, frames),
+                              quant_format=quant.QuantFormat.QDQ, activation_type=quant.QuantType.QInt8,
+                              weight_type=quant.QuantType.QInt8, per_channel=True,
+                              calibrate_method=quant.CalibrationMethod.MinMax,
+                              extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    finally:
+        root.setLevel(previous)
+    return out_path
+
+
+# --------------------------------------------------------------------------------------------------
+# ONNX Runtime
+# --------------------------------------------------------------------------------------------------
+
+def ort_stream_options(stream, device_id: int = 0) -> dict:
+    """Provider options that put an ONNX Runtime GPU provider on ``stream`` (a dedicated one) (Chapter 4)."""
+    return {"device_id": device_id, "user_compute_stream": str(gp.stream_handle(stream))}
+
+
+def ort_runner(session, x, out_shape, dtype, *, device: str = "cuda"):
+    """Run a session with input and output bound to tensors on ``device`` (no host copies) (Chapter 4)."""
+    import numpy as np
+    import torch
+
+    binding = session.io_binding()
+    x = x.to(dtype).contiguous()
+    output = torch.empty(out_shape, dtype=dtype, device=device)
+    np_type = np.float16 if dtype == torch.float16 else np.float32
+    binding.bind_input(session.get_inputs()[0].name, device, 0, np_type, tuple(x.shape), x.data_ptr())
+    binding.bind_output(session.get_outputs()[0].name, device, 0, np_type, tuple(output.shape), output.data_ptr())
+    bound = (x, output)  # the binding holds raw pointers: keep both tensors alive with the runner
+
+    def run():
+        session.run_with_iobinding(binding)
+        return bound[1]
+
+    return run
+
+
+def engine_cache_state(cache_dir: Path) -> str:
+    """``"built (empty per-run cache folder)"`` or ``"loaded from a cache"`` for the TensorRT provider (Chapter 4)."""
+    existing = [p for p in Path(cache_dir).glob("*") if p.is_file()] if Path(cache_dir).is_dir() else []
+    return "loaded from a cache" if existing else "built (empty per-run cache folder)"
+
+
+# --------------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------------
+
+def blank_row(variant: str, smoke: bool) -> dict:
+    """A row of :data:`COLUMNS` for ``variant``, every measurement empty (Chapter 4)."""
+    row = {c: "" for c in COLUMNS}
+    row.update(variant=variant, smoke=bool(smoke))
+    return row
+
+
+def finish_rows(rows: list[dict]) -> list[dict]:
+    """Speed-ups over eager FP32 (same run) and every column of :data:`COLUMNS` in every row (Chapter 4)."""
+    eager = next((r["median_ms"] for r in rows if r["variant"] == "eager_fp32" and r["median_ms"] != ""), None)
+    out = []
+    for row in rows:
+        row = {c: row.get(c, "") for c in COLUMNS}
+        if eager and row["median_ms"] != "":
+            row["speedup_vs_eager"] = eager / row["median_ms"]
+        out.append(row)
+    return out
+
+
+def write_results(rows: list[dict], env: dict, results_dir: Path | None, device_name: str) -> Path:
+    """Write rows to a new ``gpu-tensorrt-<device>-<date>[-N].csv``; never an existing file (Chapter 4)."""
+    from . import results
+
+    return results.write_run(KIND, rows, env, results_dir=results_dir, tag=device_slug(device_name))
+
+
+def failed_variants(rows: list[dict]) -> list[str]:
+    """Variants whose build or run raised, or that were expected to match eager and did not (Chapter 4)."""
+    return [r["variant"] for r in rows if str(r["note"]).startswith("failed")
+            or (r["expected_to_match_eager"] is True and r["same_output"] is False)]
+
+
+def measure(args, status, log=print) -> list[dict]:
+    """Measure every requested variant; one row each, measured or with the reason it was not (Chapter 4)."""
+    import torch
+
+    from . import blurball, results, timing
+    from . import onnx_utils as ou
+
+    smoke = args.smoke
+    device = "cpu" if smoke else "cuda"
+    if smoke:
+        model, x = gp.smoke_model(), blurball.example_input(height=SMOKE["height"], width=SMOKE["width"])
+        model16 = gp.smoke_model().half()
+        frames = [blurball.example_input(height=SMOKE["height"], width=SMOKE["width"], seed=s)
+                  for s in CALIBRATION_SEEDS]
+    else:
+        model, x = blurball.build_blurball().to(device), blurball.example_input().to(device)
+        model16 = blurball.build_blurball().half().to(device)
+        frames = [blurball.example_input(seed=s) for s in CALIBRATION_SEEDS]
+    with torch.no_grad():
+        reference = model(x).float()
+    x16 = x.half().contiguous()
+    stream = torch.cuda.Stream() if device == "cuda" else None
+    rows: list[dict] = []
+
+    def stream_context():
+        if stream is None:
+            return contextlib.nullcontext()
+        stream.wait_stream(torch.cuda.current_stream())  # inputs written on the default stream first
+        return torch.cuda.stream(stream)
+
+    def record(row, run, expected_to_match):
+        """Check ``run()`` against eager FP32, then time it on the variant's stream."""
+        sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+        with stream_context():
+            output = run()
+            sync()
+            check = results.compare_to_reference(output.float(), reference)
+            timer = timing.time_cuda if device == "cuda" else timing.time_cpu
+            result = timer(run, warmup=args.warmup, repeats=args.repeats, name=row["variant"])
+        check.pop("reference_scale", None)
+        row.update(check, expected_to_match_eager=expected_to_match, device=device,
+                   **{k: v for k, v in result.as_dict().items() if k not in ("name", "device")})
+        log(f"{row['variant']:>28s}: median {result.median_ms:8.3f} ms  max|diff| {check['max_abs_diff']:.2e}  "
+            f"peaks {check.get('same_peak_frames')}/{check.get('peak_frames')}")
+
+    def attempt(variant, body, **fields):
+        if variant not in args.variants:
+            return
+        row = blank_row(variant, smoke)
+        row.update(fields)
+        try:
+            body(row)
+        except Exception as error:  # a lab run records what worked and says what did not
+            row["note"] = f"failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+            log(f"{variant}: FAILED: {row['note']}")
+        rows.append(row)
+
+    def skip(row, reason):
+        row["note"] = f"skipped: {reason}"
+        log(f"{row['variant']}: {row['note']}")
+
+    def eager_fp32(row):
+        with torch.no_grad():
+            record(row, lambda: model(x), True)
+
+    def eager_fp16(row):
+        with torch.no_grad():
+            record(row, lambda: model16(x16), False)
+
+    attempt("eager_fp32", eager_fp32, description="eager PyTorch, FP32", precision="fp32", runtime="torch",
+            runtime_version=torch.__version__)
+    attempt("eager_fp16_half", eager_fp16, description="eager PyTorch, model.half() and input in FP16",
+            precision="fp16", fp16_method=gp.FP16_HALF, runtime="torch", runtime_version=torch.__version__)
+
+    with contextlib.ExitStack() as stack:
+        base = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-trt-")))
+        workdir = Path(base) / dt.datetime.now(dt.timezone.utc).strftime("run-%Y%m%dT%H%M%S%fZ")
+        workdir.mkdir(parents=True)
+        paths: dict = {}
+
+        def onnx_file(kind):
+            if kind not in paths:
+                if kind == "fp32":
+                    paths[kind] = ou.export_onnx(model, x, workdir / "blurball_fp32.onnx")
+                elif kind == "fp16":
+                    paths[kind] = ou.export_onnx(model16, x16, workdir / "blurball_fp16.onnx")
+                elif kind == "qdq_ch4":
+                    paths[kind] = (args.qdq_model if args.qdq_model is not None else
+                                   ou.quantize_qdq(onnx_file("fp32"), workdir / "blurball_int8_qdq.onnx", frames))
+                elif kind == "qdq_symmetric":
+                    paths[kind] = quantize_symmetric(onnx_file("fp32"), workdir / "blurball_int8_qdq_sym.onnx",
+                                                     frames)
+            return paths[kind]
+
+        out_shape = tuple(reference.shape)
+
+        def ort_cuda(row):
+            if smoke:  # the same session, binding and check, on the provider a CPU has
+                session = ou.make_session(onnx_file("fp32"), level="all", threads=2, providers=[ou.CPU_PROVIDER])
+                row.update(note="smoke: CPUExecutionProvider stands in for CUDA", stream="none (CPU)")
+                record(row, ort_runner(session, x, out_shape, torch.float32, device="cpu"), True)
+                return
+            if not status.ort_cuda:
+                return skip(row, "ONNX Runtime has no CUDAExecutionProvider here (install onnxruntime-gpu)")
+            session = ou.make_session(onnx_file("fp32"), level="all", threads=1, providers=[ou.CUDA_PROVIDER],
+                                      provider_options=[ort_stream_options(stream)])
+            if session.get_providers()[0] != ou.CUDA_PROVIDER:
+                raise RuntimeError(f"session fell back to {session.get_providers()}")
+            record(row, ort_runner(session, x, out_shape, torch.float32), True)
+
+        def ort_tensorrt(row):
+            if smoke:
+                return skip(row, SMOKE_GPU_ONLY)
+            if not status.ort_tensorrt:
+                return skip(row, "ONNX Runtime has no TensorrtExecutionProvider here")
+            cache = workdir / "ort_trt_cache"
+            cache.mkdir(parents=True, exist_ok=True)
+            row["engine_cache"] = engine_cache_state(cache)
+            options = {**ort_stream_options(stream), "trt_engine_cache_enable": "True",
+                       "trt_engine_cache_path": str(cache)}
+            start = time.perf_counter()
+            session = ou.make_session(onnx_file("fp16"), level="all", threads=1,
+                                      providers=[ou.TENSORRT_PROVIDER, ou.CUDA_PROVIDER],
+                                      provider_options=[options, ort_stream_options(stream)])
+            if session.get_providers()[0] != ou.TENSORRT_PROVIDER:
+                raise RuntimeError(f"session fell back to {session.get_providers()}")
+            run = ort_runner(session, x16, out_shape, torch.float16)
+            with stream_context():
+                run()  # the TensorRT provider builds its engine on the first run
+                torch.cuda.synchronize()
+            row["compile_s"] = time.perf_counter() - start
+            record(row, run, False)
+
+        def tensorrt_build_and_run(row, onnx_path, int8=False):
+            import tensorrt as trt
+
+            first = build_tensorrt_engine(trt, onnx_path, args.workspace_mib, int8=int8)
+            second = build_tensorrt_engine(trt, onnx_path, args.workspace_mib, timing_cache=first.timing_cache,
+                                           int8=int8)
+            row.update(runtime_version=trt.__version__, compile_s=first.build_s,
+                       build_s_timing_cache=second.build_s, timing_cache_bytes=len(first.timing_cache),
+                       trt_typing=first.typing, engine_bytes=first.plan_bytes)
+            record(row, tensorrt_runner(trt, second.engine, x, stream), False)
+
+        def tensorrt_fp16(row):
+            path = onnx_file("fp16")  # exported in the smoke run too: the export path is part of the check
+            if smoke:
+                return skip(row, SMOKE_GPU_ONLY)
+            if not status.tensorrt:
+                return skip(row, "the tensorrt Python package is not installed (or there is no CUDA device)")
+            tensorrt_build_and_run(row, path)
+
+        def tensorrt_qdq(kind):
+            def body(row):
+                try:
+                    path = onnx_file(kind)
+                except Exception as error:  # quantization tooling absent or refusing the model
+                    return skip(row, f"no Q/DQ model: {type(error).__name__}: {error}"[:250])
+                row["qdq_source"] = (str(args.qdq_model) if kind == "qdq_ch4" and args.qdq_model
+                                     else "chapter 4's recipe" + ("" if kind == "qdq_ch4" else ", int8 symmetric"))
+                problem = tensorrt_qdq_problem(path)
+                if problem is not None:
+                    return skip(row, problem)
+                if smoke:
+                    return skip(row, SMOKE_GPU_ONLY)
+                if not status.tensorrt:
+                    return skip(row, "the tensorrt Python package is not installed (or there is no CUDA device)")
+                tensorrt_build_and_run(row, path, int8=True)
+            return body
+
+        attempt("ort_cuda_fp32", ort_cuda, description="ONNX Runtime, CUDA provider, FP32, level all",
+                precision="fp32", runtime="onnxruntime", runtime_version=ou.ort_version(), stream="dedicated")
+        attempt("ort_tensorrt_fp16", ort_tensorrt, description="ONNX Runtime, TensorRT provider, FP16 ONNX file",
+                precision="fp16", fp16_method=gp.FP16_ONNX, runtime="onnxruntime",
+                runtime_version=ou.ort_version(), stream="dedicated")
+        attempt("tensorrt_fp16", tensorrt_fp16, description="TensorRT engine from the FP16 ONNX file",
+                precision="fp16", fp16_method=gp.FP16_ONNX, runtime="tensorrt", stream="dedicated")
+        attempt("tensorrt_int8_qdq", tensorrt_qdq("qdq_ch4"), description="TensorRT engine from chapter 4's Q/DQ model",
+                precision="int8", runtime="tensorrt", stream="dedicated")
+        attempt("tensorrt_int8_qdq_symmetric", tensorrt_qdq("qdq_symmetric"),
+                description="TensorRT engine from chapter 4's recipe quantized symmetric int8",
+                precision="int8", runtime="tensorrt", stream="dedicated")
+    return finish_rows(rows)
