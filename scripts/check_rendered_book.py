@@ -370,7 +370,13 @@ def main(argv=None) -> int:
     parser.add_argument("html_dir", nargs="?", type=Path, default=ROOT / "_build" / "html")
     parser.add_argument("--screenshots", type=Path, default=ROOT / "_build" / "screenshots")
     parser.add_argument("--notebooks-root", type=Path, default=ROOT)
+    parser.add_argument("--print-browser", action="store_true",
+                        help="print the Chromium path and flags this check uses as JSON and exit (other "
+                             "browser tests launch the same browser the same way)")
     args = parser.parse_args(argv)
+    if args.print_browser:
+        print(json.dumps({"chromium": find_chromium(), "args": CHROMIUM_ARGS}))
+        return 0
     if not (args.html_dir / "index.html").exists():
         parser.error(f"{args.html_dir} holds no built book (index.html missing): build it first")
     figures: dict[str, int] = {}

@@ -6,7 +6,7 @@ Playwright as in scripts/check_rendered_book.py), its cells are run with Shift+E
 notebook interface, and the output of the first measuring cell must appear on the page. The server is
 shut down afterwards whatever happened, within a bounded time.
 """
-import importlib.util
+import json
 import os
 import re
 import secrets
@@ -32,11 +32,12 @@ RUN_TIMEOUT_S = 240  # everything in the browser together: load, kernel start, t
 
 
 def _browser_launcher():
-    """check_rendered_book's Chromium path and flags (a script, so loaded from its file)."""
-    spec = importlib.util.spec_from_file_location("check_rendered_book", ROOT / "scripts" / "check_rendered_book.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.find_chromium(), module.CHROMIUM_ARGS
+    """check_rendered_book's Chromium path and flags, as the script prints them (a script is not a module)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_rendered_book.py"), "--print-browser"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    browser = json.loads(proc.stdout)
+    return browser["chromium"], browser["args"]
 
 
 def _free_port() -> int:

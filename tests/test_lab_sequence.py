@@ -1,13 +1,13 @@
 """The README's lab sequence, end to end on a CPU (issue 15).
 
 A lab engineer runs ``code/gpu_blurball.py`` and ``code/gpu_tensorrt.py`` on a GPU machine, then re-executes
-the chapters. Here the scripts' own row builders and writers produce result files from fake measurements
-in a scratch results folder (beside copies of the committed ``data/results`` files); then copies of
+the chapters. Here the scripts' row builders and writers (``graphbook.gpu_measure``, ``graphbook.gpu_runtimes``)
+produce result files from fake measurements in a scratch results folder (beside copies of the committed
+``data/results`` files); then copies of
 chapters 4, 5 and 7 are executed with ``GRAPHBOOK_RESULTS_DIR`` pointing at that folder. Chapter 4 must
 show the TensorRT run, chapter 5 the BlurBall run beside the article's numbers (and not the TensorRT
 file), and chapter 7's GPU decision must use the recorded run. The chapters themselves are never written.
 """
-import importlib.util
 import shutil
 from pathlib import Path
 
@@ -24,13 +24,6 @@ FAKE_MS = {"fp32_eager_nchw": 12.345, "fp16_eager_nchw": 8.765, "fp32_eager_chan
 FAKE_SPEEDUP = "5.0x"
 
 
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "code" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def fake_env():
     from graphbook.environment import fingerprint
 
@@ -39,7 +32,8 @@ def fake_env():
 
 
 def write_fake_blurball_run(results_dir):
-    gpu = load_script("gpu_blurball")
+    from graphbook import gpu_measure as gpu
+
     measurements = []
     for config in gpu.plan_matrix():
         ms = FAKE_MS[config["variant"]]
@@ -57,7 +51,8 @@ def write_fake_blurball_run(results_dir):
 
 
 def write_fake_tensorrt_run(results_dir):
-    trt = load_script("gpu_tensorrt")
+    from graphbook import gpu_runtimes as trt
+
     rows = []
     for variant, ms, extra in [("eager_fp32", 12.345, {"precision": "fp32", "same_output": True}),
                                ("eager_fp16_half", 6.111, {"precision": "fp16", "fp16_method": "model.half()"}),

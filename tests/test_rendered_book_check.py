@@ -136,3 +136,10 @@ def test_figures_are_counted_per_page(tmp_path):
     proc = _check(html, "--screenshots", tmp_path / "shots", "--notebooks-root", tmp_path)
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.splitlines() == ["ok   index.html (2 figures)", "1 passed, 0 failed; 2 figures in all"]
+
+
+def test_print_browser_gives_the_chromium_path_and_flags_other_browser_tests_use():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--print-browser"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == ""
+    browser = json.loads(proc.stdout)
+    assert "--headless" in browser["args"] and (browser["chromium"] is None or Path(browser["chromium"]).exists())
