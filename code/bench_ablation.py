@@ -105,11 +105,5 @@ def run(args) -> tuple[list[dict], list[str]]:
     return rows, failed
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    _, failed = run(args)
-    return cli.exit_status_for("bench_ablation.py", failed)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run_checked("bench_ablation.py", parse_args, run))

@@ -142,11 +142,5 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     return path, failed
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    _, failed = run(args)
-    return cli.exit_status_for("bench_blurball_cpu.py", failed)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run_checked("bench_blurball_cpu.py", parse_args, run))

@@ -75,3 +75,16 @@ def test_int_at_least_and_positive_float():
     for bad in ("0", "-1", "nan", "inf", "x"):
         with pytest.raises(argparse.ArgumentTypeError):
             cli.positive_float(bad)
+
+
+def test_run_checked_is_a_benchmarks_main(capsys):
+    parsed = []
+
+    def parse_args(argv):
+        parsed.append(argv)
+        return {"argv": argv}
+
+    assert cli.run_checked("demo", parse_args, lambda args: ("written", []), ["--x"]) == 0
+    assert cli.run_checked("demo", parse_args, lambda args: ("written", ["compile_freezing"]), []) == 1
+    assert parsed == [["--x"], []]
+    assert capsys.readouterr().err.strip() == "demo: failed its correctness check against eager: compile_freezing"

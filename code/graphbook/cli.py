@@ -78,6 +78,13 @@ def exit_status_for(prog: str, failed_variants) -> int:
     return EXIT_CHECK_FAILED
 
 
+def run_checked(prog: str, parse_args, run, argv=None) -> int:
+    """A benchmark's ``main``: parse ``argv``, ``run(args)`` (which writes the results and returns
+    ``(anything, failed_variants)``), then the exit status of :func:`exit_status_for` (Chapter 2)."""
+    _, failed = run(parse_args(argv))
+    return exit_status_for(prog, failed)
+
+
 def _converted(text: str, convert, expected: str):
     """``convert(text)``, or an argparse error saying what was expected."""
     try:

@@ -29,11 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-import torch
-
-from .warmup import logits_of
-
-Runner = Callable[[torch.Tensor], torch.Tensor]
+# torch is imported where it is used, so that a script can check its --variants (and fail fast on bad
+# arguments) without paying torch's import.
+Runner = Callable[["torch.Tensor"], "torch.Tensor"]
 
 #: The reference every variant is compared with.
 REFERENCE = "eager_fp32"
@@ -51,6 +49,7 @@ def freezing(enabled: bool = True):
     ``torch.no_grad()``. Compile *and* call inside it. ``torch.compile(options={"freezing": True})``
     is silently ignored in torch 2.13, and freezing is skipped when autograd is on (Chapter 3).
     """
+    import torch
     import torch._inductor.config as inductor_config
 
     with inductor_config.patch(freezing=bool(enabled)), torch.no_grad():
@@ -60,6 +59,8 @@ def freezing(enabled: bool = True):
 def _autocast(enabled: bool, x: torch.Tensor):
     if not enabled:
         return contextlib.nullcontext()
+    import torch
+
     return torch.autocast(x.device.type, dtype=torch.bfloat16)
 
 
@@ -130,6 +131,10 @@ class Built:
 
 # ------------------------------------------------------------------------------------------ builders
 def _eager(model, example, context, *, channels_last=False, bf16=False) -> Runner:
+    import torch
+
+    from .warmup import logits_of
+
     module = copy.deepcopy(model).to(memory_format=torch.channels_last) if channels_last else model
 
     def run(x):
@@ -144,6 +149,10 @@ _LAST_COMPILED: list = [None]
 
 
 def _compiled(model, example, context, *, freeze=False, bf16=False) -> Runner:
+    import torch
+
+    from .warmup import logits_of
+
     compiled = torch.compile(copy.deepcopy(model))
 
     def run(x):
@@ -203,6 +212,7 @@ def onnx_file(model, example, context: BuildContext, export: str) -> Path:
 
 def _ort(model, example, context, *, export: str, level: str) -> Runner:
     import numpy as np
+    import torch
 
     from . import onnx_utils
 
