@@ -110,3 +110,14 @@ def test_isa_caps_label_for_the_fingerprint():
         "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2"
     assert env.isa_caps_label({}) == ""
     assert env.fingerprint(threads=1)["isa_caps"] == env.isa_caps_label()
+
+
+def test_a_capped_process_gets_its_own_inductor_cache():
+    """torch's FX graph cache ignores ATEN_CPU_CAPABILITY: capped and uncapped runs must not share it."""
+    capped = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    folder = env.inductor_cache_dir_for_caps(capped)
+    assert folder is not None and folder.endswith("_aten_cpu_capability_avx2_onednn_max_cpu_isa_avx2")
+    assert env.inductor_cache_dir_for_caps({}) is None                          # nothing capped
+    assert env.inductor_cache_dir_for_caps({**capped, "TORCHINDUCTOR_CACHE_DIR": "/data/mine"}) is None  # reader's choice
+    default = folder.rsplit("_aten_cpu_capability", 1)[0]
+    assert env.inductor_cache_dir_for_caps({**capped, "TORCHINDUCTOR_CACHE_DIR": default}) == folder

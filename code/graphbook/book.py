@@ -9,7 +9,7 @@ import os
 import random
 from pathlib import Path
 
-from .environment import REPO_ROOT, fingerprint, set_threads
+from .environment import REPO_ROOT, fingerprint, inductor_cache_dir_for_caps, set_threads
 
 DATA = REPO_ROOT / "data"
 SEED_DIR = DATA / "seed"
@@ -31,6 +31,9 @@ def setup_chapter(threads: int = 2, seed: int = 0) -> dict:
     import torch
 
     set_threads(threads)
+    capped_cache = inductor_cache_dir_for_caps()   # capped ISA: never reuse graphs compiled without the cap
+    if capped_cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = capped_cache
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

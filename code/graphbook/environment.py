@@ -210,6 +210,35 @@ def isa_caps_label(environ=None) -> str:
     return " ".join(f"{k}={v}" for k, v in isa_caps(environ).items() if v)
 
 
+def inductor_cache_dir_for_caps(environ=None) -> str | None:
+    """A separate Inductor cache folder for a process whose instruction set is capped, or None (Chapter 2).
+
+    torch 2.13's FX graph cache does not key its entries on the vector ISA that ``ATEN_CPU_CAPABILITY``
+    selects: a process capped to AVX2 that finds a graph compiled by an uncapped AVX-512 process reuses
+    its 16-lane code with 8-lane AVX2 vectors, and every second block of the output is never written
+    (chapter 2's check caught it: max abs diff 30.9 instead of 0). Returns None when nothing is capped
+    or the reader chose a cache folder (``TORCHINDUCTOR_CACHE_DIR``) themselves; otherwise the default
+    folder with the caps appended, so capped and uncapped runs never share compiled graphs.
+    """
+    environ = os.environ if environ is None else environ
+    label = isa_caps_label(environ)
+    if not label:
+        return None
+    import getpass
+    import re
+    import tempfile
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        user = "unknown_user"
+    default = os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+    chosen = environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen and os.path.abspath(chosen) != os.path.abspath(default):
+        return None
+    return default + "_" + re.sub(r"[^A-Za-z0-9]+", "_", label).strip("_").lower()
+
+
 def git_commit(root: Path = REPO_ROOT) -> str:
     """Short commit hash of the book's repository, with ``+dirty`` if files changed. Chapter 1."""
     try:
