@@ -9,9 +9,9 @@ given to ``--variants``). Each is first checked against eager FP32 with
 heatmap peak positions), then timed with the book's harness (warm-up, median, spread).
 Achieved GFLOP/s (2 x MACs counted by hooks / median time) is compared with the matmul peak
 measured in the same run, and one eager forward is profiled and grouped like the article's GPU
-profile (convolution, batch norm, element-wise, other; ``graphbook.profiling``). All rows go to a new
-file ``cpu-blurball-<date>[-N].csv`` under ``--results-dir`` (default ``data/results/``; never an existing
-file) and a table is printed. Exit status (``graphbook.cli``): 0 ok; 1 a variant expected to match eager
+profile (convolution, batch norm, cast/copy, element-wise, other; by the innermost op, the rule of the
+GPU profile too: ``graphbook.profiling``). All rows go to a new file ``cpu-blurball-<date>[-N].csv``
+under ``--results-dir`` (default ``data/results/``; never an existing file) and a table is printed. Exit status (``graphbook.cli``): 0 ok; 1 a variant expected to match eager
 differs from it by more than the tolerance (the results are still written; the variants are named on stderr); 2 bad
 arguments.
 """

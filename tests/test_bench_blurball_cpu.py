@@ -38,10 +38,42 @@ def test_op_categories():
     assert profiling.op_category("aten::conv2d") == "convolution"
     assert profiling.op_category("aten::mkldnn_convolution") == "convolution"
     assert profiling.op_category("aten::batch_norm") == "batch_norm"
-    for name in ("aten::relu_", "aten::add", "aten::mul", "aten::sigmoid"):
+    for name in ("aten::relu_", "aten::add", "aten::mul", "aten::sigmoid", "aten::clamp_min"):
         assert profiling.op_category(name) == "elementwise"
+    for name in ("aten::_to_copy", "aten::copy_", "aten::to", "aten::contiguous"):
+        assert profiling.op_category(name) == "cast/copy"
     for name in ("aten::mean", "aten::linear", "aten::upsample_nearest2d"):
         assert profiling.op_category(name) == "other"
+
+
+def _event(name, start, end, children=()):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, device_type=SimpleNamespace(name="CPU"), is_user_annotation=False,
+                           activity_type="", time_range=SimpleNamespace(start=start, end=end),
+                           cpu_children=list(children))
+
+
+def test_op_units_take_nested_ops_of_one_category_as_one_and_split_off_casts():
+    """conv2d under autocast (its casts inside it) and a slow conv with an internal copy_: each
+    convolution is one unit whose time excludes the casts and copies nested in it."""
+    copy = _event("aten::copy_", 2, 4)
+    to_copy = _event("aten::_to_copy", 1, 5, [_event("aten::empty_strided", 1, 2), copy])
+    mkldnn = _event("aten::mkldnn_convolution", 6, 9)
+    conv2d = _event("aten::conv2d", 0, 10, [to_copy, _event("aten::convolution", 5, 10, [mkldnn])])
+    slow_copy = _event("aten::copy_", 18, 19)
+    slow = _event("aten::conv2d", 10, 20, [_event("aten::_slow_conv2d_forward", 11, 20, [slow_copy])])
+    relu = _event("aten::relu", 20, 22, [_event("aten::clamp_min", 20, 21)])
+    forward = _event("blurball_forward", 0, 22, [conv2d, slow, relu])
+    forward.is_user_annotation = True
+    events = [forward, conv2d, to_copy, copy, mkldnn, *conv2d.cpu_children, slow, *slow.cpu_children, slow_copy,
+              relu, *relu.cpu_children]
+    units = profiling.cpu_op_units(events)
+    assert [(u["name"], u["category"], u["us"]) for u in units] == [
+        ("aten::conv2d", "convolution", 6), ("aten::_to_copy", "cast/copy", 4),
+        ("aten::conv2d", "convolution", 9), ("aten::copy_", "cast/copy", 1), ("aten::relu", "elementwise", 2)]
+    by = {g["category"]: g for g in profiling.group_profile((u["name"], u["us"]) for u in units)}
+    assert (by["convolution"]["ops"], by["cast/copy"]["ops"], by["elementwise"]["ops"]) == (2, 2, 1)
 
 
 def test_group_profile():
@@ -74,6 +106,17 @@ def test_profile_eager_groups_a_real_forward():
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
     by = {g["category"]: g for g in profiling.profile_eager(model, torch.randn(1, 3, 8, 8))}
     assert by["convolution"]["ops"] == 1 and by["batch_norm"]["ops"] == 1 and by["elementwise"]["ops"] == 1
+
+
+def test_bf16_autocast_weight_casts_are_cast_copy_not_convolution():
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
+    fp32 = {g["category"]: g["ops"] for g in profiling.profile_eager(model, torch.randn(1, 3, 8, 8))}
+    bf16 = {g["category"]: g["ops"] for g in profiling.profile_eager(model, torch.randn(1, 3, 8, 8),
+                                                                      autocast_dtype=torch.bfloat16)}
+    assert bf16["convolution"] == fp32["convolution"] == 1
+    assert bf16["cast/copy"] >= fp32["cast/copy"] + 2  # the weight and bias cast at least, every forward
 
 
 def test_bf16_support_gives_a_reason():

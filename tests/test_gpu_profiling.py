@@ -77,7 +77,7 @@ def test_weight_casts_under_conv2d_are_cast_copy_not_convolution():
     kernels = gp.kernels_from_events(autocast_conv_events(), "cuda")
     assert [k[0] for k in kernels] == ["aten::copy_", "aten::cudnn_convolution", ""]
     rows = {r["category"]: r["kernels"] for r in gp.summarize_kernels(kernels, wall_ms=0.05)}
-    assert rows == {"convolution": 1, "batch_norm": 1, "cast/copy": 1, "other": 0}
+    assert rows == {"convolution": 1, "batch_norm": 1, "cast/copy": 1, "elementwise": 0, "other": 0}
 
 
 @pytest.mark.parametrize("op, kernel, category", [
@@ -85,7 +85,8 @@ def test_weight_casts_under_conv2d_are_cast_copy_not_convolution():
     ("aten::cudnn_batch_norm", "bn_fw_inf_1C11_kernel_NCHW", "batch_norm"),
     ("aten::_to_copy", "unrolled_elementwise_kernel", "cast/copy"),
     ("aten::copy_", "direct_copy_kernel_cuda", "cast/copy"),
-    ("aten::add_", "vectorized_elementwise_kernel", "other"),
+    ("aten::add_", "vectorized_elementwise_kernel", "elementwise"),
+    ("aten::upsample_nearest2d", "upsample_nearest2d_out_frame", "other"),
     ("", "implicit_convolve_sgemm", "convolution"),                     # no op: the kernel name decides
     ("triton_poi_fused__native_batch_norm_legit_no_training_0", "triton_poi_fused__native_batch_norm_legit_no_training_0",
      "batch_norm"),
@@ -93,6 +94,12 @@ def test_weight_casts_under_conv2d_are_cast_copy_not_convolution():
 ])
 def test_kernel_category(op, kernel, category):
     assert gp.kernel_category(op, kernel) == category
+
+
+def test_the_gpu_and_cpu_profiles_share_one_categoriser():
+    from graphbook import profiling
+
+    assert gp.kernel_category is profiling.op_category and gp.KERNEL_CATEGORIES == profiling.CATEGORIES
 
 
 def test_cpu_profile_uses_innermost_computing_ops():

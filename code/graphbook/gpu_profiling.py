@@ -7,7 +7,8 @@ written against the libraries' own sources and tested on a CPU with fakes:
   annotation (Inductor wraps each compiled graph in a ``## Call CompiledFxGraph ... ##`` range, which
   the profiler also reports on the GPU timeline as ``gpu_user_annotation``) is not a kernel; a kernel
   belongs to the *innermost* op that launched it (its ``linked_correlation_id``), so autocast's weight
-  casts inside ``aten::conv2d`` count as "cast/copy", not "convolution".
+  casts inside ``aten::conv2d`` count as "cast/copy", not "convolution". The categories and the rule
+  are :mod:`graphbook.profiling`'s, shared with the CPU profile.
 - **First calls** (:func:`first_calls`): the clock stops only after the device is synchronized, and for
   the CUDA-graph modes (``reduce-overhead``, ``max-autotune``) both the first call (compile and warm-up)
   and the second (the graph is recorded) are timed.
@@ -32,8 +33,10 @@ import sys
 import time
 from typing import Callable, Iterable, Sequence
 
-#: Profile categories, in table order.
-KERNEL_CATEGORIES = ("convolution", "batch_norm", "cast/copy", "other")
+from .profiling import CATEGORIES, cpu_op_units, device_kind as _device_kind, is_annotation, op_category
+
+#: Profile categories, in table order: the CPU profile's (graphbook.profiling).
+KERNEL_CATEGORIES = CATEGORIES
 #: Inductor marks CUDA-graph modes by these ``torch.compile`` mode names.
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
 #: Inductor's threshold in ``is_big_gpu`` (torch 2.5 to 2.13): fewer SMs and max-autotune's Triton
@@ -44,17 +47,7 @@ FP16_AUTOCAST = "autocast"
 FP16_HALF = "model.half()"
 FP16_ONNX = "fp16 onnx graph"
 
-_CONV_WORDS = ("conv", "fprop", "implicit_gemm", "winograd", "convolve")
-_BN_WORDS = ("batch_norm", "batchnorm", "bn_fw", "bn_inf")
-_COPY_WORDS = ("copy", "_to_copy", "cast")
-_COPY_OPS = ("aten::to", "aten::_to_copy", "aten::copy_", "aten::clone", "aten::contiguous")
 _SKIPPED_DEVICE_EVENTS = ("Memcpy", "Memset")
-# CPU ops that only allocate or re-view memory: never "kernels" in a CPU profile.
-_CPU_BOOKKEEPING_OPS = ("aten::empty", "aten::empty_like", "aten::empty_strided", "aten::as_strided",
-                        "aten::view", "aten::reshape", "aten::_reshape_alias", "aten::resize_", "aten::t",
-                        "aten::transpose", "aten::expand", "aten::detach", "aten::detach_", "aten::alias",
-                        "aten::select", "aten::slice", "aten::unsqueeze", "aten::squeeze", "aten::permute",
-                        "aten::lift_fresh", "aten::set_", "aten::as_strided_", "aten::_nnpack_available")
 
 
 def device_slug(name: str) -> str:
@@ -71,49 +64,9 @@ def _matches(name: str, words: Sequence[str]) -> bool:
     return any(word in name for word in words)
 
 
-def kernel_category(op_name: str, kernel_name: str = "") -> str:
-    """Category of one kernel from its innermost launching op, else its own name (Chapter 5).
-
-    The op decides when it names a category (``aten::cudnn_convolution``, ``aten::cudnn_batch_norm``,
-    ``aten::copy_``...); an op that names none (``aten::add_``) falls back to the kernel name, which is
-    how Inductor's fused Triton kernels (``triton_poi_fused__native_batch_norm_legit_no_training_relu_3``)
-    and kernels without a known op are classified. Returns one of :data:`KERNEL_CATEGORIES`.
-    """
-    op = (op_name or "").lower()
-    kernel = (kernel_name or "").lower()
-    for name in (op, kernel):
-        if not name:
-            continue
-        if name in _COPY_OPS:
-            return "cast/copy"
-        if _matches(name, _CONV_WORDS):
-            return "convolution"
-        if _matches(name, _BN_WORDS):
-            return "batch_norm"
-        if _matches(name, _COPY_WORDS):
-            return "cast/copy"
-    return "other"
-
-
-def is_annotation(event) -> bool:
-    """True for a profiler event that is a user annotation, not work (Chapter 5).
-
-    Covers ``record_function`` ranges on the CPU (``user_annotation``), their GPU-timeline copies
-    (``gpu_user_annotation``) and Inductor's ``## Call CompiledFxGraph <key> ##`` /
-    ``## <kernel> ##`` ranges, whatever flag the installed profiler version sets.
-    """
-    if getattr(event, "is_user_annotation", False):
-        return True
-    activity = str(getattr(event, "activity_type", "") or "").lower()
-    if "user_annotation" in activity:
-        return True
-    name = str(getattr(event, "name", ""))
-    return name.startswith("## ") and name.endswith(" ##")
-
-
-def _device_kind(event) -> str:
-    kind = getattr(event, "device_type", "")
-    return str(getattr(kind, "name", kind)).upper().replace("DEVICETYPE.", "")
+#: The category of one kernel from its innermost launching op, else its own name (Chapter 5):
+#: :func:`graphbook.profiling.op_category`, the one rule of the CPU and GPU profiles.
+kernel_category = op_category
 
 
 def kernels_from_events(events: Iterable, device: str = "cuda") -> list[tuple[str, str, float, float]]:
@@ -123,21 +76,13 @@ def kernels_from_events(events: Iterable, device: str = "cuda") -> list[tuple[st
     ``name``, ``device_type``, ``id``, ``linked_correlation_id``, ``time_range``, ``is_user_annotation``,
     ``cpu_children``). On ``"cuda"``: every CUDA event that is not an annotation or a memcpy/memset,
     owned by the CPU op whose id is its ``linked_correlation_id`` (the op on top of the stack when it
-    was launched; annotations are never owners). On ``"cpu"`` (the smoke run): the innermost ``aten::``
-    ops that compute (no computing ``aten::`` op below them; allocation and view ops do not count), each
-    its own owner, so that the same categoriser runs on a machine without a GPU.
+    was launched; annotations are never owners). On ``"cpu"`` (the smoke run): the CPU profile's op
+    units (:func:`graphbook.profiling.cpu_op_units`), each a pseudo-kernel as long as its own time, so
+    that the same categoriser runs on a machine without a GPU.
     """
     events = list(events)
     if device == "cpu":
-        def computes(event):
-            return (_device_kind(event) == "CPU" and not is_annotation(event)
-                    and str(event.name).startswith("aten::") and event.name not in _CPU_BOOKKEEPING_OPS)
-
-        def computing_below(event):
-            return any(computes(child) or computing_below(child) for child in getattr(event, "cpu_children", []) or [])
-
-        return [(e.name, e.name, e.time_range.start, e.time_range.end) for e in events
-                if computes(e) and not computing_below(e)]
+        return [(u["name"], u["name"], u["start_us"], u["start_us"] + u["us"]) for u in cpu_op_units(events)]
     owners = {}
     for event in events:
         # Owners are the ops themselves (linked to nothing); runtime calls such as cudaLaunchKernel are

@@ -1,13 +1,14 @@
 """Where BlurBall's time goes on a CPU: profiler ops grouped the article's way, and work against the peak.
 
 Introduced in Chapter 5. The article profiles BlurBall on a GPU and groups the kernels into
-convolution, batch norm, element-wise and other; :func:`profile_eager` does the same for one eager
-forward on the CPU (the top-level ``aten::`` ops inside one forward), with :func:`op_category` as the
-one rule that puts an op name in a category and :func:`group_profile` summing counts and time shares.
-:func:`variant_rows` turns measured medians into the matrix's derived columns: speedup over eager FP32,
-achieved GFLOP/s (2 x MACs / median time) and the share of the matmul peak of the same precision.
-
-The GPU side (kernels, CUDA streams, first calls) is in :mod:`graphbook.gpu_profiling`.
+convolution, batch norm, element-wise and other. :func:`op_category` is the book's one rule that puts
+an op (or a GPU kernel) in a category, on the CPU and on the GPU alike (:mod:`graphbook.gpu_profiling`
+uses it for its kernels): the *innermost* op decides, so the weight casts that autocast runs inside
+``aten::conv2d`` count as "cast/copy", not as convolution. :func:`profile_eager` profiles one eager
+forward on the CPU and groups its op units (:func:`cpu_op_units`: nested ops of one category are one
+unit, with its own time), :func:`group_profile` sums counts and time shares. :func:`variant_rows` turns measured medians into
+the matrix's derived columns: speedup over eager FP32, achieved GFLOP/s (2 x MACs / median time) and
+the share of the matmul peak of the same precision.
 """
 from __future__ import annotations
 
@@ -15,32 +16,116 @@ from typing import Iterable
 
 from .results import SPEEDUP_VS_EAGER
 
-CATEGORIES = ("convolution", "batch_norm", "elementwise", "other")
-ELEMENTWISE_OPS = {"relu", "relu_", "add", "add_", "mul", "mul_", "sigmoid", "sigmoid_", "clamp",
-                   "clamp_", "to", "_to_copy", "copy_", "hardtanh_"}
+#: Profile categories, in table order (the CPU profile and the GPU kernel profile share them).
+CATEGORIES = ("convolution", "batch_norm", "cast/copy", "elementwise", "other")
+#: Element-wise ops, by their short name (``aten::relu_`` -> ``relu_``).
+ELEMENTWISE_OPS = frozenset({"relu", "relu_", "add", "add_", "mul", "mul_", "sub", "sub_", "div", "div_",
+                             "sigmoid", "sigmoid_", "clamp", "clamp_", "clamp_min", "clamp_min_",
+                             "hardtanh", "hardtanh_", "threshold", "threshold_"})
+_CONV_WORDS = ("conv", "fprop", "implicit_gemm", "winograd", "convolve")
+_BN_WORDS = ("batch_norm", "batchnorm", "bn_fw", "bn_inf")
+_COPY_WORDS = ("copy", "_to_copy", "cast")
+_COPY_OPS = ("aten::to", "aten::_to_copy", "aten::copy_", "aten::clone", "aten::contiguous")
+# CPU ops that only allocate or re-view memory: never counted as work in a CPU profile.
+CPU_BOOKKEEPING_OPS = frozenset({
+    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::as_strided", "aten::view", "aten::reshape",
+    "aten::_reshape_alias", "aten::resize_", "aten::t", "aten::transpose", "aten::expand", "aten::detach",
+    "aten::detach_", "aten::alias", "aten::select", "aten::slice", "aten::unsqueeze", "aten::squeeze",
+    "aten::permute", "aten::lift_fresh", "aten::set_", "aten::as_strided_", "aten::_nnpack_available"})
 REFERENCE = "eager_fp32"
 FORWARD_LABEL = "blurball_forward"
 
 
-def op_category(name: str) -> str:
-    """Article-style category of a profiler op name: convolution, batch_norm, elementwise, other (Chapter 5)."""
-    short = name.split("::")[-1].lower()
-    if "conv" in short:
-        return "convolution"
-    if "batch_norm" in short:
-        return "batch_norm"
-    if short in ELEMENTWISE_OPS:
-        return "elementwise"
+def op_category(op_name: str, kernel_name: str = "") -> str:
+    """Category of an op, or of a kernel from its innermost launching op, else its own name (Chapter 5).
+
+    One of :data:`CATEGORIES`. The op decides when it names a category (``aten::mkldnn_convolution``,
+    ``aten::cudnn_batch_norm``, ``aten::copy_``, ``aten::relu_``...); an op that names none falls back to
+    the kernel name, which is how Inductor's fused Triton kernels
+    (``triton_poi_fused__native_batch_norm_legit_no_training_relu_3``) and kernels without a known op
+    are classified. Pass the innermost op: a top-level ``aten::conv2d`` would also take in its casts.
+    """
+    for name in ((op_name or "").lower(), (kernel_name or "").lower()):
+        if not name:
+            continue
+        if name in _COPY_OPS:
+            return "cast/copy"
+        if any(word in name for word in _CONV_WORDS):
+            return "convolution"
+        if any(word in name for word in _BN_WORDS):
+            return "batch_norm"
+        if any(word in name for word in _COPY_WORDS):
+            return "cast/copy"
+        if name.split("::")[-1] in ELEMENTWISE_OPS:
+            return "elementwise"
     return "other"
 
 
-def group_profile(top_level_ops: Iterable[tuple[str, float]]) -> list[dict]:
-    """Counts, milliseconds and time shares per category from (name, microseconds) pairs (Chapter 5).
+def is_annotation(event) -> bool:
+    """True for a profiler event that is a user annotation, not work (Chapter 5).
+
+    Covers ``record_function`` ranges on the CPU (``user_annotation``), their GPU-timeline copies
+    (``gpu_user_annotation``) and Inductor's ``## Call CompiledFxGraph <key> ##`` /
+    ``## <kernel> ##`` ranges, whatever flag the installed profiler version sets.
+    """
+    if getattr(event, "is_user_annotation", False):
+        return True
+    activity = str(getattr(event, "activity_type", "") or "").lower()
+    if "user_annotation" in activity:
+        return True
+    name = str(getattr(event, "name", ""))
+    return name.startswith("## ") and name.endswith(" ##")
+
+
+def device_kind(event) -> str:
+    """``"CPU"`` or ``"CUDA"``: the device type of a profiler event (Chapter 5)."""
+    kind = getattr(event, "device_type", "")
+    return str(getattr(kind, "name", kind)).upper().replace("DEVICETYPE.", "")
+
+
+def cpu_op_units(events: Iterable) -> list[dict]:
+    """The work of a CPU profile as units, each categorised by its innermost op (Chapter 5).
+
+    A CPU op has no kernels to count, so the book counts *units*: an ``aten::`` op starts a unit when
+    its category (:func:`op_category`) differs from the unit it runs in, and nested ops of the same
+    category stay in it (``aten::conv2d`` > ``aten::convolution`` > ``aten::mkldnn_convolution`` is one
+    convolution). A unit's time is its own: its ops' time minus the units nested in it. So, as on the
+    GPU, the casts that bf16 autocast runs inside ``aten::conv2d`` are "cast/copy" units and time, not
+    convolution. Annotations, non-``aten`` events and allocation or view ops
+    (:data:`CPU_BOOKKEEPING_OPS`) start no unit. Returns dicts ``name`` (the unit's first op),
+    ``category``, ``start_us``, ``us``, in the order the units started.
+    """
+    events = list(events)
+    units: list[dict] = []
+
+    def visit(event, unit):
+        work = (device_kind(event) == "CPU" and not is_annotation(event) and str(event.name).startswith("aten::")
+                and event.name not in CPU_BOOKKEEPING_OPS)
+        if work and (unit is None or op_category(event.name) != unit["category"]):
+            length = event.time_range.end - event.time_range.start
+            if unit is not None:
+                unit["us"] -= length
+            unit = {"name": event.name, "category": op_category(event.name), "start_us": event.time_range.start,
+                    "us": length}
+            units.append(unit)
+        for child in getattr(event, "cpu_children", []) or []:
+            visit(child, unit)
+
+    nested = {id(child) for event in events for child in getattr(event, "cpu_children", []) or []}
+    for event in events:
+        if id(event) not in nested and device_kind(event) == "CPU":
+            visit(event, None)
+    units.sort(key=lambda u: u["start_us"])
+    return units
+
+
+def group_profile(ops: Iterable[tuple[str, float]]) -> list[dict]:
+    """Counts, milliseconds and time shares per category from (op name, microseconds) pairs (Chapter 5).
 
     One dict per category of :data:`CATEGORIES`, in that order: ``category``, ``ops``, ``ms``, ``share``.
     """
     totals = {c: {"count": 0, "us": 0.0} for c in CATEGORIES}
-    for name, micros in top_level_ops:
+    for name, micros in ops:
         bucket = totals[op_category(name)]
         bucket["count"] += 1
         bucket["us"] += float(micros)
@@ -49,26 +134,29 @@ def group_profile(top_level_ops: Iterable[tuple[str, float]]) -> list[dict]:
              "share": totals[c]["us"] / all_us} for c in CATEGORIES]
 
 
-def profile_eager(model, x) -> list[dict]:
-    """Profile one eager forward on the CPU; group its top-level aten ops by category (Chapter 5).
+def profile_eager(model, x, autocast_dtype=None) -> list[dict]:
+    """Profile one eager forward on the CPU; group its op units (:func:`cpu_op_units`) by category (Chapter 5).
 
     One untimed forward first (oneDNN primitive creation is not part of a steady-state forward).
-    Returns :func:`group_profile`'s list.
+    ``autocast_dtype`` (e.g. ``torch.bfloat16``) runs both forwards under CPU autocast; its weight casts
+    then count as "cast/copy". Returns :func:`group_profile`'s list.
     """
+    import contextlib
+
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    def forward():  # autocast entered per forward, as a caller does: its cast cache lives for one block
+        with (torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype is not None
+              else contextlib.nullcontext()):
+            return model(x)
+
     with torch.no_grad():
-        model(x)
+        forward()
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             with record_function(FORWARD_LABEL):
-                model(x)
-    ops = []
-    for event in prof.events():
-        parent = event.cpu_parent
-        if parent is not None and parent.name == FORWARD_LABEL and event.name.startswith("aten::"):
-            ops.append((event.name, event.cpu_time_total))
-    return group_profile(ops)
+                forward()
+    return group_profile((u["name"], u["us"]) for u in cpu_op_units(prof.events()))
 
 
 def variant_rows(measured: list[dict], macs: int, peaks: dict, reference: str = REFERENCE) -> list[dict]:
