@@ -20,7 +20,7 @@ max-autotune in both precisions; channels-last eager in both precisions; cuDNN b
 - max-autotune rows carry the GPU's SM count and Inductor's ``is_big_gpu`` verdict (below 68 SMs
   Inductor skips its GEMM/convolution templates).
 - One forward of eager FP32, eager FP16 and compile-default FP16 is profiled: kernel counts and times
-  for convolution, batch norm, casts/copies and the rest (by the innermost launching op, user
+  for convolution, batch norm, casts/copies, element-wise and the rest (by the innermost launching op, user
   annotations such as Inductor's ``## Call CompiledFxGraph ##`` skipped), active GPU time and wall time.
 
 Everything goes to a new file ``gpu-blurball-<device>-<date>[-N].csv`` under --results-dir (default
