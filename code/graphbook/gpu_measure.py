@@ -274,7 +274,7 @@ def load_model_and_input(args, device: str):
 
 def measure_configs(configs, model, x, reference, args, *, device: str, log=print, started=None,
                     profiles: dict | None = None) -> list[dict]:
-    """Check, time (and profile) each configuration in this process; one entry per configuration."""
+    """Check, time (and profile) each configuration in this process; one entry per configuration (Chapter 5)."""
     import torch
 
     from . import results, timing

@@ -44,6 +44,7 @@ def _variant_list(text: str) -> list[str]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """``gpu_tensorrt.py``'s options (Chapter 4); bad values exit 2 with one line on stderr."""
     parser = make_parser(PROG, "BlurBall on ONNX Runtime's GPU providers and TensorRT (Chapter 4).")
     parser.add_argument("--variants", type=_variant_list, default=list(VARIANTS),
                         help=f"comma-separated subset of {','.join(VARIANTS)}")
