@@ -72,6 +72,8 @@ def main(argv=None) -> int:
     from graphbook import blurball, environment, results
 
     torch.set_num_threads(args.threads)
+    env = environment.fingerprint(args.threads)  # taken first: a run of minutes must not fail at the end
+    env["tvm"] = tvm.__version__
     model = blurball.build_blurball()
     x = blurball.example_input(height=args.height, width=args.width)
     with torch.no_grad():
@@ -139,8 +141,6 @@ def main(argv=None) -> int:
                              "height": args.height, "width": args.width})
                 print(rows[-1], file=sys.stderr, flush=True)
 
-    env = environment.fingerprint(args.threads)
-    env["tvm"] = tvm.__version__
     path = results.write_run("tvm", rows, env, results_dir=args.results_dir)
     print(f"wrote {path}")
     if failed:
