@@ -74,7 +74,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from graphbook import restart_paths, results
+    from graphbook import book, restart_paths, results  # noqa: F401 - imported now: the run takes many minutes
     from graphbook.blurball import TRAINED_CHECKPOINT
     from graphbook.environment import REPO_ROOT, fingerprint
 
@@ -94,11 +94,21 @@ def main(argv=None) -> int:
     except restart_paths.RestartPathError as exc:
         print(f"bench_restart_paths.py: error: {str(exc).strip().splitlines()[-1]}", file=sys.stderr)
         return 1
-    out = results.write_run(restart_paths.KIND, rows, env, results_dir=args.results_dir)
-    print(f"wrote {len(rows)} rows to {out}")
-    if server_rows:
-        out = results.write_run("serving-ready", server_rows, env, results_dir=args.results_dir)
-        print(f"wrote {len(server_rows)} server rows to {out}")
+    try:
+        out = results.write_run(restart_paths.KIND, rows, env, results_dir=args.results_dir)
+        print(f"wrote {len(rows)} rows to {out}")
+        if server_rows:
+            out = results.write_run("serving-ready", server_rows, env, results_dir=args.results_dir)
+            print(f"wrote {len(server_rows)} server rows to {out}")
+    except Exception as exc:  # never lose a long run: keep its rows where the user can find them
+        import json
+        import tempfile
+
+        keep = Path(tempfile.mkstemp(prefix="restart-paths-rows-", suffix=".json")[1])
+        keep.write_text(json.dumps({"env": env, "rows": rows, "server_rows": server_rows}, default=str))
+        print(f"bench_restart_paths.py: error: could not write the results ({type(exc).__name__}: {exc}); "
+              f"the rows are in {keep}", file=sys.stderr)
+        return 1
     import pandas as pd
 
     summary = restart_paths.summarize(pd.DataFrame(rows))

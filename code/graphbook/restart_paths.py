@@ -494,6 +494,8 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
                     "tied_to": path.tied_to,
                 }
                 rows.append(row)
+                with (work / "rows.jsonl").open("a") as log:  # a record that survives a failure later on
+                    log.write(json.dumps(row, default=str) + "\n")
                 say(f"  [{repeat}] {path.name:>24}: first correct output {row['first_output_s']:7.2f} s "
                     f"(import {row['import_s']:.2f}, load {row['load_s']:.2f}, first call "
                     f"{row['first_call_s']:.2f}), steady {row['steady_median_ms']:.0f} ms, "
