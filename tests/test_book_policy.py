@@ -190,9 +190,9 @@ def test_quoted_numbers_carry_their_source():
 # written before these rules; each entry is a strict xfail, so the test fails (XPASS) as soon as the
 # chapter is fixed and the entry must then be removed.
 PENDING_RAW_FLOATS = {"03_what_graph_compilers_do",
-                      "05_blurball_measurements", "06_limitations_measured"}
+                      "06_limitations_measured"}
 PENDING_RANKING_ASSERTS = {"03_what_graph_compilers_do",
-                           "05_blurball_measurements", "06_limitations_measured"}
+                           "06_limitations_measured"}
 
 
 def _pending(paths, pending):
