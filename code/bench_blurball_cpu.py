@@ -2,13 +2,26 @@
 
     .venv/bin/python code/bench_blurball_cpu.py                     # every variant, 2 threads
     .venv/bin/python code/bench_blurball_cpu.py --variants eager_fp32,compile_freezing --repeats 5
+    .venv/bin/python code/bench_blurball_cpu.py --runs 5                   # five runs instead of three
 
 Batch 1, explicit threads. Variants come from ``graphbook.variants`` (any registered name may be
 given to ``--variants``). Each is first checked against eager FP32 with
 ``graphbook.results.compare_to_reference`` (max abs diff under the one tolerance, and the per-frame
 heatmap peak positions), then timed with the book's harness (warm-up, median, spread).
+
+Every variant is built (and compiled) once; then ``--runs`` independent runs (default and minimum 3)
+each time every variant once (``--warmup`` untimed calls, then ``--repeats`` timed ones), in an order
+that rotates between runs (round-robin: run 2 starts with the second variant...), so no variant
+always goes first. Each run also measures its own physical references: the ``copy_`` bandwidth
+(``copy_gbps``, which ``graphbook.runs.flag_under_load`` uses to flag a run taken under load) and the
+matmul peaks. Rows carry ``run`` (1, 2, 3...), ``run_order`` (1 = went first) and ``run_id``
+``<file stem>/r<run>``, so ``graphbook.runs.summarize_runs`` counts each run on its own and a chapter
+decides on the median across runs. The build cost (``compile_s``) and the correctness check are per
+build: the same in every run's rows. A compiled variant of ``graphbook.variants`` re-enters Dynamo
+(from the in-memory and on-disk caches) on the first call of its block when another compiled variant
+ran in between: that happens in the untimed warm-up.
 Achieved GFLOP/s (2 x MACs counted by hooks / median time) is compared with the matmul peak
-measured in the same run, and one eager forward is profiled and grouped like the article's GPU
+measured in the same run, and one eager forward is profiled (once per invocation) and grouped like the article's GPU
 profile (convolution, batch norm, cast/copy, element-wise, other; by the innermost op, the rule of the
 GPU profile too: ``graphbook.profiling``). All rows go to a new file ``cpu-blurball-<date>[-N].csv``
 under ``--results-dir`` (default ``data/results/``; never an existing file) and a table is printed. Exit status (``graphbook.cli``): 0 ok; 1 a variant expected to match eager
@@ -23,7 +36,7 @@ from pathlib import Path
 
 from graphbook import cli
 from graphbook import variants as registry
-from graphbook.cli import positive_int, multiple_of_8
+from graphbook.cli import int_at_least, positive_int, multiple_of_8
 from graphbook.results import (COMPILE_S, EXPECTED_TO_MATCH, MAX_ABS_DIFF, SAME_OUTPUT, SAME_PEAKS,
                                SPEEDUP_VS_EAGER)
 
@@ -58,19 +71,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--width", type=multiple_of_8, default=512)
     parser.add_argument("--no-profile", action="store_true", help="skip the eager profile")
     parser.add_argument("--peak-n", type=positive_int, default=2048, help="matmul size for the peak")
+    parser.add_argument("--runs", type=int_at_least(3), default=3,
+                        help="independent runs, each timing every variant once in a rotated order (default 3, at least 3)")
+    parser.add_argument("--probe-mib", type=positive_int, default=64,
+                        help="MiB per buffer of the copy_ bandwidth probe measured in every run (default 64)")
     return parser.parse_args(argv)
 
 
 def format_table(rows: list[dict]) -> str:
     """A fixed-width text table of the variant rows."""
-    lines = [f"{'variant':28s} {'median ms':>10s} {'IQR ms':>8s} {'x eager':>8s} {'GFLOP/s':>8s} "
+    lines = [f"{'run':>3s} {'variant':28s} {'median ms':>10s} {'IQR ms':>8s} {'x eager':>8s} {'GFLOP/s':>8s} "
              f"{'% peak':>7s} {'max|diff|':>10s} {'peaks':>6s} {'build s':>8s}"]
     for r in rows:
         if not r.get("median_ms"):
-            lines.append(f"{r['variant']:28s} skipped: {r.get('note', '')}")
+            lines.append(f"{r.get('run', ''):>3} {r['variant']:28s} skipped: {r.get('note', '')}")
             continue
         share = r.get("share_of_peak")
-        lines.append(f"{r['variant']:28s} {r['median_ms']:10.1f} {r['q3_ms'] - r['q1_ms']:8.1f} "
+        lines.append(f"{r.get('run', ''):>3} {r['variant']:28s} {r['median_ms']:10.1f} {r['q3_ms'] - r['q1_ms']:8.1f} "
                      f"{r[SPEEDUP_VS_EAGER]:8.2f} {r['gflop_per_s']:8.1f} "
                      f"{(100 * share if share != '' else float('nan')):7.1f} {r[MAX_ABS_DIFF]:10.2e} "
                      f"{'same' if r[SAME_PEAKS] else 'DIFF':>6s} {r[COMPILE_S]:8.1f}")
@@ -78,14 +95,16 @@ def format_table(rows: list[dict]) -> str:
 
 
 def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
-    """Measure every requested variant and write the rows to a new CSV; returns its path and the
-    FP32 variants that failed their check against eager."""
+    """Build every requested variant once, then time them all in ``args.runs`` rotated runs; write the
+    rows to a new CSV. Returns its path and the FP32 variants that failed their check against eager."""
+    import datetime as dt
+
     import torch
 
-    from graphbook import blurball, probes, results
+    from graphbook import blurball, probes, results, runs as runs_lib
     from graphbook.environment import fingerprint, set_threads
     from graphbook.profiling import profile_eager, variant_rows
-    from graphbook.timing import time_cpu
+    from graphbook.timing import rotated, time_cpu
 
     set_threads(args.threads)
     env = fingerprint(args.threads)
@@ -95,48 +114,73 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     reference = registry.build(REFERENCE, model, x, warm=False).run(x)
     margin = blurball.peak_margin(reference)
     bf16_ok, bf16_reason = probes.bf16_support()
-
-    peaks = {"fp32": probes.matmul_peak(n=args.peak_n, repeats=5)["gflop_per_s"]}
-    if bf16_ok:
-        peaks["bf16"] = probes.matmul_peak(n=args.peak_n, dtype=torch.bfloat16, repeats=5)["gflop_per_s"]
     common = {"batch": 1, "height": args.height, "width": args.width, "macs": cost.macs,
               "dead_macs": cost.dead_macs, "parameters": cost.parameters, "peak_margin": margin}
-    measured, failed = [], []
-    with registry.BuildContext(threads=args.threads) as context:
-        for name in args.variants:
-            variant = registry.get(name)
-            base = {"record": "variant", "variant": name, "description": variant.description,
-                    "precision": variant.precision, EXPECTED_TO_MATCH: variant.expected_to_match_eager, **common}
-            if variant.precision == "bf16" and not bf16_ok:
-                measured.append({**base, "note": f"skipped: {bf16_reason}"})
-                print(f"{name}: skipped ({bf16_reason})", flush=True)
-                continue
-            print(f"{name}: building and checking ...", flush=True)
-            built = registry.build(name, model, x, context)
-            check = results.compare_to_reference(built.run(x), reference)
-            note = built.note
-            if variant.expected_to_match_eager and not check[SAME_OUTPUT]:
-                note = (note + "; " if note else "") + "output differs from eager FP32"
-                failed.append(name)
-            timing = time_cpu(lambda: built.run(x), warmup=args.warmup, repeats=args.repeats, name=name)
-            measured.append({**base, **timing.as_dict(), **check, COMPILE_S: built.compile_s,
-                             "note": note or (bf16_reason if variant.precision == "bf16" else "")})
-            print(f"  median {timing.median_ms:.1f} ms, max abs diff {check[MAX_ABS_DIFF]:.2e}, "
-                  f"peaks {'same' if check[SAME_PEAKS] else 'DIFFERENT'}", flush=True)
-    rows = variant_rows(measured, cost.macs, peaks)
-    for precision, value in peaks.items():
-        rows.append({"record": "peak", "variant": f"matmul_{precision}", "precision": precision,
-                     "peak_gflop_per_s": value, "note": f"{args.peak_n}x{args.peak_n} matmul"})
-    if not args.no_profile:
+    rows: list[dict] = []
+    if not args.no_profile:  # once per invocation (not a timing): these rows keep the file's own run id
         for group in profile_eager(model, x):
             rows.append({"record": "profile", "variant": REFERENCE, "precision": "fp32",
                          "category": group["category"], "ops": group["ops"],
                          "profile_ms": group["ms"], "share": group["share"]})
-    path = results.write_run("cpu-blurball", rows, env, results_dir=args.results_dir)
+    bases, skipped, built, failed = {}, {}, {}, []
+    with registry.BuildContext(threads=args.threads) as context:
+        for name in args.variants:  # build and check each variant ONCE; the runs reuse it
+            variant = registry.get(name)
+            bases[name] = {"record": "variant", "variant": name, "description": variant.description,
+                           "precision": variant.precision, EXPECTED_TO_MATCH: variant.expected_to_match_eager,
+                           **common}
+            if variant.precision == "bf16" and not bf16_ok:
+                skipped[name] = f"skipped: {bf16_reason}"
+                print(f"{name}: skipped ({bf16_reason})", flush=True)
+                continue
+            print(f"{name}: building and checking ...", flush=True)
+            one = registry.build(name, model, x, context)
+            check = results.compare_to_reference(one.run(x), reference)
+            note = one.note
+            if variant.expected_to_match_eager and not check[SAME_OUTPUT]:
+                note = (note + "; " if note else "") + "output differs from eager FP32"
+                failed.append(name)
+            built[name] = one
+            bases[name].update({**check, COMPILE_S: one.compile_s,
+                                "note": note or (bf16_reason if variant.precision == "bf16" else "")})
+        timed = [name for name in args.variants if name in built]
+        for index in range(args.runs):
+            number = index + 1
+            order = rotated(timed, index)
+            started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+            copy_gbps = probes.copy_bandwidth(nbytes=args.probe_mib * probes.MIB, repeats=5)["gb_per_s"]
+            peaks = {"fp32": probes.matmul_peak(n=args.peak_n, repeats=5)["gflop_per_s"]}
+            if bf16_ok:
+                peaks["bf16"] = probes.matmul_peak(n=args.peak_n, dtype=torch.bfloat16, repeats=5)["gflop_per_s"]
+            per_run = {results.RUN: number, "run_count": args.runs, "run_started": started,
+                       results.COPY_GBPS: copy_gbps, "went_first": order[0] if order else ""}
+            print(f"run {number}/{args.runs}: copy_ {copy_gbps:.1f} GB/s, order {', '.join(order)}", flush=True)
+            measured = []
+            for position, name in enumerate(order, start=1):
+                timing = time_cpu(lambda: built[name].run(x), warmup=args.warmup, repeats=args.repeats, name=name)
+                measured.append({**bases[name], **timing.as_dict(), **per_run, results.RUN_ORDER: position})
+                print(f"  {name}: median {timing.median_ms:.1f} ms", flush=True)
+            measured += [{**bases[name], **per_run, "note": why} for name, why in skipped.items()]
+            measured.sort(key=lambda r: args.variants.index(r["variant"]))  # registry order in the file
+            rows += variant_rows(measured, cost.macs, peaks)
+            for precision, value in peaks.items():
+                rows.append({"record": "peak", "variant": f"matmul_{precision}", "precision": precision,
+                             "peak_gflop_per_s": value, "note": f"{args.peak_n}x{args.peak_n} matmul", **per_run})
+    path = results.write_run("cpu-blurball", rows, env, results_dir=args.results_dir, per_run=True)
+    variant_table = [r for r in rows if r["record"] == "variant"]
     print()
-    print(format_table([r for r in rows if r["record"] == "variant"]))
+    print(format_table(variant_table))
+    frame = results.load("cpu-blurball", path.parent)
+    frame = runs_lib.flag_under_load(frame[(frame[results.SOURCE_FILE] == path.name) & (frame["record"] == "variant")])
+    summary = runs_lib.summarize_runs(frame)
+    print(f"\nacross the {args.runs} runs (median, min..max ms):")
+    for row in summary.itertuples():
+        print(f"  {row.variant:28s} {row.median:10.1f}  {row.min:.1f}..{row.max:.1f}")
+    flagged = frame.loc[frame[runs_lib.UNDER_LOAD], [results.RUN_ID, runs_lib.LOAD_REASON]].drop_duplicates()
+    for row in flagged.itertuples(index=False):
+        print(f"  {row[0]} looks taken under load: {row[1]}")
     print(f"\nMACs per forward {cost.macs / 1e9:.2f} G ({cost.dead_macs / 1e9:.2f} G in never-read "
-          f"stage-4 outputs); peaks: " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()))
+          f"stage-4 outputs); peaks (last run): " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()))
     print(f"bf16: {bf16_reason}")
     print(f"wrote {path}")
     return path, failed

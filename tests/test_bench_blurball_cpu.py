@@ -12,7 +12,8 @@ from graphbook import probes, profiling
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "code" / "bench_blurball_cpu.py"
-TINY = ["--height", "16", "--width", "32", "--repeats", "2", "--warmup", "1", "--threads", "1", "--peak-n", "64"]
+TINY = ["--height", "16", "--width", "32", "--repeats", "2", "--warmup", "1", "--threads", "1", "--peak-n", "64",
+        "--probe-mib", "4"]
 
 
 def _run(*args, cwd=None):
@@ -23,6 +24,7 @@ def _run(*args, cwd=None):
 @pytest.mark.parametrize("argv, message", [
     (["--threads", "0"], "positive integer"), (["--height", "100"], "multiple of 8"),
     (["--variants", "warp_drive"], "unknown variant"), (["--repeats", "two"], "positive integer"),
+    (["--runs", "2"], "integer >= 3"), (["--runs", "x"], "expected an integer"), (["--probe-mib", "0"], "positive"),
     (["--nonsense"], "unrecognized"), (["--out-dir", "x"], "unrecognized"),
     (["--results-dir", "{file}"], "not a directory")])
 def test_bad_arguments_exit_2_with_one_line(argv, message, tmp_path):
@@ -138,8 +140,19 @@ def test_tiny_eager_run_writes_a_new_file_each_time(tmp_path):
     with files[0].open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     records = [r["record"] for r in rows]
-    assert records.count("variant") == 2 and records.count("profile") == 4 and "peak" in records
-    variants = {r["variant"]: r for r in rows if r["record"] == "variant"}
+    # three runs (the default) of both variants, the profile once, the peaks in every run
+    assert records.count("variant") == 6 and records.count("profile") == len(profiling.CATEGORIES)
+    assert records.count("peak") >= 3
+    timed = [r for r in rows if r["record"] == "variant"]
+    assert [r["run"] for r in timed] == ["1", "1", "2", "2", "3", "3"]
+    assert len({r["run_id"] for r in timed}) == 3 and all(r["run_id"].endswith("/r" + r["run"]) for r in timed)
+    # round-robin: eager first in runs 1 and 3, channels-last first in run 2
+    first = {r["run"]: r["variant"] for r in timed if r["run_order"] == "1"}
+    assert first == {"1": "eager_fp32", "2": "eager_fp32_channels_last", "3": "eager_fp32"}
+    assert all(r["went_first"] == first[r["run"]] for r in timed)
+    assert all(float(r["copy_gbps"]) > 0 for r in timed)
+    assert all(r["run_id"] == files[0].stem for r in rows if r["record"] == "profile")
+    variants = {r["variant"]: r for r in timed}
     assert list(variants) == ["eager_fp32", "eager_fp32_channels_last"]
     assert variants["eager_fp32_channels_last"]["same_peaks"] == "True"
     assert variants["eager_fp32_channels_last"]["same_output"] == "True"
@@ -148,8 +161,18 @@ def test_tiny_eager_run_writes_a_new_file_each_time(tmp_path):
     # read back through the schema: typed, one run per file, the newest by date
     from graphbook import results
 
+    from graphbook import runs
+
     frame = results.load("cpu-blurball", tmp_path / "results")
-    assert frame[results.RUN_ID].nunique() == 2 and frame[results.SAME_OUTPUT].dropna().all()
+    assert set(frame[results.SOURCE_FILE]) == {f.name for f in files} and frame[results.SAME_OUTPUT].dropna().all()
+    newest = results.latest_recording(frame)  # every run of the newest file, not only its last run
+    assert set(newest[results.SOURCE_FILE]) == {files[1].name}
+    assert results.latest_run(frame)[results.RUN_ID].unique().tolist() == [files[1].stem + "/r3"]
+    timed_newest = newest[newest["record"] == "variant"]
+    summary = runs.summarize_runs(timed_newest)
+    assert summary["runs"].tolist() == [3, 3] and summary["enough_runs"].all()
+    flagged = runs.flag_under_load(timed_newest)  # the probe column is there; flags come from the data
+    assert flagged[runs.UNDER_LOAD].dtype == bool
     profile = {r["category"]: int(r["ops"]) for r in rows if r["record"] == "profile"}
     assert profile["convolution"] == 72 and profile["batch_norm"] == 71
     assert rows[0]["threads"] == "1" and rows[0]["torch"]

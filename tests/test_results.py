@@ -333,3 +333,25 @@ def test_renamed_variant_values_are_migrated_on_read():
     from graphbook import variants
 
     assert names <= set(variants.REGISTRY)
+
+
+def test_per_run_ids_and_latest_recording(tmp_path):
+    """A benchmark invocation writes several runs to one file: each gets <stem>/r<run>; rows measured once
+    keep the stem; latest_run is one run, latest_recording every run of the newest file."""
+    from graphbook import runs
+
+    env = {"date": "2026-11-30T10:00:00+00:00", "cpu_model": "X", "threads": 1}
+    old = results.write_run("cpu-blurball", [{"variant": "a", "median_ms": 9.0}], {**env, "date": "2026-11-29T10:00:00+00:00"},
+                            results_dir=tmp_path)
+    rows = [{"record": "profile", "variant": "a"}]
+    rows += [{"record": "variant", results.RUN: k, "variant": v, "median_ms": float(k)} for k in (1, 2, 3) for v in "ab"]
+    new = results.write_run("cpu-blurball", rows, env, results_dir=tmp_path, per_run=True)
+    frame = results.load("cpu-blurball", tmp_path)
+    ids = frame.loc[frame[results.SOURCE_FILE] == new.name, results.RUN_ID].tolist()
+    assert ids == [new.stem] + [f"{new.stem}/r{k}" for k in (1, 1, 2, 2, 3, 3)]
+    assert results.latest_run(frame)[results.RUN_ID].unique().tolist() == [f"{new.stem}/r3"]
+    newest = results.latest_recording(frame)
+    assert set(newest[results.SOURCE_FILE]) == {new.name} and len(newest) == 7
+    assert runs.summarize_runs(newest[newest["record"] == "variant"])["runs"].tolist() == [3, 3]
+    assert results.latest_recording(frame.iloc[:0]).empty
+    assert old.name in set(frame[results.SOURCE_FILE])

@@ -88,3 +88,11 @@ def test_alternating_timing_returns_two_results_in_order():
     assert (a.name, b.name, a.repeats, b.repeats) == ("first", "second", 3, 3)
     with pytest.raises(ValueError, match="repeats"):
         timing.alternating_timing(lambda: None, lambda: None, repeats=0)
+
+
+def test_rotated_is_round_robin():
+    names = ["a", "b", "c"]
+    orders = [timing.rotated(names, run) for run in range(4)]
+    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert {order[0] for order in orders[:3]} == set(names)  # every name goes first once in len(names) runs
+    assert timing.rotated([], 2) == [] and names == ["a", "b", "c"]

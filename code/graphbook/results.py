@@ -9,7 +9,8 @@ what its columns are called:
 - :func:`write_run` -- every run of a script writes ONE NEW file ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv``
   (never an existing one), every row with the environment columns and a ``run_id``.
 - :func:`load` -- every run of a kind (new files and legacy ones) as one typed DataFrame with canonical
-  column names, ``source_file`` and ``run_id``; :func:`latest_run` -- the newest run, by recorded date.
+  column names, ``source_file`` and ``run_id``; :func:`latest_run` -- the newest run, by recorded date;
+  :func:`latest_recording` -- every run of the newest file (a benchmark writes several runs per file).
 - Column-name constants (:data:`SPEEDUP_VS_EAGER`, :data:`SAME_OUTPUT`, :data:`COMPILE_S`...), the one
   tolerance :data:`SAME_OUTPUT_ATOL` and the one comparison :func:`compare_to_reference`.
 
@@ -31,6 +32,10 @@ from typing import Iterable, Mapping
 # --------------------------------------------------------------------------------------------------
 RUN_ID = "run_id"                  #: one id per recorded run (a file written by write_run is one run)
 SOURCE_FILE = "source_file"        #: added on read: the file a row came from
+RUN = "run"                        #: 1, 2, 3...: the run of its recording (file) a row belongs to;
+                                   #: write_run(per_run=True) makes its run_id "<file stem>/r<run>"
+RUN_ORDER = "run_order"            #: 1 = the variant went first in its run (the order rotates between runs)
+COPY_GBPS = "copy_gbps"            #: copy_ bandwidth measured in the same run (graphbook.runs.flag_under_load)
 DATE = "date"                      #: UTC ISO 8601 time of the run (environment fingerprint)
 VARIANT = "variant"                #: a variant name (see graphbook.variants for BlurBall's)
 MEDIAN_MS = "median_ms"
@@ -186,7 +191,7 @@ _TAG_RE = re.compile(r"^[A-Za-z0-9_.]+(?:-[A-Za-z0-9_.]+)*$")
 
 
 def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
-              results_dir: str | Path | None = None, tag: str | None = None) -> Path:
+              results_dir: str | Path | None = None, tag: str | None = None, *, per_run: bool = False) -> Path:
     """Write one run's ``rows`` to a NEW file of kind ``kind_name``; returns its path (Chapter 2).
 
     The file is ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv`` under ``results_dir`` (default
@@ -196,6 +201,12 @@ def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
     has one. The date in the name is the UTC date of ``env["date"]`` when given, else today (UTC).
     ``tag`` (letters, digits, ``._-``) is required for tagged kinds (GPU files: the device slug) and
     refused for the others.
+
+    ``per_run=True``: the file holds several independent runs of one invocation (the benchmarks record
+    at least three, Chapter 5). A row with a :data:`RUN` value ``k`` gets ``run_id`` ``<file stem>/r<k>``,
+    so :mod:`graphbook.runs` counts each run on its own; a row without one (measured once per
+    invocation: a profile, a compile in a fresh process) keeps the file's stem.
+    :func:`latest_recording` reads back every run of the newest file.
     """
     k = kind(kind_name)
     if k.tagged and not tag:
@@ -216,6 +227,8 @@ def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
     stem = "-".join([k.prefix] + ([tag] if tag else []) + [day])
     path = unique_path(_results_dir(results_dir), stem)
     for row in rows:
+        if per_run and row.get(RUN) not in (None, ""):
+            row.setdefault(RUN_ID, f"{path.stem}/r{int(row[RUN])}")
         row.setdefault(RUN_ID, path.stem)
     columns = _columns(rows, env)
     columns.remove(RUN_ID)
@@ -417,6 +430,21 @@ def latest_run(frame):
     table = runs(frame)
     newest = table[RUN_ID].iloc[-1]
     return frame[frame[RUN_ID] == newest].reset_index(drop=True)
+
+
+def latest_recording(frame):
+    """Every run written by the newest invocation of a script: the rows of the newest run's file (Chapter 5).
+
+    A benchmark invocation records several independent runs in one file (``run_id`` ``<stem>/r1``,
+    ``<stem>/r2``... see :func:`write_run`), so :func:`latest_run` returns only one of them; a chapter
+    that shows "the newest recording" takes this and decides on medians across its runs
+    (:func:`graphbook.runs.summarize_runs`). For files holding one run it equals :func:`latest_run`.
+    An empty frame comes back as it is.
+    """
+    if frame.empty:
+        return frame
+    newest = runs(frame)[SOURCE_FILE].iloc[-1]
+    return frame[frame[SOURCE_FILE] == newest].reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -228,3 +228,17 @@ def repeated_alternating(fn_a: Callable[[], object], fn_b: Callable[[], object],
             record["variant"] = record.pop("name")
             rows.append({"run_id": f"live-{index + 1}", **record, "went_first": first, **env})
     return pd.DataFrame(rows)
+
+
+def rotated(names: Sequence, run_index: int) -> list:
+    """``names`` in the order of run ``run_index`` (0-based) of a round-robin rotation (Chapter 5).
+
+    Run 0 keeps the order, run 1 starts with the second name, and so on, wrapping around, so over
+    ``len(names)`` runs every variant goes first once and none always runs in another's wake (a CPU
+    that heats up, a cache another variant filled, a neighbour's load that comes and goes).
+    """
+    names = list(names)
+    if not names:
+        return names
+    shift = run_index % len(names)
+    return names[shift:] + names[:shift]
