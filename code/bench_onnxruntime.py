@@ -1,7 +1,8 @@
-"""BlurBall on ONNX Runtime (CPU): every optimization level against eager and torch.compile, one run.
+"""BlurBall on ONNX Runtime (CPU): every optimization level against eager and torch.compile, in 3+ runs.
 
     .venv/bin/python code/bench_onnxruntime.py                       # 288x512, 1 and 2 threads
     .venv/bin/python code/bench_onnxruntime.py --threads 2 --repeats 3 --no-compile
+    .venv/bin/python code/bench_onnxruntime.py --runs 5                # five runs instead of three
 
 The measurement behind Chapter 4's recorded table. BlurBall (seeded weights, batch 1) is exported
 twice (exporter optimizer on; off with constants folded, so ONNX Runtime's own passes do the work),
@@ -13,8 +14,15 @@ timed with the book's harness (warm-up, median, spread) at every requested threa
 - the exporter-optimized export at level "all";
 - an INT8 Q/DQ model (static quantization calibrated on synthetic frames) at level "all".
 
-Every variant is built by ``graphbook.variants`` and judged by ``graphbook.results.compare_to_reference``.
-All rows go to a new file ``cpu-onnxruntime-<date>[-N].csv`` under ``--results-dir`` (default
+Every variant is built by ``graphbook.variants`` and judged by ``graphbook.results.compare_to_reference``
+ONCE (one ONNX Runtime session per thread count); then ``--runs`` independent runs (default and minimum
+3) each time every (variant, thread count) once (``--warmup`` untimed calls, ``--repeats`` timed ones) in
+an order that rotates between runs (round-robin), and measure the ``copy_`` bandwidth (``copy_gbps``) so
+that ``graphbook.runs.flag_under_load`` can flag a run taken under load. Rows carry ``run``,
+``run_order`` (1 = went first) and ``run_id`` ``<file stem>/r<run>``; ``speedup_vs_eager`` compares
+with eager FP32 of the same run and thread count; ``compile_s`` and the check are per build (the same
+in every run). A compiled variant re-enters Dynamo (from its caches) in the untimed warm-up when the
+other compiled variant ran in between. All rows go to a new file ``cpu-onnxruntime-<date>[-N].csv`` under ``--results-dir`` (default
 ``data/results/``; ``results.write_run``, never an existing one), each with ``speedup_vs_eager`` against eager FP32 at the same thread count and the
 environment columns. Exported .onnx files go to a temporary folder, removed afterwards (or are kept in
 ``--onnx-dir``). A variant expected
@@ -32,7 +40,7 @@ import tempfile
 from pathlib import Path
 
 from graphbook import cli
-from graphbook.cli import positive_int, multiple_of_8
+from graphbook.cli import int_at_least, positive_int, multiple_of_8
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -47,6 +55,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="synthetic frames used to calibrate the INT8 model")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (saves minutes)")
     parser.add_argument("--no-quantize", action="store_true", help="skip the INT8 Q/DQ model")
+    parser.add_argument("--runs", type=int_at_least(3), default=3,
+                        help="independent runs, each timing every variant once in a rotated order (default 3, at least 3)")
+    parser.add_argument("--probe-mib", type=positive_int, default=64,
+                        help="MiB per buffer of the copy_ bandwidth probe measured in every run (default 64)")
     parser.add_argument("--onnx-dir", type=cli.directory, default=None, metavar="DIR",
                         help="keep the exported .onnx files in DIR (default: a temporary folder, removed)")
     return parser.parse_args(argv)
@@ -61,22 +73,21 @@ def calibration_frames(count: int, height: int, width: int):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from graphbook import blurball, onnx_utils as ou, results, timing, variants
+    from graphbook import blurball, onnx_utils as ou, probes, results, timing, variants
     from graphbook.environment import fingerprint, set_threads
     from graphbook.results import (COMPILE_S, EXPECTED_TO_MATCH, MAX_ABS_DIFF, PEAK_FRAMES, SAME_OUTPUT,
                                    SAME_PEAK_FRAMES, SAME_PEAKS, SPEEDUP_VS_EAGER)
 
-    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     set_threads(max(args.threads))
+    env = fingerprint()
     model = blurball.build_blurball()
     x = blurball.example_input(height=args.height, width=args.width)
     reference = variants.build(variants.REFERENCE, model, x, warm=False).run(x)
 
-    rows: list[dict] = []
+    slots: list[dict] = []  # one per (variant, thread count): built and checked once, timed in every run
     failures: list[str] = []
-    eager_ms: dict[int, float] = {}
 
-    def record(built, *, extra: dict | None = None, thread_counts=None) -> None:
+    def add(built, *, extra: dict | None = None, thread_counts=None) -> None:
         variant = built.variant
         check = results.compare_to_reference(built.run(x), reference)  # correctness first, untimed
         if variant.expected_to_match_eager and not check[SAME_OUTPUT]:  # still timed: what would it buy?
@@ -84,29 +95,23 @@ def main(argv=None) -> int:
             print(f"{variant.name}: DOES NOT MATCH eager, max abs diff {check[MAX_ABS_DIFF]:.3g} exceeds "
                   f"{results.SAME_OUTPUT_ATOL:g}", file=sys.stderr)
         for threads in thread_counts or args.threads:
-            set_threads(threads)
-            result = timing.time_cpu(lambda: built.run(x), warmup=args.warmup, repeats=args.repeats,
-                                     name=variant.name)
-            if variant.name == variants.REFERENCE:
-                eager_ms[threads] = result.median_ms
-            rows.append({"run_id": run_id, "variant": variant.name, "description": variant.description,
-                         **(extra or {}), "height": args.height, "width": args.width,
-                         **{k: v for k, v in result.as_dict().items() if k != "name"},
-                         "threads": threads, MAX_ABS_DIFF: check[MAX_ABS_DIFF], SAME_OUTPUT: check[SAME_OUTPUT],
-                         EXPECTED_TO_MATCH: variant.expected_to_match_eager,
-                         SAME_PEAK_FRAMES: check[SAME_PEAK_FRAMES], PEAK_FRAMES: check[PEAK_FRAMES],
-                         SAME_PEAKS: check[SAME_PEAKS], COMPILE_S: built.compile_s})
-            print(f"{variant.name:>26s} threads={threads} median {result.median_ms:9.1f} ms "
-                  f"(min {result.min_ms:.1f}, max {result.max_ms:.1f})  max|diff| {check[MAX_ABS_DIFF]:.2e}  "
-                  f"peaks {check[SAME_PEAK_FRAMES]}/{check[PEAK_FRAMES]}", flush=True)
+            slots.append({"key": f"{variant.name}@{threads}", "built": built, "threads": threads, "row": {
+                "variant": variant.name, "description": variant.description, **(extra or {}),
+                "height": args.height, "width": args.width, "threads": threads,
+                MAX_ABS_DIFF: check[MAX_ABS_DIFF], SAME_OUTPUT: check[SAME_OUTPUT],
+                EXPECTED_TO_MATCH: variant.expected_to_match_eager, SAME_PEAK_FRAMES: check[SAME_PEAK_FRAMES],
+                PEAK_FRAMES: check[PEAK_FRAMES], SAME_PEAKS: check[SAME_PEAKS], COMPILE_S: built.compile_s}})
+        print(f"{variant.name:>26s} built and checked: max|diff| {check[MAX_ABS_DIFF]:.2e}  "
+              f"peaks {check[SAME_PEAK_FRAMES]}/{check[PEAK_FRAMES]}", flush=True)
 
-    record(variants.build(variants.REFERENCE, model, x))
+    add(variants.build(variants.REFERENCE, model, x))
     if not args.no_compile:
         for name in ("compile_default", "compile_freezing"):
             built = variants.build(name, model, x)
             print(f"{name} first call: {built.compile_s:.1f} s", flush=True)
-            record(built)
+            add(built)
 
+    rows: list[dict] = []
     with contextlib.ExitStack() as stack:
         workdir = args.onnx_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ort-bench-")))
         calibration = (None if args.no_quantize else
@@ -128,20 +133,47 @@ def main(argv=None) -> int:
                     counts = ou.qdq_counts(built.artifact)
                     extra.update(quantize_linear=counts["QuantizeLinear"],
                                  dequantize_linear=counts["DequantizeLinear"])
-                record(built, extra=extra, thread_counts=[threads])
+                add(built, extra=extra, thread_counts=[threads])
+
+        for index in range(args.runs):  # independent runs: nothing is rebuilt, the order rotates
+            number = index + 1
+            order = timing.rotated(slots, index)
+            started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+            set_threads(max(args.threads))
+            copy_gbps = probes.copy_bandwidth(nbytes=args.probe_mib * probes.MIB, repeats=5)["gb_per_s"]
+            print(f"run {number}/{args.runs}: copy_ {copy_gbps:.1f} GB/s, first {order[0]['key']}", flush=True)
+            eager_ms: dict[int, float] = {}
+            run_rows = []
+            for position, slot in enumerate(order, start=1):
+                set_threads(slot["threads"])
+                result = timing.time_cpu(lambda: slot["built"].run(x), warmup=args.warmup, repeats=args.repeats,
+                                         name=slot["key"])
+                if slot["row"]["variant"] == variants.REFERENCE:
+                    eager_ms[slot["threads"]] = result.median_ms
+                run_rows.append({**slot["row"], **{k: v for k, v in result.as_dict().items() if k != "name"},
+                                 results.RUN: number, "run_count": args.runs, "run_started": started,
+                                 results.RUN_ORDER: position, "went_first": order[0]["key"],
+                                 results.COPY_GBPS: copy_gbps})
+                print(f"{slot['key']:>28s} median {result.median_ms:9.1f} ms (min {result.min_ms:.1f}, "
+                      f"max {result.max_ms:.1f})", flush=True)
+            for row in run_rows:
+                row[SPEEDUP_VS_EAGER] = (eager_ms[row["threads"]] / row["median_ms"]
+                                         if row["threads"] in eager_ms else "")
+            keys = [slot["key"] for slot in slots]  # the file lists each run in the build order
+            run_rows.sort(key=lambda r: keys.index(f"{r['variant']}@{r['threads']}"))
+            rows += run_rows
 
     if not rows:
         print("nothing was timed", file=sys.stderr)
         return 1
-    for row in rows:
-        row[SPEEDUP_VS_EAGER] = eager_ms[row["threads"]] / row["median_ms"] if row["threads"] in eager_ms else ""
-    columns = ["run_id", "variant", "description", "level", "export", "height", "width", "threads",
+    columns = [results.RUN, "variant", "description", "level", "export", "height", "width", "threads",
                "median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats", "warmup", "device",
                SPEEDUP_VS_EAGER, MAX_ABS_DIFF, SAME_OUTPUT, EXPECTED_TO_MATCH, SAME_PEAKS, SAME_PEAK_FRAMES,
-               PEAK_FRAMES, COMPILE_S, "quantize_linear", "dequantize_linear"]
+               PEAK_FRAMES, COMPILE_S, "quantize_linear", "dequantize_linear", results.RUN_ORDER, "went_first",
+               "run_count", "run_started", results.COPY_GBPS]
     rows = [{c: row.get(c, "") for c in columns} for row in rows]
-    path = results.write_run("cpu-onnxruntime", rows, fingerprint(), results_dir=args.results_dir)
-    print(f"wrote {len(rows)} rows to {path}")
+    path = results.write_run("cpu-onnxruntime", rows, env, results_dir=args.results_dir, per_run=True)
+    print(f"wrote {len(rows)} rows ({args.runs} runs) to {path}")
     if failures:
         print("; ".join(failures), file=sys.stderr)
         return cli.EXIT_CHECK_FAILED

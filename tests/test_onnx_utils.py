@@ -368,7 +368,8 @@ def test_calibration_reader_needs_frames():
 # The benchmark script's argument checks (no model is built) -----------------------------------------
 
 @pytest.mark.parametrize("args", [["--height", "63"], ["--threads", "0"], ["--repeats", "-1"], ["--bogus"],
-                                  ["--out-dir", "x"], ["--workdir", "x"], ["--results-dir", __file__]])
+                                  ["--out-dir", "x"], ["--workdir", "x"], ["--results-dir", __file__],
+                                  ["--runs", "2"], ["--runs", "three"], ["--probe-mib", "0"]])
 def test_bench_script_bad_arguments_exit_2_with_one_line(args):
     import subprocess
     import sys
@@ -378,3 +379,31 @@ def test_bench_script_bad_arguments_exit_2_with_one_line(args):
     done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_bench_script_records_three_rotated_runs(tmp_path):
+    """A tiny run of code/bench_onnxruntime.py (no compile, no INT8): sessions built once, then three runs
+    with their own run ids, a rotated order and a copy_ probe each; runs.summarize_runs counts 3 runs."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from graphbook import results, runs
+
+    script = Path(__file__).resolve().parents[1] / "code" / "bench_onnxruntime.py"
+    done = subprocess.run([sys.executable, str(script), "--height", "16", "--width", "32", "--threads", "1",
+                           "--repeats", "2", "--warmup", "1", "--no-compile", "--no-quantize", "--probe-mib", "4",
+                           "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    frame = results.latest_recording(results.load("cpu-onnxruntime", tmp_path))
+    stem = frame[results.SOURCE_FILE].iloc[0].removesuffix(".csv")
+    assert sorted(frame[results.RUN_ID].unique()) == [f"{stem}/r{k}" for k in (1, 2, 3)]
+    firsts = frame[frame[results.RUN_ORDER] == 1].sort_values(results.RUN)["variant"].tolist()
+    assert len(firsts) == 3 and len(set(firsts)) == 3  # round-robin: a different variant first in each run
+    assert firsts[0] == "eager_fp32" and (frame[results.COPY_GBPS] > 0).all()
+    summary = runs.summarize_runs(frame)
+    assert (summary["runs"] == 3).all() and len(summary) == 7
+    eager = frame[frame["variant"] == "eager_fp32"]
+    assert (eager[results.SPEEDUP_VS_EAGER] == 1.0).all()  # against eager of the same run
+    assert frame[results.SAME_OUTPUT].all()
