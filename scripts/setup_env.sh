@@ -19,3 +19,7 @@ fi
 # from any folder. --no-deps: requirements.txt above is the only dependency list. --no-build-isolation:
 # setuptools is pinned there too, so this step needs no download.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+# Optional real TVM (Chapter 3's referee of the fusion rules): its wheels exist for x86-64 Linux only, and the
+# markers in requirements-tvm.txt skip it elsewhere; the chapter then says by code that TVM is absent.
+# `-c requirements.txt` keeps every pin above as it is.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-tvm.txt -c requirements.txt
