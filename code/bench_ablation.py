@@ -2,32 +2,45 @@
 
     .venv/bin/python code/bench_ablation.py                          # 96x160 input, 2 threads
     .venv/bin/python code/bench_ablation.py --height 288 --width 512 --repeats 5
+    .venv/bin/python code/bench_ablation.py --runs 5                   # five timed runs instead of three
 
 BlurBall (batch 1) is compiled four times: all optimizations (freezing on), without fusion
 (``max_fusion_size=1``), without freezing, and without both (see ``graphbook.inductor_tools.
-ABLATION_CONFIGS`` for why these switches). For each variant, in this order:
+ABLATION_CONFIGS`` for why these switches). Each variant is compiled ONCE, on its own copy of the
+model whose ``forward`` has its own code object, so Dynamo keeps one cache per variant and the runs
+reuse the compiled code without a reset or a recompile (the ``recompiles`` column counts any). Per
+variant, once:
 
 1. compile and first call (seconds; a cold or warm Inductor cache, as found);
 2. correctness against eager FP32: max abs diff and the per-frame heatmap peak positions;
-3. kernels generated (definitions in the code), their launches per call, and library calls;
-4. timing: eager and compiled calls alternate, one each per repeat, so every speedup is a ratio of
-   medians taken under the same background load (summarised with the book's harness).
+3. kernels generated (definitions in the code), their launches per call, and library calls.
+
+Then ``--runs`` independent timed runs (default and minimum 3), each measuring every variant once in an
+order that rotates between runs (round-robin), plus the ``copy_`` bandwidth (``copy_gbps``) as the run's
+physical reference: eager and compiled calls alternate, one each per repeat (compiled first in every
+second run), so every speedup is a ratio of medians taken under the same background load. Rows carry
+``run``, ``run_order`` (1 = went first) and ``run_id`` ``<file stem>/r<run>`` (``graphbook.runs``
+counts each run on its own); ``compile_s``, the kernel counts and the check are per build, the same
+in every run.
 
 Each run writes a new file ``cpu-ablation-<date>[-N].csv`` under ``--results-dir`` (default
 ``data/results/``; ``graphbook.results.write_run``, never an existing file) with the environment columns;
 the runs recorded before, in ``ablation_cpu.csv``, are read back by ``results.load("ablation")``. Exit
 status (``graphbook.cli``): 0 ok; 1 a configuration's output differs from eager FP32 (checked with
 ``results.compare_to_reference``; the rows are still written); 2 bad arguments.
-A cold run costs several minutes on 2 cores (four BlurBall compiles); a warm cache, about one.
+A cold run costs several minutes on 2 cores (four BlurBall compiles, once each); a warm cache, about
+one; each extra run adds the timed calls only.
 """
 from __future__ import annotations
 
+import copy
+import datetime as dt
 import sys
 import time
-import uuid
+import types
 
 from graphbook import cli
-from graphbook.cli import positive_int, multiple_of_8
+from graphbook.cli import int_at_least, positive_int, multiple_of_8
 
 
 def parse_args(argv=None):
@@ -39,6 +52,10 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=positive_int, default=2, help="torch intra-op threads")
     parser.add_argument("--repeats", type=positive_int, default=10, help="timed calls per variant")
     parser.add_argument("--warmup", type=positive_int, default=3, help="untimed calls per variant")
+    parser.add_argument("--runs", type=int_at_least(3), default=3,
+                        help="independent timed runs, every variant once per run in a rotated order (default 3, at least 3)")
+    parser.add_argument("--probe-mib", type=positive_int, default=64,
+                        help="MiB per buffer of the copy_ bandwidth probe measured in every run (default 64)")
     parser.add_argument("--variants", default=",".join(ABLATION_CONFIGS),
                         help="comma-separated subset of: " + "; ".join(ABLATION_CONFIGS))
     args = parser.parse_args(argv)
@@ -50,12 +67,34 @@ def parse_args(argv=None):
     return args
 
 
+def own_code(model):
+    """A copy of ``model`` whose ``forward`` has its own code object (Chapter 3).
+
+    Dynamo caches compiled code on the code object of the frame it captures (the model's
+    ``forward``), which every copy of a module shares, and Inductor settings such as freezing are not
+    among its guards: two compiles of copies would share one cache entry. With its own code object,
+    each compiled copy keeps its own graph, and the variants can alternate without a reset.
+    """
+    model = copy.deepcopy(model)
+    forward = type(model).forward
+    code = forward.__code__.replace()  # equal code, a distinct object: its own Dynamo cache
+    model.forward = types.MethodType(types.FunctionType(code, forward.__globals__, forward.__name__,
+                                                        forward.__defaults__, forward.__closure__), model)
+    return model
+
+
+def _unique_graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def run(args) -> tuple[list[dict], list[str]]:
-    """Compile, check, count and time every requested configuration; write one new results file.
-    Returns the rows and the configurations whose output differs from eager FP32."""
+    """Compile and check every requested configuration once, time them all in ``args.runs`` rotated runs,
+    write one new results file. Returns the rows and the configurations whose output differs from eager FP32."""
     import torch
 
-    from graphbook import blurball, inductor_tools, results, timing
+    from graphbook import blurball, inductor_tools, probes, results, timing
     from graphbook.results import COMPILE_S, MAX_ABS_DIFF, SAME_OUTPUT, SAME_PEAKS, SPEEDUP_VS_EAGER
     from graphbook.environment import fingerprint, set_threads
 
@@ -63,45 +102,60 @@ def run(args) -> tuple[list[dict], list[str]]:
     env = fingerprint(args.threads)
     model = blurball.build_blurball()
     x = blurball.example_input(height=args.height, width=args.width)
-    run_id = uuid.uuid4().hex[:8]
-    rows, failed = [], []
+    builds, failed, rows = {}, [], []
     with torch.no_grad():
         reference = model(x)
-        for name in args.variants:
+        torch._dynamo.reset()  # nothing compiled earlier in this process is reused
+        for name in args.variants:  # compile and check each configuration ONCE
             options = inductor_tools.ablation_options(name)
             start = time.perf_counter()
-            generated = inductor_tools.compile_and_get_code(model, x, options=options)
+            generated = inductor_tools.compile_and_get_code(own_code(model), x, options=options, reset=False)
             compile_s = time.perf_counter() - start
-            compiled = generated.compiled
             check = results.compare_to_reference(generated.output, reference)
-            max_diff = check[MAX_ABS_DIFF]
             if not check[SAME_OUTPUT]:  # every configuration is FP32: all are expected to match
                 failed.append(name)
-            eager_t, compiled_t = timing.alternating_timing(
-                lambda: model(x), lambda: compiled(x), warmup=args.warmup, repeats=args.repeats,
-                names=("eager", name))
-            rows.append({
-                "run_id": run_id, "variant": name, "options": repr(options),
-                "height": args.height, "width": args.width, "batch": 1,
-                COMPILE_S: round(compile_s, 3),
-                "kernels": generated.kernel_count,
-                "generated_launches": generated.launches["generated"],
-                "extern_calls": len(generated.extern_calls),
-                MAX_ABS_DIFF: max_diff, SAME_OUTPUT: check[SAME_OUTPUT], SAME_PEAKS: check[SAME_PEAKS],
-                "eager_median_ms": eager_t.median_ms, "eager_q1_ms": eager_t.q1_ms,
-                "eager_q3_ms": eager_t.q3_ms,
-                "compiled_median_ms": compiled_t.median_ms, "compiled_q1_ms": compiled_t.q1_ms,
-                "compiled_q3_ms": compiled_t.q3_ms,
-                SPEEDUP_VS_EAGER: eager_t.median_ms / compiled_t.median_ms,
-                "repeats": args.repeats, "warmup": args.warmup,
-            })
+            builds[name] = {"compiled": generated.compiled, "row": {
+                "variant": name, "options": repr(options), "height": args.height, "width": args.width, "batch": 1,
+                COMPILE_S: round(compile_s, 3), "kernels": generated.kernel_count,
+                "generated_launches": generated.launches["generated"], "extern_calls": len(generated.extern_calls),
+                MAX_ABS_DIFF: check[MAX_ABS_DIFF], SAME_OUTPUT: check[SAME_OUTPUT], SAME_PEAKS: check[SAME_PEAKS]}}
             print(f"{name:30s} compile {compile_s:7.1f} s  kernels {generated.kernel_count:4d}  "
-                  f"diff {max_diff:.1e}  eager {eager_t.median_ms:8.1f} ms  compiled "
-                  f"{compiled_t.median_ms:8.1f} ms  speedup {rows[-1][SPEEDUP_VS_EAGER]:.2f}x",
-                  flush=True)
-            torch._dynamo.reset()
-    path = results.write_run("ablation", rows, env, results_dir=args.results_dir)
-    print(f"wrote {len(rows)} rows to {path}")
+                  f"diff {check[MAX_ABS_DIFF]:.1e}", flush=True)
+        for index in range(args.runs):  # independent timed runs: nothing is recompiled, the order rotates
+            number = index + 1
+            order = timing.rotated(args.variants, index)
+            started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+            copy_gbps = probes.copy_bandwidth(nbytes=args.probe_mib * probes.MIB, repeats=5)["gb_per_s"]
+            print(f"run {number}/{args.runs}: copy_ {copy_gbps:.1f} GB/s, order {', '.join(order)}", flush=True)
+            for position, name in enumerate(order, start=1):
+                compiled = builds[name]["compiled"]
+                graphs = _unique_graphs()
+                if index % 2 == 0:
+                    eager_t, compiled_t = timing.alternating_timing(
+                        lambda: model(x), lambda: compiled(x), warmup=args.warmup, repeats=args.repeats,
+                        names=("eager", name))
+                else:  # every second run the compiled call goes first in each pair
+                    compiled_t, eager_t = timing.alternating_timing(
+                        lambda: compiled(x), lambda: model(x), warmup=args.warmup, repeats=args.repeats,
+                        names=(name, "eager"))
+                rows.append({
+                    results.RUN: number, **builds[name]["row"],
+                    "eager_median_ms": eager_t.median_ms, "eager_q1_ms": eager_t.q1_ms, "eager_q3_ms": eager_t.q3_ms,
+                    "compiled_median_ms": compiled_t.median_ms, "compiled_q1_ms": compiled_t.q1_ms,
+                    "compiled_q3_ms": compiled_t.q3_ms, SPEEDUP_VS_EAGER: eager_t.median_ms / compiled_t.median_ms,
+                    "repeats": args.repeats, "warmup": args.warmup, "run_count": args.runs, "run_started": started,
+                    results.RUN_ORDER: position, "went_first": order[0], results.COPY_GBPS: copy_gbps,
+                    "recompiles": _unique_graphs() - graphs,
+                })
+                print(f"  {name:30s} eager {eager_t.median_ms:8.1f} ms  compiled {compiled_t.median_ms:8.1f} ms  "
+                      f"speedup {rows[-1][SPEEDUP_VS_EAGER]:.2f}x", flush=True)
+    rows.sort(key=lambda r: (r[results.RUN], args.variants.index(r["variant"])))  # each run in variant order
+    path = results.write_run("ablation", rows, env, results_dir=args.results_dir, per_run=True)
+    recompiled = sum(r["recompiles"] for r in rows)
+    if recompiled:
+        print(f"bench_ablation.py: {recompiled} recompile(s) during the timed runs (their warm-up absorbed them)",
+              file=sys.stderr)
+    print(f"wrote {len(rows)} rows ({args.runs} runs) to {path}")
     return rows, failed
 
 

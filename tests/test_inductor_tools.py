@@ -133,7 +133,8 @@ def test_freezing_folds_batch_norm_into_the_convolution():
 
 
 @pytest.mark.parametrize("argv", [["--height", "100"], ["--variants", "no such variant"], ["--repeats", "0"],
-                                  ["--out", "ablation.csv"], ["--results-dir", __file__]])
+                                  ["--out", "ablation.csv"], ["--results-dir", __file__], ["--runs", "2"],
+                                  ["--runs", "many"], ["--probe-mib", "-1"]])
 def test_bench_ablation_rejects_bad_arguments_with_exit_2(argv):
     import subprocess
     import sys
@@ -143,3 +144,51 @@ def test_bench_ablation_rejects_bad_arguments_with_exit_2(argv):
     proc = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 1 and "error" in proc.stderr
+
+
+def test_compile_and_get_code_without_reset_keeps_earlier_compiles():
+    """reset=False must not reset Dynamo behind the caller's back (run_and_get_code does): a function
+    compiled before stays compiled, so alternating two compiled functions recompiles nothing."""
+    from torch._dynamo.utils import counters
+
+    def double(x):
+        return x * 2
+
+    def triple(x):
+        return x * 3
+
+    x = torch.randn(16)
+    first = inductor_tools.compile_and_get_code(double, x)
+    second = inductor_tools.compile_and_get_code(triple, x, reset=False)
+    graphs = counters["stats"]["unique_graphs"]
+    with torch.no_grad():  # as compiled (grad mode is among Dynamo's guards)
+        torch.testing.assert_close(first.compiled(x), x * 2)
+        torch.testing.assert_close(second.compiled(x), x * 3)
+    assert counters["stats"]["unique_graphs"] == graphs and first.kernel_count == second.kernel_count == 1
+
+
+@pytest.mark.slow
+def test_bench_ablation_records_three_rotated_runs_without_recompiling(tmp_path):
+    """Two configurations at 16x32, compiled once each, timed in three runs (the default): own run ids,
+    a rotated order, a copy_ probe per run, no recompile in the runs; runs.summarize_runs counts 3."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from graphbook import results, runs
+
+    script = Path(__file__).resolve().parents[1] / "code" / "bench_ablation.py"
+    proc = subprocess.run([sys.executable, str(script), "--height", "16", "--width", "32", "--threads", "1",
+                           "--repeats", "2", "--warmup", "1", "--probe-mib", "4",
+                           "--variants", "without freezing,without fusion and freezing", "--results-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    frame = results.latest_recording(results.load("ablation", tmp_path))
+    stem = frame[results.SOURCE_FILE].iloc[0].removesuffix(".csv")
+    assert sorted(frame[results.RUN_ID].unique()) == [f"{stem}/r{k}" for k in (1, 2, 3)]
+    first = frame[frame[results.RUN_ORDER] == 1].sort_values(results.RUN)["variant"].tolist()
+    assert first == ["without freezing", "without fusion and freezing", "without freezing"]
+    assert (frame["recompiles"] == 0).all() and (frame[results.COPY_GBPS] > 0).all()
+    assert frame.groupby("variant")[results.COMPILE_S].nunique().eq(1).all()  # one build per configuration
+    summary = runs.summarize_runs(frame.rename(columns={"compiled_median_ms": "median_ms"}))
+    assert summary["runs"].tolist() == [3, 3]

@@ -170,9 +170,12 @@ def compile_and_get_code(fn: Callable, *args, options: Mapping | None = None, re
     the first call compiles; the returned ``compiled`` callable keeps that code. The call runs
     under ``torch.no_grad()``: this is inference, and freezing requires it. ``reset`` clears Dynamo's
     caches first so an earlier compile of the same code is not reused (the on-disk Inductor cache may
-    still answer, which returns the same code, faster).
+    still answer, which returns the same code, faster); ``reset=False`` keeps every earlier compile (a
+    module copy with its own ``forward`` code object then keeps its own compiled graph).
     """
-    from torch._inductor.utils import run_and_get_code
+    from unittest import mock
+
+    from torch._inductor.graph import GraphLowering
 
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
@@ -192,9 +195,18 @@ def compile_and_get_code(fn: Callable, *args, options: Mapping | None = None, re
     from .variants import freezing
 
     freeze = options.pop("freezing", inductor_config.freezing)
-    with freezing(freeze), inductor_config.patch(options):
-        output, sources = run_and_get_code(compiled, *args)
-    sources = list(sources)
+    # The wrapper code is caught the way torch._inductor.utils.run_and_get_code catches it, but without
+    # the Dynamo reset that run_and_get_code does first: with reset=False, code compiled earlier (another
+    # configuration kept for alternated timing, code/bench_ablation.py) must stay compiled.
+    sources: list[str] = []
+
+    def save_output_code(code: str) -> None:
+        if code not in sources:
+            sources.append(code)
+
+    with mock.patch.object(GraphLowering, "save_output_code", save_output_code), \
+            freezing(freeze), inductor_config.patch(options):
+        output = compiled(*args)
     return GeneratedCode(output, sources, kernel_definitions(sources), extern_calls(sources), compiled)
 
 
