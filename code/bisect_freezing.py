@@ -11,9 +11,11 @@ Chapter 3 shows what this script recorded (it takes minutes, so no chapter runs 
    process under a time limit: when the compiled output differs from eager it shrinks the graph to a
    smallest failing one and writes a ``repro.py``.
 
-The check is BlurBall (or the reproducer's small module, ``--model repro``) compiled with Inductor
-freezing, compared with eager under ``graphbook.results.SAME_OUTPUT_ATOL``. One row per tool goes to a
-new ``cpu-freezing-bisect-<date>.csv`` (``results.write_run``, kind ``freezing-bisect``).
+The check is BlurBall (or the reproducer's small module, ``--model repro``, loaded from the standalone
+reproducer by ``graphbook.miscompile.check_model``) compiled with Inductor freezing
+(``graphbook.variants.freezing``, the book's one freezing switch), compared with eager under
+``graphbook.results.SAME_OUTPUT_ATOL``. One row per tool goes to a new ``cpu-freezing-bisect-<date>.csv``
+(``results.write_run``, kind ``freezing-bisect``).
 
 Usage::
 
@@ -35,7 +37,6 @@ from pathlib import Path
 
 from graphbook.cli import OneLineParser, multiple_of_8
 
-HERE = Path(__file__).resolve().parent
 
 
 def parse_args(argv=None):
@@ -58,30 +59,12 @@ def parse_args(argv=None):
     return args
 
 
-def build(model_name: str, height: int, width: int):
-    """(module, inputs) of the check."""
-    import torch
-
-    if model_name == "repro":
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location("repro_freezing", HERE / "repro_freezing_miscompile.py")
-        repro = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(repro)
-        return repro.build()
-    from graphbook import blurball
-
-    torch.manual_seed(0)
-    return blurball.build_blurball(), (blurball.example_input(height=height, width=width),)
-
-
 def run_bisector(model, inputs) -> dict:
     """CompilerBisector on "compiled with freezing == eager"; returns what it named and how long it took."""
     import torch
-    import torch._inductor.config as inductor_config
     from torch._inductor.compiler_bisector import CompilerBisector
 
-    from graphbook import results
+    from graphbook import results, variants
 
     with torch.no_grad():
         reference = model(*inputs)
@@ -90,7 +73,7 @@ def run_bisector(model, inputs) -> dict:
     def check() -> bool:
         calls["n"] += 1
         torch._dynamo.reset()
-        with inductor_config.patch(freezing=True), torch.no_grad():
+        with variants.freezing():
             output = torch.compile(model)(*inputs)
         verdict = results.compare_to_reference(output, reference)
         print(f"  bisector check {calls['n']}: max abs diff {verdict['max_abs_diff']:.3g}", flush=True)
@@ -107,14 +90,13 @@ def run_bisector(model, inputs) -> dict:
     return row
 
 
+# The minifier's process: graphbook is installed (pyproject.toml), so no path set-up is needed.
 _MINIFIER_SCRIPT = textwrap.dedent("""
-    import sys, torch
-    import torch._inductor.config as inductor_config
-    sys.path.insert(0, {code!r})
-    from bisect_freezing import build
-    model, inputs = build({model!r}, {height}, {width})
+    import torch
+    from graphbook import miscompile, variants
+    model, inputs = miscompile.check_model({model!r}, {height}, {width})
     torch.set_num_threads({threads})
-    with inductor_config.patch(freezing=True), torch.no_grad():
+    with variants.freezing():
         torch.compile(model)(*inputs)
 """)
 
@@ -125,7 +107,7 @@ def run_minifier(args) -> dict:
         return {"tool": "accuracy minifier", "status": "skipped (--minifier-timeout 0)"}
     workdir = Path(tempfile.mkdtemp(prefix="graphbook-minifier-"))
     script = workdir / "compile_frozen.py"
-    script.write_text(_MINIFIER_SCRIPT.format(code=str(HERE), model=args.model, height=args.height,
+    script.write_text(_MINIFIER_SCRIPT.format(model=args.model, height=args.height,
                                               width=args.width, threads=args.threads))
     env = {**os.environ, "TORCHDYNAMO_REPRO_AFTER": "aot", "TORCHDYNAMO_REPRO_LEVEL": "4"}
     start = time.perf_counter()
@@ -158,10 +140,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
-    from graphbook import environment, results
+    from graphbook import environment, miscompile, results
 
     torch.set_num_threads(args.threads)
-    model, inputs = build(args.model, args.height, args.width)
+    model, inputs = miscompile.check_model(args.model, args.height, args.width)
     rows = []
     if args.skip_bisector:
         pass

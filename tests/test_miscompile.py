@@ -111,3 +111,38 @@ def test_a_recorded_verdict_is_used_first(monkeypatch, tmp_path):
     verdict = mc.freezing_bug_verdict()
     assert verdict["present"] and verdict["max_abs_diff"] == 0.0793
     assert verdict["source"].startswith("recorded cpu-freezing-repro-2026-11-30")
+
+
+# ------------------------------------------------------------- the reproducer's model, one definition
+def test_load_reproducer_gives_the_standalone_script_without_running_it():
+    repro = mc.load_reproducer()
+    assert repro.__file__ == str(mc.REPRO_SCRIPT)
+    assert callable(repro.build) and callable(repro.main)
+    # the file stays fileable upstream as it is: torch and the standard library only
+    imports = re.findall(r"^(?:import|from) (\w+)", mc.REPRO_SCRIPT.read_text(), re.M)
+    assert set(imports) <= {"__future__", "argparse", "platform", "sys", "time", "torch"}, imports
+
+
+def test_check_model_repro_is_the_reproducers_model():
+    model, (x,) = mc.check_model("repro", 16, 32)
+    again, (y,) = mc.load_reproducer().build(16, 32)
+    assert type(model).__name__ == "SmallHRNet" and x.shape == (1, 9, 16, 32) and torch.equal(x, y)
+    with torch.no_grad():
+        assert torch.equal(model(x), again(y))
+
+
+def test_check_model_refuses_an_unknown_name():
+    with pytest.raises(ValueError, match="unknown model 'resnet'"):
+        mc.check_model("resnet")
+
+
+def test_bisect_freezing_keeps_no_copy_and_no_path_setup(tmp_path):
+    source = (mc.REPO_ROOT / "code" / "bisect_freezing.py").read_text()
+    for banned in ("sys.path", "spec_from_file_location", "freezing=True", "class SmallHRNet"):
+        assert banned not in source, banned
+    assert "variants.freezing()" in source and "miscompile.check_model" in source
+    # the minifier's fresh process imports the model from graphbook, from any folder
+    proc = subprocess.run([sys.executable, "-c", "from graphbook import miscompile, variants\n"
+                           "m, (x,) = miscompile.check_model('repro', 8, 8)\nprint(tuple(x.shape))"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "(1, 9, 8, 8)", proc.stderr[-500:]

@@ -120,6 +120,39 @@ def verdict_sentence(verdict: dict) -> str:
     return f"still present in torch {version}" if verdict["present"] else f"fixed in torch {version}"
 
 
+# ------------------------------------------------------------------------------- the models checked
+def load_reproducer():
+    """``code/repro_freezing_miscompile.py`` loaded as a module (Chapter 3).
+
+    The reproducer is one standalone file that imports only torch, so it can be filed upstream as it
+    is; it is also the one definition of its small HRNet. The book uses that model through this
+    function (``load_reproducer().build(height, width, seed)`` gives ``(model, inputs)``) instead of
+    keeping a copy. Loading it runs no check (its ``main`` is behind ``__name__ == "__main__"``).
+    """
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("repro_freezing_miscompile", REPRO_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_model(name: str, height: int = 32, width: int = 64) -> tuple:
+    """``(model, inputs)`` that ``code/bisect_freezing.py`` compiles with freezing and compares with eager
+    (Chapter 3): ``"blurball"`` (seed 0, input ``height`` x ``width``) or ``"repro"`` (the reproducer's
+    small HRNet at the same size, through :func:`load_reproducer`). Importable in a fresh process
+    (the minifier's), with no path set-up.
+    """
+    if name == "repro":
+        return load_reproducer().build(height, width)
+    if name != "blurball":
+        raise ValueError(f"unknown model {name!r}: 'blurball' or 'repro'")
+    from . import blurball
+
+    torch.manual_seed(0)
+    return blurball.build_blurball(), (blurball.example_input(height=height, width=width),)
+
+
 # ------------------------------------------------------------------------------------ wrapper reading
 _INPLACE = re.compile(r"torch\.ops\.mkldnn\._convolution_pointwise_\.binary\((\w+), (\w+),")
 _KERNEL_CALL = re.compile(r"^\s*(cpp_fused_\w+)\(([^)]*)\)")
