@@ -4,9 +4,10 @@ Measures, for batch sizes 1, 2, 3 called in order after start-up:
   cold       an empty TORCHINDUCTOR_CACHE_DIR
   warm       the on-disk cache the cold run filled
   artifacts  a new empty cache dir, after torch.compiler.load_cache_artifacts() of the cold run's bytes
-and appends one row per (path, batch size) to data/results/compile_cache.csv with environment columns.
-With --server it also starts code/serve_blurball.py (eager, compiled cold, compiled from artifacts) and
-appends its time to ready to data/results/serving_ready.csv.
+and writes one row per (path, batch size) to a new results file of kind ``compile-cache`` with
+environment columns. With --server it also starts code/serve_blurball.py (eager, compiled cold, compiled
+from artifacts) and writes its time to ready to a new file of kind ``serving-ready``. The paths that
+skip the compile (AOTInductor, ONNX Runtime) are measured by code/bench_restart_paths.py.
 
     .venv/bin/python code/bench_compile_cache.py                    # BlurBall 288x512 (minutes on 2 cores)
     .venv/bin/python code/bench_compile_cache.py --server           # plus the server's time to ready
@@ -25,8 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from graphbook.cli import OneLineParser, positive_int, positive_int_list  # noqa: E402
+from graphbook.cli import OneLineParser, positive_int, positive_int_list
 
 TARGET_SPEEDUP = 5.0
 FACTORIES = {"blurball": "graphbook.blurball:build_blurball", "tiny": "graphbook.warmup:tiny_clip_net"}
@@ -44,7 +44,7 @@ def parse_args(argv=None):
     p.add_argument("--mode", default=None, help="torch.compile mode (default: the default mode)")
     p.add_argument("--server", action="store_true", help="also time code/serve_blurball.py to ready")
     p.add_argument("--server-only", action="store_true", help="only the server's time to ready (implies --server)")
-    p.add_argument("--output", type=Path, default=None, help="CSV to append to (default data/results/compile_cache.csv)")
+    p.add_argument("--results-dir", type=Path, default=None, help="where the results files go (default data/results)")
     p.add_argument("--timeout", type=positive_int, default=3600, help="seconds per fresh process")
     args = p.parse_args(argv)
     args.server = args.server or args.server_only
@@ -78,8 +78,8 @@ def time_server_to_ready(extra: list[str], cache_dir: Path, args, timeout: float
             proc.kill()
 
 
-def measure_cache_paths(args, work: str, output: Path, env: dict) -> int:
-    """Cold, warm and artifacts restarts in fresh processes; append and print them."""
+def measure_cache_paths(args, work: str, env: dict) -> int:
+    """Cold, warm and artifacts restarts in fresh processes; write and print them."""
     from graphbook import compile_cache, results
 
     spec = compile_cache.RestartSpec(FACTORIES[args.model], (9, args.height, args.width), args.batch_sizes,
@@ -89,8 +89,8 @@ def measure_cache_paths(args, work: str, output: Path, env: dict) -> int:
     except compile_cache.CompileCacheError as exc:
         print(f"bench_compile_cache.py: error: {str(exc).splitlines()[-1] if str(exc) else exc}", file=sys.stderr)
         return 1
-    results.append_rows(output, rows, env)
-    print(f"appended {len(rows)} rows to {output}")
+    output = results.write_run("compile-cache", rows, env, results_dir=args.results_dir)
+    print(f"wrote {len(rows)} rows to {output}")
     for scenario in compile_cache.SCENARIOS:
         first = next(r for r in rows if r["scenario"] == scenario)
         per_size = ", ".join(f"b={r['batch_size']}: {r['first_call_s']:.2f} s" for r in rows if r["scenario"] == scenario)
@@ -103,7 +103,7 @@ def measure_cache_paths(args, work: str, output: Path, env: dict) -> int:
     return 0
 
 
-def measure_server_paths(args, work: Path, output: Path, env: dict) -> int:
+def measure_server_paths(args, work: Path, env: dict) -> int:
     """Time serve_blurball.py to READY: eager, compiled cold, compiled from saved artifacts."""
     from graphbook import results
 
@@ -122,28 +122,25 @@ def measure_server_paths(args, work: Path, output: Path, env: dict) -> int:
     server_rows = [{"model": args.model, "input_chw": f"9x{args.height}x{args.width}",
                     "batch_sizes": ",".join(map(str, args.batch_sizes)), "server": name,
                     "time_to_ready_s": seconds} for name, seconds in ready.items()]
-    server_out = output.parent / "serving_ready.csv"
-    results.append_rows(server_out, server_rows, env)
+    server_out = results.write_run("serving-ready", server_rows, env, results_dir=args.results_dir)
     for name, seconds in ready.items():
         print(f"server {name:>23}: ready after {seconds:7.2f} s")
-    print(f"appended {len(server_rows)} rows to {server_out}")
+    print(f"wrote {len(server_rows)} rows to {server_out}")
     return 0
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from graphbook import book
     from graphbook.environment import fingerprint
 
     env = fingerprint(args.threads)
-    output = args.output or book.RESULTS_DIR / "compile_cache.csv"
     with tempfile.TemporaryDirectory(prefix="graphbook-bench-cache-") as work:
         if not args.server_only:
-            status = measure_cache_paths(args, work, output, env)
+            status = measure_cache_paths(args, work, env)
             if status:
                 return status
         if args.server:
-            return measure_server_paths(args, Path(work), output, env)
+            return measure_server_paths(args, Path(work), env)
     return 0
 
 
