@@ -5,7 +5,7 @@ writes a report with the machine's fingerprint to ``code/03_fusion.out.txt``:
 
 (a) **BN folding** -- a 3x3 convolution followed by an eval-mode BatchNorm2d on a large feature map,
     against the same convolution with the BN folded into its weights: the largest output difference
-    and the median time of each, in two separate runs.
+    and the median time of each.
 (b) **An element-wise chain** ``x*2 -> +1 -> relu -> *3`` over arrays far larger than the caches, in
     four versions: eager (a new tensor per op), ``torch.compile`` (one fused loop), manual in-place
     (one new tensor, then four passes over it) and into a preallocated output (``out=``, no new tensor),
@@ -15,6 +15,13 @@ writes a report with the machine's fingerprint to ``code/03_fusion.out.txt``:
     as a share of the ``copy_`` bandwidth measured in the same run.
 (c) **Compile time** of the chain in a fresh process, first with an empty Inductor cache (cold), then,
     in another fresh process, with the cache the first one filled (warm: a restart).
+
+(a) and (b) are built (and compiled) once, then timed in ``--runs`` independent runs (default and
+minimum 3): each run times the folding pair and every chain version once (2 warm-up calls, then
+``--repeats`` timed ones) in an order that rotates between runs (round-robin), and measures its own
+``copy_`` bandwidth, the run's physical reference (``copy_gbps``; ``graphbook.runs.flag_under_load``
+flags a run taken under load from it). Rows carry ``run``, ``run_order`` and ``run_id``
+``<file stem>/r<run>``; the compile-time rows of (c), measured once per invocation, keep the file's stem.
 
 Every result is also recorded under ``data/results/`` (``--results-dir``; never overwriting). This
 file is only the command line: the measurements live in ``graphbook.fusion_demo``, which Chapter 2
@@ -27,11 +34,13 @@ import sys
 from pathlib import Path
 
 from graphbook import cli
+from graphbook.cli import int_at_least
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_SIZE = 2 ** 25          # the defaults of graphbook.fusion_demo, repeated so that a typo is refused
 DEFAULT_REPEATS = 7             # before torch is imported (tests/test_fusion_script.py checks they agree)
 DEFAULT_FEATURE_MAP = (64, 288, 512)
+DEFAULT_RUNS = 3
 
 
 def _parse(argv):
@@ -42,6 +51,8 @@ def _parse(argv):
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="timed runs per median (>= 3)")
     parser.add_argument("--feature-map", type=int, nargs=3, metavar=("C", "H", "W"),
                         default=list(DEFAULT_FEATURE_MAP), help="conv+BN feature map (default 64 288 512)")
+    parser.add_argument("--runs", type=int_at_least(3), default=DEFAULT_RUNS,
+                        help=f"independent runs of (a) and (b), each in a rotated order (default {DEFAULT_RUNS}, at least 3)")
     parser.add_argument("--report-dir", type=cli.directory, default=HERE, metavar="DIR",
                         help="folder for the text report 03_fusion.out.txt (default code/)")
     parser.add_argument("--no-compile", action="store_true",
@@ -65,16 +76,17 @@ def main(argv=None) -> int:
 
     environment.set_threads(args.threads)
     env = environment.fingerprint(args.threads)
-    print(f"03_fusion.py: {args.threads} thread(s), N = {args.size}, {args.repeats} repeats", flush=True)
-    folding = fusion_demo.measure_bn_folding(tuple(args.feature_map), args.repeats)
-    print("  (a) BN folding done", flush=True)
-    chain_result = fusion_demo.measure_chain(args.size, args.repeats, compile_chain=not args.no_compile)
-    print("  (b) chain done", flush=True)
+    print(f"03_fusion.py: {args.threads} thread(s), N = {args.size}, {args.repeats} repeats, {args.runs} runs",
+          flush=True)
+    folding, chain_result = fusion_demo.measure_runs(
+        tuple(args.feature_map), args.size, args.repeats, runs=args.runs, compile_chain=not args.no_compile,
+        progress=lambda message: print("  " + message, flush=True))
+    print("  (a) BN folding and (b) chain done", flush=True)
     compile_result = None if args.no_compile else fusion_demo.measure_compile_time(args.size, args.threads)
     print("  (c) compile time " + ("skipped" if compile_result is None else "done"), flush=True)
     report = fusion_demo.write_report(args.report_dir, env, folding, chain_result, compile_result)
     rows = fusion_demo.csv_rows(folding, chain_result, compile_result)
-    results_csv = results.write_run("fusion-demo", rows, env, results_dir=args.results_dir)
+    results_csv = results.write_run("fusion-demo", rows, env, results_dir=args.results_dir, per_run=True)
     print(report.read_text())
     print(f"wrote {report} and {results_csv}")
     failed = fusion_demo.failed_checks(folding, chain_result, results.SAME_OUTPUT_ATOL)

@@ -30,7 +30,7 @@ def test_script_defaults_agree_with_the_module():
                  if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
                  and node.targets[0].id.startswith("DEFAULT_")}
     assert constants == {"DEFAULT_SIZE": fusion_demo.DEFAULT_SIZE, "DEFAULT_REPEATS": fusion_demo.DEFAULT_REPEATS,
-                         "DEFAULT_FEATURE_MAP": fusion_demo.DEFAULT_FEATURE_MAP}
+                         "DEFAULT_FEATURE_MAP": fusion_demo.DEFAULT_FEATURE_MAP, "DEFAULT_RUNS": fusion_demo.DEFAULT_RUNS}
 
 
 def test_failed_checks_name_the_versions_that_differ():
@@ -67,9 +67,12 @@ def test_count_cpp_kernels(fusion):
 
 def test_measure_functions_return_dicts(fusion):
     folding = fusion.measure_bn_folding((4, 16, 16), repeats=3)
-    assert folding["max_rel_diff"] < 1e-5 and len(folding["runs"]) == 2
+    assert folding["max_rel_diff"] < 1e-5 and len(folding["runs"]) == 3
+    assert [run["first"] for run in folding["runs"]] == ["unfolded", "folded", "unfolded"]  # alternated
     chain = fusion.measure_chain(4096, repeats=3, compile_chain=False)
     assert [v["variant"] for v in chain["variants"]] == ["eager", "manual in-place", "preallocated out="]
+    assert [run["order"][0] for run in chain["runs"]] == ["eager", "manual in-place", "preallocated out="]
+    assert all(run["copy"]["gb_per_s"] > 0 for run in chain["runs"])
     assert all(v["max_abs_diff"] == 0 for v in chain["variants"])
     assert chain["variants"][0]["speedup_vs_eager"] == 1.0
     allocation = fusion.measure_allocation(4096, repeats=3)
@@ -81,6 +84,7 @@ def test_measure_functions_return_dicts(fusion):
 @pytest.mark.parametrize("args, message", [
     (["--threads", "0"], "--threads"), (["--size", "10"], "--size"), (["--repeats", "2"], "--repeats"),
     (["--size", "abc"], "invalid int"), (["--feature-map", "0", "8", "8"], "--feature-map"),
+    (["--runs", "2"], "integer >= 3"), (["--runs", "x"], "expected an integer"),
     (["--bogus"], "unrecognized"), (["--report-dir", "{file}/sub"], "--report-dir"),
     (["--results-dir", "{file}/sub"], "--results-dir"), (["--results-dir", "{file}"], "not a directory"),
     (["--out", "x"], "unrecognized"), (["--results-csv", "x.csv"], "unrecognized")])
@@ -108,7 +112,37 @@ def test_tiny_end_to_end_run(tmp_path):
     assert "(a) BN folding" in report and "(b) element-wise chain" in report
     assert "skipped (--no-compile)" in report
     frame = pd.concat([pd.read_csv(path) for path in sorted(results_dir.glob("*.csv"))])
-    assert frame["run_id"].nunique() == 2
+    assert frame["run_id"].nunique() == 6  # two invocations of three runs each
     assert set(frame["part"]) == {"bn_folding", "chain"}
+    from graphbook import results, runs
+
+    newest = results.latest_recording(results.load("fusion-demo", results_dir))
+    stem = newest[results.SOURCE_FILE].iloc[0].removesuffix(".csv")
+    assert sorted(newest[results.RUN_ID].unique()) == [f"{stem}/r{k}" for k in (1, 2, 3)]
+    chain = newest[(newest["part"] == "chain") & (newest["variant"] != "copy_ (bandwidth probe)")]
+    firsts = chain[chain[results.RUN_ORDER] == 1].sort_values(results.RUN)["variant"].tolist()
+    assert firsts == ["eager", "manual in-place", "preallocated out="]  # round-robin
+    assert (newest[results.COPY_GBPS] > 0).all()
+    assert (runs.summarize_runs(chain)["runs"] == 3).all()
+    folds = newest[(newest["part"] == "bn_folding") & (newest["variant"] == "folded")]
+    assert runs.summarize_runs(folds, by="feature_map", value="change_pct")["runs"].tolist() == [3]
+    assert runs.flag_under_load(chain)[runs.UNDER_LOAD].dtype == bool
     assert {"cpu_model", "torch", "threads", "date"} <= set(frame.columns)
     assert (frame["threads"] == 1).all()
+
+
+def test_csv_rows_put_the_once_per_invocation_compile_rows_first_without_a_run(tmp_path):
+    folding = fusion_demo.measure_bn_folding((2, 8, 8), repeats=3)
+    chain = fusion_demo.measure_chain(2048, repeats=3, compile_chain=False)
+    compile_result = {"cold": {"seconds": 9.0, "fxgraph_cache_hit": 0, "fxgraph_cache_miss": 1},
+                      "warm": {"seconds": 1.0, "fxgraph_cache_hit": 1, "fxgraph_cache_miss": 0}, "warm_over_cold": 1 / 9}
+    rows = fusion_demo.csv_rows(folding, chain, compile_result)
+    assert [r["part"] for r in rows[:2]] == ["compile_time", "compile_time"] and rows[0]["run"] is None
+    from graphbook import results
+
+    path = results.write_run("fusion-demo", rows, {"date": "2026-11-30T00:00:00+00:00"}, results_dir=tmp_path,
+                             per_run=True)
+    frame = results.load("fusion-demo", tmp_path)
+    assert frame.loc[frame["part"] == "compile_time", results.RUN_ID].eq(path.stem).all()
+    assert results.latest_run(frame)[results.RUN_ID].unique().tolist() == [path.stem + "/r3"]
+    assert "3 runs in a rotated order" in fusion_demo.format_report({}, folding, chain, compile_result)

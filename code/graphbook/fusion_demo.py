@@ -19,6 +19,7 @@ has a fresh process load this file by its path, outside the package.
 """
 from __future__ import annotations
 
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -34,10 +35,11 @@ DEFAULT_FEATURE_MAP = (64, 288, 512)  # channels, height, width: BlurBall's full
 CHAIN_OPS = 4                   # x*2, +1, relu, *3
 FLOAT_BYTES = 4
 REPORT_NAME = "03_fusion.out.txt"
+DEFAULT_RUNS = 3               # independent runs per invocation (the book decides on medians across runs)
 CSV_COLUMNS = ["run_id", "part", "variant", "run", "size_elements", "feature_map", "median_ms",
                "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats", "model_bytes", "gb_per_s",
                "share_of_copy", "speedup_vs_eager", "max_abs_diff", "change_pct", "compile_s",
-               "fxgraph_cache_hit", "fxgraph_cache_miss"]
+               "fxgraph_cache_hit", "fxgraph_cache_miss", "run_order", "went_first", "copy_gbps", "run_count"]
 
 
 # ---------------------------------------------------------------- the element-wise chain, four ways
@@ -119,13 +121,11 @@ def _conv_bn(channels: int) -> tuple[nn.Conv2d, nn.BatchNorm2d]:
     return conv.eval(), bn.eval()
 
 
-def measure_bn_folding(feature_map=DEFAULT_FEATURE_MAP, repeats: int = DEFAULT_REPEATS,
-                       runs: int = 2, seed: int = 0) -> dict:
-    """Conv3x3 + BN versus the folded conv on one ``(C, H, W)`` feature map, ``runs`` times (Chapter 2).
+def bn_folding_setup(feature_map=DEFAULT_FEATURE_MAP, seed: int = 0) -> dict:
+    """Build conv3x3 + BN and its folded conv on one ``(C, H, W)`` feature map, once, and check them (Chapter 2).
 
-    Returns ``max_abs_diff`` (folded vs unfolded output), ``max_rel_diff`` and ``runs``: one dict per
-    run with ``unfolded`` and ``folded`` timing dicts and ``change_pct`` (time saved by folding, in %
-    of the unfolded median; negative means slower).
+    Returns the modules, the input and ``max_abs_diff`` / ``max_rel_diff`` (folded vs unfolded output);
+    :func:`bn_folding_run` times them, as often as wanted, without rebuilding anything.
     """
     channels, height, width = feature_map
     torch.manual_seed(seed)
@@ -136,32 +136,56 @@ def measure_bn_folding(feature_map=DEFAULT_FEATURE_MAP, repeats: int = DEFAULT_R
         reference, candidate = bn(conv(x)), folded(x)
         max_abs = (reference - candidate).abs().max().item()
         max_rel = max_abs / reference.abs().max().item()
-        out_runs = []
-        for run in range(1, runs + 1):
-            unfolded_t = timing.time_cpu(lambda: bn(conv(x)), warmup=2, repeats=repeats, name="conv+bn")
-            folded_t = timing.time_cpu(lambda: folded(x), warmup=2, repeats=repeats, name="folded conv")
-            change = (unfolded_t.median_ms - folded_t.median_ms) / unfolded_t.median_ms * 100
-            out_runs.append({"run": run, "unfolded": unfolded_t.as_dict(), "folded": folded_t.as_dict(),
-                             "change_pct": change})
     return {"feature_map": list(feature_map), "max_abs_diff": max_abs, "max_rel_diff": max_rel,
-            "runs": out_runs}
+            "versions": {"unfolded": lambda: bn(conv(x)), "folded": lambda: folded(x)}}
+
+
+def bn_folding_run(setup: dict, repeats: int = DEFAULT_REPEATS, run: int = 1) -> dict:
+    """One timed run of :func:`bn_folding_setup`'s two versions; run ``run`` (1-based) rotates who goes first
+    (Chapter 2).
+
+    Returns ``run``, ``first`` (the version timed first), ``unfolded`` and ``folded`` timing dicts and
+    ``change_pct`` (time saved by folding, in % of the unfolded median; negative means slower).
+    """
+    order = timing.rotated(["unfolded", "folded"], run - 1)
+    names = {"unfolded": "conv+bn", "folded": "folded conv"}
+    measured = {}
+    with torch.no_grad():
+        for name in order:
+            measured[name] = timing.time_cpu(setup["versions"][name], warmup=2, repeats=repeats,
+                                             name=names[name]).as_dict()
+    change = (measured["unfolded"]["median_ms"] - measured["folded"]["median_ms"]) / measured["unfolded"]["median_ms"] * 100
+    return {"run": run, "first": order[0], "unfolded": measured["unfolded"], "folded": measured["folded"],
+            "change_pct": change}
+
+
+def _folding_result(setup: dict, runs: list[dict]) -> dict:
+    return {k: setup[k] for k in ("feature_map", "max_abs_diff", "max_rel_diff")} | {"runs": runs}
+
+
+def measure_bn_folding(feature_map=DEFAULT_FEATURE_MAP, repeats: int = DEFAULT_REPEATS,
+                       runs: int = DEFAULT_RUNS, seed: int = 0) -> dict:
+    """Conv3x3 + BN versus the folded conv on one ``(C, H, W)`` feature map, ``runs`` times (Chapter 2).
+
+    Built once (:func:`bn_folding_setup`), timed in ``runs`` runs that alternate which version goes
+    first (:func:`bn_folding_run`). Returns ``max_abs_diff`` (folded vs unfolded output),
+    ``max_rel_diff`` and ``runs``: one dict per run with ``unfolded`` and ``folded`` timing dicts,
+    ``first`` and ``change_pct`` (time saved by folding, in % of the unfolded median; negative means slower).
+    """
+    setup = bn_folding_setup(feature_map, seed)
+    return _folding_result(setup, [bn_folding_run(setup, repeats, run) for run in range(1, runs + 1)])
 
 
 # ---------------------------------------------------------------- (b) the chain, timed
-def measure_chain(n_elements: int = DEFAULT_SIZE, repeats: int = DEFAULT_REPEATS,
-                  compile_chain: bool = True, seed: int = 0) -> dict:
-    """Time the versions of the chain on ``n_elements`` float32 values (Chapter 2).
+def chain_setup(n_elements: int = DEFAULT_SIZE, compile_chain: bool = True, seed: int = 0) -> dict:
+    """Build (and compile) the chain's versions on ``n_elements`` float32 values once, and check them (Chapter 2).
 
-    First measures ``copy_`` bandwidth on buffers of the same size, then checks every version
-    against eager (``max_abs_diff``) before timing it. Returns ``copy`` (the probe's dict),
-    ``n_elements`` and ``variants``: a list of dicts with ``variant``, the timing fields,
-    ``model_bytes``, ``gb_per_s`` (model bytes / median time), ``share_of_copy`` and
-    ``speedup_vs_eager``. The versions are eager, torch.compile, manual in-place, preallocated out=
-    and torch.compile into out= (the fused loop without a fresh output tensor); with
-    ``compile_chain=False`` the two compiled ones are left out.
+    The versions are eager, torch.compile, manual in-place, preallocated out= and torch.compile into
+    out= (the fused loop without a fresh output tensor); with ``compile_chain=False`` the two compiled
+    ones are left out. Each is checked against eager (``max_abs_diff``; the compiled ones compile in
+    that first call). :func:`chain_run` times them.
     """
     torch.manual_seed(seed)
-    copy = probes.copy_bandwidth(nbytes=n_elements * FLOAT_BYTES, repeats=repeats)
     x = torch.randn(n_elements)
     out = torch.zeros(n_elements)
     expected = chain(x)
@@ -175,19 +199,98 @@ def measure_chain(n_elements: int = DEFAULT_SIZE, repeats: int = DEFAULT_REPEATS
                  ("preallocated out=", lambda: chain_into(x, out), False)]
     if compile_chain:
         versions.append(("torch.compile, out=", lambda: compiled_into(x, out), True))
-    variants = []
+    checked = []
     for name, fn, fused in versions:
         max_abs = (fn() - expected).abs().max().item()  # correctness first (also compiles)
-        measured = timing.time_cpu(fn, warmup=2, repeats=repeats, name=name).as_dict()
-        model = bytes_moved(n_elements, fused=fused)
-        rate = model / (measured["median_ms"] * 1e-3) / 1e9
-        variants.append({"variant": name, **measured, "model_bytes": model, "gb_per_s": rate,
-                         "share_of_copy": rate / copy["gb_per_s"], "max_abs_diff": max_abs})
+        checked.append({"variant": name, "fn": fn, "model_bytes": bytes_moved(n_elements, fused=fused),
+                        "max_abs_diff": max_abs})
     del expected
-    eager_ms = variants[0]["median_ms"]
+    return {"n_elements": n_elements, "versions": checked}
+
+
+def chain_run(setup: dict, repeats: int = DEFAULT_REPEATS, run: int = 1) -> dict:
+    """One timed run of :func:`chain_setup`'s versions, with its own ``copy_`` bandwidth probe (Chapter 2).
+
+    Run ``run`` (1-based) rotates the order (round-robin: run 2 starts with the second version).
+    Returns ``run``, ``order``, ``copy`` (the probe's dict, on buffers of the chain's size) and
+    ``variants`` (in the setup's order): ``variant``, the timing fields, ``model_bytes``, ``gb_per_s``
+    (model bytes / median time), ``share_of_copy``, ``speedup_vs_eager`` (within this run) and ``max_abs_diff``.
+    """
+    n_elements = setup["n_elements"]
+    copy = probes.copy_bandwidth(nbytes=n_elements * FLOAT_BYTES, repeats=repeats)
+    by_name = {v["variant"]: v for v in setup["versions"]}
+    order = timing.rotated(list(by_name), run - 1)
+    measured = {}
+    for name in order:
+        measured[name] = timing.time_cpu(by_name[name]["fn"], warmup=2, repeats=repeats, name=name).as_dict()
+    variants = []
+    for version in setup["versions"]:
+        row = measured[version["variant"]]
+        rate = version["model_bytes"] / (row["median_ms"] * 1e-3) / 1e9
+        variants.append({"variant": version["variant"], **row, "model_bytes": version["model_bytes"],
+                         "gb_per_s": rate, "share_of_copy": rate / copy["gb_per_s"],
+                         "max_abs_diff": version["max_abs_diff"]})
+    eager_ms = measured["eager"]["median_ms"]
     for row in variants:
         row["speedup_vs_eager"] = eager_ms / row["median_ms"]
-    return {"n_elements": n_elements, "copy": copy, "variants": variants}
+    return {"run": run, "order": order, "copy": copy, "variants": variants}
+
+
+def _chain_result(setup: dict, runs: list[dict]) -> dict:
+    """The runs, plus ``copy`` and ``variants`` summarised across them: medians of the per-run values,
+    ``min_ms``/``max_ms`` the fastest and slowest run's median (what the report prints)."""
+    def middle(values):
+        return statistics.median(values)
+
+    copy = {"gb_per_s": middle([r["copy"]["gb_per_s"] for r in runs]),
+            "median_ms": middle([r["copy"]["median_ms"] for r in runs])}
+    summary = []
+    for index, version in enumerate(setup["versions"]):
+        per_run = [r["variants"][index] for r in runs]
+        medians = [v["median_ms"] for v in per_run]
+        summary.append({"variant": version["variant"], "median_ms": middle(medians), "min_ms": min(medians),
+                        "max_ms": max(medians), "model_bytes": version["model_bytes"],
+                        "gb_per_s": middle([v["gb_per_s"] for v in per_run]),
+                        "share_of_copy": middle([v["share_of_copy"] for v in per_run]),
+                        "speedup_vs_eager": middle([v["speedup_vs_eager"] for v in per_run]),
+                        "max_abs_diff": version["max_abs_diff"]})
+    return {"n_elements": setup["n_elements"], "copy": copy, "variants": summary, "runs": runs}
+
+
+def measure_chain(n_elements: int = DEFAULT_SIZE, repeats: int = DEFAULT_REPEATS,
+                  compile_chain: bool = True, seed: int = 0, runs: int = DEFAULT_RUNS) -> dict:
+    """Time the versions of the chain on ``n_elements`` float32 values in ``runs`` runs (Chapter 2).
+
+    Built and checked once (:func:`chain_setup`), then each run (:func:`chain_run`) measures the
+    ``copy_`` bandwidth on buffers of the same size and times every version once, in an order that
+    rotates between runs. Returns ``n_elements``, ``runs`` (each run's dict) and, summarised across
+    the runs (medians), ``copy`` and ``variants``: ``variant``, ``median_ms`` (``min_ms``/``max_ms``:
+    the fastest and slowest run), ``model_bytes``, ``gb_per_s``, ``share_of_copy``,
+    ``speedup_vs_eager`` and ``max_abs_diff``.
+    """
+    setup = chain_setup(n_elements, compile_chain, seed)
+    return _chain_result(setup, [chain_run(setup, repeats, run) for run in range(1, runs + 1)])
+
+
+def measure_runs(feature_map=DEFAULT_FEATURE_MAP, n_elements: int = DEFAULT_SIZE, repeats: int = DEFAULT_REPEATS,
+                 runs: int = DEFAULT_RUNS, compile_chain: bool = True, seed: int = 0, progress=None) -> tuple[dict, dict]:
+    """Parts (a) and (b) built once, then ``runs`` independent runs, each timing both parts (Chapter 2).
+
+    Run ``k`` times the BN folding pair and then the chain's versions, each in its rotated order, with
+    the chain's ``copy_`` probe as the run's physical reference. Returns ``(folding, chain_result)``
+    shaped like :func:`measure_bn_folding` and :func:`measure_chain`. ``progress(message)`` is called
+    after each run, if given.
+    """
+    folding_setup = bn_folding_setup(feature_map, seed)
+    chain_state = chain_setup(n_elements, compile_chain, seed)
+    folding_runs, chain_runs = [], []
+    for run in range(1, runs + 1):
+        folding_runs.append(bn_folding_run(folding_setup, repeats, run))
+        chain_runs.append(chain_run(chain_state, repeats, run))
+        if progress:
+            progress(f"run {run}/{runs}: copy_ {chain_runs[-1]['copy']['gb_per_s']:.1f} GB/s, "
+                     f"chain order {', '.join(chain_runs[-1]['order'])}")
+    return _folding_result(folding_setup, folding_runs), _chain_result(chain_state, chain_runs)
 
 
 def measure_allocation(n_elements: int = DEFAULT_SIZE, repeats: int = DEFAULT_REPEATS) -> dict:
@@ -248,32 +351,44 @@ def measure_compile_time(n_elements: int = DEFAULT_SIZE, threads: int = 1,
 def csv_rows(folding: dict, chain_result: dict, compile_result: dict | None, run_id: str | None = None) -> list[dict]:
     """One CSV row per measurement, all with the columns of ``CSV_COLUMNS`` (Chapter 2).
 
-    Without ``run_id`` the rows carry none: ``results.write_run`` gives each run its file's name.
+    Rows of run ``k`` carry ``run`` = k, ``run_order`` (1 = timed first in its part), ``went_first``
+    and ``copy_gbps`` (that run's ``copy_`` probe of part (b)); ``results.write_run(..., per_run=True)``
+    gives them the run id ``<file stem>/r<k>``. The compile-time rows (measured once per invocation, in
+    fresh processes) come first and have no ``run``: they keep the file's own id. Without ``run_id``
+    the rows carry none (``results.write_run`` assigns it).
     """
     rows = []
-    fmap = "x".join(str(v) for v in folding["feature_map"])
-    timing_keys = ("median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats")
-    for run in folding["runs"]:
-        for variant in ("unfolded", "folded"):
-            rows.append({"part": "bn_folding", "variant": variant, "run": run["run"], "feature_map": fmap,
-                         **{k: run[variant][k] for k in timing_keys},
-                         "max_abs_diff": folding["max_abs_diff"],
-                         "change_pct": run["change_pct"] if variant == "folded" else None})
-    copy = chain_result["copy"]
-    rows.append({"part": "chain", "variant": "copy_ (bandwidth probe)",
-                 "size_elements": chain_result["n_elements"], "median_ms": copy["median_ms"],
-                 "min_ms": copy["min_ms"], "max_ms": copy["max_ms"], "model_bytes": copy["bytes_moved"],
-                 "gb_per_s": copy["gb_per_s"], "share_of_copy": 1.0})
-    for variant in chain_result["variants"]:
-        rows.append({"part": "chain", "size_elements": chain_result["n_elements"],
-                     **{k: variant[k] for k in ("variant", *timing_keys, "model_bytes", "gb_per_s",
-                                                "share_of_copy", "speedup_vs_eager", "max_abs_diff")}})
     if compile_result is not None:
         for variant in ("cold", "warm"):
             rows.append({"part": "compile_time", "variant": variant,
                          "size_elements": chain_result["n_elements"],
                          # the schema's name for compile time (graphbook.results.COMPILE_S)
                          **{("compile_s" if k == "seconds" else k): v for k, v in compile_result[variant].items()}})
+    fmap = "x".join(str(v) for v in folding["feature_map"])
+    timing_keys = ("median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats")
+    chain_by_run = {r["run"]: r for r in chain_result.get("runs", [])}
+    count = max(len(folding["runs"]), len(chain_by_run))
+    for run in folding["runs"]:
+        probe = chain_by_run.get(run["run"], {}).get("copy", {}).get("gb_per_s")
+        first = run.get("first", "unfolded")
+        for variant in ("unfolded", "folded"):
+            rows.append({"part": "bn_folding", "variant": variant, "run": run["run"], "feature_map": fmap,
+                         **{k: run[variant][k] for k in timing_keys},
+                         "max_abs_diff": folding["max_abs_diff"],
+                         "change_pct": run["change_pct"] if variant == "folded" else None,
+                         "run_order": 1 if variant == first else 2, "went_first": first,
+                         "copy_gbps": probe, "run_count": count})
+    for chain_run_result in chain_by_run.values():
+        number, copy, order = chain_run_result["run"], chain_run_result["copy"], chain_run_result["order"]
+        per_run = {"part": "chain", "run": number, "size_elements": chain_result["n_elements"],
+                   "went_first": order[0], "copy_gbps": copy["gb_per_s"], "run_count": count}
+        rows.append({**per_run, "variant": "copy_ (bandwidth probe)", "median_ms": copy["median_ms"],
+                     "min_ms": copy["min_ms"], "max_ms": copy["max_ms"], "model_bytes": copy["bytes_moved"],
+                     "gb_per_s": copy["gb_per_s"], "share_of_copy": 1.0, "run_order": 0})
+        for variant in chain_run_result["variants"]:
+            rows.append({**per_run, "run_order": order.index(variant["variant"]) + 1,
+                         **{k: variant[k] for k in ("variant", *timing_keys, "model_bytes", "gb_per_s",
+                                                    "share_of_copy", "speedup_vs_eager", "max_abs_diff")}})
     columns = CSV_COLUMNS if run_id is not None else [c for c in CSV_COLUMNS if c != "run_id"]
     return [{column: row.get(column) for column in columns} | ({"run_id": run_id} if run_id else {}) for row in rows]
 
@@ -288,11 +403,17 @@ def format_report(env: dict, folding: dict, chain_result: dict, compile_result: 
               f"(relative {folding['max_rel_diff']:.3g})"]
     for run in folding["runs"]:
         lines.append(f"    run {run['run']}: conv+BN {run['unfolded']['median_ms']:.2f} ms, folded "
-                     f"{run['folded']['median_ms']:.2f} ms -> {run['change_pct']:+.1f}% time saved")
+                     f"{run['folded']['median_ms']:.2f} ms -> {run['change_pct']:+.1f}% time saved"
+                     + (f" ({run['first']} timed first)" if "first" in run else ""))
     n = chain_result["n_elements"]
     copy = chain_result["copy"]
-    lines += ["", f"(b) element-wise chain relu(x*2 + 1)*3 on N = {n} float32 ({n * 4 / 2**20:.0f} MiB per array)",
-              f"    copy_ bandwidth (same run): {copy['gb_per_s']:.2f} GB/s ({copy['median_ms']:.2f} ms per copy)",
+    per_run_copy = ", ".join(f"{r['copy']['gb_per_s']:.2f}" for r in chain_result.get("runs", []))
+    runs = len(chain_result.get("runs", [])) or 1
+    lines += ["", f"(b) element-wise chain relu(x*2 + 1)*3 on N = {n} float32 ({n * 4 / 2**20:.0f} MiB per array), "
+              f"{runs} run{'s' if runs != 1 else ''} in a rotated order (medians across runs; min..max: the runs' medians)",
+              f"    copy_ bandwidth (median of the runs' probes): {copy['gb_per_s']:.2f} GB/s "
+              f"({copy['median_ms']:.2f} ms per copy)"
+              + (f"; per run {per_run_copy} GB/s" if per_run_copy else ""),
               f"    {'version':<22}{'median ms':>10}{'min..max ms':>18}{'model MB':>10}{'GB/s':>8}"
               f"{'of copy':>9}{'vs eager':>10}{'max|diff|':>11}"]
     for v in chain_result["variants"]:
