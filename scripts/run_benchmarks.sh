@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Re-record every CPU benchmark the chapters show as "recorded" (each run writes a new file under
-# data/results/ through graphbook.results.write_run, never touching an existing one). Run it on a
-# quiet machine: about half an hour on two cores. A benchmark that finds a variant disagreeing with
-# eager exits 1; the others still run, and this script exits 1 at the end naming it.
+# data/results/ through graphbook.results.write_run, never touching an existing one). 03_fusion.py,
+# bench_blurball_cpu.py, bench_onnxruntime.py and bench_ablation.py each build their variants once and
+# then record 3 independent runs per invocation (--runs, default and minimum 3; the order of the
+# variants rotates between runs, each run has its own copy_ bandwidth probe and run_id <file>/r<k>),
+# so the chapters decide on medians across runs. Run it on a quiet machine: about an hour on two
+# cores (the three runs add the timed calls, not the builds; the compiled variants of
+# graphbook.variants re-enter Dynamo from its caches in each run's untimed warm-up). A benchmark that
+# finds a variant disagreeing with eager exits 1; the others still run, and this script exits 1 at the
+# end naming it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh || exit 2
