@@ -121,7 +121,10 @@ def positive_float(text: str) -> float:
 
 
 def multiple_of_8(text: str) -> int:
-    """An argparse type for BlurBall frame sizes: positive and divisible by 8 (three stride-2 levels)."""
+    """An argparse type for BlurBall frame sizes: positive and divisible by 8 (three stride-2 levels).
+
+    Introduced in Chapter 3 (``code/bench_ablation.py``); every BlurBall script uses it.
+    """
     value = positive_int(text)
     if value % 8:
         raise argparse.ArgumentTypeError(f"expected a multiple of 8 (BlurBall downsamples 3 times), got {value}")
@@ -129,7 +132,10 @@ def multiple_of_8(text: str) -> int:
 
 
 def positive_int_list(text: str) -> tuple[int, ...]:
-    """An argparse type for batch sizes and the like: comma-separated positive integers, e.g. ``1,2,3``."""
+    """An argparse type for batch sizes and the like: comma-separated positive integers, e.g. ``1,2,3``.
+
+    Introduced in Chapter 6 (``code/bench_compile_cache.py``).
+    """
     try:
         values = tuple(int(part) for part in text.split(","))
     except ValueError:
@@ -140,6 +146,9 @@ def positive_int_list(text: str) -> tuple[int, ...]:
 
 
 def resource_absent(prog: str, message: str) -> int:
-    """Print ``message`` (why the script cannot run here) as one line; return :data:`EXIT_RESOURCE_ABSENT`."""
+    """Print ``message`` (why the script cannot run here) as one line; return :data:`EXIT_RESOURCE_ABSENT`.
+
+    Introduced in Chapter 4 (``code/bench_int8.py``).
+    """
     print(f"{prog}: {message}", file=sys.stderr)
     return EXIT_RESOURCE_ABSENT

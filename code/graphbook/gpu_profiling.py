@@ -103,7 +103,7 @@ def kernels_from_events(events: Iterable, device: str = "cuda") -> list[tuple[st
 
 
 def union_length(intervals) -> float:
-    """Total length covered by (start, end) intervals, overlaps counted once (active GPU time)."""
+    """Total length covered by (start, end) intervals, overlaps counted once (active GPU time, Chapter 5)."""
     total, current_start, current_end = 0.0, None, None
     for start, end in sorted(intervals):
         if current_end is None or start > current_end:

@@ -231,7 +231,7 @@ def node_group(scopes: Sequence[str]) -> str | None:
 
 
 def module_of(scopes: Sequence[str]) -> str:
-    """The innermost module path in a ``name_scopes`` list (its last entry names the operation)."""
+    """The innermost module path in a ``name_scopes`` list (its last entry names the operation; Chapter 4)."""
     modules = [s for s in scopes if s]
     return modules[-2] if len(modules) >= 2 else (modules[0] if modules else "")
 
@@ -352,7 +352,8 @@ def quantize_config(fp32_path: str | Path, out_path: str | Path, config: Int8Con
 # --------------------------------------------------------------------------------------------------
 
 def clip_inputs(clips) -> list[np.ndarray]:
-    """One normalised ``(1, 9, H, W)`` float32 input per clip (ImageNet normalisation, as in training)."""
+    """One normalised ``(1, 9, H, W)`` float32 input per clip (ImageNet normalisation, as in training;
+    Chapter 4)."""
     from .blurball import imagenet_normalize
     from .synthetic_clips import frames_to_tensor
 
@@ -404,7 +405,7 @@ def round_robin_timing(functions: dict[str, Callable[[], object]], repeats: int)
 
 @dataclass
 class MatrixRun:
-    """What :func:`run_matrix` measured: one row per model (FP32 first), and the failures by name."""
+    """What :func:`run_matrix` measured: one row per model (FP32 first), and the failures by name (Chapter 4)."""
 
     rows: list[dict] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)

@@ -166,7 +166,7 @@ def _call_lines(source: str) -> list[tuple[int, str]]:
 
 @dataclass
 class InplaceCall:
-    """One in-place oneDNN conv + add: ``other += conv(input)``, at position ``line`` of ``call``."""
+    """One in-place oneDNN conv + add: ``other += conv(input)``, at position ``line`` of ``call`` (Chapter 3)."""
 
     line: int
     other: str

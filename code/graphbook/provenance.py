@@ -16,7 +16,7 @@ GLUE_MIME_PREFIX = "application/papermill.record/"
 
 
 def notebook_paths(root: Path = REPO_ROOT) -> list[Path]:
-    """The book's chapter notebooks in reading order (appendix pages excluded)."""
+    """The book's chapter notebooks in reading order (appendix pages excluded; the provenance appendix)."""
     return sorted((root / "chapters").glob("*.ipynb"))
 
 
@@ -28,12 +28,13 @@ def _load(path: Path) -> dict:
 
 
 def execution_record(path: Path) -> dict | None:
-    """The record ``scripts/execute_notebooks.py`` stored, or None if the notebook never ran that way."""
+    """The record ``scripts/execute_notebooks.py`` stored, or None if the notebook never ran that way
+    (the provenance appendix)."""
     return _load(path).get("metadata", {}).get("graphbook", {}).get("execution")
 
 
 def glued_values(path: Path) -> dict:
-    """Every value a notebook glued, as the plain-text form stored in its outputs."""
+    """Every value a notebook glued, as the plain-text form stored in its outputs (the provenance appendix)."""
     values = {}
     for cell in _load(path).get("cells", []):
         for out in cell.get("outputs", []):
@@ -46,7 +47,7 @@ def glued_values(path: Path) -> dict:
 
 
 def title(path: Path) -> str:
-    """The first Markdown heading of a notebook."""
+    """The first Markdown heading of a notebook (the provenance appendix)."""
     for cell in _load(path).get("cells", []):
         if cell.get("cell_type") == "markdown":
             for line in "".join(cell.get("source", [])).splitlines():
@@ -56,7 +57,8 @@ def title(path: Path) -> str:
 
 
 def chapter_table(root: Path = REPO_ROOT):
-    """One row per chapter: title, when and where it last ran, how long, cells, GPU part (DataFrame)."""
+    """One row per chapter: title, when and where it last ran, how long, cells, GPU part (DataFrame; the
+    provenance appendix)."""
     import pandas as pd
 
     rows = []
@@ -82,7 +84,7 @@ def chapter_table(root: Path = REPO_ROOT):
 
 
 def record_chapter_status(*, gpu_status: str | None = None, results_shown: list[str] | None = None) -> None:
-    """Glue what the provenance page reports for this chapter (called by chapters 2-7).
+    """Glue what the provenance page reports for this chapter (introduced in Chapter 2; called by Chapters 2-7).
 
     ``gpu_status`` is the sentence produced at run time about the chapter's GPU part (what it
     measured, or why it was skipped); ``results_shown`` names the files in ``data/results/`` whose
