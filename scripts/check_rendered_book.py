@@ -11,7 +11,12 @@ typeset, fewer figures than its notebook produced, a figure without real alt tex
 numbered caption, or ``NaN`` (``NaT``, ``<NA>``) in a table cell. Each page is then opened twice more:
 in a phone-sized window (390 px wide), where the page body must not scroll sideways (a wide table in
 its own scroll container is fine), and in the theme's dark mode, where text must stay readable
-(contrast at least 3:1 against its background). Full-page screenshots of all three views go to
+(contrast at least 3:1 against its background). Static reports the book publishes as they are
+(``STATIC_REPORTS``: tlparse's report, copied from ``images/extra/`` by ``html_extra_path``) are not book
+pages: a link from a page into one must resolve to a file of the built site, and the report's
+``index.html`` must be linked from a page and load without an HTTP error, failed request, console
+error or uncaught exception.
+Full-page screenshots of all three views go to
 ``_build/screenshots/`` (``<page>.png``, ``<page>--phone.png``, ``<page>--dark.png``) for a person to
 look at, and the report lists each page's figures. Exit 0 when every page passes, 1 otherwise, 2 on
 bad usage.
@@ -33,7 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM_CANDIDATES = ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SKIP_DIRS = {"_static", "_sources", "_images", "_sphinx_design_static", "reports"}
+# Folders published as they are (``_config.yml``'s html_extra_path): checked by their index page only.
+STATIC_REPORTS = ("tlparse",)
+SKIP_DIRS = {"_static", "_sources", "_images", "_sphinx_design_static", "reports", *STATIC_REPORTS}
 UNRESOLVED = re.compile(r"\{(?:glue(?::\w+)?|cite(?::\w+)?|doc|numref|ref|eq|download)\}`?")
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")
 DESKTOP = {"width": 1280, "height": 900}
@@ -104,7 +111,9 @@ def _anchor_ids(path: Path, cache: dict) -> set[str]:
     return cache[path]
 
 
-def check_links(html_dir: Path, page: Path, hrefs: list[str], base: str, cache: dict) -> list[str]:
+def check_links(html_dir: Path, page: Path, hrefs: list[str], base: str, cache: dict,
+                linked: set[str] | None = None) -> list[str]:
+    """Problems with a page's internal links; ``linked`` collects the site paths they reach."""
     problems = []
     page_url = urljoin(base, page.relative_to(html_dir).as_posix())
     for href in hrefs:
@@ -115,8 +124,12 @@ def check_links(html_dir: Path, page: Path, hrefs: list[str], base: str, cache: 
         target = html_dir / unquote(parsed.path[len(urlparse(base).path):])
         if target.is_dir():
             target = target / "index.html"
+        if target.exists() and linked is not None and target.is_relative_to(html_dir):
+            linked.add(target.relative_to(html_dir).as_posix())
         if not target.exists():
-            problems.append(f"broken internal link {href!r}")
+            rel = target.relative_to(html_dir).parts if target.is_relative_to(html_dir) else ()
+            kind = "link to the static report" if rel and rel[0] in STATIC_REPORTS else "internal link"
+            problems.append(f"broken {kind} {href!r}")
         elif parsed.fragment and target.suffix == ".html" and parsed.fragment not in _anchor_ids(target, cache):
             problems.append(f"link to a missing anchor {href!r}")
     return problems
@@ -278,6 +291,7 @@ def check_site(html_dir: Path, screenshots: Path | None = None, notebooks_root: 
     server, base = serve(html_dir)
     report: dict[str, list[str]] = {}
     anchors: dict = {}
+    linked: set[str] = set()
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
@@ -304,7 +318,7 @@ def check_site(html_dir: Path, screenshots: Path | None = None, notebooks_root: 
                 landed = urlparse(page.url).path[len(urlparse(base).path):]
                 if landed and (html_dir / unquote(landed)).is_file():
                     page_path = html_dir / unquote(landed)
-                problems += _check_page(page, html_dir, page_path, base, anchors, notebooks_root)
+                problems += _check_page(page, html_dir, page_path, base, anchors, notebooks_root, linked)
                 problems += check_tables(page)
                 n_figures, figure_problems = check_figures(page)
                 problems += figure_problems
@@ -327,19 +341,42 @@ def check_site(html_dir: Path, screenshots: Path | None = None, notebooks_root: 
                             other.screenshot(path=str(shot.with_name(shot.stem + suffix + ".png")), full_page=True)
                     other.close()
                 report[rel] = problems
+            for name in STATIC_REPORTS:
+                if (html_dir / name / "index.html").is_file():
+                    rel = f"{name}/index.html"
+                    report[rel] = check_static_report(context, base, rel)
+                    if rel not in linked:
+                        report[rel].append("published, but no page of the book links it")
             browser.close()
     finally:
         server.shutdown()
     return report
 
 
-def _check_page(page, html_dir, page_path, base, anchors, notebooks_root) -> list[str]:
+def check_static_report(context, base: str, rel: str) -> list[str]:
+    """A published report's page (not a book page): it must load with no HTTP error, failed request,
+    console error or uncaught exception. The book's own page checks (theme, figures, glue) do not apply."""
+    problems: list[str] = []
+    page = context.new_page()
+    page.on("console", lambda msg: problems.append(f"console error: {msg.text} ({msg.location.get('url', '')})")
+            if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: problems.append(f"uncaught exception: {exc}"))
+    page.on("response", lambda resp: problems.append(f"HTTP {resp.status}: {resp.url}")
+            if resp.status >= 400 and resp.url.startswith(base) else None)
+    page.on("requestfailed", lambda req: problems.append(f"request failed: {req.url}")
+            if req.url.startswith(base) else None)
+    _load(page, base + rel, problems)
+    page.close()
+    return problems
+
+
+def _check_page(page, html_dir, page_path, base, anchors, notebooks_root, linked=None) -> list[str]:
     problems = []
     broken = page.eval_on_selector_all(
         "img", "els => els.filter(e => !(e.complete && e.naturalWidth > 0)).map(e => e.getAttribute('src'))")
     problems += [f"broken image {src!r}" for src in broken]
     hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
-    problems += check_links(html_dir, page_path, hrefs, base, anchors)
+    problems += check_links(html_dir, page_path, hrefs, base, anchors, linked)
     main = page.inner_text("main") if page.query_selector("main") else page.inner_text("body")
     for match in sorted(set(UNRESOLVED.findall(main))):
         problems.append(f"unresolved role text {match!r} left in the page")
@@ -389,7 +426,8 @@ def main(argv=None) -> int:
     failed = {page: probs for page, probs in report.items() if probs}
     for page, probs in report.items():
         n = figures.get(page, 0)
-        print(f"{'FAIL' if probs else 'ok  '} {page} ({n} figure{'' if n == 1 else 's'})")
+        what = "static report" if page.split("/")[0] in STATIC_REPORTS else f"{n} figure{'' if n == 1 else 's'}"
+        print(f"{'FAIL' if probs else 'ok  '} {page} ({what})")
         for problem in probs:
             print(f"       - {problem}")
         for note in notes.get(page, []):

@@ -143,3 +143,49 @@ def test_print_browser_gives_the_chromium_path_and_flags_other_browser_tests_use
     assert proc.returncode == 0 and proc.stderr == ""
     browser = json.loads(proc.stdout)
     assert "--headless" in browser["args"] and (browser["chromium"] is None or Path(browser["chromium"]).exists())
+
+
+def _static_report(html, body="<p>tlparse report</p>"):
+    """A published report beside the book's pages, as html_extra_path copies images/extra/tlparse."""
+    (html / "tlparse" / "-_0_0_0").mkdir(parents=True)
+    (html / "tlparse" / "index.html").write_text(PAGE.format(title="report", body=body))
+    (html / "tlparse" / "-_0_0_0" / "graph.txt").write_text("graph():\n")
+
+
+def test_links_into_the_static_report_resolve_and_its_page_loads(tmp_path):
+    html = _site(tmp_path, {"index.html": "<p>Book.</p>",
+                            "chapters/03.html": '<a href="../tlparse/index.html">report</a>'
+                                                '<a href="../tlparse/-_0_0_0/graph.txt">graph</a>'})
+    _static_report(html)
+    proc = _check(html, "--screenshots", tmp_path / "shots", "--notebooks-root", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ok   tlparse/index.html (static report)" in proc.stdout.splitlines()
+    assert not any("graph.txt" in line or "-_0_0_0" in line for line in proc.stdout.splitlines())
+
+
+def test_a_broken_link_to_the_report_and_a_report_page_with_a_console_error_fail(tmp_path):
+    html = _site(tmp_path, {"index.html": "<p>Book.</p>",
+                            "chapters/03.html": '<a href="../tlparse/index.html">report</a>'
+                                                '<a href="../tlparse/-_0_0_0/missing.txt">gone</a>'})
+    _static_report(html, body='<script>console.error("report boom")</script>')
+    proc = _check(html, "--screenshots", tmp_path / "shots", "--notebooks-root", tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "FAIL chapters/03.html (0 figures)" in lines and "FAIL tlparse/index.html (static report)" in lines
+    problems = _problems(proc)
+    assert "broken link to the static report '../tlparse/-_0_0_0/missing.txt'" in problems, problems
+    assert "console error: report boom" in problems, problems
+
+
+def test_a_chapter_linking_a_report_that_was_not_published_fails(tmp_path):
+    html = _site(tmp_path, {"index.html": '<a href="tlparse/index.html">report</a>'})
+    proc = _check(html, "--screenshots", tmp_path / "shots", "--notebooks-root", tmp_path)
+    assert proc.returncode == 1 and "broken link to the static report 'tlparse/index.html'" in _problems(proc), proc.stdout
+
+
+def test_a_published_report_that_no_page_links_fails(tmp_path):
+    html = _site(tmp_path, {"index.html": "<p>Book.</p>"})
+    _static_report(html)
+    proc = _check(html, "--screenshots", tmp_path / "shots", "--notebooks-root", tmp_path)
+    assert proc.returncode == 1 and "FAIL tlparse/index.html (static report)" in proc.stdout.splitlines(), proc.stdout
+    assert "published, but no page of the book links it" in _problems(proc)
