@@ -3,11 +3,19 @@
 Compiles BlurBall once in a fresh process with ``TORCH_TRACE`` set (Inductor's caches off, so the trace
 holds every stage) and runs ``tlparse`` (PyPI, pinned in requirements.txt) on the trace. The default
 output folder, ``images/extra/tlparse/``, lies under the book's ``html_extra_path`` (``_config.yml``), so
-the built site serves it at ``/tlparse/index.html`` and Chapter 3 links it.
+the built site serves it at ``/tlparse/index.html`` and Chapter 3 links it (``../tlparse/index.html``).
+
+The report is committed, not made by the build (a cold compile of BlurBall takes minutes on two cores):
+``provenance.json`` beside it records the torch and tlparse versions, CPU, date and command
+(``graphbook.diagnostics.tlparse_provenance``), and ``tests/test_tlparse_report.py`` fails when the
+report is missing or was made with another torch release than the pinned one -- then rerun this script
+and commit the folder. The input is 32x64 by default: the graph and its stages are BlurBall's whatever
+the input size (the shapes in them, and possibly some of Inductor's kernel choices, differ), and the
+compile takes minutes at any size.
 
 Usage::
 
-    python code/make_tlparse_report.py                  # 96x160 input, images/extra/tlparse
+    python code/make_tlparse_report.py                  # 32x64 input, images/extra/tlparse
     python code/make_tlparse_report.py --out /tmp/tl --height 32 --width 64
 
 Exit status: 0 written; 2 bad arguments; 3 tlparse not installed; 1 the compile or tlparse failed.
@@ -26,8 +34,8 @@ def parse_args(argv=None):
     parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(REPO / "images" / "extra" / "tlparse"),
                         help="output folder, replaced (default images/extra/tlparse)")
-    parser.add_argument("--height", type=multiple_of_8, default=96)
-    parser.add_argument("--width", type=multiple_of_8, default=160)
+    parser.add_argument("--height", type=multiple_of_8, default=32)
+    parser.add_argument("--width", type=multiple_of_8, default=64)
     parser.add_argument("--threads", type=positive_int, default=2)
     return parser.parse_args(argv)
 
@@ -41,7 +49,9 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 3
     try:
-        index = diagnostics.tlparse_report(args.out, height=args.height, width=args.width, threads=args.threads)
+        command = "python code/make_tlparse_report.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        index = diagnostics.tlparse_report(args.out, height=args.height, width=args.width, threads=args.threads,
+                                           command=command.strip())
     except (RuntimeError, OSError) as error:
         print(f"make_tlparse_report: error: {str(error).splitlines()[0] if str(error) else error}", file=sys.stderr)
         return 1

@@ -285,17 +285,20 @@ _TRACE_SCRIPT = (
 
 
 def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, threads: int = 2,
-                   timeout: float = 900, keep_raw: bool = False) -> Path:
+                   timeout: float = 900, keep_raw: bool = False, command: str = "") -> Path:
     """Compile BlurBall with ``TORCH_TRACE`` on and write tlparse's HTML report to ``out_dir`` (Chapter 3).
 
     Returns the report's ``index.html``. ``out_dir`` is replaced. Unless ``keep_raw``, the copies of the
-    raw trace (``raw.log``, ``raw.jsonl``: half the size, linked from no page) are removed. Raises
+    raw trace (``raw.log``, ``raw.jsonl``: half the size, linked from no page) are removed. The pages are
+    mended by :func:`fix_tlparse_pages` (a dead link, a script error). ``provenance.json`` beside ``index.html`` records how
+    the report was made (:func:`tlparse_provenance` reads it; ``command`` is recorded as given). Raises
     ``RuntimeError`` when tlparse is not installed or either step fails (with the tail of its output).
     """
-    command = _tlparse_command()
-    if command is None:
+    tlparse_command = _tlparse_command()
+    if tlparse_command is None:
         raise RuntimeError("tlparse is not installed (pip install tlparse; see requirements.txt)")
     out_dir = Path(out_dir)
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="graphbook-trace-") as trace_dir:
         env = {**os.environ, "TORCH_TRACE": trace_dir, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
                "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}   # a cache hit would leave the trace without code
@@ -309,11 +312,96 @@ def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, t
             raise RuntimeError(f"TORCH_TRACE wrote no log under {trace_dir}")
         if out_dir.exists():
             shutil.rmtree(out_dir)
-        proc = subprocess.run([command, str(logs[-1]), "-o", str(out_dir), "--overwrite", "--no-browser"],
+        proc = subprocess.run([tlparse_command, str(logs[-1]), "-o", str(out_dir), "--overwrite", "--no-browser"],
                               capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0 or not (out_dir / "index.html").exists():
             raise RuntimeError(f"tlparse failed: {(proc.stdout + proc.stderr)[-1500:]}")
     if not keep_raw:
         for name in ("raw.log", "raw.jsonl"):
             (out_dir / name).unlink(missing_ok=True)
+    fix_tlparse_pages(out_dir)
+    _write_tlparse_provenance(out_dir, height=height, width=width, threads=threads, command=command,
+                              seconds=time.perf_counter() - start, tlparse=command_version(tlparse_command))
     return out_dir / "index.html"
+
+
+_COLLECTIVES_LINK = re.compile(r"<p>\s*<a href=\"collectives_parity\.json\">.*?</p>\s*", re.S)
+# tlparse 0.4.3's pages end their link-rewriting script with ``return url;`` where no ``url`` exists: an
+# uncaught ReferenceError on every page opened without a query string (the browser test would fail it).
+_UNDEFINED_RETURN = "if (queryParams.size === 0) return url;"
+
+
+def fix_tlparse_pages(out_dir: str | Path) -> int:
+    """Mend two defects of tlparse's pages so the book's browser check passes them (Chapter 3): the
+    link to a collectives-parity report tlparse writes only for distributed runs is removed when that
+    file is absent, and the link-rewriting script's ``return url;`` (an undefined name) becomes
+    ``return;``. Returns how many pages changed; running it twice changes nothing more.
+    """
+    out_dir = Path(out_dir)
+    changed = 0
+    for page in out_dir.rglob("*.html"):
+        text = page.read_text()
+        fixed = text.replace(_UNDEFINED_RETURN, "if (queryParams.size === 0) return;")
+        if not (out_dir / "collectives_parity.json").exists():
+            fixed = _COLLECTIVES_LINK.sub("", fixed)
+        if fixed != text:
+            page.write_text(fixed)
+            changed += 1
+    return changed
+
+#: Where ``code/make_tlparse_report.py`` writes the report by default: under ``_config.yml``'s
+#: ``html_extra_path`` (``images/extra``), so the built site serves it at :data:`TLPARSE_SITE_PATH`.
+TLPARSE_REPORT_DIR = Path(__file__).resolve().parents[2] / "images" / "extra" / "tlparse"
+#: The report's page relative to the site root; a chapter page (``chapters/03_*.html``) links it as
+#: ``../tlparse/index.html``.
+TLPARSE_SITE_PATH = "tlparse/index.html"
+
+
+def command_version(command: str) -> str:
+    """The version a command line tool prints for ``--version`` (``"tlparse 0.4.3"`` -> ``"0.4.3"``),
+    or ``""`` (Chapter 3)."""
+    try:
+        proc = subprocess.run([command, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    words = proc.stdout.split()
+    return words[-1] if proc.returncode == 0 and words else ""
+
+
+def _write_tlparse_provenance(out_dir: Path, *, height, width, threads, command, seconds, tlparse) -> None:
+    import datetime
+    import json
+    import platform
+
+    from . import environment
+
+    files = [p for p in out_dir.rglob("*") if p.is_file() and p.name != "provenance.json"]
+    record = {"torch": torch.__version__, "tlparse": tlparse, "python": platform.python_version(),
+              "cpu": environment.cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+              "machine": platform.machine(), "threads": threads, "input_shape": [1, 9, height, width],
+              "model": "BlurBall (graphbook.blurball.build_blurball, eval, float32)",
+              "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "command": command or f"tlparse_report(height={height}, width={width}, threads={threads})",
+              "seconds": round(seconds, 1), "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+    (out_dir / "provenance.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+def tlparse_provenance(report_dir: str | Path | None = None) -> dict:
+    """How the committed tlparse report was made: torch and tlparse versions, CPU, date (UTC), command,
+    input shape, compile seconds, size (Chapter 3).
+
+    Reads ``provenance.json`` beside the report's ``index.html`` (default :data:`TLPARSE_REPORT_DIR`)
+    and adds ``"url"`` (:data:`TLPARSE_SITE_PATH`) and ``"same_torch"`` (whether it was made with the
+    running torch's release, local build suffix ignored). Raises ``FileNotFoundError`` when the report or
+    its record is missing (``python code/make_tlparse_report.py`` writes both).
+    """
+    import json
+
+    folder = Path(report_dir) if report_dir is not None else TLPARSE_REPORT_DIR
+    record_file = folder / "provenance.json"
+    if not (folder / "index.html").is_file() or not record_file.is_file():
+        raise FileNotFoundError(f"no tlparse report with provenance.json in {folder}: "
+                                "run python code/make_tlparse_report.py")
+    record = json.loads(record_file.read_text())
+    release = str(record.get("torch", "")).split("+")[0]
+    return {**record, "url": TLPARSE_SITE_PATH, "same_torch": release == torch.__version__.split("+")[0]}
