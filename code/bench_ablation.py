@@ -33,11 +33,9 @@ one; each extra run adds the timed calls only.
 """
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import sys
 import time
-import types
 
 from graphbook import cli
 from graphbook.cli import int_at_least, positive_int, multiple_of_8
@@ -67,22 +65,6 @@ def parse_args(argv=None):
     return args
 
 
-def own_code(model):
-    """A copy of ``model`` whose ``forward`` has its own code object (Chapter 3).
-
-    Dynamo caches compiled code on the code object of the frame it captures (the model's
-    ``forward``), which every copy of a module shares, and Inductor settings such as freezing are not
-    among its guards: two compiles of copies would share one cache entry. With its own code object,
-    each compiled copy keeps its own graph, and the variants can alternate without a reset.
-    """
-    model = copy.deepcopy(model)
-    forward = type(model).forward
-    code = forward.__code__.replace()  # equal code, a distinct object: its own Dynamo cache
-    model.forward = types.MethodType(types.FunctionType(code, forward.__globals__, forward.__name__,
-                                                        forward.__defaults__, forward.__closure__), model)
-    return model
-
-
 def _unique_graphs() -> int:
     from torch._dynamo.utils import counters
 
@@ -94,7 +76,7 @@ def run(args) -> tuple[list[dict], list[str]]:
     write one new results file. Returns the rows and the configurations whose output differs from eager FP32."""
     import torch
 
-    from graphbook import blurball, inductor_tools, probes, results, timing
+    from graphbook import blurball, inductor_tools, probes, results, timing, variants
     from graphbook.results import COMPILE_S, MAX_ABS_DIFF, SAME_OUTPUT, SAME_PEAKS, SPEEDUP_VS_EAGER
     from graphbook.environment import fingerprint, set_threads
 
@@ -109,7 +91,7 @@ def run(args) -> tuple[list[dict], list[str]]:
         for name in args.variants:  # compile and check each configuration ONCE
             options = inductor_tools.ablation_options(name)
             start = time.perf_counter()
-            generated = inductor_tools.compile_and_get_code(own_code(model), x, options=options, reset=False)
+            generated = inductor_tools.compile_and_get_code(variants.own_code(model), x, options=options, reset=False)
             compile_s = time.perf_counter() - start
             check = results.compare_to_reference(generated.output, reference)
             if not check[SAME_OUTPUT]:  # every configuration is FP32: all are expected to match

@@ -127,3 +127,30 @@ def test_freezing_really_freezes_and_switching_back_does_not_reuse_the_frozen_gr
     assert "_frozen_param" in "\n".join(code_frozen), "the BN was not folded: freezing did not apply"
     _, again = run_and_get_code(plain, x)
     assert "_frozen_param" not in "\n".join(again)
+
+
+@pytest.mark.slow
+def test_compiled_variants_alternate_without_recompiling():
+    """Each compiled variant keeps its own Dynamo cache (variants.own_code): rotating them between runs,
+    as the benchmarks do, compiles nothing new and never resets another variant's graph."""
+    from torch._dynamo.utils import counters
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(9, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4),
+                              torch.nn.ReLU(), torch.nn.Conv2d(4, 3, 1)).eval()
+    x = torch.randn(1, 9, 16, 16)
+    torch._dynamo.reset()
+    plain = variants.build("compile_default", net, x).run
+    frozen = variants.build("compile_freezing", net, x).run
+    graphs = counters["stats"]["unique_graphs"]
+    with torch.no_grad():
+        reference = net(x)
+    for runner in (plain, frozen, plain, frozen):
+        assert results.compare_to_reference(runner(x), reference)[results.SAME_OUTPUT]
+    assert counters["stats"]["unique_graphs"] == graphs, "alternating variants recompiled"
+
+
+def test_own_code_gives_forward_a_distinct_code_object():
+    net = torch.nn.Linear(2, 2)
+    copy_ = variants.own_code(net)
+    assert copy_.forward.__code__ is not type(net).forward.__code__
+    assert copy_ is not net and torch.equal(copy_(torch.ones(1, 2)), net(torch.ones(1, 2)))

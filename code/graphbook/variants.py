@@ -145,7 +145,23 @@ def _eager(model, example, context, *, channels_last=False, bf16=False) -> Runne
     return run
 
 
-_LAST_COMPILED: list = [None]
+def own_code(model):
+    """A copy of ``model`` whose ``forward`` has its own code object (Chapter 3).
+
+    Dynamo caches compiled code on the code object of the frame it captures (the model's ``forward``),
+    which every copy of a module shares, and Inductor settings such as freezing are not among its
+    guards: two compiles of copies would share one cache entry, and "compile_freezing" would be
+    measured with the graph of "compile_default". With its own code object each compiled copy keeps
+    its own graph, so variants can alternate without ``torch._dynamo.reset()`` or a recompile.
+    """
+    import types
+
+    model = copy.deepcopy(model)
+    forward = type(model).forward
+    code = forward.__code__.replace()  # equal code, a distinct object: its own Dynamo cache
+    model.forward = types.MethodType(types.FunctionType(code, forward.__globals__, forward.__name__,
+                                                        forward.__defaults__, forward.__closure__), model)
+    return model
 
 
 def _compiled(model, example, context, *, freeze=False, bf16=False) -> Runner:
@@ -153,16 +169,10 @@ def _compiled(model, example, context, *, freeze=False, bf16=False) -> Runner:
 
     from .warmup import logits_of
 
-    compiled = torch.compile(copy.deepcopy(model))
+    compiled = torch.compile(own_code(model))
 
     def run(x):
         with freezing(freeze), _autocast(bf16, x):
-            # Dynamo caches compiled code on forward's code object, which every copy shares, and the
-            # freezing setting is not among its guards: without a reset, "compile_freezing" would reuse
-            # the graph compiled for "compile_default" and be measured under the wrong name.
-            if _LAST_COMPILED[0] is not run:
-                torch._dynamo.reset()
-                _LAST_COMPILED[0] = run
             return logits_of(compiled(x)).float()
     return run
 
