@@ -42,8 +42,11 @@ from graphbook.cli import int_at_least, positive_int, multiple_of_8
 
 
 def parse_args(argv=None):
-    from graphbook.inductor_tools import ABLATION_CONFIGS
+    from graphbook.inductor_tools import ABLATION_CONFIGS, UNFUSED_ABLATION_CONFIGS
 
+    # Every Inductor setting of the ablation, including the row that really turns fusion and inlining off
+    # on the C++ backend (max_fusion_size=1 alone leaves BlurBall's launches unchanged there).
+    configs = [*ABLATION_CONFIGS, *UNFUSED_ABLATION_CONFIGS]
     parser = cli.make_parser("bench_ablation.py", __doc__.splitlines()[0])
     parser.add_argument("--height", type=multiple_of_8, default=96, help="input height (default 96)")
     parser.add_argument("--width", type=multiple_of_8, default=160, help="input width (default 160)")
@@ -54,13 +57,13 @@ def parse_args(argv=None):
                         help="independent timed runs, every variant once per run in a rotated order (default 3, at least 3)")
     parser.add_argument("--probe-mib", type=positive_int, default=64,
                         help="MiB per buffer of the copy_ bandwidth probe measured in every run (default 64)")
-    parser.add_argument("--variants", default=",".join(ABLATION_CONFIGS),
-                        help="comma-separated subset of: " + "; ".join(ABLATION_CONFIGS))
+    parser.add_argument("--variants", default=",".join(configs),
+                        help="comma-separated subset of: " + "; ".join(configs))
     args = parser.parse_args(argv)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in names if v not in ABLATION_CONFIGS]
+    unknown = [v for v in names if v not in configs]
     if unknown or not names:
-        parser.error(f"unknown variant(s) {unknown}; choose from {list(ABLATION_CONFIGS)}")
+        parser.error(f"unknown variant(s) {unknown}; choose from {configs}")
     args.variants = names
     return args
 
