@@ -9,3 +9,13 @@ def pytest_configure(config):
     except ImportError:
         raise pytest.UsageError("graphbook is not installed in this Python: run `bash scripts/setup_env.sh` "
                                 "(or `pip install -e .` in the book checkout)") from None
+    # A run with the instruction set capped (ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA, the README's AVX2
+    # check) must not reuse graphs an uncapped run compiled: torch's FX graph cache ignores the cap and the
+    # reused code computes wrong values. The tests and every process they start get their own cache folder.
+    import os
+
+    from graphbook.environment import inductor_cache_dir_for_caps
+
+    capped_cache = inductor_cache_dir_for_caps()
+    if capped_cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = capped_cache
