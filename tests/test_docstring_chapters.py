@@ -4,7 +4,6 @@ Public: a module-level function or class of a graphbook module, defined in that 
 it), whose name has no leading underscore. Its docstring must mention "Chapter N" (or "Chapters N ..."),
 or the appendix for the helpers only an appendix page uses (graphbook.provenance).
 """
-import importlib
 import inspect
 import pkgutil
 import re
@@ -16,7 +15,7 @@ CHAPTER = re.compile(r"\bChapters? \d|\b[Aa]ppendix\b")
 
 def public_helpers():
     for info in sorted(pkgutil.iter_modules(graphbook.__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"graphbook.{info.name}")
+        module = pkgutil.resolve_name(f"graphbook.{info.name}")  # imports the module
         for name, obj in vars(module).items():
             if name.startswith("_") or not (inspect.isfunction(obj) or inspect.isclass(obj)):
                 continue

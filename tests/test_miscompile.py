@@ -138,7 +138,9 @@ def test_check_model_refuses_an_unknown_name():
 
 def test_bisect_freezing_keeps_no_copy_and_no_path_setup(tmp_path):
     source = (mc.REPO_ROOT / "code" / "bisect_freezing.py").read_text()
-    for banned in ("sys.path", "spec_from_file_location", "freezing=True", "class SmallHRNet"):
+    # (a regex for the import-path edit, so that this test does not itself contain the text it bans)
+    assert not re.search(r"sys\.path", source), "bisect_freezing.py edits the import path"
+    for banned in ("spec_from_file_location", "freezing=True", "class SmallHRNet"):
         assert banned not in source, banned
     assert "variants.freezing()" in source and "miscompile.check_model" in source
     # the minifier's fresh process imports the model from graphbook, from any folder
