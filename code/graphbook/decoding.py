@@ -1,6 +1,6 @@
 """The heatmap decoder: BlurBall's logits back into ball positions, blur angles and lengths.
 
-Introduced in Chapter 6 (and used by the server of Chapter 7). Sigmoid, threshold, 8-connected
+Introduced in Chapter 5 (and used by the server of Chapter 7). Sigmoid, threshold, 8-connected
 components; per component a heat-weighted centroid, the angle of the binary blob's principal axis and
 its length, as BlurBall's own decoder does. Coordinates and angles follow the conventions of
 :mod:`graphbook.synthetic_clips` (``x`` = column, ``y`` = row, undirected angles in ``[-90, 90)`` deg).
@@ -19,7 +19,7 @@ from .synthetic_clips import normalize_angle
 
 @dataclass(frozen=True)
 class Detection:
-    """One candidate blob in a decoded heatmap (Chapter 6).
+    """One candidate blob in a decoded heatmap (Chapter 5).
 
     ``x``, ``y``: heat-weighted centroid (px); ``score``: sum of the heat (sigmoid) values in the blob;
     ``angle_deg``: ``0.5 * atan2(2 mu11, mu20 - mu02)`` of the binary blob; ``half_extent``: half of the
@@ -42,7 +42,7 @@ class Detection:
 
 @dataclass(frozen=True)
 class FrameDecoding:
-    """The decoder's answer for one frame: the best detection (highest score) or None, and all candidates (Chapter 6)."""
+    """The decoder's answer for one frame: the best detection (highest score) or None, and all candidates (Chapter 5)."""
 
     best: Detection | None
     candidates: tuple[Detection, ...]
@@ -58,7 +58,7 @@ def _as_numpy(array) -> np.ndarray:
 
 
 def connected_components(mask: np.ndarray, connectivity: int = 8) -> tuple[np.ndarray, int]:
-    """Label the connected components of a 2-D boolean mask (Chapter 6).
+    """Label the connected components of a 2-D boolean mask (Chapter 5).
 
     Returns ``(labels, count)``: int32 ``(H, W)`` with 0 for background and 1..count for the
     components in raster order of their first pixel. Vectorised label propagation over the
@@ -127,7 +127,7 @@ def _blob_detection(ys: np.ndarray, xs: np.ndarray, heat: np.ndarray) -> Detecti
 
 
 def decode_heatmap(heatmap, threshold: float = 0.5, *, from_logits: bool = True) -> FrameDecoding:
-    """Decode one frame's heatmap ``(H, W)`` into ball detections, as BlurBall does (Chapter 6).
+    """Decode one frame's heatmap ``(H, W)`` into ball detections, as BlurBall does (Chapter 5).
 
     Sigmoid (when ``from_logits``), threshold, 8-connected components; per component the score is
     the sum of the heat, the position the heat-weighted centroid, the angle from the binary blob's
@@ -159,7 +159,7 @@ def decode_heatmap(heatmap, threshold: float = 0.5, *, from_logits: bool = True)
 
 
 def decode_clip(heatmaps, threshold: float = 0.5, *, from_logits: bool = True) -> list[FrameDecoding]:
-    """Decode the ``(F, H, W)`` heatmaps of one clip (one per frame); see :func:`decode_heatmap` (Chapter 6)."""
+    """Decode the ``(F, H, W)`` heatmaps of one clip (one per frame); see :func:`decode_heatmap` (Chapter 5)."""
     heat = _as_numpy(heatmaps)
     if heat.ndim != 3:
         raise ValueError(f"heatmaps must be (F, H, W), got shape {heat.shape}")
@@ -167,7 +167,7 @@ def decode_clip(heatmaps, threshold: float = 0.5, *, from_logits: bool = True) -
 
 
 def decode_batch(heatmaps, threshold: float = 0.5, *, from_logits: bool = True) -> list[list[FrameDecoding]]:
-    """Decode a batch of heatmaps ``(N, F, H, W)`` (the model's output); see :func:`decode_heatmap` (Chapter 6)."""
+    """Decode a batch of heatmaps ``(N, F, H, W)`` (the model's output); see :func:`decode_heatmap` (Chapter 5)."""
     if isinstance(heatmaps, dict):  # BlurBall's raw output {0: logits}
         heatmaps = heatmaps[0]
     heat = _as_numpy(heatmaps)

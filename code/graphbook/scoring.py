@@ -1,6 +1,6 @@
 """Scoring the ball detector against ground truth: detection rate, position, angle and length errors.
 
-Introduced in Chapter 6. :func:`match_detections` pairs the decoder's best detection in each frame
+Introduced in Chapter 5. :func:`match_detections` pairs the decoder's best detection in each frame
 (:mod:`graphbook.decoding`) with the clip's label (:mod:`graphbook.synthetic_clips`);
 :func:`summarize_matches` turns those rows into the numbers the chapters glue; :func:`evaluate_model`
 does both for a model on held-out clips.
@@ -19,7 +19,7 @@ DEFAULT_HIT_PX = 5.0
 
 
 def match_detections(decoded: list[list[FrameDecoding]], clips: list[Clip], hit_px: float = DEFAULT_HIT_PX) -> list[dict]:
-    """One row per (clip, frame) comparing the best detection with the label (Chapter 6).
+    """One row per (clip, frame) comparing the best detection with the label (Chapter 5).
 
     Columns: clip, frame, visible, detected, hit (detected within ``hit_px`` of a visible ball),
     error_px, angle_error_deg (only for streaks with half-length >= 3 px, where the angle is defined),
@@ -49,7 +49,7 @@ def match_detections(decoded: list[list[FrameDecoding]], clips: list[Clip], hit_
 
 
 def summarize_matches(rows: list[dict]) -> dict:
-    """Detection rate, median errors and false-positive rate from :func:`match_detections` rows (Chapter 6).
+    """Detection rate, median errors and false-positive rate from :func:`match_detections` rows (Chapter 5).
 
     ``detection_rate``: share of frames with a visible ball whose best detection is a hit;
     ``median_error_px``: median centre error over the hits; ``false_positive_rate``: share of frames
@@ -75,7 +75,7 @@ def summarize_matches(rows: list[dict]) -> dict:
 
 def evaluate_model(model, clips: list[Clip], *, normalize=None, batch_size: int = 4, threshold: float = 0.5,
                    hit_px: float = DEFAULT_HIT_PX) -> tuple[dict, list[dict]]:
-    """Run ``model`` on held-out clips and score it against their labels (Chapter 6).
+    """Run ``model`` on held-out clips and score it against their labels (Chapter 5).
 
     ``model`` maps a float tensor ``(N, 9, H, W)`` to logits ``(N, 3, H, W)`` (or BlurBall's dict
     ``{0: logits}``); ``normalize`` maps the [0, 1] frames tensor to the model's input (default:

@@ -1,6 +1,6 @@
 """Synthetic ground truth for the ball detector: 3-frame clips with a known ball, and their targets.
 
-Introduced in Chapter 6. The article could not say whether a compiled BlurBall still puts the ball in
+Introduced in Chapter 5. The article could not say whether a compiled BlurBall still puts the ball in
 the same place, because it had no frames with a known ball position. This module makes them: 3-frame
 clips of a motion-blurred table-tennis ball whose centre, blur angle and blur half-length are known
 exactly, on procedural backgrounds (gradients, value noise, stripes, a table with its lines and a net).
@@ -52,7 +52,7 @@ _BALL_COLOURS = (
 # --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BallLabel:
-    """The ball in one frame (Chapter 6): centre of the streak, blur angle (deg), blur half-length (px).
+    """The ball in one frame (Chapter 5): centre of the streak, blur angle (deg), blur half-length (px).
 
     ``visible`` is False when the frame shows no ball (then the other fields describe where it would
     be and the target is empty). ``radius`` is the ball's radius in pixels.
@@ -77,7 +77,7 @@ class BallLabel:
 
 @dataclass
 class Clip:
-    """A synthetic 3-frame clip with its ground truth (Chapter 6).
+    """A synthetic 3-frame clip with its ground truth (Chapter 5).
 
     ``frames``: float32 ``(3, H, W, 3)`` in [0, 1]; ``targets``: float32 ``(3, H, W)`` of 0/1 (the
     blur-aware line target of each frame); ``labels``: one :class:`BallLabel` per frame; ``seed``: the
@@ -100,12 +100,12 @@ class Clip:
 
 
 def normalize_angle(angle_deg: float) -> float:
-    """Map an undirected line angle to ``[-90, 90)`` degrees (Chapter 6)."""
+    """Map an undirected line angle to ``[-90, 90)`` degrees (Chapter 5)."""
     return float((angle_deg + 90.0) % 180.0 - 90.0)
 
 
 def angle_difference(a_deg: float, b_deg: float) -> float:
-    """Smallest difference (deg, in [0, 90]) between two undirected line angles (Chapter 6)."""
+    """Smallest difference (deg, in [0, 90]) between two undirected line angles (Chapter 5)."""
     d = abs(normalize_angle(a_deg - b_deg))
     return float(min(d, 180.0 - d))
 
@@ -175,7 +175,7 @@ def _draw_line(img, xx, yy, p0, p1, width_px, colour, alpha=1.0):
 
 
 def render_background(height: int, width: int, seed=0) -> np.ndarray:
-    """A procedural scene (Chapter 6): float32 ``(H, W, 3)`` in [0, 1], deterministic from ``seed``.
+    """A procedural scene (Chapter 5): float32 ``(H, W, 3)`` in [0, 1], deterministic from ``seed``.
 
     Layers, each drawn with a probability: a two-colour gradient, value noise at two scales, stripes
     (wall panels, floor boards), a table top in perspective with its white edge and centre lines, a
@@ -233,7 +233,7 @@ def render_background(height: int, width: int, seed=0) -> np.ndarray:
 # The ball and its target
 # --------------------------------------------------------------------------------------------------
 def render_ball(img: np.ndarray, label: BallLabel, colour=(0.97, 0.97, 0.95), *, supersample: int = 3) -> np.ndarray:
-    """Composite a motion-blurred ball into ``img`` (H, W, 3), returning a new array (Chapter 6).
+    """Composite a motion-blurred ball into ``img`` (H, W, 3), returning a new array (Chapter 5).
 
     Physically: during the exposure the ball's centre moves uniformly along the streak, so each pixel
     receives the time average of the shaded disc passing over it. The average is taken over time
@@ -285,7 +285,7 @@ def render_ball(img: np.ndarray, label: BallLabel, colour=(0.97, 0.97, 0.95), *,
 
 def line_target(height: int, width: int, label: BallLabel, radius: float = LINE_TARGET_RADIUS,
                 disc_radius: float = DISC_TARGET_RADIUS) -> np.ndarray:
-    """BlurBall's ``binary_line_fixed_size`` target for one frame: float32 ``(H, W)`` of 0/1 (Chapter 6).
+    """BlurBall's ``binary_line_fixed_size`` target for one frame: float32 ``(H, W)`` of 0/1 (Chapter 5).
 
     1 within ``radius`` px of the streak (the segment between the label's ends), a disc of
     ``disc_radius`` when the half-length is 0, and all zeros when the ball is not visible.
@@ -337,7 +337,7 @@ def _trajectory(rng, height, width, radius, max_speed, gravity):
 def make_clip(seed=0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], *, p_no_ball: float = 0.1,
               p_hidden_frame: float = 0.08, radius_range: tuple[float, float] = (2.5, 6.0),
               max_speed: float | None = None, gravity: float = 2.0, noise: float = 0.02) -> Clip:
-    """One synthetic 3-frame clip of a motion-blurred table-tennis ball (Chapter 6).
+    """One synthetic 3-frame clip of a motion-blurred table-tennis ball (Chapter 5).
 
     ``seed`` (int or numpy Generator) fixes everything. The camera is still, so the background is
     the same in the 3 frames up to sensor noise (``noise``: Gaussian std) and a small brightness
@@ -383,7 +383,7 @@ def make_clip(seed=0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], *, 
 
 
 def make_clips(n: int, seed: int = 0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], **kwargs) -> list[Clip]:
-    """``n`` clips; clip ``k`` is ``make_clip(seed * 1_000_003 + k, ...)``, so any one can be regenerated (Chapter 6)."""
+    """``n`` clips; clip ``k`` is ``make_clip(seed * 1_000_003 + k, ...)``, so any one can be regenerated (Chapter 5)."""
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
@@ -392,7 +392,7 @@ def make_clips(n: int, seed: int = 0, height: int = FULL_SIZE[0], width: int = F
 
 
 def held_out_clips(n: int, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], **kwargs) -> list[Clip]:
-    """The book's held-out clips: ``make_clips(n, HELD_OUT_SEED, height, width)`` (Chapter 6).
+    """The book's held-out clips: ``make_clips(n, HELD_OUT_SEED, height, width)`` (Chapter 5).
 
     ``code/train_blurball.py`` draws its training clips from a different stream (numpy seed
     sequences ``(seed, 0, k)``), so these clips are never seen in training. The first ``n`` clips
@@ -402,13 +402,13 @@ def held_out_clips(n: int, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1]
 
 
 def training_clip(seed: int, index: int, height: int, width: int, **kwargs) -> Clip:
-    """Training clip number ``index`` of the stream ``seed`` (Chapter 6); disjoint from :func:`held_out_clips`."""
+    """Training clip number ``index`` of the stream ``seed`` (Chapter 5); disjoint from :func:`held_out_clips`."""
     return make_clip(np.random.default_rng((int(seed), 0, int(index))), height, width, **kwargs)
 
 
 def frames_to_tensor(clips_or_frames):
     """Stack clips (or an array ``(N, 3, H, W, 3)`` / ``(3, H, W, 3)``) into a float32 torch tensor
-    ``(N, 9, H, W)`` in BlurBall's channel order [f0 RGB, f1 RGB, f2 RGB], values in [0, 1] (Chapter 6).
+    ``(N, 9, H, W)`` in BlurBall's channel order [f0 RGB, f1 RGB, f2 RGB], values in [0, 1] (Chapter 5).
 
     Apply the model's ImageNet normalisation (:func:`graphbook.blurball.imagenet_normalize`) before the
     forward pass.
@@ -433,7 +433,7 @@ def frames_to_tensor(clips_or_frames):
 
 
 def targets_to_tensor(clips):
-    """Stack the clips' targets into a float32 torch tensor ``(N, 3, H, W)`` (Chapter 6)."""
+    """Stack the clips' targets into a float32 torch tensor ``(N, 3, H, W)`` (Chapter 5)."""
     import torch
 
     if isinstance(clips, Clip):

@@ -1,6 +1,6 @@
-"""Training BlurBall on synthetic clips on a CPU: the loss, validation, and the training run (Chapter 6).
+"""Training BlurBall on synthetic clips on a CPU: the loss, validation, and the training run (Chapter 5).
 
-Introduced in Chapter 6; ``code/train_blurball.py`` is the command line over :func:`train` and its
+Introduced in Chapter 5; ``code/train_blurball.py`` is the command line over :func:`train` and its
 docstring explains the choices (small crops at the full-resolution pixel scale, the weighted MSE,
 bf16 autocast, one thread). Every output is new: :func:`output_paths` never reuses a name.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def output_paths(out_dir: Path, name: str) -> dict[str, Path]:
-    """Checkpoint, log and provenance paths under a stem none of whose three files exists yet (Chapter 6).
+    """Checkpoint, log and provenance paths under a stem none of whose three files exists yet (Chapter 5).
 
     ``name``, then ``name-2``, ``name-3`` ...: a second run never overwrites the first.
     """
@@ -46,7 +46,7 @@ def line_loss(logits, target, kind: str = "weighted-mse", pos_weight: float = 20
 
 
 def validation_metrics(model, clips_list, args) -> dict:
-    """Loss, detection rate, median error and mean output on target / background pixels (Chapter 6).
+    """Loss, detection rate, median error and mean output on target / background pixels (Chapter 5).
 
     ``args`` needs ``batch_size``, ``loss`` and ``pos_weight`` (see :func:`train`).
     """
@@ -77,7 +77,7 @@ def validation_metrics(model, clips_list, args) -> dict:
 
 
 def json_ready(value):
-    """Plain JSON: NaN and infinities become null (strict JSON has no NaN), numpy scalars plain numbers (Chapter 6)."""
+    """Plain JSON: NaN and infinities become null (strict JSON has no NaN), numpy scalars plain numbers (Chapter 5)."""
     if isinstance(value, dict):
         return {k: json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -92,7 +92,7 @@ def json_ready(value):
 
 
 def train(args) -> dict:
-    """Run the training described by ``args``; write checkpoint, log and provenance; return the record (Chapter 6).
+    """Run the training described by ``args``; write checkpoint, log and provenance; return the record (Chapter 5).
 
     ``args`` is the parsed command line of ``code/train_blurball.py`` (any object with its options as
     attributes: ``minutes``, ``seed``, ``checkpoint_dir``, ``name``, ``height``, ``width``, ``max_speed``,
