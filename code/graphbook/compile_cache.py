@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -169,17 +168,12 @@ def run_fresh_process(spec: RestartSpec, cache_dir: str | os.PathLike, *, load_a
     env["PYTHONPATH"] = os.pathsep.join([str(_CODE_DIR), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["OMP_NUM_THREADS"] = str(spec.threads)
     cmd = [sys.executable, "-m", "graphbook.compile_cache", "--child", json.dumps(payload)]
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        raise CompileCacheError(f"fresh-process compile exceeded {timeout:.0f} s") from exc
-    wall = time.perf_counter() - t0
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_MARKER)]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr or proc.stdout)[-1500:]
-        raise CompileCacheError(f"child exited with {proc.returncode}: {tail}")
-    result = json.loads(lines[-1][len(RESULT_MARKER):])
+    from .compiletime import run_tagged_child
+
+    result, wall = run_tagged_child(
+        cmd, RESULT_MARKER, env=env, timeout=timeout, error=CompileCacheError,
+        timeout_message=f"fresh-process compile exceeded {timeout:.0f} s",
+        failure_message=lambda proc: f"child exited with {proc.returncode}: {(proc.stderr or proc.stdout)[-1500:]}")
     result["process_wall_s"] = wall
     return result
 

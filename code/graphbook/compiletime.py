@@ -110,3 +110,61 @@ def compile_in_fresh_process(script: str | Path, function: str, shapes: Sequence
     tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
     raise RuntimeError(f"compiling {function} from {script.name} in a fresh process failed "
                        f"(exit {proc.returncode}): {tail}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Fresh child processes: one home for running a child Python and reading back its tagged JSON line,
+# and for starting a server and timing it to its READY line (compile_cache, restart_paths,
+# gpu_profiling and the bench_* scripts all use these).
+
+def run_tagged_child(cmd: Sequence[str], tag: str, *, env: dict | None = None, timeout: float,
+                     timeout_message: str, failure_message: Callable[[subprocess.CompletedProcess], str],
+                     error: type[Exception] = RuntimeError, last: bool = True,
+                     check_returncode: bool = True) -> tuple[object, float]:
+    """Run ``cmd`` capturing its output; return ``(JSON after tag, wall seconds)`` (Chapter 2).
+
+    The result is the JSON that follows ``tag`` on the last (``last=True``) or first line of stdout
+    that starts with it. Raises ``error(timeout_message)`` when the child runs past ``timeout`` s, and
+    ``error(failure_message(proc))`` when no line carries the tag or, with ``check_returncode``, the
+    child exits non-zero.
+    """
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(list(cmd), env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise error(timeout_message) from exc
+    wall = time.perf_counter() - t0
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(tag)]
+    if not lines or (check_returncode and proc.returncode != 0):
+        raise error(failure_message(proc))
+    return json.loads((lines[-1] if last else lines[0])[len(tag):]), wall
+
+
+def stop_process(proc: subprocess.Popen, *, grace: float = 30) -> None:
+    """Terminate ``proc``, wait up to ``grace`` s, then kill it (Chapter 2)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def seconds_to_ready(cmd: Sequence[str], *, env: dict | None = None, timeout: float, what: str = "server",
+                     error: type[Exception] = RuntimeError) -> float:
+    """Start ``cmd`` and return the seconds from launch to its first ``READY`` line, then stop it (Chapter 2).
+
+    Raises ``error("<what> did not become ready: ...")`` with the end of its stderr (or ``timeout``)
+    when it exits or runs past ``timeout`` s without that line.
+    """
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("READY"):
+                return time.perf_counter() - t0
+            if time.perf_counter() - t0 > timeout:
+                break
+        raise error(f"{what} did not become ready: "
+                    f"{proc.stderr.read()[-800:] if proc.poll() is not None else 'timeout'}")
+    finally:
+        stop_process(proc)

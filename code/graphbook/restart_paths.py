@@ -46,12 +46,13 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .compiletime import run_tagged_child, seconds_to_ready
 
 RESULT_MARKER = "GRAPHBOOK_RESULT "
 KIND = "restart-paths"
@@ -282,18 +283,12 @@ def _run_child(spec: dict, env_extra: dict | None = None, *, cache_dir=None, tim
     env["OMP_NUM_THREADS"] = str(spec["threads"])
     spec = dict(spec, launched_at=time.time())
     cmd = [sys.executable, "-m", "graphbook.restart_paths", "--child", json.dumps(spec)]
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        raise RestartPathError(f"{spec.get('name') or spec.get('what')}: child exceeded {timeout:.0f} s") from exc
-    wall = time.perf_counter() - t0
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_MARKER)]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr or proc.stdout)[-1500:]
-        raise RestartPathError(f"{spec.get('name') or spec.get('what')}: child exited with "
-                               f"{proc.returncode}: {tail}")
-    result = json.loads(lines[-1][len(RESULT_MARKER):])
+    name = spec.get('name') or spec.get('what')
+    result, wall = run_tagged_child(
+        cmd, RESULT_MARKER, env=env, timeout=timeout, error=RestartPathError,
+        timeout_message=f"{name}: child exceeded {timeout:.0f} s",
+        failure_message=lambda proc: f"{name}: child exited with {proc.returncode}: "
+                                     f"{(proc.stderr or proc.stdout)[-1500:]}")
     result["process_wall_s"] = wall
     return result
 
@@ -598,22 +593,8 @@ def time_server_to_ready(artifact, batch_sizes, input_hw, *, threads: int = 2, e
     script = _CODE_DIR / "serve_blurball.py"
     cmd = [sys.executable, str(script), "--artifact", str(artifact), "--port", "0", "--height", str(input_hw[0]),
            "--width", str(input_hw[1]), "--threads", str(threads), "--batch-sizes", ",".join(map(str, batch_sizes))]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        for line in proc.stdout:
-            if line.startswith("READY"):
-                return time.perf_counter() - t0
-            if time.perf_counter() - t0 > timeout:
-                break
-        raise RestartPathError(f"server from {Path(artifact).name} did not become ready: "
-                               f"{proc.stderr.read()[-800:] if proc.poll() is not None else 'timeout'}")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    return seconds_to_ready(cmd, env=env, timeout=timeout, what=f"server from {Path(artifact).name}",
+                            error=RestartPathError)
 
 
 def server_readiness(artifacts: dict, work: Path, input_hw, *, repeats: int = 3, threads: int = 2,
