@@ -99,17 +99,14 @@ def compile_in_fresh_process(script: str | Path, function: str, shapes: Sequence
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir.resolve()))
     spec = json.dumps({"script": str(script), "function": function, "shapes": shapes,
                        "threads": threads})
-    try:
-        proc = subprocess.run([sys.executable, "-c", _CHILD_PROGRAM, spec], env=env,
-                              capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as error:
-        raise RuntimeError(f"compiling {function} in a fresh process took over {timeout} s") from error
-    for line in proc.stdout.splitlines():
-        if line.startswith(_RESULT_TAG):
-            return json.loads(line[len(_RESULT_TAG):])
-    tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
-    raise RuntimeError(f"compiling {function} from {script.name} in a fresh process failed "
-                       f"(exit {proc.returncode}): {tail}")
+    result, _ = run_tagged_child(
+        [sys.executable, "-c", _CHILD_PROGRAM, spec], _RESULT_TAG, env=env, timeout=timeout,
+        last=False, check_returncode=False,
+        timeout_message=f"compiling {function} in a fresh process took over {timeout} s",
+        failure_message=lambda proc: f"compiling {function} from {script.name} in a fresh process failed "
+                                     f"(exit {proc.returncode}): "
+                                     + "\n".join(proc.stderr.strip().splitlines()[-5:]))
+    return result
 
 
 # --------------------------------------------------------------------------------------------------

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from typing import Callable, Iterable, Sequence
@@ -245,16 +244,15 @@ def run_child(argv: Sequence[str], *, timeout: float = 900, env: dict | None = N
 
     Raises RuntimeError with the end of the child's stderr when it fails or emits nothing.
     """
-    try:
-        proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=timeout,
-                              env=dict(os.environ, **(env or {})))
-    except subprocess.TimeoutExpired as error:
-        raise RuntimeError(f"the child process took over {timeout:.0f} s") from error
-    for line in proc.stdout.splitlines():
-        if line.startswith(CHILD_TAG):
-            return json.loads(line[len(CHILD_TAG):])
-    tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-    raise RuntimeError(f"the child process failed (exit {proc.returncode}): {tail}")
+    from .compiletime import run_tagged_child
+
+    rows, _ = run_tagged_child(
+        [sys.executable, *argv], CHILD_TAG, env=dict(os.environ, **(env or {})), timeout=timeout,
+        last=False, check_returncode=False,
+        timeout_message=f"the child process took over {timeout:.0f} s",
+        failure_message=lambda proc: "the child process failed (exit {}): {}".format(
+            proc.returncode, " | ".join(proc.stderr.strip().splitlines()[-3:])))
+    return rows
 
 
 # --------------------------------------------------------------------------------------------------
