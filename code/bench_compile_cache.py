@@ -20,10 +20,8 @@ the script prints the ratios and whether the target was met.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from graphbook.cli import OneLineParser, positive_int, positive_int_list
@@ -57,25 +55,13 @@ def time_server_to_ready(extra: list[str], cache_dir: Path, args, timeout: float
     """Start serve_blurball.py on a free port; seconds from launch to its READY line."""
     import os
 
+    from graphbook.compiletime import seconds_to_ready
+
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir))
     cmd = [sys.executable, str(Path(__file__).resolve().parent / "serve_blurball.py"), "--port", "0",
            "--model", args.model, "--height", str(args.height), "--width", str(args.width),
            "--threads", str(args.threads), "--batch-sizes", ",".join(map(str, args.batch_sizes)), *extra]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        for line in proc.stdout:
-            if line.startswith("READY"):
-                return time.perf_counter() - t0
-            if time.perf_counter() - t0 > timeout:
-                break
-        raise RuntimeError(f"server did not become ready: {proc.stderr.read()[-800:] if proc.poll() is not None else 'timeout'}")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    return seconds_to_ready(cmd, env=env, timeout=timeout)
 
 
 def measure_cache_paths(args, work: str, env: dict) -> int:

@@ -78,6 +78,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     from graphbook import results, serving
+    from graphbook.compiletime import stop_process
     from graphbook.environment import REPO_ROOT, fingerprint
 
     env = fingerprint(args.threads)
@@ -122,11 +123,7 @@ def main(argv=None) -> int:
                           f"p99 {report['p99_ms']:7.1f} ms, joined batch {report['mean_joined_batch']:.2f}, "
                           f"/readyz max {report['readyz_max_ms']:.0f} ms", flush=True)
             finally:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                stop_process(proc)
     out = results.write_run("serving-load", rows, env, results_dir=args.results_dir)
     print(f"wrote {len(rows)} rows to {out}")
     errors = sum(r["errors"] for r in rows)
