@@ -124,13 +124,10 @@ def main(argv=None) -> int:
                           f"/readyz max {report['readyz_max_ms']:.0f} ms", flush=True)
             finally:
                 stop_process(proc)
-    out = results.write_run("serving-load", rows, env, results_dir=args.results_dir)
-    print(f"wrote {len(rows)} rows to {out}")
     errors = sum(r["errors"] for r in rows)
-    if errors:
-        print(f"bench_serving_load.py: {errors} requests got an answer other than 200 or 503", file=sys.stderr)
-        return 1
-    return 0
+    return results.write_and_report(
+        "serving-load", rows, env, results_dir=args.results_dir, wrote="wrote {n} rows to {path}",
+        failure=f"bench_serving_load.py: {errors} requests got an answer other than 200 or 503" if errors else None)
 
 
 if __name__ == "__main__":

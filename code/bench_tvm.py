@@ -45,17 +45,6 @@ def parse_args(argv=None):
     return args
 
 
-def _median_ms(fn, repeats: int) -> float:
-    fn()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1000)
-    samples.sort()
-    return samples[len(samples) // 2]
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
@@ -69,7 +58,7 @@ def main(argv=None) -> int:
     import tvm
     from tvm import relax
 
-    from graphbook import blurball, environment, results
+    from graphbook import blurball, environment, results, timing
 
     torch.set_num_threads(args.threads)
     env = environment.fingerprint(args.threads)  # taken first: a run of minutes must not fail at the end
@@ -95,8 +84,8 @@ def main(argv=None) -> int:
         output = call()
         output = output[0] if not hasattr(output, "numpy") else output
         verdict = results.compare_to_reference(torch.from_numpy(output.numpy()), reference)
-        eager_ms = _median_ms(run_eager, args.repeats)
-        tvm_ms = _median_ms(call, args.repeats)
+        eager_ms = timing.time_cpu(run_eager, warmup=1, repeats=args.repeats).median_ms
+        tvm_ms = timing.time_cpu(call, warmup=1, repeats=args.repeats).median_ms
         rows.append({results.VARIANT: name, "eager_median_ms": round(eager_ms, 2),
                      results.MEDIAN_MS: round(tvm_ms, 2), results.SPEEDUP_VS_EAGER: round(eager_ms / tvm_ms, 4),
                      results.MAX_ABS_DIFF: verdict["max_abs_diff"], results.SAME_OUTPUT: verdict["same_output"],
@@ -141,12 +130,8 @@ def main(argv=None) -> int:
                              "height": args.height, "width": args.width})
                 print(rows[-1], file=sys.stderr, flush=True)
 
-    path = results.write_run("tvm", rows, env, results_dir=args.results_dir)
-    print(f"wrote {path}")
-    if failed:
-        print(f"bench_tvm: {', '.join(failed)} differ from eager", file=sys.stderr)
-        return 1
-    return 0
+    return results.write_and_report("tvm", rows, env, results_dir=args.results_dir,
+                                    failure=f"bench_tvm: {', '.join(failed)} differ from eager" if failed else None)
 
 
 if __name__ == "__main__":

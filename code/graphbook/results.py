@@ -215,12 +215,7 @@ def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
         raise ValueError(f"result kind {k.name!r} takes no tag, got {tag!r}")
     if tag and not _TAG_RE.match(tag):
         raise ValueError(f"tag must be letters, digits, '.', '_' or single '-' between them, got {tag!r}")
-    rows = [dict(row) for row in rows]
-    if not rows:
-        raise ValueError("write_run needs at least one row")
-    for index, row in enumerate(rows):
-        if not row:
-            raise ValueError(f"row {index} is empty")
+    rows = _nonempty_rows(rows, "write_run")
     day = _dt.datetime.now(_dt.timezone.utc).date().isoformat()
     if env and env.get(DATE):
         day = str(env[DATE])[:10]
@@ -243,6 +238,39 @@ def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
     return path
 
 
+def write_and_report(kind_name: str, rows: Iterable[dict], env: dict | None = None, *,
+                     results_dir: str | Path | None = None, wrote: str = "wrote {path}",
+                     failure: str | None = None) -> int:
+    """Write ``rows`` with :func:`write_run`, print ``wrote`` and return the script's exit status (Chapter 2).
+
+    ``wrote`` is formatted with ``path`` (the new file) and ``n`` (its row count). ``failure``, when
+    given, is printed on stderr after the file is written and the status is 1 (a failed check is
+    recorded, then reported); otherwise it is 0.
+    """
+    import sys
+
+    from .cli import EXIT_CHECK_FAILED, EXIT_OK
+
+    rows = list(rows)
+    path = write_run(kind_name, rows, env, results_dir=results_dir)
+    print(wrote.format(path=path, n=len(rows)))
+    if failure:
+        print(failure, file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    return EXIT_OK
+
+
+def _nonempty_rows(rows: Iterable[dict], who: str) -> list[dict]:
+    """Copies of ``rows``; ValueError when there are none or one is empty."""
+    rows = [dict(row) for row in rows]
+    if not rows:
+        raise ValueError(f"{who} needs at least one row")
+    for index, row in enumerate(rows):
+        if not row:
+            raise ValueError(f"row {index} is empty")
+    return rows
+
+
 def append_rows(path: str | Path, rows: Iterable[dict], env: dict | None = None) -> Path:
     """Append ``rows`` (each merged with ``env``) to the CSV at ``path`` (Chapter 2).
 
@@ -254,12 +282,7 @@ def append_rows(path: str | Path, rows: Iterable[dict], env: dict | None = None)
     columns that differ: appending would silently misalign the columns of earlier runs. Returns the path.
     """
     path = Path(path)
-    rows = [dict(row) for row in rows]
-    if not rows:
-        raise ValueError("append_rows needs at least one row")
-    for index, row in enumerate(rows):
-        if not row:
-            raise ValueError(f"row {index} is empty")
+    rows = _nonempty_rows(rows, "append_rows")
     columns = _columns(rows, env)
     existing = _read_header(path) if path.exists() else None
     if existing is not None and existing != columns:
