@@ -38,7 +38,7 @@ import sys
 import time
 
 from graphbook import cli
-from graphbook.cli import int_at_least, positive_int, multiple_of_8
+from graphbook.cli import int_at_least, positive_int
 
 
 def parse_args(argv=None):
@@ -48,8 +48,7 @@ def parse_args(argv=None):
     # on the C++ backend (max_fusion_size=1 alone leaves BlurBall's launches unchanged there).
     configs = [*ABLATION_CONFIGS, *UNFUSED_ABLATION_CONFIGS]
     parser = cli.make_parser("bench_ablation.py", __doc__.splitlines()[0])
-    parser.add_argument("--height", type=multiple_of_8, default=96, help="input height (default 96)")
-    parser.add_argument("--width", type=multiple_of_8, default=160, help="input width (default 160)")
+    cli.add_input_size(parser, height=96, width=160)
     parser.add_argument("--threads", type=positive_int, default=2, help="torch intra-op threads")
     parser.add_argument("--repeats", type=positive_int, default=10, help="timed calls per variant")
     parser.add_argument("--warmup", type=positive_int, default=3, help="untimed calls per variant")

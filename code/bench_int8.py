@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphbook.cli import (EXIT_CHECK_FAILED, EXIT_OK, int_at_least, make_parser, multiple_of_8, positive_int,
+from graphbook.cli import (EXIT_CHECK_FAILED, EXIT_OK, add_input_size, int_at_least, make_parser, positive_int,
                            resource_absent)
 
 PROG = "bench_int8.py"
@@ -40,8 +40,7 @@ SMOKE = {"height": 32, "width": 64, "calibration_clips": 2, "eval_clips": 2, "re
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = make_parser(PROG, __doc__.split("\n\n")[0])
-    parser.add_argument("--height", type=multiple_of_8, default=96, help="input height (default 96, the training size)")
-    parser.add_argument("--width", type=multiple_of_8, default=160, help="input width (default 160)")
+    add_input_size(parser, height=96, width=160, height_note=", the training size")
     parser.add_argument("--threads", type=positive_int, default=2, help="ONNX Runtime intra-op threads")
     parser.add_argument("--repeats", type=int_at_least(3), default=15,
                         help="timed round-robin calls per model (at least 3: a median)")

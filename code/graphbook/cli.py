@@ -131,6 +131,16 @@ def multiple_of_8(text: str) -> int:
     return value
 
 
+def add_input_size(parser: argparse.ArgumentParser, *, height: int, width: int, height_note: str = "") -> None:
+    """Add ``--height``/``--width`` (multiples of 8, BlurBall's stride) with their defaults in the help (Chapter 2).
+
+    ``height_note`` is appended inside the height's "(default N...)" help, e.g. ``", the training size"``.
+    """
+    parser.add_argument("--height", type=multiple_of_8, default=height,
+                        help=f"input height (default {height}{height_note})")
+    parser.add_argument("--width", type=multiple_of_8, default=width, help=f"input width (default {width})")
+
+
 def positive_int_list(text: str) -> tuple[int, ...]:
     """An argparse type for batch sizes and the like: comma-separated positive integers, e.g. ``1,2,3``.
 
