@@ -146,3 +146,19 @@ def test_csv_rows_put_the_once_per_invocation_compile_rows_first_without_a_run(t
     assert frame.loc[frame["part"] == "compile_time", results.RUN_ID].eq(path.stem).all()
     assert results.latest_run(frame)[results.RUN_ID].unique().tolist() == [path.stem + "/r3"]
     assert "3 runs in a rotated order" in fusion_demo.format_report({}, folding, chain, compile_result)
+
+
+def test_minor_page_faults_counts_first_touch_and_ignores_other_threads(monkeypatch):
+    import resource
+
+    if fusion_demo.minor_page_faults(lambda: None) is None:
+        pytest.skip("no getrusage here")
+    n = 2 ** 24  # 64 MiB, above glibc's largest mmap threshold: every call maps fresh pages
+    reused = torch.zeros(n)
+    fresh = fusion_demo.minor_page_faults(lambda: torch.ones(n))
+    again = fusion_demo.minor_page_faults(lambda: reused.fill_(1.0))
+    assert fresh > 0.5 * n * 4 / resource.getpagesize() and again < 0.01 * fresh
+    # A fault counter that another thread bumps in some rounds: the smallest round is reported.
+    counts = iter([0, 900, 900, 1800, 1800, 1803, 1803, 2700, 2700, 3600, 3600])
+    monkeypatch.setattr(resource, "getrusage", lambda who: type("R", (), {"ru_minflt": next(counts)})())
+    assert fusion_demo.minor_page_faults(lambda: None, calls=3, trials=5) == 1.0
