@@ -33,4 +33,8 @@ def test_load_run_records_both_batching_modes_and_the_overload_level(tmp_path):
     assert len(frame) == 6 and sorted(frame["batching"].unique()) == [False, True]
     normal = frame[~frame["overload_level"]]
     assert (normal["ok"] == normal["sent"]).all() and (frame["errors"] == 0).all()
-    assert (frame[frame["overload_level"]]["overloaded"] > 0).all()  # 12 clients, a queue of 3: 503s
+    # The overload level is recorded for both modes and every request is answered, 200 or 503, never an
+    # error. Whether a tiny model's queue overflows depends on the machine's speed, so the 503 itself is
+    # checked deterministically in test_serving.py (worker paused, queue full -> 503 with Retry-After).
+    overload = frame[frame["overload_level"]]
+    assert len(overload) == 2 and ((overload["ok"] + overload["overloaded"]) == overload["sent"]).all()
