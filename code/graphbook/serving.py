@@ -535,6 +535,9 @@ _GET_PATHS = ("/livez", "/readyz", "/healthz")
 class _Handler(BaseHTTPRequestHandler):
     server_version = "graphbook-serving/2"
     protocol_version = "HTTP/1.1"
+    # The headers and the body leave in two writes; with Nagle's algorithm on, the body waits for the
+    # client's delayed ACK of the headers (40 ms on Linux), which doubled a single client's latency.
+    disable_nagle_algorithm = True
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's name
         if getattr(self.server, "verbose", False):
