@@ -15,7 +15,7 @@ SCRIPT = REPO_ROOT / "code" / "bench_restart_paths.py"
 def test_path_registry_names_are_unique_and_say_what_they_are_tied_to():
     assert len(set(restart_paths.PATH_NAMES)) == len(restart_paths.PATHS)
     for path in restart_paths.PATHS:
-        assert path.runtime in ("eager", "compile", "aoti", "ort") and path.tied_to
+        assert path.runtime in ("eager", "compile", "aoti", "aoti-cpp", "ort") and path.tied_to
         assert path.batch_sizes[0] == 1
     assert restart_paths.path_by_name("ort-raw").level == "all"
     assert restart_paths.path_by_name("ort-optimized-ort").level == "disabled"
@@ -84,3 +84,40 @@ def test_bench_script_writes_one_restart_paths_file(tmp_path):
     servers = results.load("serving-ready", out)
     assert set(servers["server"]) == {"onnxruntime .onnx (dynamic batch)", "onnxruntime .ort (optimized, batch 1)"}
     assert (servers["time_to_ready_s"] > 0).all()
+
+
+def test_cpp_loader_command_uses_the_wheels_headers_libraries_and_abi():
+    import torch
+
+    cmd = restart_paths.cpp_loader_command(restart_paths.CPP_LOADER_SOURCE, "/tmp/x")
+    assert cmd[0] == "g++" and restart_paths.CPP_LOADER_SOURCE.is_file()
+    assert f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}" in cmd
+    assert any(c.startswith("-Wl,-rpath,") and c.endswith("lib") for c in cmd) and "-ltorch_cpu" in cmd
+
+
+def test_cpp_loader_without_gplusplus_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no g++ on this PATH
+    with pytest.raises(restart_paths.RestartPathError, match="needs g\\+\\+"):
+        restart_paths.build_cpp_loader(tmp_path)
+
+
+@pytest.mark.slow
+def test_cpp_loader_runs_the_package_without_python_and_matches_eager(tmp_path):
+    rows = restart_paths.run_restart_paths(REPO_ROOT / TRAINED_CHECKPOINT, input_hw=(32, 64), repeats=1, threads=1,
+                                           paths=("aoti-cpp", "aoti-cpp-dynamic"), steady_runs=1, workdir=tmp_path)
+    by_path = {r["path"]: r for r in rows}
+    for name, row in by_path.items():
+        assert row[results.SAME_OUTPUT] and row[results.MAX_ABS_DIFF] < results.SAME_OUTPUT_ATOL, name
+        assert row["import_s"] == 0.0 and 0 < row["first_output_s"] <= row["ready_s"], name
+    assert by_path["aoti-cpp-dynamic"]["batch_sizes"] == "1,2,3"
+    # the build cost of the C++ path includes compiling the loader once
+    assert by_path["aoti-cpp"]["build_s"] > 0
+
+
+def test_cpp_loader_refuses_bad_arguments_with_exit_2(tmp_path):
+    built = restart_paths.build_cpp_loader(tmp_path)
+    proc = subprocess.run([str(built["path"])], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "usage" in proc.stderr
+    proc = subprocess.run([str(built["path"]), str(tmp_path / "missing.pt2"), str(tmp_path), str(tmp_path), "0", "1", "1",
+                           "1"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stderr.startswith("aoti_load: ") and "Traceback" not in proc.stderr

@@ -17,6 +17,9 @@ parent then checks that output against eager FP32 with :func:`graphbook.results.
                             builds (one untimed load filled it; a container image can ship it)
 ``aoti-dynamic``            a ``.pt2`` exported from batch 2 with ``Dim("batch", min=1, max=3)``
 ``aoti-dynamic-vec-isa-ok`` the same with ``TORCHINDUCTOR_VEC_ISA_OK=1``
+``aoti-cpp``                the static ``.pt2`` loaded by libtorch's C++ ``AOTIModelPackageLoader``
+                            (``cpp/aoti_load.cpp``, built once with g++): no Python, no probe
+``aoti-cpp-dynamic``        the dynamic ``.pt2`` through the same C++ loader, batches 1, 2, 3
 ``ort-raw``                 ONNX Runtime on the exported ``.onnx`` (level ``all``, optimizes at load)
 ``ort-optimized-onnx``      the model ONNX Runtime saved after optimizing (level ``disabled``)
 ``ort-optimized-ort``       the same in ORT format (FlatBuffers; level ``disabled``)
@@ -35,7 +38,9 @@ tells Inductor to trust the CPU flags instead of compiling the base check. On an
 sub-feature checks (AVX-512 BF16, VNNI) still compile (``VecAVX512.__bool__`` and
 ``VecAVX512VNNI.__bool__`` call ``check_build`` regardless), so the variable removes only part of
 the probe there; the builds land in ``TORCHINDUCTOR_CACHE_DIR`` and are reused when that directory
-persists, which ``aoti-static-probe-cached`` measures.
+persists, which ``aoti-static-probe-cached`` measures. The C++ loader (``aoti-cpp``) is the path
+PyTorch documents for deployment ("Inference in C++" in the AOTInductor docs); it never imports
+Python or Inductor and never probes, so its start is libtorch's shared libraries plus the model.
 
 The child is this module run as ``python -m graphbook.restart_paths --child SPEC_JSON``; it prints one
 line ``GRAPHBOOK_RESULT {...}``. This module imports only the standard library at the top, so an ONNX
@@ -67,7 +72,7 @@ class RestartPathError(RuntimeError):
 class RestartPath:
     """One way to get a model running in a new process (Introduced in Chapter 6).
 
-    ``runtime``: ``eager``, ``compile``, ``aoti`` or ``ort``. ``artifact``: the build output it loads
+    ``runtime``: ``eager``, ``compile``, ``aoti`` (Python loader), ``aoti-cpp`` (C++ loader) or ``ort``. ``artifact``: the build output it loads
     (a key of :func:`build_artifacts`' result, or None). ``cache``: for ``compile``, which Inductor cache
     directory the child gets (``empty``, ``warm`` or ``artifacts``). ``env``: extra environment
     variables. ``batch_sizes``: called in order; the first one's output is "the first output".
@@ -105,6 +110,11 @@ PATHS: tuple[RestartPath, ...] = (
                 tied_to="torch version, CPU vector ISA; batch 1..3"),
     RestartPath("aoti-dynamic-vec-isa-ok", "aoti", "aoti-dynamic", env={"TORCHINDUCTOR_VEC_ISA_OK": "1"},
                 batch_sizes=(1, 2, 3), tied_to="as aoti-dynamic, no g++ probe"),
+    RestartPath("aoti-cpp", "aoti-cpp", "aoti-static",
+                tied_to="as aoti-static, plus the libtorch the loader was linked against (same torch wheel); "
+                        "g++ only once, to build the loader"),
+    RestartPath("aoti-cpp-dynamic", "aoti-cpp", "aoti-dynamic", batch_sizes=(1, 2, 3),
+                tied_to="as aoti-dynamic, plus the libtorch the loader was linked against"),
     RestartPath("ort-raw", "ort", "onnx-raw", level="all",
                 tied_to="ONNX opset (any ORT that supports it); portable across CPUs"),
     RestartPath("ort-optimized-onnx", "ort", "onnx-optimized", level="disabled",
@@ -293,6 +303,64 @@ def _run_child(spec: dict, env_extra: dict | None = None, *, cache_dir=None, tim
     return result
 
 
+def _run_cpp_child(spec: dict, loader, *, timeout: float = 1800.0) -> dict:
+    """Start the C++ loader on a package; it prints the same GRAPHBOOK_RESULT line as a Python child."""
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(spec["threads"])
+    Path(spec["out_dir"]).mkdir(parents=True, exist_ok=True)
+    launched = time.time()
+    cmd = [str(loader), spec["artifact_path"], spec["work"], spec["out_dir"], repr(launched), str(spec["threads"]),
+           str(spec["steady_runs"]), *(str(b) for b in spec["batch_sizes"])]
+    result, wall = run_tagged_child(
+        cmd, RESULT_MARKER, env=env, timeout=timeout, error=RestartPathError,
+        timeout_message=f"{spec['name']}: C++ loader exceeded {timeout:.0f} s",
+        failure_message=lambda proc: f"{spec['name']}: C++ loader exited with {proc.returncode}: "
+                                     f"{(proc.stderr or proc.stdout)[-1500:]}")
+    result["process_wall_s"] = wall
+    return result
+
+
+#: The C++ loader's source, shipped inside the package.
+CPP_LOADER_SOURCE = Path(__file__).resolve().parent / "cpp" / "aoti_load.cpp"
+
+
+def cpp_loader_command(source, output) -> list[str]:
+    """The g++ command that builds :data:`CPP_LOADER_SOURCE` against the installed torch wheel (Chapter 6).
+
+    Headers and libraries come from the wheel itself (``torch/include``, ``torch/lib``); the rpath
+    lets the binary find ``libtorch.so`` without ``LD_LIBRARY_PATH``; the C++ ABI flag matches the
+    wheel's (``torch.compiled_with_cxx11_abi()``).
+    """
+    import torch
+
+    root = Path(torch.__file__).resolve().parent
+    abi = int(torch.compiled_with_cxx11_abi())
+    return ["g++", "-std=c++20", "-O2", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-w",
+            f"-I{root / 'include'}", f"-I{root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
+            str(source), "-o", str(output), f"-L{root / 'lib'}", f"-Wl,-rpath,{root / 'lib'}",
+            "-ltorch", "-ltorch_cpu", "-lc10"]
+
+
+def build_cpp_loader(work: Path, timeout: float = 600.0) -> dict:
+    """Compile the C++ loader once; ``{"path", "build_s", "bytes"}`` (RestartPathError if g++ fails; Chapter 6)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None:
+        raise RestartPathError("the C++ loader needs g++ to build it once (the aoti-cpp paths); install g++ "
+                               "or leave those paths out of --paths")
+    output = Path(work) / "aoti_load"
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cpp_loader_command(CPP_LOADER_SOURCE, output), capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RestartPathError(f"building the C++ loader took more than {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        raise RestartPathError(f"building the C++ loader failed: {proc.stderr[-1500:]}")
+    return {"path": output, "build_s": time.perf_counter() - t0, "bytes": output.stat().st_size}
+
+
 # --------------------------------------------------------------------------------------------------
 # Parent: reference, builds, fresh-process loads
 # --------------------------------------------------------------------------------------------------
@@ -402,7 +470,10 @@ def measure_path(path: RestartPath, work: Path, repeat: int, *, checkpoint, arti
             cache_dir = work / "caches" / "warm"
         elif path.cache == "artifacts":
             spec["load_artifacts"] = str(work / "cache-artifacts.bin")
-    result = _run_child(spec, path.env, cache_dir=cache_dir, timeout=timeout)
+    if path.runtime == "aoti-cpp":
+        result = _run_cpp_child(spec, artifacts["cpp-loader"]["path"], timeout=timeout)
+    else:
+        result = _run_child(spec, path.env, cache_dir=cache_dir, timeout=timeout)
     result["out_dir"] = str(out_dir)
     return result
 
@@ -440,10 +511,13 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
         say(f"reference: eager FP32 at {input_hw[0]}x{input_hw[1]}")
         refs = prepare_reference(work, checkpoint, input_hw)
         artifacts = {}
-        if any(p.runtime in ("aoti", "ort") for p in chosen):
+        if any(p.runtime in ("aoti", "aoti-cpp", "ort") for p in chosen):
             say("building artifacts (ONNX export + ORT optimization, AOTInductor static and dynamic)")
-            which = {"onnx" if p.runtime == "ort" else p.artifact for p in chosen if p.runtime in ("aoti", "ort")}
+            which = {"onnx" if p.runtime == "ort" else p.artifact for p in chosen
+                     if p.runtime in ("aoti", "aoti-cpp", "ort")}
             artifacts = build_artifacts(work, checkpoint, threads, timeout, which=tuple(which))
+            if any(p.runtime == "aoti-cpp" for p in chosen):
+                artifacts["cpp-loader"] = build_cpp_loader(work)
             for key, info in artifacts.items():
                 say(f"  {key}: {info['build_s']:.1f} s, {info['bytes'] / 1e6:.1f} MB")
         if any(p.cache == "probe" for p in chosen):  # one untimed load leaves the probe builds in the cache
@@ -462,6 +536,8 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
                 artifact_bytes = art.get("bytes")
                 if path.runtime == "eager":
                     build_s, artifact_bytes = 0.0, file_bytes(Path(checkpoint))
+                elif path.runtime == "aoti-cpp":  # the loader is built once per torch version; counted here
+                    build_s = build_s + artifacts["cpp-loader"]["build_s"]
                 elif path.runtime == "compile":
                     artifact_bytes = (Path(work / "cache-artifacts.bin").stat().st_size
                                       if path.cache == "artifacts" else _dir_bytes(work / "caches" / "warm")
