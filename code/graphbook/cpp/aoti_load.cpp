@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
     std::vector<at::Tensor> inputs;
     for (int b : batches) inputs.push_back(read_npy(input_dir + "/input-b" + std::to_string(b) + ".npy"));
 
+    // open the package (the compiled shared library and the weights) ...
     double t0 = seconds_since_epoch();
     torch::inductor::AOTIModelPackageLoader loader(package);
     const double load_s = seconds_since_epoch() - t0;
@@ -119,7 +120,7 @@ int main(int argc, char** argv) {
     std::vector<at::Tensor> outputs;
     for (size_t i = 0; i < batches.size(); ++i) {
       t0 = seconds_since_epoch();
-      outputs.push_back(loader.run({inputs[i]}).at(0));
+      outputs.push_back(loader.run({inputs[i]}).at(0));  // ... and call it: a vector of tensors in and out
       const double call_s = seconds_since_epoch() - t0;
       if (i == 0) first_output_s = seconds_since_epoch() - launched;
       first_calls << (i ? ", " : "") << '"' << batches[i] << "\": " << call_s;
