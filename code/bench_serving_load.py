@@ -1,20 +1,22 @@
 """The BlurBall server under load on loopback: throughput and latency against concurrency, batching off and on.
 
-Introduced in Chapter 7. Exports the trained BlurBall with a dynamic batch dimension (or takes
-``--artifact``), starts ``code/serve_blurball.py`` from it twice (``--no-batching``, then with dynamic
-batching), and at each concurrency level lets that many loopback clients send single clips
-(:func:`graphbook.serving.load_test`: bounded request count and time). A last level sends more
-clients than the queue admits, to show the bounded queue answering 503 with ``Retry-After``. One new
-results file of kind ``serving-load`` per run.
+Introduced in Chapter 7. For each runtime of ``--runtimes`` it starts ``code/serve_blurball.py`` twice
+(``--no-batching``, then with dynamic batching): ``eager`` serves the trained checkpoint in eager
+PyTorch, ``onnxruntime`` an ONNX export of it with a dynamic batch dimension (``--artifact`` serves a
+given .onnx/.ort/.pt2 instead of both). At each concurrency level that many loopback clients send
+single clips (:func:`graphbook.serving.load_test`: bounded request count and time). A last level sends
+more clients than the queue admits, to show the bounded queue answering 503 with ``Retry-After``. One
+new results file of kind ``serving-load`` per run.
 
     .venv/bin/python code/bench_serving_load.py                       # 96x160, levels 1,2,4,8 (a few minutes)
-    .venv/bin/python code/bench_serving_load.py --height 288 --width 512 --requests 24
+    .venv/bin/python code/bench_serving_load.py --runtimes onnxruntime --height 288 --width 512 --requests 24
 
 Exit status: 0 ok; 1 the server failed or a request got an answer other than 200 or 503; 2 bad
 arguments; 3 the checkpoint is missing.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -24,6 +26,18 @@ from pathlib import Path
 from graphbook.cli import OneLineParser, multiple_of_8, positive_int, positive_int_list
 
 SCRIPT = Path(__file__).resolve().parent / "serve_blurball.py"
+RUNTIMES = ("eager", "onnxruntime")
+
+
+def _runtimes(text: str) -> tuple[str, ...]:
+    import argparse
+
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in RUNTIMES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"unknown runtime {', '.join(unknown) or repr(text)}; "
+                                         f"choose from {','.join(RUNTIMES)}")
+    return tuple(dict.fromkeys(names))
 
 
 def parse_args(argv=None):
@@ -40,8 +54,13 @@ def parse_args(argv=None):
     p.add_argument("--overload-clients", type=int, default=24,
                    help="clients of the last level, beyond the queue bound (0 skips it; default 24)")
     p.add_argument("--threads", type=positive_int, default=2)
+    p.add_argument("--runtimes", type=_runtimes, default=RUNTIMES,
+                   help="comma-separated: eager (the checkpoint in PyTorch), onnxruntime (its dynamic-batch "
+                        "ONNX export); default both")
+    p.add_argument("--model", choices=("blurball", "tiny"), default="blurball",
+                   help="'tiny' loads a two-layer stand-in (for tests); default the trained BlurBall")
     p.add_argument("--artifact", type=Path, default=None,
-                   help="serve this .onnx/.ort/.pt2 instead of exporting the trained BlurBall (dynamic batch 1-3)")
+                   help="serve only this .onnx/.ort/.pt2 (dynamic batch 1-3) instead of --runtimes")
     p.add_argument("--results-dir", type=Path, default=None, help="where the results file goes (default data/results)")
     args = p.parse_args(argv)
     if max(args.concurrency) > 64 or args.overload_clients > 64 or args.overload_clients < 0:
@@ -55,11 +74,15 @@ def parse_args(argv=None):
     return args
 
 
-def start_server(artifact: Path, args, batching: bool):
-    """Start serve_blurball.py from ``artifact``; return (process, url, seconds to READY)."""
+def start_server(artifact: Path | None, args, batching: bool):
+    """Start serve_blurball.py from ``artifact`` (None: the checkpoint, eager); return (process, url, seconds to READY)."""
     import re
 
-    cmd = [sys.executable, str(SCRIPT), "--artifact", str(artifact), "--port", "0", "--height", str(args.height),
+    if artifact is not None:
+        model = ["--artifact", str(artifact)]
+    else:
+        model = ["--model", "tiny"] if args.model == "tiny" else ["--weights", str(_trained_checkpoint())]
+    cmd = [sys.executable, str(SCRIPT), *model, "--port", "0", "--height", str(args.height),
            "--width", str(args.width), "--threads", str(args.threads), "--max-queue", str(args.max_queue),
            "--max-wait-ms", str(args.max_wait_ms)] + ([] if batching else ["--no-batching"])
     t0 = time.perf_counter()
@@ -73,57 +96,88 @@ def start_server(artifact: Path, args, batching: bool):
     return proc, match.group(1), time.perf_counter() - t0
 
 
+def _trained_checkpoint():
+    """The trained BlurBall's checkpoint, or None (with a message) when it is missing."""
+    from graphbook.blurball import TRAINED_CHECKPOINT
+    from graphbook.environment import REPO_ROOT
+
+    weights = REPO_ROOT / TRAINED_CHECKPOINT
+    if weights.is_file():
+        return weights
+    print(f"bench_serving_load.py: error: checkpoint {weights} is missing; "
+          "recreate it with `python code/train_blurball.py --seed 0`", file=sys.stderr)
+    return None
+
+
+def _model_to_export(args):
+    if args.model == "tiny":
+        from graphbook.warmup import tiny_clip_net
+
+        return tiny_clip_net()
+    from graphbook.blurball import build_blurball
+
+    return build_blurball(_trained_checkpoint())
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     import numpy as np
 
     from graphbook import results, serving
     from graphbook.compiletime import stop_process
-    from graphbook.environment import REPO_ROOT, fingerprint
+    from graphbook.environment import fingerprint
 
     env = fingerprint(args.threads)
     rows = []
+    if args.artifact is None and args.model == "blurball" and _trained_checkpoint() is None:
+        return 3  # serve_blurball.py would fall back to random weights: not the book's model
     with tempfile.TemporaryDirectory(prefix="graphbook-load-") as tmp:
-        artifact = args.artifact
-        if artifact is None:
-            import torch
+        if args.artifact is not None:
+            servers = [(args.artifact.suffix.lstrip("."), args.artifact)]
+        else:
+            servers = []
+            for runtime in args.runtimes:
+                if runtime == "eager":
+                    servers.append(("eager", None))
+                    continue
+                model = _model_to_export(args)
+                import torch
 
-            from graphbook import onnx_utils
-            from graphbook.blurball import TRAINED_CHECKPOINT, build_blurball
+                from graphbook import onnx_utils
 
-            weights = REPO_ROOT / TRAINED_CHECKPOINT
-            if not weights.is_file():
-                print(f"bench_serving_load.py: error: checkpoint {weights} is missing; "
-                      "recreate it with `python code/train_blurball.py --seed 0`", file=sys.stderr)
-                return 3
-            print(f"exporting BlurBall with a dynamic batch at {args.height}x{args.width}", flush=True)
-            artifact = onnx_utils.export_dynamic_batch(build_blurball(weights), torch.randn(2, 9, args.height, args.width),
-                                                       Path(tmp) / "blurball-dynamic.onnx")
+                print(f"exporting {args.model} with a dynamic batch at {args.height}x{args.width}", flush=True)
+                servers.append(("onnxruntime", onnx_utils.export_dynamic_batch(
+                    model, torch.randn(2, 9, args.height, args.width), Path(tmp) / f"{args.model}-dynamic.onnx")))
         clip = np.random.default_rng(0).standard_normal((1, 9, args.height, args.width)).astype(np.float32)
         levels = [(c, False) for c in args.concurrency] + ([(args.overload_clients, True)] if args.overload_clients else [])
-        for batching in (False, True):
-            try:
-                proc, url, ready_s = start_server(artifact, args, batching)
-            except RuntimeError as exc:
-                print(f"bench_serving_load.py: error: {exc}", file=sys.stderr)
-                return 1
-            try:
-                _, ready = serving.request(url + "/readyz")
-                for clients, overload in levels:
-                    requests = max(args.requests, 4 * clients)
-                    report = serving.load_test(url, clip, concurrency=clients, requests=requests,
-                                               time_limit_s=args.time_limit)
-                    row = {"batching": batching, "overload_level": overload, **report,
-                           "requests_planned": requests, "max_queue": args.max_queue, "max_wait_ms": args.max_wait_ms,
-                           "input_hw": f"{args.height}x{args.width}", "model": ready.get("model", ""),
-                           "runtime": ready.get("runtime", ""), "server_ready_s": ready_s}
-                    rows.append(row)
-                    print(f"batching {'on ' if batching else 'off'} clients {clients:>2}: {report['ok']:>3}/{report['sent']} ok, "
-                          f"{report['overloaded']} x 503, {report['throughput_rps']:6.1f} req/s, p50 {report['p50_ms']:7.1f} ms, "
-                          f"p99 {report['p99_ms']:7.1f} ms, joined batch {report['mean_joined_batch']:.2f}, "
-                          f"/readyz max {report['readyz_max_ms']:.0f} ms", flush=True)
-            finally:
-                stop_process(proc)
+        for served, artifact in servers:
+            for batching in (False, True):
+                try:
+                    proc, url, ready_s = start_server(artifact, args, batching)
+                except RuntimeError as exc:
+                    print(f"bench_serving_load.py: error: {exc}", file=sys.stderr)
+                    return 1
+                try:
+                    _, ready = serving.request(url + "/readyz")
+                    for clients, overload in levels:
+                        requests = max(args.requests, 4 * clients)
+                        report = serving.load_test(url, clip, concurrency=clients, requests=requests,
+                                                   time_limit_s=args.time_limit)
+                        row = {"served": served, "batching": batching, "overload_level": overload, **report,
+                               "requests_planned": requests, "max_queue": args.max_queue,
+                               "max_wait_ms": args.max_wait_ms, "input_hw": f"{args.height}x{args.width}",
+                               "model": ready.get("model", ""), "runtime": ready.get("runtime", ""),
+                               "server_ready_s": ready_s, "loadavg_1m": os.getloadavg()[0]}
+                        rows.append(row)
+                        print(f"{served:>11} batching {'on ' if batching else 'off'} clients {clients:>2}: "
+                              f"{report['ok']:>3}/{report['sent']} ok, {report['overloaded']} x 503, "
+                              f"{report['throughput_rps']:6.1f} req/s, p50 {report['p50_ms']:7.1f} ms, "
+                              f"p99 {report['p99_ms']:7.1f} ms, joined batch {report['mean_joined_batch']:.2f}, "
+                              f"/readyz max {report['readyz_max_ms']:.0f} ms, model ms per clip "
+                              + ", ".join(f"b{k.rsplit('_b', 1)[1]} {v:.1f}" for k, v in report.items()
+                                          if k.startswith("model_ms_per_clip_b")), flush=True)
+                finally:
+                    stop_process(proc)
     errors = sum(r["errors"] for r in rows)
     return results.write_and_report(
         "serving-load", rows, env, results_dir=args.results_dir, wrote="wrote {n} rows to {path}",

@@ -14,7 +14,7 @@ SCRIPT = REPO_ROOT / "code" / "bench_serving_load.py"
 
 @pytest.mark.parametrize("args", [["--concurrency", "1,x"], ["--concurrency", "100"], ["--height", "7"],
                                   ["--artifact", "/nonexistent.onnx"], ["--max-wait-ms", "-3"],
-                                  ["--overload-clients", "-1"]])
+                                  ["--overload-clients", "-1"], ["--runtimes", "eager,tensorrt"], ["--runtimes", ","]])
 def test_bad_arguments_exit_2_with_one_line(args):
     proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
@@ -38,3 +38,18 @@ def test_load_run_records_both_batching_modes_and_the_overload_level(tmp_path):
     # checked deterministically in test_serving.py (worker paused, queue full -> 503 with Retry-After).
     overload = frame[frame["overload_level"]]
     assert len(overload) == 2 and ((overload["ok"] + overload["overloaded"]) == overload["sent"]).all()
+
+
+@pytest.mark.slow
+def test_both_runtimes_are_served_with_batching_off_and_on(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--model", "tiny", "--runtimes", "eager,onnxruntime",
+                           "--height", "16", "--width", "24", "--concurrency", "1,3", "--requests", "6",
+                           "--overload-clients", "0", "--threads", "1", "--results-dir", str(tmp_path / "res")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    frame = results.load("serving-load", tmp_path / "res")
+    assert len(frame) == 8 and (frame["ok"] == frame["sent"]).all()
+    assert frame.groupby("served")["runtime"].first().to_dict() == {"eager": "torch", "onnxruntime": "onnxruntime"}
+    assert sorted(frame.groupby(["served", "batching"]).size().tolist()) == [2, 2, 2, 2]
+    # a lone client is never joined with anybody: batch 1 in either mode
+    assert (frame[frame["concurrency"] == 1]["mean_joined_batch"] == 1.0).all()

@@ -386,6 +386,9 @@ def test_load_test_is_loopback_only_and_bounded(server):
     report = serving.load_test(server.url, x, concurrency=2, requests=6, time_limit_s=60)
     assert (report["sent"], report["ok"], report["overloaded"], report["errors"]) == (6, 6, 0, 0)
     assert report["throughput_rps"] > 0 and report["p50_ms"] <= report["p99_ms"]
+    # the model's own time per clip, for every batch size the worker ran
+    sizes = [int(k.rsplit("_b", 1)[1]) for k in report if k.startswith("model_ms_per_clip_b")]
+    assert sizes and all(1 <= n <= 3 for n in sizes) and all(report[f"model_ms_per_clip_b{n}"] >= 0 for n in sizes)
 
 
 @pytest.fixture(scope="module")

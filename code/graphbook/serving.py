@@ -744,7 +744,9 @@ def load_test(url: str, array: np.ndarray, *, concurrency: int, requests: int, t
     stays responsive. Returns ``concurrency``, ``sent``, ``ok``, ``overloaded`` (503), ``errors``
     (anything else), ``wall_s``, ``throughput_rps`` (answered requests per second), ``p50_ms``,
     ``p90_ms``, ``p99_ms``, ``max_ms`` (latency of the 200 answers), ``mean_joined_batch`` (batch the
-    model really ran, over 200 answers) and ``readyz_max_ms``.
+    model really ran, over 200 answers), ``readyz_max_ms`` and, for every batch size the model ran,
+    ``model_ms_per_clip_b<n>``: the median time of the model call (the server's ``inference_ms``) divided
+    by the ``n`` clips it carried, which says what joining saved per clip.
     """
     import http.client
     from urllib.parse import urlsplit
@@ -764,6 +766,7 @@ def load_test(url: str, array: np.ndarray, *, concurrency: int, requests: int, t
     tickets = iter(range(requests))
     latencies: list[float] = []
     joined: list[int] = []
+    model_ms: dict[int, list[float]] = {}
     statuses: list[int] = []
     health_ms: list[float] = []
     start = time.perf_counter()
@@ -795,7 +798,10 @@ def load_test(url: str, array: np.ndarray, *, concurrency: int, requests: int, t
                     statuses.append(status)
                     if status == 200:
                         latencies.append(elapsed)
-                        joined.append(int(payload.get("joined_batch_size", 0)))
+                        size = int(payload.get("joined_batch_size", 0))
+                        joined.append(size)
+                        if size > 0 and "inference_ms" in payload:
+                            model_ms.setdefault(size, []).append(float(payload["inference_ms"]) / size)
         finally:
             conn.close()
 
@@ -826,4 +832,5 @@ def load_test(url: str, array: np.ndarray, *, concurrency: int, requests: int, t
             "p99_ms": 1e3 * _percentile(latencies, 99),
             "max_ms": 1e3 * max(latencies) if latencies else float("nan"),
             "mean_joined_batch": float(np.mean(joined)) if joined else float("nan"),
-            "readyz_max_ms": max(health_ms) if health_ms else float("nan")}
+            "readyz_max_ms": max(health_ms) if health_ms else float("nan"),
+            **{f"model_ms_per_clip_b{n}": float(np.median(v)) for n, v in sorted(model_ms.items())}}
