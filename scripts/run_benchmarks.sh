@@ -6,7 +6,8 @@
 # variants rotates between runs, each run has its own copy_ bandwidth probe and run_id <file>/r<k>),
 # so the chapters decide on medians across runs. Run it on a quiet machine: about an hour on two
 # cores (the three runs add the timed calls, not the builds; the compiled variants of
-# graphbook.variants re-enter Dynamo from its caches in each run's untimed warm-up). A benchmark that
+# graphbook.variants re-enter Dynamo from its caches in each run's untimed warm-up); the restart paths
+# (3 fresh processes per path) and the server load test add about ten minutes. A benchmark that
 # finds a variant disagreeing with eager exits 1; the others still run, and this script exits 1 at the
 # end naming it.
 set -uo pipefail
@@ -26,6 +27,8 @@ run code/bench_onnxruntime.py
 run code/bench_int8.py
 run code/bench_ablation.py
 run code/bench_compile_cache.py --server
+run code/bench_restart_paths.py
+run code/bench_serving_load.py
 if [ ${#failed[@]} -gt 0 ]; then
   echo "benchmarks that reported a problem (see above): ${failed[*]}" >&2
   exit 1
