@@ -55,7 +55,7 @@ def test_side_by_side_orders_the_events_on_the_buffer():
         mc.side_by_side(_UNFUSED, _UNFUSED)
 
 
-def test_verdict_is_cached_per_torch_version(monkeypatch, tmp_path):
+def test_verdict_is_cached_per_torch_version_and_cpu_capability(monkeypatch, tmp_path):
     monkeypatch.setattr(mc, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(mc, "_recorded_verdict", lambda: None)
     runs = []
@@ -73,6 +73,9 @@ def test_verdict_is_cached_per_torch_version(monkeypatch, tmp_path):
     assert json.loads(mc._cache_file().read_text())["max_abs_diff"] == 0.05
     mc.freezing_bug_verdict(refresh=True)
     assert len(runs) == 2
+    # another CPU capability (e.g. ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine) does not reuse the verdict
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "CAPPED")
+    assert mc.freezing_bug_verdict()["source"] == "run now" and len(runs) == 3
     assert mc.verdict_sentence(first).startswith("still present in torch ")
     assert mc.verdict_sentence({**first, "present": False}).startswith("fixed in torch ")
 

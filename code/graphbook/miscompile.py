@@ -53,16 +53,20 @@ def _run_reproducer(timeout: float, threads: int) -> dict:
 
 
 def _cache_file() -> Path:
-    return CACHE_DIR / f"freezing-repro-torch-{torch.__version__.replace('+', '_')}.json"
+    # keyed like the recorded lookup: Inductor's generated code, and so the bug, can differ per vector ISA
+    # (ATEN_CPU_CAPABILITY caps it), so a verdict found on AVX-512 must not answer for a capped run
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    return CACHE_DIR / f"freezing-repro-torch-{torch.__version__.replace('+', '_')}-{capability}.json"
 
 
 def freezing_bug_verdict(*, refresh: bool = False, timeout: float = 900, threads: int = 2) -> dict:
     """Whether the freezing miscompile is present in this torch: ``{present, torch, max_abs_diff, ...}``
     (Chapter 3).
 
-    Looked up in this order, so a chapter compiles the reproducer at most once per torch version:
-    a recorded run in ``data/results`` (kind ``freezing-repro``, :func:`record_verdict`) with this torch
-    version and CPU capability; then ``~/.cache/graphbook/freezing-repro-torch-<version>.json``
+    Looked up in this order, so a chapter compiles the reproducer at most once per torch version and CPU
+    capability: a recorded run in ``data/results`` (kind ``freezing-repro``, :func:`record_verdict`) with
+    this torch version and CPU capability; then
+    ``~/.cache/graphbook/freezing-repro-torch-<version>-<capability>.json``
     (``GRAPHBOOK_CACHE_DIR`` moves it); else the reproducer runs in a fresh process (under a minute on
     two cores, once the Inductor cache is warm) and the answer is cached. ``source`` says which.
     ``refresh=True`` always runs it.
