@@ -4,10 +4,12 @@
 # bench_blurball_cpu.py, bench_onnxruntime.py and bench_ablation.py each build their variants once and
 # then record 3 independent runs per invocation (--runs, default and minimum 3; the order of the
 # variants rotates between runs, each run has its own copy_ bandwidth probe and run_id <file>/r<k>),
-# so the chapters decide on medians across runs. Run it on a quiet machine: about an hour on two
-# cores (the three runs add the timed calls, not the builds; the compiled variants of
-# graphbook.variants re-enter Dynamo from its caches in each run's untimed warm-up); the restart paths
-# (3 fresh processes per path) and the server load test add about ten minutes. A benchmark that
+# so the chapters decide on medians across runs. Run it on a quiet machine. On a 2-core AMD EPYC with
+# a warm Inductor cache, bench_blurball_cpu, bench_onnxruntime, bench_int8 and bench_ablation took 7
+# minutes together (the three runs add the timed calls, not the builds; the compiled variants of
+# graphbook.variants re-enter Dynamo from its caches in each run's untimed warm-up), the restart paths
+# (3 fresh processes per path, cold compiles included) about 10 and the load test under one; a first
+# run on a new machine compiles for several minutes more. A benchmark that
 # finds a variant disagreeing with eager exits 1; the others still run, and this script exits 1 at the
 # end naming it.
 set -uo pipefail
