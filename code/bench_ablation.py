@@ -42,11 +42,12 @@ from graphbook.cli import int_at_least, positive_int
 
 
 def parse_args(argv=None):
-    from graphbook.inductor_tools import ABLATION_CONFIGS, UNFUSED_ABLATION_CONFIGS
+    from graphbook.inductor_tools import ABLATION_CONFIGS, UNFUSED_ABLATION_BACKENDS, UNFUSED_ABLATION_CONFIGS
 
     # Every Inductor setting of the ablation, including the row that really turns fusion and inlining off
-    # on the C++ backend (max_fusion_size=1 alone leaves BlurBall's launches unchanged there).
-    configs = [*ABLATION_CONFIGS, *UNFUSED_ABLATION_CONFIGS]
+    # on the C++ backend (max_fusion_size=1 alone leaves BlurBall's launches unchanged there), and the
+    # same decomposed graph run op by op by a non-Inductor backend.
+    configs = [*ABLATION_CONFIGS, *UNFUSED_ABLATION_CONFIGS, *UNFUSED_ABLATION_BACKENDS]
     parser = cli.make_parser("bench_ablation.py", __doc__.splitlines()[0])
     cli.add_input_size(parser, height=96, width=160)
     parser.add_argument("--threads", type=positive_int, default=2, help="torch intra-op threads")
@@ -91,19 +92,29 @@ def run(args) -> tuple[list[dict], list[str]]:
         reference = model(x)
         torch._dynamo.reset()  # nothing compiled earlier in this process is reused
         for name in args.variants:  # compile and check each configuration ONCE
-            options = inductor_tools.ablation_options(name)
             start = time.perf_counter()
-            generated = inductor_tools.compile_and_get_code(variants.own_code(model), x, options=options, reset=False)
+            if name in inductor_tools.UNFUSED_ABLATION_BACKENDS:  # no Inductor: no generated code to count
+                options = {"backend": inductor_tools.UNFUSED_ABLATION_BACKENDS[name]}
+                compiled_fn = torch.compile(variants.own_code(model), backend=options["backend"])
+                output = compiled_fn(x)
+                kernels, launches, extern = 0, 0, 0
+            else:
+                options = inductor_tools.ablation_options(name)
+                generated = inductor_tools.compile_and_get_code(variants.own_code(model), x, options=options,
+                                                                reset=False)
+                compiled_fn, output = generated.compiled, generated.output
+                kernels, launches = generated.kernel_count, generated.launches["generated"]
+                extern = len(generated.extern_calls)
             compile_s = time.perf_counter() - start
-            check = results.compare_to_reference(generated.output, reference)
+            check = results.compare_to_reference(output, reference)
             if not check[SAME_OUTPUT]:  # every configuration is FP32: all are expected to match
                 failed.append(name)
-            builds[name] = {"compiled": generated.compiled, "row": {
+            builds[name] = {"compiled": compiled_fn, "row": {
                 "variant": name, "options": repr(options), "height": args.height, "width": args.width, "batch": 1,
-                COMPILE_S: round(compile_s, 3), "kernels": generated.kernel_count,
-                "generated_launches": generated.launches["generated"], "extern_calls": len(generated.extern_calls),
+                COMPILE_S: round(compile_s, 3), "kernels": kernels, "generated_launches": launches,
+                "extern_calls": extern,
                 MAX_ABS_DIFF: check[MAX_ABS_DIFF], SAME_OUTPUT: check[SAME_OUTPUT], SAME_PEAKS: check[SAME_PEAKS]}}
-            print(f"{name:30s} compile {compile_s:7.1f} s  kernels {generated.kernel_count:4d}  "
+            print(f"{name:30s} compile {compile_s:7.1f} s  kernels {kernels:4d}  "
                   f"diff {check[MAX_ABS_DIFF]:.1e}", flush=True)
         for index in range(args.runs):  # independent timed runs: nothing is recompiled, the order rotates
             number = index + 1

@@ -49,7 +49,7 @@ UNFUSED_ABLATION_CONFIGS: dict[str, dict] = {
     "without fusion and inlining": {"freezing": False, "fallback_by_default": True},
 }
 UNFUSED_ABLATION_BACKENDS: dict[str, str] = {
-    "decomposed, op by op (aot_eager)": "aot_eager_decomp_partition",
+    "decomposed op by op (aot_eager)": "aot_eager_decomp_partition",  # no comma: --variants splits on commas
 }
 
 
