@@ -92,16 +92,22 @@ def test_choose_best_for_speedups_prefers_the_highest():
 def test_flag_under_load_from_the_runs_own_spread_and_its_bandwidth_probe():
     rows = (_rows(LAPTOP, "l1", {"eager": 100.0}, copy_gbps=20.0)
             + _rows(LAPTOP, "l2", {"eager": 180.0}, q={"eager": (100.0, 240.0)}, copy_gbps=19.0)
-            + _rows(LAPTOP, "l3", {"eager": 100.0}, copy_gbps=9.0)
-            + _rows(LAPTOP, "l4", {"eager": 101.0}, copy_gbps=21.0))
+            + _rows(LAPTOP, "l3", {"eager": 130.0}, copy_gbps=9.0)
+            + _rows(LAPTOP, "l4", {"eager": 101.0}, copy_gbps=21.0)
+            + _rows(LAPTOP, "l5", {"eager": 102.0}, copy_gbps=8.0))   # low probe, but its times are normal
     flagged = R.flag_under_load(pd.DataFrame(rows))
     by_run = flagged.groupby("run_id")[R.UNDER_LOAD].first().to_dict()
-    assert by_run == {"l1": False, "l2": True, "l3": True, "l4": False}
+    assert by_run == {"l1": False, "l2": True, "l3": True, "l4": False, "l5": False}
     reasons = flagged.groupby("run_id")[R.LOAD_REASON].first()
     assert "unsteady" in reasons["l2"] and "copy bandwidth 9.0 GB/s" in reasons["l3"] and reasons["l1"] == ""
+    assert "1.30x the fastest run's" in reasons["l3"]
     assert len(flagged) == len(rows)  # flagged, never dropped
     kept = R.choose_best(flagged.assign(variant="eager"), skip_under_load=True)
-    assert kept.loc[0, "runs"] == 2
+    assert kept.loc[0, "runs"] == 3
+    # with nothing to compare the times against (one run of one variant each), the probe decides alone
+    alone = R.flag_under_load(pd.DataFrame(_rows(LAPTOP, "a", {"eager": 100.0}, copy_gbps=20.0)
+                                           + _rows(LAPTOP, "b", {"other": 100.0}, copy_gbps=5.0)))
+    assert alone.groupby("run_id")[R.UNDER_LOAD].first().to_dict() == {"a": False, "b": True}
 
 
 def test_phrase_comparison_says_what_happened_here_and_elsewhere():
@@ -181,3 +187,16 @@ def test_a_capped_run_is_another_machine_configuration():
     assert R.machine_label(capped) == \
         "AMD EPYC 7B12 (avx2, torch AVX2, capped ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2, 2 threads)"
     assert R.machine_label(dict(LAPTOP, isa_caps="")) == R.machine_label(LAPTOP)
+
+
+def test_deciding_machine_is_this_one_with_three_quiet_runs_else_the_one_with_most():
+    data = R.flag_under_load(frame())   # laptop: 3 quiet runs; Xeon: x2 is flagged, 2 quiet runs
+    laptop, xeon = R.machine_label(LAPTOP), R.machine_label({**XEON, "cpu_isa": float("nan")})
+    assert data[data.run_id == "x2"][R.UNDER_LOAD].all() and not data[data.run_id != "x2"][R.UNDER_LOAD].any()
+    assert R.deciding_machine(data, here=laptop) == laptop
+    assert R.deciding_machine(data, here=LAPTOP) == laptop            # a fingerprint works too
+    assert R.deciding_machine(data, here=xeon) == laptop              # the Xeon has only 2 quiet runs
+    assert R.deciding_machine(data, here="a reader's laptop") == laptop
+    one_laptop_run = data[~data.run_id.isin(["l2", "l3"])]
+    assert R.deciding_machine(one_laptop_run, here=laptop) == xeon    # 1 quiet run here, 2 there
+    assert R.deciding_machine(data.assign(**{R.UNDER_LOAD: True}), here=laptop) is None

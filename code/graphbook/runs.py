@@ -120,7 +120,8 @@ def summarize_runs(frame, by: Sequence[str] | str = ("variant",), value: str = "
 
 def flag_under_load(frame, *, value: str = "median_ms", variant: str = "variant", run: str = "run_id",
                     max_relative_iqr: float = 0.5, slow_factor: float = 2.0, reference: str | None = None,
-                    reference_factor: float = 1.5, probe: str = "copy_gbps", probe_factor: float = 1.5):
+                    reference_factor: float = 1.5, probe: str = "copy_gbps", probe_factor: float = 1.5,
+                    probe_slowdown: float = 1.1):
     """Flag the runs that were taken under load, from the runs' own data (Chapter 5). Nothing is removed.
 
     A run is flagged when any of these holds (each test is skipped when its columns are absent):
@@ -133,14 +134,20 @@ def flag_under_load(frame, *, value: str = "median_ms", variant: str = "variant"
        18.9 s, 4.6 s and 0.84 s on the same Xeon);
     3. *an unsteady reference*: a column ``reference`` that re-measures the same thing in every row
        (e.g. ablation's ``eager_median_ms``) varies within the run by more than ``reference_factor``;
-    4. *a low bandwidth probe*: its copy bandwidth (column ``probe``, GB/s, measured in the same run)
-       is below the median of the other runs of the same machine divided by ``probe_factor``.
+    4. *a low bandwidth probe that the times confirm*: its copy bandwidth (column ``probe``, GB/s,
+       measured in the same run) is below the median of the other runs of the same machine divided by
+       ``probe_factor``, and its times (median over its variants) are more than ``probe_slowdown``
+       times the fastest run's. The probe alone is not enough: on the recorded AMD EPYC the same
+       64 MiB copy gave 50 GB/s in a fresh process and 85-98 GB/s in one that had run the model for a
+       minute, while the 50 GB/s runs had the faster model times. Where no run of the machine can be
+       compared (one run, or no ``value``), the probe decides alone.
 
     Returns a copy with ``under_load`` (bool) and ``load_reason`` columns, the same on every row of a run.
     """
     out = add_machine(frame) if MACHINE not in frame.columns else frame.copy()
     _check_columns(out, run)
     reasons: dict = {}
+    run_slowdown: dict = {}  # run -> median over its variants of (its value / the machine's fastest run's)
 
     def flag(run_id, why):
         reasons.setdefault(run_id, []).append(why)
@@ -158,6 +165,7 @@ def flag_under_load(frame, *, value: str = "median_ms", variant: str = "variant"
         counts = per_run.groupby([MACHINE, variant])[run].transform("nunique")
         compared = per_run[counts > 1]
         for run_id, slowdowns in compared.groupby(run, sort=False)["slowdown"]:
+            run_slowdown[run_id] = float(slowdowns.median())
             if float(slowdowns.median()) > slow_factor:
                 flag(run_id, f"{float(slowdowns.median()):.1f}x slower than the fastest run of this machine "
                              "(median over its variants)")
@@ -170,12 +178,40 @@ def flag_under_load(frame, *, value: str = "median_ms", variant: str = "variant"
         per_run_probe = out.groupby([MACHINE, run], sort=False)[probe].median().dropna()
         for (machine, run_id), bandwidth in per_run_probe.items():
             others = [v for (m, r), v in per_run_probe.items() if m == machine and r != run_id]
-            if others and bandwidth < statistics.median(others) / probe_factor:
+            slower = run_slowdown.get(run_id)
+            if others and bandwidth < statistics.median(others) / probe_factor and (
+                    slower is None or slower > probe_slowdown):
                 flag(run_id, f"copy bandwidth {bandwidth:.1f} GB/s against {statistics.median(others):.1f} GB/s "
-                             "in the other runs of this machine")
+                             "in the other runs of this machine"
+                             + (f", and its times {slower:.2f}x the fastest run's" if slower is not None else ""))
     out[UNDER_LOAD] = out[run].map(lambda r: r in reasons)
     out[LOAD_REASON] = out[run].map(lambda r: "; ".join(reasons.get(r, [])))
     return out
+
+
+def deciding_machine(frame, *, here: Mapping | str | None = None, run: str = "run_id") -> str | None:
+    """Which machine's runs a chapter quotes: this one when it has :data:`MIN_RUNS` quiet runs (Chapter 3).
+
+    ``frame`` holds recorded runs (flagged with :func:`flag_under_load` when ``under_load`` is present;
+    flagged runs do not count). Returns this machine's label (``here``: a fingerprint or a label; default
+    this process's fingerprint) when it has at least :data:`MIN_RUNS` quiet runs, otherwise the machine
+    with the most quiet runs (the first in recorded order on a tie), or None when no run is quiet. The
+    chapters' tables keep every machine; this only picks whose numbers the prose states.
+    """
+    if here is None:
+        from .environment import fingerprint
+
+        here = fingerprint()
+    label = here if isinstance(here, str) else machine_label(here)
+    data = add_machine(frame) if MACHINE not in frame.columns else frame
+    _check_columns(data, run)
+    quiet = data[~data[UNDER_LOAD].astype(bool)] if UNDER_LOAD in data.columns else data
+    if quiet.empty:
+        return None
+    counts = quiet.groupby(MACHINE, sort=False)[run].nunique()
+    if counts.get(label, 0) >= MIN_RUNS:
+        return label
+    return str(counts.idxmax())
 
 
 def _passed(frame, variant: str, correct: str) -> dict:
