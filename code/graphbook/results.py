@@ -414,7 +414,9 @@ def load(kind_name: str, results_dir: str | Path | None = None):
     import pandas as pd
 
     k = kind(kind_name)
-    frames = [_read_file(path, k) for path in files(kind_name, results_dir)]
+    # each file is derived on its own: an old file's missing verdict must not stay empty just because a
+    # newer file in the same frame recorded that column
+    frames = [_derive(_read_file(path, k)) for path in files(kind_name, results_dir)]
     if not frames:
         return pd.DataFrame({SOURCE_FILE: pd.Series(dtype=str), RUN_ID: pd.Series(dtype=str),
                              DATE: pd.Series(dtype=str)})
