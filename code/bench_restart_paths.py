@@ -21,30 +21,18 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from graphbook.cli import OneLineParser, multiple_of_8, positive_int
+from graphbook.cli import OneLineParser, comma_choices, multiple_of_8, positive_int
 
 # issue 14's targets; aoti-cpp is PyTorch's documented C++ loading path, aoti-static its Python one
 TARGETS = {"aoti-static": 20.0, "aoti-cpp": 20.0, "ort-raw": 50.0}
 
 
-def _paths(text: str) -> tuple[str, ...]:
-    import argparse
-
-    from graphbook.restart_paths import PATH_NAMES
-
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in PATH_NAMES]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"unknown path(s) {', '.join(unknown) or repr(text)}; "
-                                         f"choose from {','.join(PATH_NAMES)}")
-    return names
-
-
 def parse_args(argv=None):
     from graphbook.restart_paths import PATH_NAMES
 
+    paths = comma_choices(PATH_NAMES, "restart path")
     p = OneLineParser(prog="bench_restart_paths.py", description=__doc__.splitlines()[0])
-    p.add_argument("--paths", type=_paths, default=",".join(PATH_NAMES),
+    p.add_argument("--paths", type=paths, default=",".join(PATH_NAMES),
                    help="comma-separated restart paths (default: all)")
     p.add_argument("--height", type=multiple_of_8, default=288)
     p.add_argument("--width", type=multiple_of_8, default=512)
@@ -61,7 +49,7 @@ def parse_args(argv=None):
     p.add_argument("--results-dir", type=Path, default=None, help="where the results file goes (default data/results)")
     args = p.parse_args(argv)
     if isinstance(args.paths, str):
-        args.paths = _paths(args.paths)
+        args.paths = paths(args.paths)
     if any(n in args.paths for n in ("compile-warm", "compile-artifacts")) and "compile-cold" not in args.paths:
         p.error("compile-warm and compile-artifacts need compile-cold in --paths (it fills their cache)")
     if args.server_repeats < 0:

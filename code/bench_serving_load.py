@@ -23,21 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from graphbook.cli import OneLineParser, multiple_of_8, positive_int, positive_int_list
+from graphbook.cli import OneLineParser, comma_choices, multiple_of_8, positive_int, positive_int_list
 
 SCRIPT = Path(__file__).resolve().parent / "serve_blurball.py"
 RUNTIMES = ("eager", "onnxruntime")
-
-
-def _runtimes(text: str) -> tuple[str, ...]:
-    import argparse
-
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in RUNTIMES]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"unknown runtime {', '.join(unknown) or repr(text)}; "
-                                         f"choose from {','.join(RUNTIMES)}")
-    return tuple(dict.fromkeys(names))
 
 
 def parse_args(argv=None):
@@ -54,7 +43,7 @@ def parse_args(argv=None):
     p.add_argument("--overload-clients", type=int, default=24,
                    help="clients of the last level, beyond the queue bound (0 skips it; default 24)")
     p.add_argument("--threads", type=positive_int, default=2)
-    p.add_argument("--runtimes", type=_runtimes, default=RUNTIMES,
+    p.add_argument("--runtimes", type=comma_choices(RUNTIMES, "runtime"), default=RUNTIMES,
                    help="comma-separated: eager (the checkpoint in PyTorch), onnxruntime (its dynamic-batch "
                         "ONNX export); default both")
     p.add_argument("--model", choices=("blurball", "tiny"), default="blurball",

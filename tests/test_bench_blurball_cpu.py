@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from graphbook import probes, profiling
+from cli_checks import assert_usage_error
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "code" / "bench_blurball_cpu.py"
@@ -30,10 +31,7 @@ def _run(*args, cwd=None):
 def test_bad_arguments_exit_2_with_one_line(argv, message, tmp_path):
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
-    proc = _run(*[arg.format(file=a_file) for arg in argv])
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stdout == ""
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "error" in lines[0] and message in lines[0], proc.stderr
+    assert_usage_error(_run(*[arg.format(file=a_file) for arg in argv]), message)
 
 
 def test_op_categories():

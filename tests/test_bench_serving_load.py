@@ -8,6 +8,7 @@ import torch
 from graphbook import onnx_utils, results
 from graphbook.environment import REPO_ROOT
 from graphbook.warmup import tiny_clip_net
+from cli_checks import assert_usage_error, run_script
 
 SCRIPT = REPO_ROOT / "code" / "bench_serving_load.py"
 
@@ -16,9 +17,7 @@ SCRIPT = REPO_ROOT / "code" / "bench_serving_load.py"
                                   ["--artifact", "/nonexistent.onnx"], ["--max-wait-ms", "-3"],
                                   ["--overload-clients", "-1"], ["--runtimes", "eager,tensorrt"], ["--runtimes", ","]])
 def test_bad_arguments_exit_2_with_one_line(args):
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert_usage_error(run_script(SCRIPT, *args))
 
 
 @pytest.mark.slow

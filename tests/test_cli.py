@@ -88,3 +88,11 @@ def test_run_checked_is_a_benchmarks_main(capsys):
     assert cli.run_checked("demo", parse_args, lambda args: ("written", ["compile_freezing"]), []) == 1
     assert parsed == [["--x"], []]
     assert capsys.readouterr().err.strip() == "demo: failed its correctness check against eager: compile_freezing"
+
+
+def test_comma_choices_keeps_order_drops_duplicates_and_names_the_choices():
+    pick = cli.comma_choices(("eager", "ort-raw", "aoti-cpp"), "restart path")
+    assert pick("aoti-cpp, eager,aoti-cpp") == ("aoti-cpp", "eager")
+    for bad in ("", ",", "eager,tensorrt"):
+        with pytest.raises(argparse.ArgumentTypeError, match="restart path .*choose from eager,ort-raw,aoti-cpp"):
+            pick(bad)

@@ -8,6 +8,7 @@ import pytest
 from graphbook import restart_paths, results
 from graphbook.blurball import TRAINED_CHECKPOINT
 from graphbook.environment import REPO_ROOT
+from cli_checks import assert_usage_error, run_script
 
 SCRIPT = REPO_ROOT / "code" / "bench_restart_paths.py"
 
@@ -52,9 +53,7 @@ def test_module_cli_without_child_flag_exits_2():
 @pytest.mark.parametrize("args", [["--paths", "eager,tensorrt"], ["--height", "7"], ["--repeats", "0"],
                                   ["--paths", "compile-warm"], ["--weights", "/nonexistent.pt"]])
 def test_bench_script_bad_arguments_exit_2_with_one_line(args):
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert_usage_error(run_script(SCRIPT, *args))
 
 
 @pytest.mark.slow

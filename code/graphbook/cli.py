@@ -155,6 +155,26 @@ def positive_int_list(text: str) -> tuple[int, ...]:
     return values
 
 
+def comma_choices(allowed, what: str):
+    """An argparse type for a comma-separated selection from ``allowed``, e.g. ``eager,ort-raw`` (Chapter 6).
+
+    Returns the chosen names in the order given, duplicates dropped; an unknown or empty selection is
+    an argparse error naming ``what`` and listing the choices (``code/bench_restart_paths.py --paths``,
+    ``code/bench_serving_load.py --runtimes``).
+    """
+    allowed = tuple(allowed)
+
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+        unknown = [n for n in names if n not in allowed]
+        if not names or unknown:
+            raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(unknown) or repr(text)}; "
+                                             f"choose from {','.join(allowed)}")
+        return names
+
+    return parse
+
+
 def resource_absent(prog: str, message: str) -> int:
     """Print ``message`` (why the script cannot run here) as one line; return :data:`EXIT_RESOURCE_ABSENT`.
 

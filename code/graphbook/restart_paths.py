@@ -293,11 +293,15 @@ def _run_child(spec: dict, env_extra: dict | None = None, *, cache_dir=None, tim
     env["OMP_NUM_THREADS"] = str(spec["threads"])
     spec = dict(spec, launched_at=time.time())
     cmd = [sys.executable, "-m", "graphbook.restart_paths", "--child", json.dumps(spec)]
-    name = spec.get('name') or spec.get('what')
+    return _start_child(cmd, env, spec.get('name') or spec.get('what'), "child", timeout)
+
+
+def _start_child(cmd, env, name: str, what: str, timeout: float) -> dict:
+    """Run one fresh process to its GRAPHBOOK_RESULT line; RestartPathError with its stderr tail otherwise."""
     result, wall = run_tagged_child(
         cmd, RESULT_MARKER, env=env, timeout=timeout, error=RestartPathError,
-        timeout_message=f"{name}: child exceeded {timeout:.0f} s",
-        failure_message=lambda proc: f"{name}: child exited with {proc.returncode}: "
+        timeout_message=f"{name}: {what} exceeded {timeout:.0f} s",
+        failure_message=lambda proc: f"{name}: {what} exited with {proc.returncode}: "
                                      f"{(proc.stderr or proc.stdout)[-1500:]}")
     result["process_wall_s"] = wall
     return result
@@ -311,13 +315,7 @@ def _run_cpp_child(spec: dict, loader, *, timeout: float = 1800.0) -> dict:
     launched = time.time()
     cmd = [str(loader), spec["artifact_path"], spec["work"], spec["out_dir"], repr(launched), str(spec["threads"]),
            str(spec["steady_runs"]), *(str(b) for b in spec["batch_sizes"])]
-    result, wall = run_tagged_child(
-        cmd, RESULT_MARKER, env=env, timeout=timeout, error=RestartPathError,
-        timeout_message=f"{spec['name']}: C++ loader exceeded {timeout:.0f} s",
-        failure_message=lambda proc: f"{spec['name']}: C++ loader exited with {proc.returncode}: "
-                                     f"{(proc.stderr or proc.stdout)[-1500:]}")
-    result["process_wall_s"] = wall
-    return result
+    return _start_child(cmd, env, spec["name"], "C++ loader", timeout)
 
 
 #: The C++ loader's source, shipped inside the package.
