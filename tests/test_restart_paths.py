@@ -111,6 +111,9 @@ def test_cpp_loader_runs_the_package_without_python_and_matches_eager(tmp_path):
     assert by_path["aoti-cpp-dynamic"]["batch_sizes"] == "1,2,3"
     # the build cost of the C++ path includes compiling the loader once
     assert by_path["aoti-cpp"]["build_s"] > 0
+    # the package is machine code for one instruction set: it holds vector instructions of some width
+    vector = restart_paths.package_vector_instructions(tmp_path / "aoti-static.pt2")
+    assert vector is None or vector["zmm"] + vector["ymm"] + vector["xmm"] > 0
 
 
 def test_cpp_loader_refuses_bad_arguments_with_exit_2(tmp_path):
@@ -120,3 +123,39 @@ def test_cpp_loader_refuses_bad_arguments_with_exit_2(tmp_path):
     proc = subprocess.run([str(built["path"]), str(tmp_path / "missing.pt2"), str(tmp_path), str(tmp_path), "0", "1", "1",
                            "1"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stderr.startswith("aoti_load: ") and "Traceback" not in proc.stderr
+
+
+def _zip_with_library(tmp_path, source: str, flags=()):
+    import zipfile
+
+    (tmp_path / "k.c").write_text(source)
+    lib = tmp_path / "k.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O3", *flags, str(tmp_path / "k.c"), "-o", str(lib)], check=True)
+    package = tmp_path / "k.pt2"
+    with zipfile.ZipFile(package, "w") as archive:
+        archive.write(lib, "k/data/aotinductor/model/k.so")
+    return package
+
+
+def test_package_vector_instructions_counts_by_widest_register(tmp_path):
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("x86 registers only")
+    add = "void add(float* a, const float* b, int n) { for (int i = 0; i < n; ++i) a[i] += b[i]; }"
+    plain = restart_paths.package_vector_instructions(_zip_with_library(tmp_path, add, ["-mno-avx"]))
+    wide = restart_paths.package_vector_instructions(_zip_with_library(tmp_path, add, ["-mavx512f", "-mprefer-vector-width=512"]))
+    assert plain["zmm"] == 0 and plain["ymm"] == 0 and plain["xmm"] > 0 and plain["libraries"] == 1
+    assert wide["zmm"] > 0   # compiling is enough; nothing here runs the AVX-512 code
+
+
+def test_package_vector_instructions_without_objdump_or_library(tmp_path, monkeypatch):
+    import zipfile
+
+    empty = tmp_path / "empty.pt2"
+    with zipfile.ZipFile(empty, "w") as archive:
+        archive.writestr("k/data/constants.bin", b"")
+    with pytest.raises(ValueError, match="no compiled library"):
+        restart_paths.package_vector_instructions(empty)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no objdump on this PATH
+    assert restart_paths.package_vector_instructions(empty) is None

@@ -339,6 +339,38 @@ def cpp_loader_command(source, output) -> list[str]:
             "-ltorch", "-ltorch_cpu", "-lc10"]
 
 
+def package_vector_instructions(package) -> dict | None:
+    """Instructions in a ``.pt2``'s compiled libraries, by their widest x86 vector register (Chapter 6).
+
+    The package's kernels are machine code for the instruction set Inductor picked when it was built:
+    ``zmm`` registers are AVX-512 (a CPU without it stops at the first one with an illegal-instruction
+    signal), ``ymm`` AVX/AVX2, ``xmm`` SSE. Returns ``{"zmm", "ymm", "xmm", "libraries"}`` counted with
+    ``objdump -d``, or None when objdump (binutils) is not installed. ValueError if ``package`` holds no
+    shared library.
+    """
+    import shutil
+    import subprocess
+    import zipfile
+
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        return None
+    counts = {"zmm": 0, "ymm": 0, "xmm": 0}
+    with zipfile.ZipFile(package) as archive, tempfile.TemporaryDirectory(prefix="graphbook-pt2-") as tmp:
+        libraries = [n for n in archive.namelist() if n.endswith(".so")]
+        if not libraries:
+            raise ValueError(f"{package} holds no compiled library (.so); is it an AOTInductor package?")
+        for name in libraries:
+            path = archive.extract(name, tmp)
+            listing = subprocess.run([objdump, "-d", "--no-show-raw-insn", path], capture_output=True, text=True,
+                                     check=True).stdout
+            for line in listing.splitlines():  # an instruction counts once, at its widest register
+                widest = next((r for r in counts if f"%{r}" in line), None)
+                if widest:
+                    counts[widest] += 1
+    return {**counts, "libraries": len(libraries)}
+
+
 def build_cpp_loader(work: Path, timeout: float = 600.0) -> dict:
     """Compile the C++ loader once; ``{"path", "build_s", "bytes"}`` (RestartPathError if g++ fails; Chapter 6)."""
     import shutil
