@@ -23,7 +23,8 @@ from pathlib import Path
 
 from graphbook.cli import OneLineParser, comma_choices, multiple_of_8, positive_int
 
-# issue 14's targets; aoti-cpp is PyTorch's documented C++ loading path, aoti-static its Python one
+# How much sooner than a cold compile a restart should reach its first correct output, per documented
+# loading path: aoti-cpp is PyTorch's C++ loader, aoti-static its Python one, ort-raw ONNX Runtime.
 TARGETS = {"aoti-static": 20.0, "aoti-cpp": 20.0, "ort-raw": 50.0}
 
 

@@ -98,14 +98,23 @@ def _trained_checkpoint():
     return None
 
 
-def _model_to_export(args):
+def _export_dynamic_batch(args, folder: Path) -> Path:
+    """The served model (trained BlurBall or the stand-in) as ONNX with a dynamic batch dimension."""
+    import torch
+
+    from graphbook import onnx_utils
+
     if args.model == "tiny":
         from graphbook.warmup import tiny_clip_net
 
-        return tiny_clip_net()
-    from graphbook.blurball import build_blurball
+        model = tiny_clip_net()
+    else:
+        from graphbook.blurball import build_blurball
 
-    return build_blurball(_trained_checkpoint())
+        model = build_blurball(_trained_checkpoint())
+    print(f"exporting {args.model} with a dynamic batch at {args.height}x{args.width}", flush=True)
+    return onnx_utils.export_dynamic_batch(model, torch.randn(2, 9, args.height, args.width),
+                                           folder / f"{args.model}-dynamic.onnx")
 
 
 def main(argv=None) -> int:
@@ -124,19 +133,8 @@ def main(argv=None) -> int:
         if args.artifact is not None:
             servers = [(args.artifact.suffix.lstrip("."), args.artifact)]
         else:
-            servers = []
-            for runtime in args.runtimes:
-                if runtime == "eager":
-                    servers.append(("eager", None))
-                    continue
-                model = _model_to_export(args)
-                import torch
-
-                from graphbook import onnx_utils
-
-                print(f"exporting {args.model} with a dynamic batch at {args.height}x{args.width}", flush=True)
-                servers.append(("onnxruntime", onnx_utils.export_dynamic_batch(
-                    model, torch.randn(2, 9, args.height, args.width), Path(tmp) / f"{args.model}-dynamic.onnx")))
+            servers = [(runtime, None if runtime == "eager" else _export_dynamic_batch(args, Path(tmp)))
+                       for runtime in args.runtimes]
         clip = np.random.default_rng(0).standard_normal((1, 9, args.height, args.width)).astype(np.float32)
         levels = [(c, False) for c in args.concurrency] + ([(args.overload_clients, True)] if args.overload_clients else [])
         for served, artifact in servers:

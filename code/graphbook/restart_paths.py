@@ -50,10 +50,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,8 +75,8 @@ class RestartPathError(RuntimeError):
 class RestartPath:
     """One way to get a model running in a new process (Introduced in Chapter 6).
 
-    ``runtime``: ``eager``, ``compile``, ``aoti`` (Python loader), ``aoti-cpp`` (C++ loader) or ``ort``. ``artifact``: the build output it loads
-    (a key of :func:`build_artifacts`' result, or None). ``cache``: for ``compile``, which Inductor cache
+    ``runtime``: ``eager``, ``compile``, ``aoti`` (Python loader), ``aoti-cpp`` (C++ loader) or ``ort``.
+    ``artifact``: the build output it loads (a key of :func:`build_artifacts`' result, or None). ``cache``: for ``compile``, which Inductor cache
     directory the child gets (``empty``, ``warm`` or ``artifacts``). ``env``: extra environment
     variables. ``batch_sizes``: called in order; the first one's output is "the first output".
     ``tied_to``: what must match between the machine that built the artifact and the one loading it.
@@ -348,10 +351,6 @@ def package_vector_instructions(package) -> dict | None:
     ``objdump -d``, or None when objdump (binutils) is not installed. ValueError if ``package`` holds no
     shared library.
     """
-    import shutil
-    import subprocess
-    import zipfile
-
     objdump = shutil.which("objdump")
     if objdump is None:
         return None
@@ -373,9 +372,6 @@ def package_vector_instructions(package) -> dict | None:
 
 def build_cpp_loader(work: Path, timeout: float = 600.0) -> dict:
     """Compile the C++ loader once; ``{"path", "build_s", "bytes"}`` (RestartPathError if g++ fails; Chapter 6)."""
-    import shutil
-    import subprocess
-
     if shutil.which("g++") is None:
         raise RestartPathError("the C++ loader needs g++ to build it once (the aoti-cpp paths); install g++ "
                                "or leave those paths out of --paths")
