@@ -19,13 +19,13 @@ writes a report with the machine's fingerprint to ``code/03_fusion.out.txt``:
 (a) and (b) are built (and compiled) once, then timed in ``--runs`` independent runs (default and
 minimum 3): each run times the folding pair and every chain version once (2 warm-up calls, then
 ``--repeats`` timed ones) in an order that rotates between runs (round-robin), and measures its own
-``copy_`` bandwidth, the run's physical reference (``copy_gbps``; ``graphbook.runs.flag_under_load``
+``copy_`` bandwidth, the run's physical reference (``copy_gbps``; ``graphbook.record.runs.flag_under_load``
 flags a run taken under load from it). Rows carry ``run``, ``run_order`` and ``run_id``
 ``<file stem>/r<run>``; the compile-time rows of (c), measured once per invocation, keep the file's stem.
 
 Every result is also recorded under ``data/results/`` (``--results-dir``; never overwriting). This
 file is only the command line: the measurements live in ``graphbook.fusion_demo``, which Chapter 2
-imports. Exit status (the book's policy, ``graphbook.cli``): 0 ok; 1 a version's output differs from
+imports. Exit status (the book's policy, ``graphbook.record.cli``): 0 ok; 1 a version's output differs from
 its reference (the results are still written); 2 bad arguments.
 """
 from __future__ import annotations
@@ -33,8 +33,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from graphbook import cli
-from graphbook.cli import int_at_least
+from graphbook.record import cli
+from graphbook.record.cli import int_at_least
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_SIZE = 2 ** 25          # the defaults of graphbook.fusion_demo, repeated so that a typo is refused
@@ -72,7 +72,8 @@ def _parse(argv):
 def main(argv=None) -> int:
     """Run parts (a)-(c), write the report and the results; return the exit status (Chapter 2)."""
     args = _parse(argv)  # before importing torch, so that a typo fails in a fraction of a second
-    from graphbook import environment, fusion_demo, results
+    from graphbook.record import environment, results
+    from graphbook import fusion_demo
 
     environment.set_threads(args.threads)
     env = environment.fingerprint(args.threads)

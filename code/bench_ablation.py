@@ -19,14 +19,14 @@ Then ``--runs`` independent timed runs (default and minimum 3), each measuring e
 order that rotates between runs (round-robin), plus the ``copy_`` bandwidth (``copy_gbps``) as the run's
 physical reference: eager and compiled calls alternate, one each per repeat (compiled first in every
 second run), so every speedup is a ratio of medians taken under the same background load. Rows carry
-``run``, ``run_order`` (1 = went first) and ``run_id`` ``<file stem>/r<run>`` (``graphbook.runs``
+``run``, ``run_order`` (1 = went first) and ``run_id`` ``<file stem>/r<run>`` (``graphbook.record.runs``
 counts each run on its own); ``compile_s``, the kernel counts and the check are per build, the same
 in every run.
 
 Each run writes a new file ``cpu-ablation-<date>[-N].csv`` under ``--results-dir`` (default
-``data/results/``; ``graphbook.results.write_run``, never an existing file) with the environment columns;
+``data/results/``; ``graphbook.record.results.write_run``, never an existing file) with the environment columns;
 the runs recorded before, in ``ablation_cpu.csv``, are read back by ``results.load("ablation")``. Exit
-status (``graphbook.cli``): 0 ok; 1 a configuration's output differs from eager FP32 (checked with
+status (``graphbook.record.cli``): 0 ok; 1 a configuration's output differs from eager FP32 (checked with
 ``results.compare_to_reference``; the rows are still written); 2 bad arguments.
 A cold run costs several minutes on 2 cores (four BlurBall compiles, once each); a warm cache, about
 one; each extra run adds the timed calls only.
@@ -37,8 +37,8 @@ import datetime as dt
 import sys
 import time
 
-from graphbook import cli
-from graphbook.cli import int_at_least, positive_int
+from graphbook.record import cli
+from graphbook.record.cli import int_at_least, positive_int
 
 
 def parse_args(argv=None):
@@ -79,9 +79,10 @@ def run(args) -> tuple[list[dict], list[str]]:
     write one new results file. Returns the rows and the configurations whose output differs from eager FP32."""
     import torch
 
-    from graphbook import blurball, inductor_tools, probes, results, timing, variants
-    from graphbook.results import COMPILE_S, MAX_ABS_DIFF, SAME_OUTPUT, SAME_PEAKS, SPEEDUP_VS_EAGER
-    from graphbook.environment import fingerprint, set_threads
+    from graphbook import blurball, inductor_tools, probes, variants
+    from graphbook.record import results, timing
+    from graphbook.record.results import COMPILE_S, MAX_ABS_DIFF, SAME_OUTPUT, SAME_PEAKS, SPEEDUP_VS_EAGER
+    from graphbook.record.environment import fingerprint, set_threads
 
     set_threads(args.threads)
     env = fingerprint(args.threads)

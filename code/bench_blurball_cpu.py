@@ -6,16 +6,16 @@
 
 Batch 1, explicit threads. Variants come from ``graphbook.variants`` (any registered name may be
 given to ``--variants``). Each is first checked against eager FP32 with
-``graphbook.results.compare_to_reference`` (max abs diff under the one tolerance, and the per-frame
+``graphbook.record.results.compare_to_reference`` (max abs diff under the one tolerance, and the per-frame
 heatmap peak positions), then timed with the book's harness (warm-up, median, spread).
 
 Every variant is built (and compiled) once; then ``--runs`` independent runs (default and minimum 3)
 each time every variant once (``--warmup`` untimed calls, then ``--repeats`` timed ones), in an order
 that rotates between runs (round-robin: run 2 starts with the second variant...), so no variant
 always goes first. Each run also measures its own physical references: the ``copy_`` bandwidth
-(``copy_gbps``, which ``graphbook.runs.flag_under_load`` uses to flag a run taken under load) and the
+(``copy_gbps``, which ``graphbook.record.runs.flag_under_load`` uses to flag a run taken under load) and the
 matmul peaks. Rows carry ``run`` (1, 2, 3...), ``run_order`` (1 = went first) and ``run_id``
-``<file stem>/r<run>``, so ``graphbook.runs.summarize_runs`` counts each run on its own and a chapter
+``<file stem>/r<run>``, so ``graphbook.record.runs.summarize_runs`` counts each run on its own and a chapter
 decides on the median across runs. The build cost (``compile_s``) and the correctness check are per
 build: the same in every run's rows. A compiled variant of ``graphbook.variants`` re-enters Dynamo
 (from the in-memory and on-disk caches) on the first call of its block when another compiled variant
@@ -24,7 +24,7 @@ Achieved GFLOP/s (2 x MACs counted by hooks / median time) is compared with the 
 measured in the same run, and one eager forward is profiled (once per invocation) and grouped like the article's GPU
 profile (convolution, batch norm, cast/copy, element-wise, other; by the innermost op, the rule of the
 GPU profile too: ``graphbook.profiling``). All rows go to a new file ``cpu-blurball-<date>[-N].csv``
-under ``--results-dir`` (default ``data/results/``; never an existing file) and a table is printed. Exit status (``graphbook.cli``): 0 ok; 1 a variant expected to match eager
+under ``--results-dir`` (default ``data/results/``; never an existing file) and a table is printed. Exit status (``graphbook.record.cli``): 0 ok; 1 a variant expected to match eager
 differs from it by more than the tolerance (the results are still written; the variants are named on stderr); 2 bad
 arguments.
 """
@@ -34,10 +34,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from graphbook import cli
+from graphbook.record import cli
 from graphbook import variants as registry
-from graphbook.cli import int_at_least, positive_int, multiple_of_8
-from graphbook.results import (COMPILE_S, EXPECTED_TO_MATCH, MAX_ABS_DIFF, SAME_OUTPUT, SAME_PEAKS,
+from graphbook.record.cli import int_at_least, positive_int, multiple_of_8
+from graphbook.record.results import (COMPILE_S, EXPECTED_TO_MATCH, MAX_ABS_DIFF, SAME_OUTPUT, SAME_PEAKS,
                                SPEEDUP_VS_EAGER)
 
 #: The variants measured by default (any name of graphbook.variants.REGISTRY may be asked for).
@@ -101,10 +101,11 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
 
     import torch
 
-    from graphbook import blurball, probes, results, runs as runs_lib
-    from graphbook.environment import fingerprint, set_threads
+    from graphbook import blurball, probes
+    from graphbook.record import results, runs as runs_lib
+    from graphbook.record.environment import fingerprint, set_threads
     from graphbook.profiling import profile_eager, variant_rows
-    from graphbook.timing import rotated, time_cpu
+    from graphbook.record.timing import rotated, time_cpu
 
     set_threads(args.threads)
     env = fingerprint(args.threads)

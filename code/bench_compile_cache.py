@@ -19,12 +19,11 @@ the script prints the ratios and whether the target was met.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
 
-from graphbook.cli import OneLineParser, positive_int, positive_int_list
+from graphbook.record.cli import OneLineParser, positive_int, positive_int_list
 
 TARGET_SPEEDUP = 5.0
 FACTORIES = {"blurball": "graphbook.blurball:build_blurball", "tiny": "graphbook.warmup:tiny_clip_net"}
@@ -66,7 +65,8 @@ def time_server_to_ready(extra: list[str], cache_dir: Path, args, timeout: float
 
 def measure_cache_paths(args, work: str, env: dict) -> int:
     """Cold, warm and artifacts restarts in fresh processes; write and print them."""
-    from graphbook import compile_cache, results
+    from graphbook import compile_cache
+    from graphbook.record import results
 
     spec = compile_cache.RestartSpec(FACTORIES[args.model], (9, args.height, args.width), args.batch_sizes,
                                      compile_kwargs={"mode": args.mode} if args.mode else {}, threads=args.threads)
@@ -91,7 +91,7 @@ def measure_cache_paths(args, work: str, env: dict) -> int:
 
 def measure_server_paths(args, work: Path, env: dict) -> int:
     """Time serve_blurball.py to READY: eager, compiled cold, compiled from saved artifacts."""
-    from graphbook import results
+    from graphbook.record import results
 
     artifacts = work / "server-artifacts.bin"
     try:
@@ -117,7 +117,7 @@ def measure_server_paths(args, work: Path, env: dict) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from graphbook.environment import fingerprint
+    from graphbook.record.environment import fingerprint
 
     env = fingerprint(args.threads)
     with tempfile.TemporaryDirectory(prefix="graphbook-bench-cache-") as work:

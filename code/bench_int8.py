@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphbook.cli import (EXIT_CHECK_FAILED, EXIT_OK, add_input_size, int_at_least, make_parser, positive_int,
+from graphbook.record.cli import (EXIT_CHECK_FAILED, EXIT_OK, add_input_size, int_at_least, make_parser, positive_int,
                            resource_absent)
 
 PROG = "bench_int8.py"
@@ -69,16 +69,17 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from graphbook import blurball
 
-    from graphbook.environment import REPO_ROOT
+    from graphbook.paths import TRAINED_CHECKPOINT
 
-    checkpoint = args.checkpoint or REPO_ROOT / blurball.TRAINED_CHECKPOINT
+    checkpoint = args.checkpoint or TRAINED_CHECKPOINT
     if not Path(checkpoint).is_file():
         return resource_absent(PROG, f"trained BlurBall checkpoint not found: {checkpoint} "
                                      "(recreate it with `python code/train_blurball.py --seed 0`)")
 
     import torch
 
-    from graphbook import environment, int8_matrix, onnx_utils, results, synthetic_clips
+    from graphbook.record import environment, results
+    from graphbook import int8_matrix, onnx_utils, synthetic_clips
 
     environment.set_threads(args.threads)
     settings = int8_matrix.int8_settings()

@@ -14,11 +14,11 @@ timed with the book's harness (warm-up, median, spread) at every requested threa
 - the exporter-optimized export at level "all";
 - an INT8 Q/DQ model (static quantization calibrated on synthetic frames) at level "all".
 
-Every variant is built by ``graphbook.variants`` and judged by ``graphbook.results.compare_to_reference``
+Every variant is built by ``graphbook.variants`` and judged by ``graphbook.record.results.compare_to_reference``
 ONCE (one ONNX Runtime session per thread count); then ``--runs`` independent runs (default and minimum
 3) each time every (variant, thread count) once (``--warmup`` untimed calls, ``--repeats`` timed ones) in
 an order that rotates between runs (round-robin), and measure the ``copy_`` bandwidth (``copy_gbps``) so
-that ``graphbook.runs.flag_under_load`` can flag a run taken under load. Rows carry ``run``,
+that ``graphbook.record.runs.flag_under_load`` can flag a run taken under load. Rows carry ``run``,
 ``run_order`` (1 = went first) and ``run_id`` ``<file stem>/r<run>``; ``speedup_vs_eager`` compares
 with eager FP32 of the same run and thread count; ``compile_s`` and the check are per build (the same
 in every run). A compiled variant re-enters Dynamo (from its caches) in the untimed warm-up when the
@@ -26,7 +26,7 @@ other compiled variant ran in between. All rows go to a new file ``cpu-onnxrunti
 ``data/results/``; ``results.write_run``, never an existing one), each with ``speedup_vs_eager`` against eager FP32 at the same thread count and the
 environment columns. Exported .onnx files go to a temporary folder, removed afterwards (or are kept in
 ``--onnx-dir``). A variant expected
-to match eager that does not is still timed but recorded with ``same_output = False``. Exit status (``graphbook.cli``): 0 on
+to match eager that does not is still timed but recorded with ``same_output = False``. Exit status (``graphbook.record.cli``): 0 on
 success, 1 when a variant expected to match eager does not (the rows are still written), 2 for bad
 arguments (one line on stderr).
 """
@@ -39,8 +39,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphbook import cli
-from graphbook.cli import int_at_least, positive_int, multiple_of_8
+from graphbook.record import cli
+from graphbook.record.cli import int_at_least, positive_int, multiple_of_8
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -73,9 +73,10 @@ def calibration_frames(count: int, height: int, width: int):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from graphbook import blurball, onnx_utils as ou, probes, results, timing, variants
-    from graphbook.environment import fingerprint, set_threads
-    from graphbook.results import (COMPILE_S, EXPECTED_TO_MATCH, MAX_ABS_DIFF, PEAK_FRAMES, SAME_OUTPUT,
+    from graphbook import blurball, onnx_utils as ou, probes, variants
+    from graphbook.record import results, timing
+    from graphbook.record.environment import fingerprint, set_threads
+    from graphbook.record.results import (COMPILE_S, EXPECTED_TO_MATCH, MAX_ABS_DIFF, PEAK_FRAMES, SAME_OUTPUT,
                                    SAME_PEAK_FRAMES, SAME_PEAKS, SPEEDUP_VS_EAGER)
 
     set_threads(max(args.threads))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from graphbook.cli import OneLineParser, comma_choices, multiple_of_8, positive_int
+from graphbook.record.cli import OneLineParser, comma_choices, multiple_of_8, positive_int
 
 # How much sooner than a cold compile a restart should reach its first correct output, per documented
 # loading path: aoti-cpp is PyTorch's C++ loader, aoti-static its Python one, ort-raw ONNX Runtime.
@@ -64,11 +64,12 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from graphbook import book, restart_paths, results  # noqa: F401 - imported now: the run takes many minutes
-    from graphbook.blurball import TRAINED_CHECKPOINT
-    from graphbook.environment import REPO_ROOT, fingerprint
+    from graphbook import restart_paths
+    from graphbook.record import results  # noqa: F401 - imported now: the run takes many minutes
+    from graphbook.paths import TRAINED_CHECKPOINT
+    from graphbook.record.environment import fingerprint
 
-    weights = args.weights or REPO_ROOT / TRAINED_CHECKPOINT
+    weights = args.weights or TRAINED_CHECKPOINT
     if not weights.is_file():
         print(f"bench_restart_paths.py: error: checkpoint {weights} is missing; "
               "recreate it with `python code/train_blurball.py --seed 0`", file=sys.stderr)

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from graphbook.cli import OneLineParser, comma_choices, multiple_of_8, positive_int, positive_int_list
+from graphbook.record.cli import OneLineParser, comma_choices, multiple_of_8, positive_int, positive_int_list
 
 SCRIPT = Path(__file__).resolve().parent / "serve_blurball.py"
 RUNTIMES = ("eager", "onnxruntime")
@@ -87,10 +87,9 @@ def start_server(artifact: Path | None, args, batching: bool):
 
 def _trained_checkpoint():
     """The trained BlurBall's checkpoint, or None (with a message) when it is missing."""
-    from graphbook.blurball import TRAINED_CHECKPOINT
-    from graphbook.environment import REPO_ROOT
+    from graphbook.paths import TRAINED_CHECKPOINT
 
-    weights = REPO_ROOT / TRAINED_CHECKPOINT
+    weights = TRAINED_CHECKPOINT
     if weights.is_file():
         return weights
     print(f"bench_serving_load.py: error: checkpoint {weights} is missing; "
@@ -121,9 +120,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import numpy as np
 
-    from graphbook import results, serving
+    from graphbook.record import results
+    from graphbook import serving
     from graphbook.compiletime import stop_process
-    from graphbook.environment import fingerprint
+    from graphbook.record.environment import fingerprint
 
     env = fingerprint(args.threads)
     rows = []

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from graphbook.cli import OneLineParser, multiple_of_8, positive_int
+from graphbook.record.cli import OneLineParser, multiple_of_8, positive_int
 
 
 def parse_args(argv=None):
@@ -58,7 +58,8 @@ def main(argv=None) -> int:
     import tvm
     from tvm import relax
 
-    from graphbook import blurball, environment, results, timing
+    from graphbook import blurball
+    from graphbook.record import environment, results, timing
 
     torch.set_num_threads(args.threads)
     env = environment.fingerprint(args.threads)  # taken first: a run of minutes must not fail at the end

@@ -14,7 +14,7 @@ Chapter 3 shows what this script recorded (it takes minutes, so no chapter runs 
 The check is BlurBall (or the reproducer's small module, ``--model repro``, loaded from the standalone
 reproducer by ``graphbook.miscompile.check_model``) compiled with Inductor freezing
 (``graphbook.variants.freezing``, the book's one freezing switch), compared with eager under
-``graphbook.results.SAME_OUTPUT_ATOL``. One row per tool goes to a new ``cpu-freezing-bisect-<date>.csv``
+``graphbook.record.results.SAME_OUTPUT_ATOL``. One row per tool goes to a new ``cpu-freezing-bisect-<date>.csv``
 (``results.write_run``, kind ``freezing-bisect``).
 
 Usage::
@@ -35,7 +35,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from graphbook.cli import OneLineParser, multiple_of_8
+from graphbook.record.cli import OneLineParser, multiple_of_8
 
 
 
@@ -64,7 +64,8 @@ def run_bisector(model, inputs) -> dict:
     import torch
     from torch._inductor.compiler_bisector import CompilerBisector
 
-    from graphbook import results, variants
+    from graphbook.record import results
+    from graphbook import variants
 
     with torch.no_grad():
         reference = model(*inputs)
@@ -140,7 +141,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
-    from graphbook import environment, miscompile, results
+    from graphbook.record import environment, results
+    from graphbook import miscompile
 
     torch.set_num_threads(args.threads)
     model, inputs = miscompile.check_model(args.model, args.height, args.width)

@@ -29,15 +29,15 @@ data/results) with the environment. ``--smoke`` runs every step on the CPU with 
 Exit status: 0 ok; 1 a variant failed (results still written, named on stderr); 2 bad arguments;
 3 no CUDA (outside --smoke). Works with torch 2.11 and newer.
 
-The measurement itself is :mod:`graphbook.gpu_measure` (the chapter calls it too); this file is the
+The measurement itself is :mod:`graphbook.lab.gpu_measure` (the chapter calls it too); this file is the
 command line.
 """
 from __future__ import annotations
 
 import sys
 
-from graphbook import gpu_measure as gm
-from graphbook.cli import EXIT_RESOURCE_ABSENT, EXIT_USAGE, exit_status_for
+from graphbook.lab import gpu_measure as gm
+from graphbook.record.cli import EXIT_RESOURCE_ABSENT, EXIT_USAGE, exit_status_for
 
 
 def main(argv=None) -> int:

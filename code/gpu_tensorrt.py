@@ -36,14 +36,14 @@ calls, ONNX Runtime's CPU provider in place of CUDA, both Q/DQ models built and 
 --results-dir. Exit status: 0 ok; 1 a variant failed (rows still written); 2 bad arguments; 3 no CUDA
 device, or none of the GPU runtimes installed (outside --smoke; nothing written).
 
-The measurement itself is :mod:`graphbook.gpu_runtimes`; this file is the command line.
+The measurement itself is :mod:`graphbook.lab.gpu_runtimes`; this file is the command line.
 """
 from __future__ import annotations
 
 import sys
 
-from graphbook import gpu_runtimes as gr
-from graphbook.cli import EXIT_CHECK_FAILED, exit_status_for
+from graphbook.lab import gpu_runtimes as gr
+from graphbook.record.cli import EXIT_CHECK_FAILED, exit_status_for
 
 
 def main(argv=None) -> int:
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
             return gr.EXIT_NO_GPU
     import torch
 
-    from graphbook.environment import fingerprint
+    from graphbook.record.environment import fingerprint
 
     print(status.summary(), flush=True)
     env = fingerprint(threads=torch.get_num_threads())

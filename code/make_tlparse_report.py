@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-
-from graphbook.cli import OneLineParser, multiple_of_8, positive_int
-
-REPO = Path(__file__).resolve().parents[1]
+from graphbook.paths import TLPARSE_REPORT_DIR
+from graphbook.record.cli import OneLineParser, multiple_of_8, positive_int
 
 
 def parse_args(argv=None):
     parser = OneLineParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(REPO / "images" / "extra" / "tlparse"),
+    parser.add_argument("--out", default=str(TLPARSE_REPORT_DIR),
                         help="output folder, replaced (default images/extra/tlparse)")
     parser.add_argument("--height", type=multiple_of_8, default=32)
     parser.add_argument("--width", type=multiple_of_8, default=64)

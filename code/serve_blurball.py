@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 _STARTED = time.perf_counter()
-from graphbook.cli import OneLineParser, positive_int, positive_int_list  # noqa: E402
+from graphbook.record.cli import OneLineParser, positive_int, positive_int_list  # noqa: E402
 
 
 
@@ -92,7 +92,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build_model(args):
-    from graphbook import book
+    from graphbook import paths
 
     if args.model == "tiny":
         from graphbook.warmup import tiny_clip_net
@@ -101,7 +101,7 @@ def build_model(args):
     from graphbook.blurball import build_blurball
 
     weights = args.weights
-    default = book.DATA / "checkpoints" / "blurball_synthetic.pt"
+    default = paths.TRAINED_CHECKPOINT
     if weights is None and default.is_file():
         weights = default
     return build_blurball(weights), (str(weights) if weights else "seeded random weights")
@@ -118,7 +118,7 @@ def build_service(args):
         return serving.InferenceService(runner, (args.height, args.width), **options), runner.description
     import torch
 
-    from graphbook.environment import set_threads
+    from graphbook.record.environment import set_threads
 
     set_threads(args.threads)
     if args.load_artifacts:

@@ -33,17 +33,17 @@ Outputs (never overwriting; a name that exists gets a -2, -3 ... suffix):
 
 Example (the book's checkpoint): ``nice -n 10 python code/train_blurball.py --seed 0``. This file is the
 command line; the loss, validation and training loop are ``graphbook.training``. Bad arguments exit
-with status 2 and one line on stderr (``graphbook.cli``).
+with status 2 and one line on stderr (``graphbook.record.cli``).
 """
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from graphbook import cli, training
-from graphbook.cli import int_at_least, positive_float
+from graphbook import paths, training
+from graphbook.record import cli
+from graphbook.record.cli import int_at_least, positive_float
 
-DEFAULT_CHECKPOINT_DIR = Path(__file__).resolve().parents[1] / "data" / "checkpoints"
+DEFAULT_CHECKPOINT_DIR = paths.CHECKPOINT_DIR
 DEFAULT_NAME = "blurball_synthetic"
 
 

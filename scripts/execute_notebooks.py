@@ -35,7 +35,7 @@ def all_notebooks() -> list[Path]:
 def execute(path: Path, timeout: int) -> dict:
     import nbclient
     import nbformat
-    from graphbook.environment import fingerprint
+    from graphbook.record.environment import fingerprint
 
     nb = nbformat.read(path, as_version=4)
     started = time.time()
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.timeout < 1:
         parser.error("--timeout must be at least 1 second")
 
-    from graphbook.results import append_rows
+    from graphbook.record.results import append_rows
 
     failed = []
     for path in paths:

@@ -1,4 +1,4 @@
-"""What every script's command line promises on bad input (README, "The scripts' command lines"; graphbook.cli).
+"""What every script's command line promises on bad input (README, "The scripts' command lines"; graphbook.record.cli).
 
 Shared by the scripts' tests: a bad option ends with exit status 2, one line on stderr that says
 ``error``, nothing on stdout and never a traceback.

@@ -14,7 +14,7 @@ def pytest_configure(config):
     # reused code computes wrong values. The tests and every process they start get their own cache folder.
     import os
 
-    from graphbook.environment import inductor_cache_dir_for_caps
+    from graphbook.record.environment import inductor_cache_dir_for_caps
 
     capped_cache = inductor_cache_dir_for_caps()
     if capped_cache:

@@ -157,9 +157,9 @@ def test_tiny_eager_run_writes_a_new_file_each_time(tmp_path):
     assert variants["eager_fp32_channels_last"]["expected_to_match_eager"] == "True"
     assert float(variants["eager_fp32"]["speedup_vs_eager"]) == pytest.approx(1.0)
     # read back through the schema: typed, one run per file, the newest by date
-    from graphbook import results
+    from graphbook.record import results
 
-    from graphbook import runs
+    from graphbook.record import runs
 
     frame = results.load("cpu-blurball", tmp_path / "results")
     assert set(frame[results.SOURCE_FILE]) == {f.name for f in files} and frame[results.SAME_OUTPUT].dropna().all()

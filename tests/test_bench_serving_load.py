@@ -5,12 +5,13 @@ import sys
 import pytest
 import torch
 
-from graphbook import onnx_utils, results
-from graphbook.environment import REPO_ROOT
+from graphbook import onnx_utils
+from graphbook.record import results
+from graphbook import paths
 from graphbook.warmup import tiny_clip_net
 from cli_checks import assert_usage_error, run_script
 
-SCRIPT = REPO_ROOT / "code" / "bench_serving_load.py"
+SCRIPT = paths.script("bench_serving_load.py")
 
 
 @pytest.mark.parametrize("args", [["--concurrency", "1,x"], ["--concurrency", "100"], ["--height", "7"],

@@ -3,7 +3,7 @@ import argparse
 
 import pytest
 
-from graphbook import cli
+from graphbook.record import cli
 
 
 def test_positive_int_and_multiple_of_8():

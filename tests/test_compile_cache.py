@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from graphbook import compile_cache as cc
+from graphbook import compile_cache as cc, paths
 
 TINY = cc.RestartSpec("graphbook.warmup:tiny_clip_net", (9, 8, 12), (1, 2), factory_kwargs={"hidden": 4},
                       compile_kwargs={"backend": "eager"}, threads=1)
@@ -60,14 +60,14 @@ def test_non_empty_cache_dir_is_refused(tmp_path):
 
 def test_module_cli_without_child_flag_exits_2():
     proc = subprocess.run([sys.executable, "-m", "graphbook.compile_cache"], capture_output=True, text=True,
-                          cwd=str(cc._CODE_DIR))
+                          cwd=str(paths.CODE_DIR))
     assert proc.returncode == 2 and "usage" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize("args", [["--batch-sizes", "0"], ["--height", "7"], ["--model", "resnet"],
                                   ["--threads", "zero"]])
 def test_bench_script_bad_arguments_exit_2_with_one_line(args):
-    script = cc._CODE_DIR / "bench_compile_cache.py"
+    script = paths.CODE_DIR / "bench_compile_cache.py"
     proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr

@@ -2,7 +2,7 @@
 
 Public: a module-level function or class of a graphbook module, defined in that module (not imported into
 it), whose name has no leading underscore. Its docstring must mention "Chapter N" (or "Chapters N ..."),
-or the appendix for the helpers only an appendix page uses (graphbook.provenance).
+or the appendix for the helpers only an appendix page uses (graphbook.record.provenance).
 """
 import inspect
 import pkgutil
@@ -25,8 +25,8 @@ def public_helpers():
 
 def test_the_walk_finds_the_package_helpers():
     names = dict(public_helpers())
-    assert "graphbook.cli.multiple_of_8" in names and "graphbook.miscompile.check_model" in names
-    assert "graphbook.cli.Path" not in names  # imported names are not the module's own
+    assert "graphbook.record.cli.multiple_of_8" in names and "graphbook.miscompile.check_model" in names
+    assert "graphbook.record.cli.Path" not in names  # imported names are not the module's own
 
 
 def test_every_public_helper_names_its_chapter():

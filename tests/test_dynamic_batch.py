@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch.export import Dim
 
-from graphbook import onnx_utils, results
+from graphbook import onnx_utils
+from graphbook.record import results
 from graphbook.warmup import tiny_clip_net
 
 H, W = 16, 24

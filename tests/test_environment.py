@@ -1,8 +1,8 @@
-"""Tests of graphbook.environment's CPU description on CPUs this machine is not: fake /proc/cpuinfo
+"""Tests of graphbook.record.environment's CPU description on CPUs this machine is not: fake /proc/cpuinfo
 texts for x86 with and without VNNI, aarch64 Linux, Apple Silicon (sysctl) and an unknown CPU."""
 import pytest
 
-from graphbook import environment as env
+from graphbook.record import environment as env
 
 X86_AVX512_VNNI = """processor\t: 0
 vendor_id\t: AuthenticAMD

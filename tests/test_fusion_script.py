@@ -114,7 +114,7 @@ def test_tiny_end_to_end_run(tmp_path):
     frame = pd.concat([pd.read_csv(path) for path in sorted(results_dir.glob("*.csv"))])
     assert frame["run_id"].nunique() == 6  # two invocations of three runs each
     assert set(frame["part"]) == {"bn_folding", "chain"}
-    from graphbook import results, runs
+    from graphbook.record import results, runs
 
     newest = results.latest_recording(results.load("fusion-demo", results_dir))
     stem = newest[results.SOURCE_FILE].iloc[0].removesuffix(".csv")
@@ -138,7 +138,7 @@ def test_csv_rows_put_the_once_per_invocation_compile_rows_first_without_a_run(t
                       "warm": {"seconds": 1.0, "fxgraph_cache_hit": 1, "fxgraph_cache_miss": 0}, "warm_over_cold": 1 / 9}
     rows = fusion_demo.csv_rows(folding, chain, compile_result)
     assert [r["part"] for r in rows[:2]] == ["compile_time", "compile_time"] and rows[0]["run"] is None
-    from graphbook import results
+    from graphbook.record import results
 
     path = results.write_run("fusion-demo", rows, {"date": "2026-11-30T00:00:00+00:00"}, results_dir=tmp_path,
                              per_run=True)

@@ -1,4 +1,4 @@
-"""Tests of code/gpu_blurball.py (run as a subprocess) and graphbook.gpu_measure behind it, on a CPU:
+"""Tests of code/gpu_blurball.py (run as a subprocess) and graphbook.lab.gpu_measure behind it, on a CPU:
 arguments, the plan, the no-CUDA exit, the rows and file names, the cuDNN-benchmark child process,
 and the whole pipeline in --smoke mode (issue 15)."""
 import csv
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphbook import gpu_measure, results
+from graphbook.lab import gpu_measure
+from graphbook.record import results
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "code" / "gpu_blurball.py"

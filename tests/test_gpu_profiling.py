@@ -1,11 +1,11 @@
-"""Tests of graphbook.gpu_profiling on a CPU, with fake profiler events, a fake clock and fake streams:
+"""Tests of graphbook.lab.gpu_profiling on a CPU, with fake profiler events, a fake clock and fake streams:
 the rules the GPU scripts follow so that a lab machine's single run is right (issue 15, points 3-8)."""
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from graphbook import gpu_profiling as gp
+from graphbook.lab import gpu_profiling as gp
 
 
 def event(name, device="CPU", start=0.0, end=1.0, id=0, linked=0, annotation=False, children=(), activity=""):

@@ -1,4 +1,4 @@
-"""Tests of code/gpu_tensorrt.py (run as a subprocess) and graphbook.gpu_runtimes behind it, on a
+"""Tests of code/gpu_tensorrt.py (run as a subprocess) and graphbook.lab.gpu_runtimes behind it, on a
 CPU-only machine: the guard, arguments, the TensorRT build rules (fake tensorrt), streams and
 enqueues, the Q/DQ check, the engine cache, and --smoke (issue 15)."""
 import subprocess
@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from graphbook import gpu_runtimes, results
+from graphbook.lab import gpu_runtimes
+from graphbook.record import results
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "code" / "gpu_tensorrt.py"

@@ -175,7 +175,7 @@ def test_bench_ablation_records_three_rotated_runs_without_recompiling(tmp_path)
     import sys
     from pathlib import Path
 
-    from graphbook import results, runs
+    from graphbook.record import results, runs
 
     script = Path(__file__).resolve().parents[1] / "code" / "bench_ablation.py"
     proc = subprocess.run([sys.executable, str(script), "--height", "16", "--width", "32", "--threads", "1",

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from graphbook import int8_matrix as im
-from graphbook import results
+from graphbook.record import results
 from cli_checks import assert_usage_error
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """The README's lab sequence, end to end on a CPU (issue 15).
 
 A lab engineer runs ``code/gpu_blurball.py`` and ``code/gpu_tensorrt.py`` on a GPU machine, then re-executes
-the chapters. Here the scripts' row builders and writers (``graphbook.gpu_measure``, ``graphbook.gpu_runtimes``)
+the chapters. Here the scripts' row builders and writers (``graphbook.lab.gpu_measure``, ``graphbook.lab.gpu_runtimes``)
 produce result files from fake measurements in a scratch results folder (beside copies of the committed
 ``data/results`` files); then copies of
 chapters 4, 5 and 7 are executed with ``GRAPHBOOK_RESULTS_DIR`` pointing at that folder. Chapter 4 must
@@ -25,14 +25,14 @@ FAKE_SPEEDUP = "5.0x"
 
 
 def fake_env():
-    from graphbook.environment import fingerprint
+    from graphbook.record.environment import fingerprint
 
     return {**fingerprint(), "gpu_name": FAKE_GPU, "gpu_driver": "999.99", "cuda_version": "13.0",
             "gpu_sm_count": 132, "weights": "seeded-random"}
 
 
 def write_fake_blurball_run(results_dir):
-    from graphbook import gpu_measure as gpu
+    from graphbook.lab import gpu_measure as gpu
 
     measurements = []
     for config in gpu.plan_matrix():
@@ -51,7 +51,7 @@ def write_fake_blurball_run(results_dir):
 
 
 def write_fake_tensorrt_run(results_dir):
-    from graphbook import gpu_runtimes as trt
+    from graphbook.lab import gpu_runtimes as trt
 
     rows = []
     for variant, ms, extra in [("eager_fp32", 12.345, {"precision": "fp32", "same_output": True}),

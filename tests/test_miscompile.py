@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from graphbook import miscompile as mc
+from graphbook import miscompile as mc, paths
 
 # A shortened wrapper with the shape of BlurBall's (fusion on): the fused kernel reads buf187 early.
 _HEAD = "from torch import empty\n\nclass Runner:\n    def call(self, args):\n"
@@ -102,7 +102,7 @@ def test_reproducer_verdict_in_a_fresh_process(monkeypatch, tmp_path):
 
 
 def test_a_recorded_verdict_is_used_first(monkeypatch, tmp_path):
-    from graphbook import results
+    from graphbook.record import results
 
     monkeypatch.setattr(mc, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr(mc, "_run_reproducer", lambda *a: pytest.fail("must not run the reproducer"))
@@ -140,7 +140,7 @@ def test_check_model_refuses_an_unknown_name():
 
 
 def test_bisect_freezing_keeps_no_copy_and_no_path_setup(tmp_path):
-    source = (mc.REPO_ROOT / "code" / "bisect_freezing.py").read_text()
+    source = paths.script("bisect_freezing.py").read_text()
     # (a regex for the import-path edit, so that this test does not itself contain the text it bans)
     assert not re.search(r"sys\.path", source), "bisect_freezing.py edits the import path"
     for banned in ("spec_from_file_location", "freezing=True", "class SmallHRNet"):

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from graphbook import provenance
+from graphbook.record import provenance
 
 
 def _write(path, cells, execution=None):

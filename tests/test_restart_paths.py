@@ -5,12 +5,13 @@ import sys
 import pandas as pd
 import pytest
 
-from graphbook import restart_paths, results
-from graphbook.blurball import TRAINED_CHECKPOINT
-from graphbook.environment import REPO_ROOT
+from graphbook import restart_paths
+from graphbook.record import results
+from graphbook.paths import TRAINED_CHECKPOINT
+from graphbook import paths
 from cli_checks import assert_usage_error, run_script
 
-SCRIPT = REPO_ROOT / "code" / "bench_restart_paths.py"
+SCRIPT = paths.script("bench_restart_paths.py")
 
 
 def test_path_registry_names_are_unique_and_say_what_they_are_tied_to():
@@ -58,7 +59,7 @@ def test_bench_script_bad_arguments_exit_2_with_one_line(args):
 
 @pytest.mark.slow
 def test_onnx_runtime_paths_are_correct_and_never_import_torch(tmp_path):
-    rows = restart_paths.run_restart_paths(REPO_ROOT / TRAINED_CHECKPOINT, input_hw=(32, 64), repeats=1, threads=1,
+    rows = restart_paths.run_restart_paths(TRAINED_CHECKPOINT, input_hw=(32, 64), repeats=1, threads=1,
                                            paths=("eager", "ort-raw", "ort-optimized-ort", "ort-dynamic"),
                                            steady_runs=1, workdir=tmp_path)
     by_path = {r["path"]: r for r in rows}
@@ -102,7 +103,7 @@ def test_cpp_loader_without_gplusplus_is_a_clear_error(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_cpp_loader_runs_the_package_without_python_and_matches_eager(tmp_path):
-    rows = restart_paths.run_restart_paths(REPO_ROOT / TRAINED_CHECKPOINT, input_hw=(32, 64), repeats=1, threads=1,
+    rows = restart_paths.run_restart_paths(TRAINED_CHECKPOINT, input_hw=(32, 64), repeats=1, threads=1,
                                            paths=("aoti-cpp", "aoti-cpp-dynamic"), steady_runs=1, workdir=tmp_path)
     by_path = {r["path"]: r for r in rows}
     for name, row in by_path.items():

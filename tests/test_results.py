@@ -1,4 +1,4 @@
-"""Tests of the results schema (graphbook.results): kinds, write_run, load, latest_run, the comparison."""
+"""Tests of the results schema (graphbook.record.results): kinds, write_run, load, latest_run, the comparison."""
 import csv
 import hashlib
 import os
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from graphbook import results
+from graphbook.record import results
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "data" / "results"
@@ -353,7 +353,7 @@ def test_renamed_variant_values_are_migrated_on_read():
 def test_per_run_ids_and_latest_recording(tmp_path):
     """A benchmark invocation writes several runs to one file: each gets <stem>/r<run>; rows measured once
     keep the stem; latest_run is one run, latest_recording every run of the newest file."""
-    from graphbook import runs
+    from graphbook.record import runs
 
     env = {"date": "2026-11-30T10:00:00+00:00", "cpu_model": "X", "threads": 1}
     old = results.write_run("cpu-blurball", [{"variant": "a", "median_ms": 9.0}], {**env, "date": "2026-11-29T10:00:00+00:00"},

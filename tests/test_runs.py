@@ -1,12 +1,12 @@
-"""Tests of graphbook.runs (decisions across recorded runs) and timing.repeated_alternating, on synthetic
+"""Tests of graphbook.record.runs (decisions across recorded runs) and timing.repeated_alternating, on synthetic
 frames: two machines, three runs each, one variant that fails its check, one run under load."""
 import math
 
 import pandas as pd
 import pytest
 
-from graphbook import runs as R
-from graphbook import timing
+from graphbook.record import runs as R
+from graphbook.record import timing
 
 LAPTOP = {"cpu_model": "AMD EPYC 7B12", "cpu_isa": "avx2", "torch_isa": "AVX2", "threads": 2}
 XEON = {"cpu_model": "Intel(R) Xeon(R) Processor", "threads": 2}  # an older file: no ISA columns

@@ -1,10 +1,10 @@
-"""Tests of the timing harness (graphbook.timing)."""
+"""Tests of the timing harness (graphbook.record.timing)."""
 import time
 
 import pytest
 import torch
 
-from graphbook import timing
+from graphbook.record import timing
 
 
 def test_summarize_median_quartiles_and_spread():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from graphbook import training
+from graphbook import paths, training
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "code" / "train_blurball.py"
@@ -112,7 +112,7 @@ def test_the_books_checkpoint_finds_the_ball():
     import torch
     from graphbook import blurball, scoring, synthetic_clips
 
-    checkpoint = ROOT / blurball.TRAINED_CHECKPOINT
+    checkpoint = paths.TRAINED_CHECKPOINT
     provenance = json.loads(checkpoint.with_name("blurball_synthetic.provenance.json").read_text())
     assert checkpoint.stat().st_size <= 10 * 1024 * 1024
     assert hashlib.sha256(checkpoint.read_bytes()).hexdigest() == provenance["checkpoint_sha256"]

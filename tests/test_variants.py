@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from graphbook import results, variants, warmup
+from graphbook.record import results
+from graphbook import variants, warmup
 
 SHAPE = (1, 9, 16, 24)
 

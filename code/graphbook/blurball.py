@@ -30,6 +30,8 @@ from typing import Mapping, Sequence
 import torch
 from torch import nn
 
+from .paths import TRAINED_CHECKPOINT
+
 # Input contract (spec section 3): three frames, ImageNet statistics per frame.
 FRAMES_IN = 3
 FRAMES_OUT = 3
@@ -52,7 +54,6 @@ DEFAULT_SEED = 0
 DEAD_MODULE_PREFIXES = ("stage4.0.fuse_layers.1.", "stage4.0.fuse_layers.2.", "stage4.0.fuse_layers.3.")
 
 #: The checkpoint ``code/train_blurball.py --seed 0`` wrote for the book (relative to the repository).
-TRAINED_CHECKPOINT = "data/checkpoints/blurball_synthetic.pt"
 
 
 class CheckpointError(ValueError):
@@ -364,9 +365,7 @@ def load_trained_blurball(path: str | Path | None = None, *, heatmap_only: bool 
     beside it in ``blurball_synthetic.provenance.json``. Raises FileNotFoundError naming the script
     that recreates it when the file is missing.
     """
-    from .environment import REPO_ROOT
-
-    path = Path(path) if path is not None else REPO_ROOT / TRAINED_CHECKPOINT
+    path = Path(path) if path is not None else TRAINED_CHECKPOINT
     if not path.is_file():
         raise FileNotFoundError(f"trained BlurBall checkpoint not found: {path}; "
                                 "recreate it with `python code/train_blurball.py --seed 0`")

@@ -1,4 +1,4 @@
-"""Chapter set-up, repository paths and the book's data files (every chapter, from Chapter 1).
+"""Chapter set-up and the book's data files (every chapter, from Chapter 1).
 
 Chapters call :func:`setup_chapter` in their first cell so that threads, seeds and the plotting
 style are the same whether a chapter runs under nbval, the book build or a reader's Jupyter.
@@ -7,18 +7,9 @@ from __future__ import annotations
 
 import os
 import random
-from pathlib import Path
 
-from .environment import REPO_ROOT, fingerprint, inductor_cache_dir_for_caps, set_threads
-
-DATA = REPO_ROOT / "data"
-SEED_DIR = DATA / "seed"
-PAPERS_DIR = DATA / "papers"
-#: Where measurements are written and read back. A test (or a lab engineer trying a scratch run) points the
-#: whole book at another folder with the environment variable ``GRAPHBOOK_RESULTS_DIR``.
-RESULTS_DIR = Path(os.environ["GRAPHBOOK_RESULTS_DIR"]).resolve() if os.environ.get("GRAPHBOOK_RESULTS_DIR") \
-    else DATA / "results"
-CODE_DIR = REPO_ROOT / "code"
+from .paths import DATA_DIR
+from .record.environment import fingerprint, inductor_cache_dir_for_caps, set_threads
 
 
 def setup_chapter(threads: int = 2, seed: int = 0) -> dict:
@@ -52,7 +43,7 @@ def read_data_csv(relative: str):
     """Read a CSV from ``data/`` as a pandas DataFrame, with a clear error if it is missing (Chapter 2)."""
     import pandas as pd
 
-    path = DATA / relative
+    path = DATA_DIR / relative
     if not path.exists():
-        raise FileNotFoundError(f"data file {relative!r} is missing under {DATA}; see data/README.md")
+        raise FileNotFoundError(f"data file {relative!r} is missing under {DATA_DIR}; see data/README.md")
     return pd.read_csv(path)

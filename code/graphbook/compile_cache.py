@@ -26,7 +26,6 @@ from pathlib import Path
 
 RESULT_MARKER = "GRAPHBOOK_RESULT "
 SCENARIOS = ("cold", "warm", "artifacts")
-_CODE_DIR = Path(__file__).resolve().parents[1]
 
 
 class CompileCacheError(RuntimeError):
@@ -165,7 +164,6 @@ def run_fresh_process(spec: RestartSpec, cache_dir: str | os.PathLike, *, load_a
     # the child must not inherit a parent's "no cache" or debug switches, or "warm" would be cold
     for var in ("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCH_COMPILE_DEBUG"):
         env.pop(var, None)
-    env["PYTHONPATH"] = os.pathsep.join([str(_CODE_DIR), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["OMP_NUM_THREADS"] = str(spec.threads)
     cmd = [sys.executable, "-m", "graphbook.compile_cache", "--child", json.dumps(payload)]
     from .compiletime import run_tagged_child

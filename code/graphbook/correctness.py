@@ -19,7 +19,8 @@ from typing import Callable
 
 import torch
 
-from . import blurball, decoding, results, scoring, synthetic_clips, variants
+from . import blurball, decoding, scoring, synthetic_clips, variants
+from .record import results
 
 #: Two detections "agree" when their centres are within this many pixels (half a pixel: same blob, same place).
 DEFAULT_AGREE_PX = 0.5
@@ -81,7 +82,7 @@ def correctness_table(runners: dict[str, Callable], clips: list, *, reference: s
     """One row per variant: logits vs ``reference`` and detections vs reference and ground truth (Chapter 6).
 
     Columns: variant, clips, frames, max_abs_diff, same_output (within
-    :data:`graphbook.results.SAME_OUTPUT_ATOL` on every batch, :func:`graphbook.results.compare_to_reference`),
+    :data:`graphbook.record.results.SAME_OUTPUT_ATOL` on every batch, :func:`graphbook.record.results.compare_to_reference`),
     expected_to_match_eager (from :mod:`graphbook.variants`; None for a label it does not know),
     agree_frames, agree_share, max_shift_px, detection_rate, median_error_px, median_angle_error_deg,
     false_positive_rate (plain Python values).

@@ -31,6 +31,8 @@ from typing import Sequence
 
 import torch
 
+from .paths import TLPARSE_REPORT_DIR
+
 #: The artifacts Chapter 3 shows, in order; :func:`available_log_artifacts` says which exist here. In torch
 #: 2.13 on CPU ``schedule`` logs nothing for the C++ backend (it is written by the GPU scheduling code), while
 #: ``fusion`` logs every round of the scheduler's fusion attempts and ``output_code`` the whole wrapper.
@@ -121,8 +123,7 @@ def capture_torch_logs(code: str, logs: Sequence[str] = CHAPTER_ARTIFACTS, *, ti
     unknown = [name for name in logs if name not in known]
     if unknown:
         raise ValueError(f"unknown TORCH_LOGS name(s) {unknown}; this torch offers {sorted(known)}")
-    env = {**os.environ, "TORCH_LOGS": ",".join(logs), "OMP_NUM_THREADS": str(threads),
-           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env = {**os.environ, "TORCH_LOGS": ",".join(logs), "OMP_NUM_THREADS": str(threads)}
     start = time.perf_counter()
     try:
         proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -233,7 +234,7 @@ def graph_break_comparison(size: int = 4096, repeats: int = 50, warmup: int = 5)
     Each variant is compiled once (a few seconds each).
     """
     from .inductor_tools import explain
-    from .timing import time_cpu
+    from .record.timing import time_cpu
 
     x = torch.linspace(-1, 1, size)
     sink = io.StringIO()
@@ -300,7 +301,7 @@ def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, t
     out_dir = Path(out_dir)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="graphbook-trace-") as trace_dir:
-        env = {**os.environ, "TORCH_TRACE": trace_dir, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        env = {**os.environ, "TORCH_TRACE": trace_dir,
                "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}   # a cache hit would leave the trace without code
         script = _TRACE_SCRIPT.format(threads=threads, height=height, width=width)
         proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
@@ -351,7 +352,6 @@ def fix_tlparse_pages(out_dir: str | Path) -> int:
 
 #: Where ``code/make_tlparse_report.py`` writes the report by default: under ``_config.yml``'s
 #: ``html_extra_path`` (``images/extra``), so the built site serves it at :data:`TLPARSE_SITE_PATH`.
-TLPARSE_REPORT_DIR = Path(__file__).resolve().parents[2] / "images" / "extra" / "tlparse"
 #: The report's page relative to the site root; a chapter page (``chapters/03_*.html``) links it as
 #: ``../tlparse/index.html``.
 TLPARSE_SITE_PATH = "tlparse/index.html"
@@ -373,7 +373,7 @@ def _write_tlparse_provenance(out_dir: Path, *, height, width, threads, command,
     import json
     import platform
 
-    from . import environment
+    from .record import environment
 
     files = [p for p in out_dir.rglob("*") if p.is_file() and p.name != "provenance.json"]
     record = {"torch": torch.__version__, "tlparse": tlparse, "python": platform.python_version(),

@@ -26,7 +26,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from graphbook import compiletime, probes, timing
+from graphbook import compiletime, probes
+from graphbook.record import timing
 from graphbook.folding import fold_conv_bn
 
 DEFAULT_SIZE = 2 ** 25          # float32 elements per array: 128 MiB, well beyond the private caches
@@ -367,7 +368,7 @@ def csv_rows(folding: dict, chain_result: dict, compile_result: dict | None, run
         for variant in ("cold", "warm"):
             rows.append({"part": "compile_time", "variant": variant,
                          "size_elements": chain_result["n_elements"],
-                         # the schema's name for compile time (graphbook.results.COMPILE_S)
+                         # the schema's name for compile time (graphbook.record.results.COMPILE_S)
                          **{("compile_s" if k == "seconds" else k): v for k, v in compile_result[variant].items()}})
     fmap = "x".join(str(v) for v in folding["feature_map"])
     timing_keys = ("median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats")

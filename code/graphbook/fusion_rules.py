@@ -34,8 +34,7 @@ Simplifications, stated so nobody mistakes this for TVM itself: no limit on grou
 """
 from __future__ import annotations
 
-import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Iterable, Sequence
 

@@ -55,7 +55,7 @@ HEAD_MODULE = "final_layers"
 #: How prose names each layer group.
 GROUP_WORDS = {"stem": "stem", "head": "head", "se": "SE layers"}
 
-#: Result kinds (``graphbook.results.KINDS``) this module's rows are written as.
+#: Result kinds (``graphbook.record.results.KINDS``) this module's rows are written as.
 KIND_MATRIX = "int8-matrix"
 KIND_TENSOR_ERRORS = "int8-tensor-errors"
 
@@ -180,9 +180,9 @@ def int8_settings() -> dict:
 
     Returns ``{"reduce_range": bool, "reduce_range_reason": str, "cpu_isa": str, "vnni": bool | None}``.
     The choice lives in ``int8_settings_for`` (one place decides for the whole book); this records it
-    with the instruction set it was decided from (:func:`graphbook.environment.cpu_features`).
+    with the instruction set it was decided from (:func:`graphbook.record.environment.cpu_features`).
     """
-    from .environment import cpu_features
+    from .record.environment import cpu_features
     from .onnx_utils import int8_settings_for
 
     features = cpu_features()
@@ -661,7 +661,7 @@ def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_
     frame = pd.DataFrame(frame).reset_index(drop=True)
     if "run_id" in frame and frame["run_id"].nunique() > 1:
         raise Int8MatrixError(f"the frame holds {frame['run_id'].nunique()} runs; pass one "
-                              "(latest_matrix or graphbook.results.latest_run) so the configurations share "
+                              "(latest_matrix or graphbook.record.results.latest_run) so the configurations share "
                               "one machine and load")
     missing = [c for c in ("config", "precision", "status", "detection_rate", "median_error_px", "latency_ms")
                if c not in frame]
@@ -779,7 +779,7 @@ def latest_tensor_errors(results_dir: str | Path | None = None):
 
 
 def _latest(kind_name: str, results_dir):
-    from . import results
+    from .record import results
 
     frame = results.load(kind_name, results_dir=results_dir)
     if "smoke" in frame:
@@ -793,7 +793,7 @@ def combine_runs(frame):
     """One row per configuration from every recorded run of the newest run's machine and conditions (Chapter 4).
 
     The accuracy columns are deterministic (same clips, same seeds, same models) and come from the
-    newest run; the latency is decided across runs, as :func:`graphbook.runs.summarize_runs` does for
+    newest run; the latency is decided across runs, as :func:`graphbook.record.runs.summarize_runs` does for
     every benchmark of the book: ``latency_ms`` is the median of the runs' medians, ``latency_min_ms``
     and ``latency_max_ms`` the smallest and largest run median, ``runs`` how many runs timed the
     configuration, and ``speedup_vs_fp32`` is recomputed from the combined medians. Runs on another
@@ -804,14 +804,14 @@ def combine_runs(frame):
     """
     import pandas as pd
 
-    from . import results
-    from . import runs as recorded_runs
+    from .record import results
+    from .record import runs as recorded_runs
 
     frame = pd.DataFrame(frame)
     if frame.empty:
         raise Int8MatrixError("no recorded INT8 matrix run: run `python code/bench_int8.py` first")
     if "run_id" not in frame:
-        raise Int8MatrixError("the frame has no run_id column: pass rows from graphbook.results.load")
+        raise Int8MatrixError("the frame has no run_id column: pass rows from graphbook.record.results.load")
     framed = recorded_runs.add_machine(frame)
     latest = results.latest_run(framed)
     same = framed[framed[recorded_runs.MACHINE] == latest[recorded_runs.MACHINE].iloc[0]]
@@ -833,7 +833,7 @@ def combine_runs(frame):
 
 def combined_matrix(results_dir: str | Path | None = None):
     """:func:`combine_runs` over every recorded (non-smoke) run of the matrix (Chapter 4)."""
-    from . import results
+    from .record import results
 
     frame = results.load(KIND_MATRIX, results_dir=results_dir)
     if "smoke" in frame:

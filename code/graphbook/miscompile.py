@@ -28,9 +28,9 @@ from pathlib import Path
 
 import torch
 
-from .environment import REPO_ROOT
+from .paths import CODE_DIR
 
-REPRO_SCRIPT = REPO_ROOT / "code" / "repro_freezing_miscompile.py"
+REPRO_SCRIPT = CODE_DIR / "repro_freezing_miscompile.py"
 #: Where verdicts are remembered between chapter runs, one file per torch version (not a measurement, so
 #: not in data/results; ``record_verdict`` files a run there when a recorded one is wanted).
 CACHE_DIR = Path(os.environ.get("GRAPHBOOK_CACHE_DIR", Path.home() / ".cache" / "graphbook"))
@@ -91,7 +91,7 @@ def freezing_bug_verdict(*, refresh: bool = False, timeout: float = 900, threads
 
 
 def _recorded_verdict() -> dict | None:
-    from . import results
+    from .record import results
 
     try:
         frame = results.load("freezing-repro")
@@ -111,7 +111,7 @@ def _recorded_verdict() -> dict | None:
 
 def record_verdict(results_dir=None, threads: int = 2) -> Path:
     """Run the reproducer now and file the verdict as a new ``cpu-freezing-repro-<date>.csv`` (Chapter 3)."""
-    from . import environment, results
+    from .record import environment, results
 
     verdict = _run_reproducer(900, threads)
     row = {k: v for k, v in verdict.items() if k != "output"}

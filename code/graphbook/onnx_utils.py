@@ -167,12 +167,12 @@ def check_batches(model, path: str | Path, input_chw, batch_sizes=(1, 2, 3), *, 
     """Serve every batch size from ONE session on ``path`` and compare each with eager ``model`` (Chapter 7).
 
     Returns one dict per batch size: ``batch_size``, ``output_shape`` and the fields of
-    :func:`graphbook.results.compare_to_reference` (``max_abs_diff``, ``same_output``...). A batch
+    :func:`graphbook.record.results.compare_to_reference` (``max_abs_diff``, ``same_output``...). A batch
     the model refuses (a static export) gets ``error`` with ONNX Runtime's message instead.
     """
     import torch
 
-    from .results import compare_to_reference
+    from .record.results import compare_to_reference
 
     session = make_session(path, threads=threads)
     gen = torch.Generator().manual_seed(seed)
@@ -610,7 +610,7 @@ class Int8Settings:
 def int8_settings_for(features: Mapping | None = None, *, per_channel: bool = True) -> Int8Settings:
     """INT8 settings that do not saturate on the CPU described by ``features`` (Chapter 4).
 
-    ``features`` is a :func:`graphbook.environment.cpu_features` dict (default: this CPU, which the
+    ``features`` is a :func:`graphbook.record.environment.cpu_features` dict (default: this CPU, which the
     variable ``GRAPHBOOK_CPU_FEATURES`` can override to ask what another CPU would get). uint8
     activations and int8 weights throughout; ``reduce_range`` (7-bit weights) is switched on wherever
     the u8 x s8 products may go through a 16-bit intermediate -- x86 without VNNI, or a CPU whose
@@ -619,7 +619,7 @@ def int8_settings_for(features: Mapping | None = None, *, per_channel: bool = Tr
     are decided from the features, not from the kernel it will run.
     """
     if features is None:
-        from .environment import cpu_features
+        from .record.environment import cpu_features
 
         features = cpu_features()
     arch, vnni = features.get("arch", "other"), features.get("vnni")

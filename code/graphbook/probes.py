@@ -31,7 +31,7 @@ def copy_bandwidth(nbytes: int = 256 * MIB, repeats: int = 5, device: str = "cpu
     """
     import torch
 
-    from .timing import time_fn
+    from .record.timing import time_fn
 
     _positive_int("nbytes", nbytes, 4)
     _positive_int("repeats", repeats)
@@ -57,7 +57,7 @@ def matmul_peak(n: int = 2048, dtype=None, device: str = "cpu", repeats: int = 5
     """
     import torch
 
-    from .timing import time_fn
+    from .record.timing import time_fn
 
     _positive_int("n", n)
     _positive_int("repeats", repeats)

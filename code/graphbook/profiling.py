@@ -2,7 +2,7 @@
 
 Introduced in Chapter 5. The article profiles BlurBall on a GPU and groups the kernels into
 convolution, batch norm, element-wise and other. :func:`op_category` is the book's one rule that puts
-an op (or a GPU kernel) in a category, on the CPU and on the GPU alike (:mod:`graphbook.gpu_profiling`
+an op (or a GPU kernel) in a category, on the CPU and on the GPU alike (:mod:`graphbook.lab.gpu_profiling`
 uses it for its kernels): the *innermost* op decides, so the weight casts that autocast runs inside
 ``aten::conv2d`` count as "cast/copy", not as convolution. :func:`profile_eager` profiles one eager
 forward on the CPU and groups its op units (:func:`cpu_op_units`: nested ops of one category are one
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .results import SPEEDUP_VS_EAGER
+from .record.results import SPEEDUP_VS_EAGER
 
 #: Profile categories, in table order (the CPU profile and the GPU kernel profile share them).
 CATEGORIES = ("convolution", "batch_norm", "cast/copy", "elementwise", "other")

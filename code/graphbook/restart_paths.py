@@ -3,7 +3,7 @@
 Introduced in Chapter 6 (and used by Chapter 7's server). A server that restarts pays whatever its
 model needs before the first answer. Each path below is measured in **fresh processes** (at least 3),
 from the moment the parent launches the child to the moment the child holds the first output; the
-parent then checks that output against eager FP32 with :func:`graphbook.results.compare_to_reference`
+parent then checks that output against eager FP32 with :func:`graphbook.record.results.compare_to_reference`
 (a fast wrong answer is not a restart path):
 
 ==========================  =====================================================================
@@ -60,11 +60,11 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import paths
 from .compiletime import run_tagged_child, seconds_to_ready
 
 RESULT_MARKER = "GRAPHBOOK_RESULT "
 KIND = "restart-paths"
-_CODE_DIR = Path(__file__).resolve().parents[1]
 
 
 class RestartPathError(RuntimeError):
@@ -292,7 +292,6 @@ def _run_child(spec: dict, env_extra: dict | None = None, *, cache_dir=None, tim
     env.update(env_extra or {})
     if cache_dir is not None:
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
-    env["PYTHONPATH"] = os.pathsep.join([str(_CODE_DIR), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["OMP_NUM_THREADS"] = str(spec["threads"])
     spec = dict(spec, launched_at=time.time())
     cmd = [sys.executable, "-m", "graphbook.restart_paths", "--child", json.dumps(spec)]
@@ -516,13 +515,13 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
 
     Starts are interleaved by round (every path once, then again), so a slow phase of a shared
     machine spreads over all paths instead of hitting one. Every first output is compared with eager
-    FP32 (:func:`graphbook.results.compare_to_reference`). Returns one row per (path, repeat).
+    FP32 (:func:`graphbook.record.results.compare_to_reference`). Returns one row per (path, repeat).
     With ``server_repeats > 0`` the server is also started from the artifacts
     (:func:`server_readiness`) and its rows are appended to the list ``server_rows``.
     """
     import numpy as np
 
-    from . import results
+    from .record import results
 
     chosen = [path_by_name(n) for n in paths]
     if repeats < 1:
@@ -692,7 +691,7 @@ def time_server_to_ready(artifact, batch_sizes, input_hw, *, threads: int = 2, e
     env.update(env_extra or {})
     if cache_dir is not None:
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
-    script = _CODE_DIR / "serve_blurball.py"
+    script = paths.script("serve_blurball.py")
     cmd = [sys.executable, str(script), "--artifact", str(artifact), "--port", "0", "--height", str(input_hw[0]),
            "--width", str(input_hw[1]), "--threads", str(threads), "--batch-sizes", ",".join(map(str, batch_sizes))]
     return seconds_to_ready(cmd, env=env, timeout=timeout, what=f"server from {Path(artifact).name}",

@@ -101,8 +101,9 @@ def train(args) -> dict:
     """
     import numpy as np
     import torch
-    from . import blurball, results, scoring, synthetic_clips
-    from .environment import fingerprint, set_threads
+    from . import blurball, scoring, synthetic_clips
+    from .record import results
+    from .record.environment import fingerprint, set_threads
 
     started = time.time()
     deadline = started + args.minutes * 60.0

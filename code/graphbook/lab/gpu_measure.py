@@ -5,7 +5,7 @@ The article's Section 5 matrix at batch 1 and 3 x 288 x 512: eager FP32 and FP16
 cuDNN benchmark on (measured in a child process: :func:`run_cudnn_benchmark_child`), torch.compile
 default, reduce-overhead and max-autotune. :func:`plan_matrix` lists the configurations,
 :func:`measure` checks each against eager FP32, times it and profiles three of them
-(:mod:`graphbook.gpu_profiling`), :func:`build_rows` gives the ``gpu-blurball`` rows. On a CPU,
+(:mod:`graphbook.lab.gpu_profiling`), :func:`build_rows` gives the ``gpu-blurball`` rows. On a CPU,
 ``--smoke`` (``parse_args(["--smoke", ...])``) runs every step with a tiny stand-in model.
 The command line (``main``) stays in ``code/gpu_blurball.py``; this module imports no torch until a
 measurement starts.
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from . import gpu_profiling as gp
-from .book import CODE_DIR
-from .cli import EXIT_RESOURCE_ABSENT, make_parser, positive_int
+from ..paths import CODE_DIR
+from ..record.cli import EXIT_RESOURCE_ABSENT, make_parser, positive_int
 
 PROG = "gpu_blurball.py"
 KIND = "gpu-blurball"
@@ -39,7 +39,7 @@ MAX_AUTOTUNE_BUDGET_S = 240.0
 TOTAL_BUDGET_S = 480.0
 SMOKE = dict(height=32, width=64, repeats=2, warmup=1)
 
-# Column names are graphbook.results' canonical ones: compile_s is the synchronized first call (the
+# Column names are graphbook.record.results' canonical ones: compile_s is the synchronized first call (the
 # compile for compiled modes), second_call_s the CUDA-graph recording call.
 VARIANT_COLUMNS = ["record", "variant", "precision", "fp16_method", "mode", "layout", "cudnn_benchmark",
                    "process", "median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats", "warmup",
@@ -174,7 +174,7 @@ def failed_variants(rows: list[dict]) -> list[str]:
 
 def write_results(rows: list[dict], env: dict, results_dir: Path | None, device_name: str) -> Path:
     """Write rows to a new ``gpu-blurball-<device>-<date>[-N].csv``; never an existing file (Chapter 5)."""
-    from . import results
+    from ..record import results
 
     return results.write_run(KIND, rows, env, results_dir=results_dir, tag=device_slug(device_name))
 
@@ -224,7 +224,7 @@ def _sync(device: str):
 def build_call(config: dict, model, x, *, device: str = "cuda", fresh_cache: bool = True):
     """``(call, first_call_s, second_call_s)`` for one configuration (Chapter 5).
 
-    First calls follow :func:`graphbook.gpu_profiling.first_calls`: synchronized, and two of them for
+    First calls follow :func:`graphbook.lab.gpu_profiling.first_calls`: synchronized, and two of them for
     the CUDA-graph modes (``second_call_s`` is empty for the others). Compiles run after
     ``torch._dynamo.reset()`` in a fresh Inductor cache unless ``fresh_cache`` is False.
     """
@@ -265,7 +265,7 @@ def build_call(config: dict, model, x, *, device: str = "cuda", fresh_cache: boo
 
 def load_model_and_input(args, device: str):
     """The model and input for a run: BlurBall at 288 x 512, or the smoke stand-in at 32 x 64 (Chapter 5)."""
-    from . import blurball
+    from .. import blurball
 
     if args.smoke:
         return (gp.smoke_model(), blurball.example_input(height=SMOKE["height"], width=SMOKE["width"]))
@@ -277,7 +277,7 @@ def measure_configs(configs, model, x, reference, args, *, device: str, log=prin
     """Check, time (and profile) each configuration in this process; one entry per configuration (Chapter 5)."""
     import torch
 
-    from . import results, timing
+    from ..record import results, timing
 
     started = started if started is not None else time.perf_counter()
     measurements = []
@@ -386,7 +386,7 @@ def environment(args, device: str) -> dict:
     """The run's provenance: the fingerprint plus cuDNN, SM count, weights and the smoke flag (Chapter 5)."""
     import torch
 
-    from .environment import fingerprint
+    from ..record.environment import fingerprint
 
     env = fingerprint()
     env["cudnn_version"] = str(torch.backends.cudnn.version())

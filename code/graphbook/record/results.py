@@ -35,7 +35,7 @@ SOURCE_FILE = "source_file"        #: added on read: the file a row came from
 RUN = "run"                        #: 1, 2, 3...: the run of its recording (file) a row belongs to;
                                    #: write_run(per_run=True) makes its run_id "<file stem>/r<run>"
 RUN_ORDER = "run_order"            #: 1 = the variant went first in its run (the order rotates between runs)
-COPY_GBPS = "copy_gbps"            #: copy_ bandwidth measured in the same run (graphbook.runs.flag_under_load)
+COPY_GBPS = "copy_gbps"            #: copy_ bandwidth measured in the same run (graphbook.record.runs.flag_under_load)
 DATE = "date"                      #: UTC ISO 8601 time of the run (environment fingerprint)
 VARIANT = "variant"                #: a variant name (see graphbook.variants for BlurBall's)
 MEDIAN_MS = "median_ms"
@@ -148,9 +148,9 @@ def kind_of_file(file_name: str) -> str | None:
 
 def _results_dir(results_dir) -> Path:
     if results_dir is None:
-        from .book import RESULTS_DIR
+        from .. import paths
 
-        return Path(RESULTS_DIR)
+        return Path(paths.RESULTS_DIR)
     return Path(results_dir)
 
 
@@ -204,7 +204,7 @@ def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
 
     ``per_run=True``: the file holds several independent runs of one invocation (the benchmarks record
     at least three, Chapter 5). A row with a :data:`RUN` value ``k`` gets ``run_id`` ``<file stem>/r<k>``,
-    so :mod:`graphbook.runs` counts each run on its own; a row without one (measured once per
+    so :mod:`graphbook.record.runs` counts each run on its own; a row without one (measured once per
     invocation: a profile, a compile in a fresh process) keeps the file's stem.
     :func:`latest_recording` reads back every run of the newest file.
     """
@@ -463,7 +463,7 @@ def latest_recording(frame):
     A benchmark invocation records several independent runs in one file (``run_id`` ``<stem>/r1``,
     ``<stem>/r2``... see :func:`write_run`), so :func:`latest_run` returns only one of them; a chapter
     that shows "the newest recording" takes this and decides on medians across its runs
-    (:func:`graphbook.runs.summarize_runs`). For files holding one run it equals :func:`latest_run`.
+    (:func:`graphbook.record.runs.summarize_runs`). For files holding one run it equals :func:`latest_run`.
     An empty frame comes back as it is.
     """
     if frame.empty:
@@ -506,7 +506,7 @@ def compare_to_reference(output, reference, *, atol: float = SAME_OUTPUT_ATOL) -
     if out.ndim == 4:
         import torch
 
-        from .blurball import heatmap_peaks
+        from ..blurball import heatmap_peaks
 
         same = (heatmap_peaks(torch.from_numpy(out)) == heatmap_peaks(torch.from_numpy(ref))).all(dim=-1)
         result.update({SAME_PEAK_FRAMES: int(same.sum()), PEAK_FRAMES: int(same.numel()),

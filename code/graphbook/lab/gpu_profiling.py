@@ -32,7 +32,7 @@ import sys
 import time
 from typing import Callable, Iterable, Sequence
 
-from .profiling import CATEGORIES, cpu_op_units, device_kind as _device_kind, is_annotation, op_category
+from ..profiling import CATEGORIES, cpu_op_units, device_kind as _device_kind, is_annotation, op_category
 
 #: Profile categories, in table order: the CPU profile's (graphbook.profiling).
 KERNEL_CATEGORIES = CATEGORIES
@@ -244,7 +244,7 @@ def run_child(argv: Sequence[str], *, timeout: float = 900, env: dict | None = N
 
     Raises RuntimeError with the end of the child's stderr when it fails or emits nothing.
     """
-    from .compiletime import run_tagged_child
+    from ..compiletime import run_tagged_child
 
     rows, _ = run_tagged_child(
         [sys.executable, *argv], CHILD_TAG, env=dict(os.environ, **(env or {})), timeout=timeout,

@@ -12,7 +12,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from ..paths import REPO_ROOT
 
 
 def set_threads(threads: int) -> int:

@@ -6,9 +6,9 @@ a chapter decides on the **median across at least three independent runs**, show
 runs, and keeps runs from different machines apart by their fingerprint (CPU model, instruction
 set, threads). A run taken under load is flagged from its own data, never deleted.
 
-Frames are "long": one row per (run, variant), as :func:`graphbook.results.load` returns them and as
-:func:`graphbook.timing.repeated_alternating` produces them live. Column names follow
-:mod:`graphbook.results` (``run_id``, ``variant``, ``median_ms``, ``same_output``...).
+Frames are "long": one row per (run, variant), as :func:`graphbook.record.results.load` returns them and as
+:func:`graphbook.record.timing.repeated_alternating` produces them live. Column names follow
+:mod:`graphbook.record.results` (``run_id``, ``variant``, ``median_ms``, ``same_output``...).
 """
 from __future__ import annotations
 
@@ -321,7 +321,7 @@ def phrase_comparison(frame, a: str, b: str, *, here: Mapping | str | None = Non
                       variant: str = "variant", run: str = "run_id", lower_is_better: bool = True) -> str:
     """A sentence, generated from the data, comparing ``a`` with ``b`` on this machine and the others (Chapter 5).
 
-    ``here`` is this machine: a fingerprint dict (e.g. :func:`graphbook.environment.fingerprint`) or a
+    ``here`` is this machine: a fingerprint dict (e.g. :func:`graphbook.record.environment.fingerprint`) or a
     label from :func:`machine_label`; default: this process's fingerprint. Example:
     "On this machine (AMD EPYC (avx512_vnni, torch AVX512, 2 threads)) onnxruntime was 1.9x faster than
     eager (median of 3 runs, per-run 1.7x to 2.1x). The recorded runs on Intel(R) Xeon(R) Processor

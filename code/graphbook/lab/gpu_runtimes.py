@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from . import gpu_profiling as gp
-from .cli import EXIT_RESOURCE_ABSENT, make_parser, positive_int
+from ..record.cli import EXIT_RESOURCE_ABSENT, make_parser, positive_int
 
 PROG = "gpu_tensorrt.py"
 KIND = "gpu-tensorrt"
@@ -142,7 +142,7 @@ def tensorrt_runner(trt, engine, x, stream, *, device: str = "cuda"):
 
     ``stream`` is a dedicated CUDA stream (``torch.cuda.Stream``; its handle must not be 0). The input is
     cast to the engine's input type; a failed enqueue raises RuntimeError
-    (:func:`graphbook.gpu_profiling.enqueue_or_raise`).
+    (:func:`graphbook.lab.gpu_profiling.enqueue_or_raise`).
     """
     import torch
 
@@ -214,7 +214,7 @@ def quantize_symmetric(fp32_path: Path, out_path: Path, frames) -> Path:
 
     from onnxruntime import quantization as quant
 
-    from . import onnx_utils as ou
+    from .. import onnx_utils as ou
 
     import onnx
 
@@ -293,7 +293,7 @@ def finish_rows(rows: list[dict]) -> list[dict]:
 
 def write_results(rows: list[dict], env: dict, results_dir: Path | None, device_name: str) -> Path:
     """Write rows to a new ``gpu-tensorrt-<device>-<date>[-N].csv``; never an existing file (Chapter 4)."""
-    from . import results
+    from ..record import results
 
     return results.write_run(KIND, rows, env, results_dir=results_dir, tag=device_slug(device_name))
 
@@ -308,8 +308,9 @@ def measure(args, status, log=print) -> list[dict]:
     """Measure every requested variant; one row each, measured or with the reason it was not (Chapter 4)."""
     import torch
 
-    from . import blurball, results, timing
-    from . import onnx_utils as ou
+    from .. import blurball
+    from ..record import results, timing
+    from .. import onnx_utils as ou
 
     smoke = args.smoke
     device = "cpu" if smoke else "cuda"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .environment import REPO_ROOT
+from ..paths import REPO_ROOT
 
 GLUE_MIME_PREFIX = "application/papermill.record/"
 

@@ -161,7 +161,7 @@ def alternating_timing(fn_a: Callable[[], object], fn_b: Callable[[], object], *
 
     On a shared machine the background load changes within seconds; alternating single calls makes
     both functions see the same load, so the *ratio* of their medians is trustworthy even when the
-    absolute times are not. Returns two ``graphbook.timing.TimingResult`` (A, B).
+    absolute times are not. Returns two ``graphbook.record.timing.TimingResult`` (A, B).
     """
     if not (callable(fn_a) and callable(fn_b)):
         raise TypeError("fn_a and fn_b must be callables taking no arguments")
@@ -199,7 +199,7 @@ def repeated_alternating(fn_a: Callable[[], object], fn_b: Callable[[], object],
     ``pause_s`` sleeps between runs, to let a passing load move on. One row per (run, version):
     ``run_id`` ("live-1", ...), ``variant``, ``median_ms``, ``min_ms``, ``max_ms``, ``q1_ms``,
     ``q3_ms``, ``repeats``, ``warmup``, ``went_first``, then the ``env`` fingerprint (default:
-    :func:`graphbook.environment.fingerprint`), so :mod:`graphbook.runs` can summarize the runs,
+    :func:`graphbook.record.environment.fingerprint`), so :mod:`graphbook.record.runs` can summarize the runs,
     flag one taken under load and phrase the comparison exactly as for recorded runs.
     """
     import pandas as pd

@@ -1,0 +1,32 @@
+"""Where the book's files live: the one home of every path that the package, scripts and chapters use.
+
+Introduced in Chapter 1. The package is installed editable from the checkout, so its folders are found
+from this file's place in ``code/graphbook``; nothing edits ``sys.path`` or ``PYTHONPATH``.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CODE_DIR = REPO_ROOT / "code"
+DATA_DIR = REPO_ROOT / "data"
+SEED_DIR = DATA_DIR / "seed"
+PAPERS_DIR = DATA_DIR / "papers"
+CHECKPOINT_DIR = DATA_DIR / "checkpoints"
+#: BlurBall trained on the synthetic clips by ``code/train_blurball.py`` (committed with the book).
+TRAINED_CHECKPOINT = CHECKPOINT_DIR / "blurball_synthetic.pt"
+#: tlparse's report of one compile, kept as an extra page of the book (Chapter 3).
+TLPARSE_REPORT_DIR = REPO_ROOT / "images" / "extra" / "tlparse"
+#: Where measurements are written and read back. A test (or a lab engineer trying a scratch run) points the
+#: whole book at another folder with the environment variable ``GRAPHBOOK_RESULTS_DIR``.
+RESULTS_DIR = Path(os.environ["GRAPHBOOK_RESULTS_DIR"]).resolve() if os.environ.get("GRAPHBOOK_RESULTS_DIR") \
+    else DATA_DIR / "results"
+
+
+def script(name: str) -> Path:
+    """The path of one of the book's scripts under ``code/`` (Chapter 2: ``script("03_fusion.py")``)."""
+    path = CODE_DIR / name
+    if not path.is_file():
+        raise FileNotFoundError(f"no script {name!r} under {CODE_DIR}")
+    return path
