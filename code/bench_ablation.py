@@ -27,13 +27,12 @@ Each run writes a new file ``cpu-ablation-<date>[-N].csv`` under ``--results-dir
 ``data/results/``; ``graphbook.record.results.write_run``, never an existing file) with the environment columns;
 the runs recorded before, in ``ablation_cpu.csv``, are read back by ``results.load("ablation")``. Exit
 status (``graphbook.record.cli``): 0 ok; 1 a configuration's output differs from eager FP32 (checked with
-``results.compare_to_reference``; the rows are still written); 2 bad arguments.
+``correctness.compare_to_reference``; the rows are still written); 2 bad arguments.
 A cold run costs several minutes on 2 cores (four BlurBall compiles, once each); a warm cache, about
 one; each extra run adds the timed calls only.
 """
 from __future__ import annotations
 
-import datetime as dt
 import sys
 import time
 
@@ -81,6 +80,7 @@ def run(args) -> tuple[list[dict], list[str]]:
 
     from graphbook import blurball, inductor_tools, probes, variants
     from graphbook.record import results, timing
+    from graphbook import correctness
     from graphbook.record.results import COMPILE_S, MAX_ABS_DIFF, SAME_OUTPUT, SAME_PEAKS, SPEEDUP_VS_EAGER
     from graphbook.record.environment import fingerprint, set_threads
 
@@ -107,7 +107,7 @@ def run(args) -> tuple[list[dict], list[str]]:
                 kernels, launches = generated.kernel_count, generated.launches["generated"]
                 extern = len(generated.extern_calls)
             compile_s = time.perf_counter() - start
-            check = results.compare_to_reference(output, reference)
+            check = correctness.compare_to_reference(output, reference)
             if not check[SAME_OUTPUT]:  # every configuration is FP32: all are expected to match
                 failed.append(name)
             builds[name] = {"compiled": compiled_fn, "row": {
@@ -117,34 +117,27 @@ def run(args) -> tuple[list[dict], list[str]]:
                 MAX_ABS_DIFF: check[MAX_ABS_DIFF], SAME_OUTPUT: check[SAME_OUTPUT], SAME_PEAKS: check[SAME_PEAKS]}}
             print(f"{name:30s} compile {compile_s:7.1f} s  kernels {kernels:4d}  "
                   f"diff {check[MAX_ABS_DIFF]:.1e}", flush=True)
-        for index in range(args.runs):  # independent timed runs: nothing is recompiled, the order rotates
-            number = index + 1
-            order = timing.rotated(args.variants, index)
-            started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-            copy_gbps = probes.copy_bandwidth(nbytes=args.probe_mib * probes.MIB, repeats=5)["gb_per_s"]
-            print(f"run {number}/{args.runs}: copy_ {copy_gbps:.1f} GB/s, order {', '.join(order)}", flush=True)
-            for position, name in enumerate(order, start=1):
-                compiled = builds[name]["compiled"]
-                graphs = _unique_graphs()
-                if index % 2 == 0:
-                    eager_t, compiled_t = timing.alternating_timing(
-                        lambda: model(x), lambda: compiled(x), warmup=args.warmup, repeats=args.repeats,
-                        names=("eager", name))
-                else:  # every second run the compiled call goes first in each pair
-                    compiled_t, eager_t = timing.alternating_timing(
-                        lambda: compiled(x), lambda: model(x), warmup=args.warmup, repeats=args.repeats,
-                        names=(name, "eager"))
-                rows.append({
-                    results.RUN: number, **builds[name]["row"],
+        def against_eager(name: str, index: int) -> dict:
+            """One configuration timed in alternated pairs with eager; every second run it goes first."""
+            compiled = builds[name]["compiled"]
+            graphs = _unique_graphs()
+            pair = {"eager": lambda: model(x), name: lambda: compiled(x)}
+            if index % 2:
+                pair = dict(reversed(list(pair.items())))
+            timed = timing.interleaved(pair, warmup=args.warmup, repeats=args.repeats)
+            eager_t, compiled_t = timed["eager"], timed[name]
+            print(f"  {name:30s} eager {eager_t.median_ms:8.1f} ms  compiled {compiled_t.median_ms:8.1f} ms  "
+                  f"speedup {eager_t.median_ms / compiled_t.median_ms:.2f}x", flush=True)
+            return {**builds[name]["row"],
                     "eager_median_ms": eager_t.median_ms, "eager_q1_ms": eager_t.q1_ms, "eager_q3_ms": eager_t.q3_ms,
                     "compiled_median_ms": compiled_t.median_ms, "compiled_q1_ms": compiled_t.q1_ms,
                     "compiled_q3_ms": compiled_t.q3_ms, SPEEDUP_VS_EAGER: eager_t.median_ms / compiled_t.median_ms,
-                    "repeats": args.repeats, "warmup": args.warmup, "run_count": args.runs, "run_started": started,
-                    results.RUN_ORDER: position, "went_first": order[0], results.COPY_GBPS: copy_gbps,
-                    "recompiles": _unique_graphs() - graphs,
-                })
-                print(f"  {name:30s} eager {eager_t.median_ms:8.1f} ms  compiled {compiled_t.median_ms:8.1f} ms  "
-                      f"speedup {rows[-1][SPEEDUP_VS_EAGER]:.2f}x", flush=True)
+                    "repeats": args.repeats, "warmup": args.warmup, "recompiles": _unique_graphs() - graphs}
+
+        # independent timed runs: nothing is recompiled, the order rotates
+        rows = timing.repeated_runs({name: builds[name]["compiled"] for name in args.variants}, runs=args.runs,
+                                    warmup=args.warmup, repeats=args.repeats, probe_bytes=args.probe_mib * probes.MIB,
+                                    measure=against_eager, log=lambda line: print(line, flush=True))
     rows.sort(key=lambda r: (r[results.RUN], args.variants.index(r["variant"])))  # each run in variant order
     path = results.write_run("ablation", rows, env, results_dir=args.results_dir, per_run=True)
     recompiled = sum(r["recompiles"] for r in rows)

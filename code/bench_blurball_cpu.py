@@ -6,7 +6,7 @@
 
 Batch 1, explicit threads. Variants come from ``graphbook.variants`` (any registered name may be
 given to ``--variants``). Each is first checked against eager FP32 with
-``graphbook.record.results.compare_to_reference`` (max abs diff under the one tolerance, and the per-frame
+``graphbook.correctness.compare_to_reference`` (max abs diff under the one tolerance, and the per-frame
 heatmap peak positions), then timed with the book's harness (warm-up, median, spread).
 
 Every variant is built (and compiled) once; then ``--runs`` independent runs (default and minimum 3)
@@ -97,15 +97,14 @@ def format_table(rows: list[dict]) -> str:
 def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     """Build every requested variant once, then time them all in ``args.runs`` rotated runs; write the
     rows to a new CSV. Returns its path and the FP32 variants that failed their check against eager."""
-    import datetime as dt
-
     import torch
 
     from graphbook import blurball, probes
     from graphbook.record import results, runs as runs_lib
+    from graphbook import correctness
     from graphbook.record.environment import fingerprint, set_threads
     from graphbook.profiling import profile_eager, variant_rows
-    from graphbook.record.timing import rotated, time_cpu
+    from graphbook.record.timing import repeated_runs
 
     set_threads(args.threads)
     env = fingerprint(args.threads)
@@ -136,7 +135,7 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
                 continue
             print(f"{name}: building and checking ...", flush=True)
             one = registry.build(name, model, x, context)
-            check = results.compare_to_reference(one.run(x), reference)
+            check = correctness.compare_to_reference(one.run(x), reference)
             note = one.note
             if variant.expected_to_match_eager and not check[SAME_OUTPUT]:
                 note = (note + "; " if note else "") + "output differs from eager FP32"
@@ -145,22 +144,23 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
             bases[name].update({**check, COMPILE_S: one.compile_s,
                                 "note": note or (bf16_reason if variant.precision == "bf16" else "")})
         timed = [name for name in args.variants if name in built]
-        for index in range(args.runs):
-            number = index + 1
-            order = rotated(timed, index)
-            started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-            copy_gbps = probes.copy_bandwidth(nbytes=args.probe_mib * probes.MIB, repeats=5)["gb_per_s"]
-            peaks = {"fp32": probes.matmul_peak(n=args.peak_n, repeats=5)["gflop_per_s"]}
+
+        def matmul_peaks() -> dict:  # the compute reference of each run, beside its copy_ bandwidth
+            peaks = {"peak_fp32": probes.matmul_peak(n=args.peak_n, repeats=5)["gflop_per_s"]}
             if bf16_ok:
-                peaks["bf16"] = probes.matmul_peak(n=args.peak_n, dtype=torch.bfloat16, repeats=5)["gflop_per_s"]
-            per_run = {results.RUN: number, "run_count": args.runs, "run_started": started,
-                       results.COPY_GBPS: copy_gbps, "went_first": order[0] if order else ""}
-            print(f"run {number}/{args.runs}: copy_ {copy_gbps:.1f} GB/s, order {', '.join(order)}", flush=True)
-            measured = []
-            for position, name in enumerate(order, start=1):
-                timing = time_cpu(lambda: built[name].run(x), warmup=args.warmup, repeats=args.repeats, name=name)
-                measured.append({**bases[name], **timing.as_dict(), **per_run, results.RUN_ORDER: position})
-                print(f"  {name}: median {timing.median_ms:.1f} ms", flush=True)
+                peaks["peak_bf16"] = probes.matmul_peak(n=args.peak_n, dtype=torch.bfloat16, repeats=5)["gflop_per_s"]
+            return peaks
+
+        timed_rows = repeated_runs({name: (lambda one=built[name]: one.run(x)) for name in timed}, runs=args.runs,
+                                   warmup=args.warmup, repeats=args.repeats, probe_bytes=args.probe_mib * probes.MIB,
+                                   probes=matmul_peaks, log=lambda line: print(line, flush=True))
+        for number in range(1, args.runs + 1):
+            this_run = [r for r in timed_rows if r[results.RUN] == number]
+            peaks = {key.removeprefix("peak_"): value for key, value in this_run[0].items() if key.startswith("peak_")}
+            per_run = {key: this_run[0][key] for key in (results.RUN, "run_count", "run_started", results.COPY_GBPS,
+                                                         "went_first")}
+            measured = [{**bases[r["variant"]], **{k: v for k, v in r.items() if not k.startswith("peak_")}}
+                        for r in this_run]
             measured += [{**bases[name], **per_run, "note": why} for name, why in skipped.items()]
             measured.sort(key=lambda r: args.variants.index(r["variant"]))  # registry order in the file
             rows += variant_rows(measured, cost.macs, peaks)

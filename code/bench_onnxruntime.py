@@ -14,7 +14,7 @@ timed with the book's harness (warm-up, median, spread) at every requested threa
 - the exporter-optimized export at level "all";
 - an INT8 Q/DQ model (static quantization calibrated on synthetic frames) at level "all".
 
-Every variant is built by ``graphbook.variants`` and judged by ``graphbook.record.results.compare_to_reference``
+Every variant is built by ``graphbook.variants`` and judged by ``graphbook.correctness.compare_to_reference``
 ONCE (one ONNX Runtime session per thread count); then ``--runs`` independent runs (default and minimum
 3) each time every (variant, thread count) once (``--warmup`` untimed calls, ``--repeats`` timed ones) in
 an order that rotates between runs (round-robin), and measure the ``copy_`` bandwidth (``copy_gbps``) so
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import sys
 import tempfile
 from pathlib import Path
@@ -75,6 +74,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from graphbook import blurball, onnx_utils as ou, probes, variants
     from graphbook.record import results, timing
+    from graphbook import correctness
     from graphbook.record.environment import fingerprint, set_threads
     from graphbook.record.results import (COMPILE_S, EXPECTED_TO_MATCH, MAX_ABS_DIFF, PEAK_FRAMES, SAME_OUTPUT,
                                    SAME_PEAK_FRAMES, SAME_PEAKS, SPEEDUP_VS_EAGER)
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
 
     def add(built, *, extra: dict | None = None, thread_counts=None) -> None:
         variant = built.variant
-        check = results.compare_to_reference(built.run(x), reference)  # correctness first, untimed
+        check = correctness.compare_to_reference(built.run(x), reference)  # correctness first, untimed
         if variant.expected_to_match_eager and not check[SAME_OUTPUT]:  # still timed: what would it buy?
             failures.append(f"{variant.name}: max abs diff {check[MAX_ABS_DIFF]:.3g} > {results.SAME_OUTPUT_ATOL:g}")
             print(f"{variant.name}: DOES NOT MATCH eager, max abs diff {check[MAX_ABS_DIFF]:.3g} exceeds "
@@ -136,33 +136,24 @@ def main(argv=None) -> int:
                                  dequantize_linear=counts["DequantizeLinear"])
                 add(built, extra=extra, thread_counts=[threads])
 
-        for index in range(args.runs):  # independent runs: nothing is rebuilt, the order rotates
-            number = index + 1
-            order = timing.rotated(slots, index)
-            started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-            set_threads(max(args.threads))
-            copy_gbps = probes.copy_bandwidth(nbytes=args.probe_mib * probes.MIB, repeats=5)["gb_per_s"]
-            print(f"run {number}/{args.runs}: copy_ {copy_gbps:.1f} GB/s, first {order[0]['key']}", flush=True)
-            eager_ms: dict[int, float] = {}
-            run_rows = []
-            for position, slot in enumerate(order, start=1):
-                set_threads(slot["threads"])
-                result = timing.time_cpu(lambda: slot["built"].run(x), warmup=args.warmup, repeats=args.repeats,
-                                         name=slot["key"])
-                if slot["row"]["variant"] == variants.REFERENCE:
-                    eager_ms[slot["threads"]] = result.median_ms
-                run_rows.append({**slot["row"], **{k: v for k, v in result.as_dict().items() if k != "name"},
-                                 results.RUN: number, "run_count": args.runs, "run_started": started,
-                                 results.RUN_ORDER: position, "went_first": order[0]["key"],
-                                 results.COPY_GBPS: copy_gbps})
-                print(f"{slot['key']:>28s} median {result.median_ms:9.1f} ms (min {result.min_ms:.1f}, "
-                      f"max {result.max_ms:.1f})", flush=True)
-            for row in run_rows:
-                row[SPEEDUP_VS_EAGER] = (eager_ms[row["threads"]] / row["median_ms"]
-                                         if row["threads"] in eager_ms else "")
-            keys = [slot["key"] for slot in slots]  # the file lists each run in the build order
-            run_rows.sort(key=lambda r: keys.index(f"{r['variant']}@{r['threads']}"))
-            rows += run_rows
+        # independent runs: nothing is rebuilt, the order rotates, each slot at its own thread count
+        by_key = {slot["key"]: slot for slot in slots}
+        timed = timing.repeated_runs({key: (lambda one=slot["built"]: one.run(x)) for key, slot in by_key.items()},
+                                     runs=args.runs, warmup=args.warmup, repeats=args.repeats,
+                                     probe_bytes=args.probe_mib * probes.MIB,
+                                     threads={key: slot["threads"] for key, slot in by_key.items()},
+                                     log=lambda line: print(line, flush=True))
+        for row in timed:
+            row.update(by_key[row.pop("variant")]["row"])
+        for number in range(1, args.runs + 1):
+            eager_ms = {r["threads"]: r["median_ms"] for r in timed
+                        if r[results.RUN] == number and r["variant"] == variants.REFERENCE}
+            for r in timed:
+                if r[results.RUN] == number:
+                    r[SPEEDUP_VS_EAGER] = eager_ms[r["threads"]] / r["median_ms"] if r["threads"] in eager_ms else ""
+        keys = list(by_key)  # the file lists each run in the build order
+        timed.sort(key=lambda r: (r[results.RUN], keys.index(f"{r['variant']}@{r['threads']}")))
+        rows += timed
 
     if not rows:
         print("nothing was timed", file=sys.stderr)

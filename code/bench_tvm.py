@@ -6,7 +6,7 @@ cover convolution and run single-threaded), and, with ``--trials N``, tuned with
 measured trials in all (random cost model, one build worker, ``--build-timeout`` seconds per build: each
 worker imports TVM's tensor intrinsics once, which alone can take half a minute on two cores). Eager
 PyTorch runs right before each variant. Each variant's output is compared with eager
-(``results.compare_to_reference``). One new ``cpu-tvm-<date>.csv`` per run (kind ``tvm``).
+(``correctness.compare_to_reference``). One new ``cpu-tvm-<date>.csv`` per run (kind ``tvm``).
 
 Tuning stays out of the chapters' execution time; Chapter 3 shows the recorded run.
 
@@ -60,6 +60,7 @@ def main(argv=None) -> int:
 
     from graphbook import blurball
     from graphbook.record import environment, results, timing
+    from graphbook import correctness
 
     torch.set_num_threads(args.threads)
     env = environment.fingerprint(args.threads)  # taken first: a run of minutes must not fail at the end
@@ -84,7 +85,7 @@ def main(argv=None) -> int:
         call = lambda: vm["main"](data)  # noqa: E731
         output = call()
         output = output[0] if not hasattr(output, "numpy") else output
-        verdict = results.compare_to_reference(torch.from_numpy(output.numpy()), reference)
+        verdict = correctness.compare_to_reference(torch.from_numpy(output.numpy()), reference)
         eager_ms = timing.time_cpu(run_eager, warmup=1, repeats=args.repeats).median_ms
         tvm_ms = timing.time_cpu(call, warmup=1, repeats=args.repeats).median_ms
         rows.append({results.VARIANT: name, "eager_median_ms": round(eager_ms, 2),

@@ -64,7 +64,7 @@ def run_bisector(model, inputs) -> dict:
     import torch
     from torch._inductor.compiler_bisector import CompilerBisector
 
-    from graphbook.record import results
+    from graphbook import correctness
     from graphbook import variants
 
     with torch.no_grad():
@@ -76,7 +76,7 @@ def run_bisector(model, inputs) -> dict:
         torch._dynamo.reset()
         with variants.freezing():
             output = torch.compile(model)(*inputs)
-        verdict = results.compare_to_reference(output, reference)
+        verdict = correctness.compare_to_reference(output, reference)
         print(f"  bisector check {calls['n']}: max abs diff {verdict['max_abs_diff']:.3g}", flush=True)
         return bool(verdict["same_output"])
 

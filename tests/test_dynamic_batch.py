@@ -6,6 +6,7 @@ from torch.export import Dim
 
 from graphbook import onnx_utils
 from graphbook.record import results
+from graphbook import correctness
 from graphbook.warmup import tiny_clip_net
 
 H, W = 16, 24
@@ -28,7 +29,7 @@ def check_one_session_serves_batches(model, path, height, width):
     for b in (1, 2, 3):
         out = onnx_utils.run_session(session, x[:b])
         with torch.no_grad():
-            check = results.compare_to_reference(out, model(x[:b]))
+            check = correctness.compare_to_reference(out, model(x[:b]))
         assert out.shape[0] == b and check[results.SAME_OUTPUT], (b, check)
 
 

@@ -157,7 +157,7 @@ def test_results_are_a_gpu_blurball_kind_never_overwritten(gpu, tmp_path):
     second = gpu.write_results(rows, env, tmp_path, "Fake GPU 8GB")
     assert first.name == "gpu-blurball-fake-gpu-8gb-2026-01-01.csv"
     assert second.name == "gpu-blurball-fake-gpu-8gb-2026-01-01-2.csv"
-    assert results.kind_of_file(first.name) == "gpu-blurball"
+    assert results.kind("gpu-blurball").matches(first.name)
     with first.open(newline="") as handle:
         table = list(csv.DictReader(handle))
     assert len(table) == len(rows) and table[0]["gpu_name"] == "Fake GPU"

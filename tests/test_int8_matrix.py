@@ -170,15 +170,6 @@ def test_run_matrix_records_a_failing_configuration(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # Timing and error helpers
 # ------------------------------------------------------------------------------------------------
-def test_round_robin_timing_alternates_and_counts():
-    calls = []
-    times = im.round_robin_timing({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 3)
-    assert calls == ["a", "b"] * 4  # one untimed call each, then 3 rounds
-    assert [len(v) for v in times.values()] == [3, 3] and all(t >= 0 for v in times.values() for t in v)
-    with pytest.raises(im.Int8MatrixError):
-        im.round_robin_timing({"a": lambda: None}, 0)
-
-
 def test_sqnr_is_nan_without_signal():
     assert math.isnan(im._sqnr_db([np.zeros(4)], [np.ones(4)]))
     assert im._sqnr_db([np.ones(4)], [np.ones(4) * 1.1]) == pytest.approx(20.0)

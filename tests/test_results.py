@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from graphbook.record import results
+from graphbook import correctness
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "data" / "results"
@@ -30,19 +31,24 @@ def test_every_committed_file_belongs_to_exactly_one_kind():
 
 def test_no_kind_matches_another_kinds_files(tmp_path):
     for name, k in results.KINDS.items():
+        if k.log_file:  # the notebook log grows by append_rows, it is not a recording
+            continue
         written = results.write_run(name, [{"v": 1}], ENV, results_dir=tmp_path,
                                     tag="nvidia-h200" if k.tagged else None)
-        assert results.kind_of_file(written.name) == name
-    # the legacy GPU pattern of gpu_blurball.py (gpu-<device>-<date>) must not take TensorRT's files
-    assert results.kind_of_file("gpu-nvidia-h200-2026-11-30.csv") == "gpu-blurball"
-    assert results.kind_of_file("gpu-tensorrt-nvidia-h200-2026-11-30-2.csv") == "gpu-tensorrt"
-    assert results.kind_of_file("gpu-blurball-nvidia-h200-2026-11-30.csv") == "gpu-blurball"
-    assert results.kind_of_file("cpu-blurball-2026-11-30.csv") == "cpu-blurball"
-    assert results.kind_of_file("cpu-blurball-extra-2026-11-30.csv") is None
-    assert results.kind_of_file("cpu-ablation-2026-11-30-4.csv") == "ablation"
-    assert results.kind_of_file("notes.csv") is None
-    for name in results.KINDS:
-        assert len(results.files(name, tmp_path)) == 1
+        assert [k for k in results.KINDS.values() if k.matches(written.name)] == [k]
+
+    def kinds_of(file_name):
+        return [k.name for k in results.KINDS.values() if k.matches(file_name)]
+
+    assert kinds_of("gpu-tensorrt-nvidia-h200-2026-11-30-2.csv") == ["gpu-tensorrt"]
+    assert kinds_of("gpu-blurball-nvidia-h200-2026-11-30.csv") == ["gpu-blurball"]
+    assert kinds_of("cpu-blurball-2026-11-30.csv") == ["cpu-blurball"]
+    assert kinds_of("cpu-ablation-2026-11-30-4.csv") == ["ablation"]
+    assert kinds_of("notebook_executions.csv") == ["notebook-executions"]
+    for unknown in ("gpu-nvidia-h200-2026-11-30.csv", "cpu-blurball-extra-2026-11-30.csv", "ablation_cpu.csv", "notes.csv"):
+        assert kinds_of(unknown) == []
+    for name, k in results.KINDS.items():
+        assert len(results.files(name, tmp_path)) == (0 if k.log_file else 1)
 
 
 def test_prefixes_are_distinct():
@@ -100,10 +106,10 @@ def test_write_run_keeps_a_given_run_id_and_refuses_empty_rows(tmp_path):
         results.write_run("cpu-onnxruntime", [{}], ENV, results_dir=tmp_path)
 
 
-def test_write_run_defaults_to_book_results_dir(tmp_path, monkeypatch):
-    from graphbook import book
+def test_write_run_defaults_to_the_books_results_dir(tmp_path, monkeypatch):
+    from graphbook import paths
 
-    monkeypatch.setattr(book, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(paths, "RESULTS_DIR", tmp_path)
     path = results.write_run("serving-ready", [{"server": "eager"}])
     assert path.parent == tmp_path and re.match(r"cpu-serving-ready-\d{4}-\d{2}-\d{2}\.csv", path.name)
     assert len(results.load("serving-ready")) == 1
@@ -116,14 +122,15 @@ def _digest(folder):
 
 @pytest.mark.parametrize("kind", ["fusion-demo", "cpu-blurball", "cpu-onnxruntime", "ablation", "compile-cache",
                                   "serving-ready"])
-def test_each_committed_legacy_file_loads_with_canonical_typed_columns(kind):
+def test_each_committed_file_loads_with_typed_columns(kind):
     before = _digest(COMMITTED)
     frame = results.load(kind, COMMITTED)
     assert _digest(COMMITTED) == before, "load must never rewrite a results file"
     assert len(frame) > 0
     assert frame[results.RUN_ID].notna().all() and frame[results.SOURCE_FILE].notna().all()
-    legacy_names = set(results.KINDS[kind].renames)
-    assert not legacy_names & set(frame.columns), legacy_names & set(frame.columns)
+    retired = {"speedup_over_eager", "speedup_vs_eager_fp32", "ratio_to_eager", "peaks_equal", "peaks_same",
+               "peaks_total", "verified_fp32", "setup_s", "compile_first_call_s", "first_call_s", "seconds"}
+    assert not retired & set(frame.columns), retired & set(frame.columns)
     for column in (results.SAME_OUTPUT, results.SAME_PEAKS):
         if column in frame:
             assert pd.api.types.is_bool_dtype(frame[column]), (column, frame[column].dtype)
@@ -155,52 +162,28 @@ def test_committed_files_have_the_expected_canonical_columns():
     assert cache[results.RUN_ID].nunique() == 2  # appended runs without ids are told apart by date
 
 
-def test_load_renames_types_and_derives(tmp_path):
-    (tmp_path / "ablation_cpu.csv").write_text(
-        "run_id,variant,compile_first_call_s,max_abs_diff,same_peaks,speedup_over_eager,date\n"
+def test_load_types_the_columns(tmp_path):
+    (tmp_path / "cpu-ablation-2026-11-29.csv").write_text(
+        "run_id,variant,compile_s,max_abs_diff,same_peaks,speedup_vs_eager,date\n"
         "0001,a,1.5,1e-6,True,2.0,2026-11-29T08:00:00+00:00\n"
         "0001,b,2.5,0.05,False,3.0,2026-11-29T08:00:00+00:00\n")
     frame = results.load("ablation", tmp_path)
     assert frame[results.RUN_ID].tolist() == ["0001", "0001"]  # digits stay text
     assert frame[results.COMPILE_S].tolist() == [1.5, 2.5]
     assert frame[results.SAME_PEAKS].dtype == bool and frame[results.SAME_PEAKS].tolist() == [True, False]
-    assert frame[results.SAME_OUTPUT].tolist() == [True, False]
     assert frame[results.SPEEDUP_VS_EAGER].tolist() == [2.0, 3.0]
-    assert frame[results.SOURCE_FILE].tolist() == ["ablation_cpu.csv"] * 2
-
-
-def test_an_old_files_verdicts_are_derived_even_beside_a_new_file_that_records_them(tmp_path):
-    (tmp_path / "ablation_cpu.csv").write_text(
-        "run_id,variant,max_abs_diff,date\n"
-        "old,a,1e-6,2026-11-29T08:00:00+00:00\n"
-        "old,b,0.05,2026-11-29T08:00:00+00:00\n")
-    results.write_run("ablation", [{"variant": "a", "max_abs_diff": 0.05, "same_output": False},
-                                   {"variant": "int8", "max_abs_diff": 0.02, "same_output": ""}], ENV,
-                      results_dir=tmp_path)
-    frame = results.load("ablation", tmp_path).set_index([results.RUN_ID, "variant"])[results.SAME_OUTPUT]
-    assert bool(frame[("old", "a")]) is True and bool(frame[("old", "b")]) is False   # derived per old row
-    new_run = [r for r in frame.index.get_level_values(0) if r != "old"][0]
-    assert bool(frame[(new_run, "a")]) is False
-    assert pd.isna(frame[(new_run, "int8")])   # a new file's deliberate blank stays blank
+    assert frame[results.SOURCE_FILE].tolist() == ["cpu-ablation-2026-11-29.csv"] * 2
 
 
 def test_booleans_with_gaps_are_nullable_booleans(tmp_path):
-    results.write_run("cpu-onnxruntime", [{"variant": "a", "verified_fp32": True, "peaks_same": 3, "peaks_total": 3},
-                                          {"variant": "int8", "verified_fp32": "", "peaks_same": 2, "peaks_total": 3}],
+    results.write_run("cpu-onnxruntime", [{"variant": "a", "same_output": True, "same_peaks": True},
+                                          {"variant": "int8", "same_output": "", "same_peaks": False}],
                       ENV, results_dir=tmp_path)
     frame = results.load("cpu-onnxruntime", tmp_path)
     assert str(frame[results.SAME_OUTPUT].dtype) == "boolean"
     assert frame[results.SAME_OUTPUT].iloc[0] is True or bool(frame[results.SAME_OUTPUT].iloc[0]) is True
     assert pd.isna(frame[results.SAME_OUTPUT].iloc[1])
     assert frame[results.SAME_PEAKS].tolist() == [True, False]
-
-
-def test_canonical_column_wins_and_legacy_fills_gaps(tmp_path):
-    results.write_run("cpu-blurball", [{"variant": "a", "speedup_vs_eager": 2.0},
-                                       {"variant": "b", "speedup_vs_eager_fp32": 3.0}], ENV, results_dir=tmp_path)
-    frame = results.load("cpu-blurball", tmp_path)
-    assert frame[results.SPEEDUP_VS_EAGER].tolist() == [2.0, 3.0]
-    assert "speedup_vs_eager_fp32" not in frame
 
 
 def test_load_of_nothing_is_an_empty_frame_with_the_key_columns(tmp_path):
@@ -215,7 +198,7 @@ def test_load_honours_graphbook_results_dir(tmp_path):
     import sys
 
     results.write_run("ablation", [{"variant": "x"}], ENV, results_dir=tmp_path)
-    code = "from graphbook import results; print(len(results.load('ablation')))"
+    code = "from graphbook.record import results; print(len(results.load('ablation')))"
     env = {**os.environ, "GRAPHBOOK_RESULTS_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
                          cwd=ROOT)
@@ -235,57 +218,42 @@ def test_latest_run_goes_by_date_not_by_file_name(tmp_path):
         "cpu-blurball-2026-11-29-3", "cpu-blurball-2026-11-29", "cpu-blurball-2026-11-29-2"]
 
 
-def test_latest_run_within_one_appended_legacy_file(tmp_path):
-    (tmp_path / "compile_cache.csv").write_text(
-        "scenario,first_call_s,date\ncold,9,2026-11-29T10:00:00+00:00\nwarm,1,2026-11-29T10:00:00+00:00\n"
-        "cold,8,2026-11-29T08:00:00+00:00\n")
-    latest = results.latest_run(results.load("compile-cache", tmp_path))
-    assert latest[results.COMPILE_S].tolist() == [9, 1]
-
-
-def test_latest_run_across_legacy_and_new_files(tmp_path):
-    (tmp_path / "ablation_cpu.csv").write_text("run_id,variant,date\nold,a,2026-11-29T08:00:00+00:00\n")
-    results.write_run("ablation", [{"variant": "a"}], {"date": "2026-11-30T08:00:00+00:00"}, results_dir=tmp_path)
-    latest = results.latest_run(results.load("ablation", tmp_path))
-    assert latest[results.SOURCE_FILE].iloc[0] == "cpu-ablation-2026-11-30.csv"
-
-
 # ------------------------------------------------------------------------------ compare_to_reference
 def test_compare_to_reference_on_heatmaps():
     reference = torch.zeros(1, 3, 4, 4)
     reference[0, :, 1, 1] = 0.5
     same = reference + 1e-6
-    check = results.compare_to_reference(same, reference)
+    check = correctness.compare_to_reference(same, reference)
     assert check[results.SAME_OUTPUT] is True and check[results.SAME_PEAKS] is True
     assert check[results.SAME_PEAK_FRAMES] == 3 and check[results.PEAK_FRAMES] == 3
     assert check[results.MAX_ABS_DIFF] == pytest.approx(1e-6, rel=5e-2)
     moved = reference.clone()
     moved[0, 2, 3, 3] = 2.0
-    check = results.compare_to_reference(moved, reference)
+    check = correctness.compare_to_reference(moved, reference)
     assert check[results.SAME_PEAKS] is False and check[results.SAME_PEAK_FRAMES] == 2
     assert check[results.SAME_OUTPUT] is False and check[results.MAX_ABS_DIFF] == pytest.approx(2.0)
-    assert results.compare_to_reference({0: same}, {0: reference})[results.SAME_PEAKS] is True
+    assert correctness.compare_to_reference({0: same}, {0: reference})[results.SAME_PEAKS] is True
 
 
 def test_compare_tolerance_is_relative_to_a_large_reference():
     reference = torch.full((2, 3), 1000.0)
     close = reference + 0.5   # 5e-4 of the scale
-    assert results.compare_to_reference(close, reference)[results.SAME_OUTPUT] is True
+    assert correctness.compare_to_reference(close, reference)[results.SAME_OUTPUT] is True
     small = torch.full((2, 3), 0.1)
-    assert results.compare_to_reference(small + 2e-3, small)[results.SAME_OUTPUT] is False
-    assert results.compare_to_reference(small + 5e-4, small)[results.SAME_OUTPUT] is True
+    assert correctness.compare_to_reference(small + 2e-3, small)[results.SAME_OUTPUT] is False
+    assert correctness.compare_to_reference(small + 5e-4, small)[results.SAME_OUTPUT] is True
     assert results.SAME_OUTPUT_ATOL == 1e-3
-    assert "same_peaks" not in results.compare_to_reference(close, reference)
+    assert "same_peaks" not in correctness.compare_to_reference(close, reference)
 
 
 def test_compare_to_reference_accepts_arrays_and_bf16_and_checks_shape():
     import numpy as np
 
     reference = torch.rand(1, 3, 8, 8)
-    check = results.compare_to_reference(reference.to(torch.bfloat16), reference.numpy())
+    check = correctness.compare_to_reference(reference.to(torch.bfloat16), reference.numpy())
     assert 0 < check[results.MAX_ABS_DIFF] < 1e-2
     with pytest.raises(ValueError, match="shape"):
-        results.compare_to_reference(np.zeros((1, 3)), np.zeros((1, 4)))
+        correctness.compare_to_reference(np.zeros((1, 3)), np.zeros((1, 4)))
 
 
 # ------------------------------------------------------------------------------ append_rows (logs only)
@@ -341,7 +309,7 @@ def test_unique_path_never_returns_an_existing_file(tmp_path):
         results.unique_path(tmp_path, "a/b")
 
 
-def test_renamed_variant_values_are_migrated_on_read():
+def test_committed_variant_names_are_the_registrys():
     blurball = results.load("cpu-blurball", COMMITTED)
     names = set(blurball.loc[blurball["record"] == "variant", results.VARIANT])
     assert "onnxruntime" not in names and "ort_exporter_optimized_all" in names

@@ -1,6 +1,5 @@
 """Tests of graphbook.record.runs (decisions across recorded runs) and timing.repeated_alternating, on synthetic
 frames: two machines, three runs each, one variant that fails its check, one run under load."""
-import math
 
 import pandas as pd
 import pytest
@@ -129,30 +128,17 @@ def test_phrase_comparison_without_a_run_here_or_with_too_few_runs():
     assert "b was 3.0x slower than a" in slower
 
 
-def test_repeated_alternating_gives_independent_alternated_runs():
+def test_live_runs_gives_independent_alternated_runs_of_one_machine():
     calls = []
-    rows = timing.repeated_alternating(lambda: calls.append("a"), lambda: calls.append("b"), runs=3, warmup=1,
-                                       repeats=2, names=("fast", "slow"), env=dict(LAPTOP))
+    rows = timing.live_runs({"fast": lambda: calls.append("a"), "slow": lambda: calls.append("b")}, runs=3, warmup=1,
+                            repeats=2, env=dict(LAPTOP))
     assert list(rows["run_id"]) == ["live-1", "live-1", "live-2", "live-2", "live-3", "live-3"]
-    assert list(rows["variant"]) == ["fast", "slow"] * 3
+    assert list(rows["variant"]) == ["fast", "slow", "slow", "fast", "fast", "slow"]
     assert list(rows["went_first"]) == ["fast", "fast", "slow", "slow", "fast", "fast"]
     assert calls[:2] == ["a", "b"] and calls[6:8] == ["b", "a"]  # run 2 lets B go first
     assert len(calls) == 3 * 2 * (1 + 2)
     summary = R.summarize_runs(rows)
     assert set(summary["runs"]) == {3} and set(summary[R.MACHINE]) == {R.machine_label(LAPTOP)}
-
-
-def test_repeated_alternating_rejects_bad_counts():
-    with pytest.raises(ValueError, match="runs"):
-        timing.repeated_alternating(lambda: None, lambda: None, runs=0, env={})
-    with pytest.raises(ValueError, match="different names"):
-        timing.repeated_alternating(lambda: None, lambda: None, names=("x", "x"), env={})
-
-
-def test_relative_iqr():
-    result = timing.summarize([1.0, 2.0, 3.0, 4.0, 5.0])
-    assert timing.relative_iqr(result) == pytest.approx(2.0 / 3.0)
-    assert math.isinf(timing.relative_iqr(timing.summarize([0.0])))
 
 
 def test_flag_under_load_when_a_run_is_slow_against_its_own_machine_or_its_reference_wanders():

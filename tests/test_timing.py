@@ -80,14 +80,64 @@ def test_time_fn_dispatch():
         timing.time_fn(lambda: None, device="tpu")
 
 
-def test_alternating_timing_returns_two_results_in_order():
+def test_interleaved_calls_in_turn_and_returns_results_in_order():
     calls = []
-    a, b = timing.alternating_timing(lambda: calls.append("a"), lambda: calls.append("b"), warmup=1,
-                                 repeats=3, names=("first", "second"))
-    assert calls == ["a", "b"] * 4
-    assert (a.name, b.name, a.repeats, b.repeats) == ("first", "second", 3, 3)
+    timed = timing.interleaved({"first": lambda: calls.append("a"), "second": lambda: calls.append("b")},
+                               warmup=1, repeats=3)
+    assert calls == ["a", "b"] * 4  # one untimed round, then three timed ones
+    assert [(t.name, t.repeats, t.warmup) for t in timed.values()] == [("first", 3, 1), ("second", 3, 1)]
     with pytest.raises(ValueError, match="repeats"):
-        timing.alternating_timing(lambda: None, lambda: None, repeats=0)
+        timing.interleaved({"a": lambda: None}, repeats=0)
+    with pytest.raises(TypeError, match="callables"):
+        timing.interleaved({"a": 3})
+
+
+def test_repeated_runs_rotates_the_order_and_probes_every_run(monkeypatch):
+    from graphbook import probes
+
+    probed = []
+    monkeypatch.setattr(probes, "copy_bandwidth", lambda nbytes, repeats: probed.append(nbytes) or {"gb_per_s": 7.0})
+    calls, log = [], []
+    rows = timing.repeated_runs({"a": lambda: calls.append("a"), "b": lambda: calls.append("b"),
+                                 "c": lambda: calls.append("c")}, runs=3, warmup=0, repeats=1, probe_bytes=1024,
+                                probes=lambda: {"peak": 1.0}, log=log.append)
+    assert probed == [1024] * 3 and calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert [r["went_first"] for r in rows[::3]] == ["a", "b", "c"]
+    assert [(r["run"], r["run_order"], r["variant"]) for r in rows[:3]] == [(1, 1, "a"), (1, 2, "b"), (1, 3, "c")]
+    assert all(r["copy_gbps"] == 7.0 and r["peak"] == 1.0 and r["run_count"] == 3 and r["median_ms"] >= 0
+               for r in rows)
+    assert log[0].startswith("run 1/3: copy_ 7.0 GB/s, order a, b, c")
+
+
+def test_repeated_runs_interleaves_or_hands_the_timing_to_measure():
+    calls = []
+    rows = timing.repeated_runs({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, runs=2, warmup=0,
+                                repeats=2, interleave=True, probe_bytes=None)
+    assert calls == ["a", "b", "a", "b", "b", "a", "b", "a"] and "copy_gbps" not in rows[0]
+    seen = []
+    rows = timing.repeated_runs({"a": None, "b": None}, runs=2, probe_bytes=None,
+                                measure=lambda name, index: seen.append((name, index)) or {"score": index})
+    assert seen == [("a", 0), ("b", 0), ("b", 1), ("a", 1)] and [r["score"] for r in rows] == [0, 0, 1, 1]
+    with pytest.raises(ValueError, match="runs"):
+        timing.repeated_runs({"a": lambda: None}, runs=0)
+    with pytest.raises(ValueError, match="at least one"):
+        timing.repeated_runs({})
+
+
+def test_repeated_runs_pins_each_names_threads():
+    import torch
+
+    before = torch.get_num_threads()
+    seen = {}
+    timing.repeated_runs({"one": lambda: seen.setdefault("one", torch.get_num_threads())}, runs=1, warmup=0,
+                         repeats=1, probe_bytes=None, threads={"one": 1})
+    assert seen == {"one": 1} and torch.get_num_threads() == before
+
+
+def test_stopwatch_counts_up():
+    watch = timing.Stopwatch()
+    first = watch.seconds()
+    assert 0 <= first <= watch.seconds()
 
 
 def test_rotated_is_round_robin():

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from graphbook.record import results
+from graphbook import correctness
 from graphbook import variants, warmup
 
 SHAPE = (1, 9, 16, 24)
@@ -47,7 +48,7 @@ def test_eager_builders_output_shape_and_match(tiny, name):
     out = built.run(x)
     assert out.shape == (1, 3, 16, 24) and out.dtype == torch.float32
     assert built.compile_s >= 0
-    check = results.compare_to_reference(out, model(x).detach())
+    check = correctness.compare_to_reference(out, model(x).detach())
     if built.variant.expected_to_match_eager:
         assert check[results.SAME_OUTPUT], check
     else:
@@ -63,7 +64,7 @@ def test_onnx_builders_share_one_export_and_match(tiny, tmp_path):
             built = variants.build(name, model, x, context)
             out = built.run(x)
             assert out.shape == reference.shape, name
-            check = results.compare_to_reference(out, reference)
+            check = correctness.compare_to_reference(out, reference)
             assert check[results.SAME_OUTPUT] == built.variant.expected_to_match_eager, (name, check)
             assert built.artifact is not None and built.artifact.exists()
     assert sorted(p.name for p in tmp_path.glob("*.onnx")) == [
@@ -107,7 +108,7 @@ def test_compiled_builders(tiny, name):
     built = variants.build(name, model, x)
     out = built.run(x)
     assert out.shape == (1, 3, 16, 24) and built.compile_s > 0
-    check = results.compare_to_reference(out, model(x).detach())
+    check = correctness.compare_to_reference(out, model(x).detach())
     if built.variant.expected_to_match_eager:  # the tiny model has no BlurBall miscompile
         assert check[results.SAME_OUTPUT], check
 
@@ -146,7 +147,7 @@ def test_compiled_variants_alternate_without_recompiling():
     with torch.no_grad():
         reference = net(x)
     for runner in (plain, frozen, plain, frozen):
-        assert results.compare_to_reference(runner(x), reference)[results.SAME_OUTPUT]
+        assert correctness.compare_to_reference(runner(x), reference)[results.SAME_OUTPUT]
     assert counters["stats"]["unique_graphs"] == graphs, "alternating variants recompiled"
 
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 import math
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 
 from . import blurball, decoding, scoring, synthetic_clips, variants
 from .record import results
+from .record.results import (MAX_ABS_DIFF, PEAK_FRAMES, RELATIVE_DIFF, SAME_OUTPUT, SAME_OUTPUT_ATOL, SAME_PEAK_FRAMES,
+                             SAME_PEAKS)
 
 #: Two detections "agree" when their centres are within this many pixels (half a pixel: same blob, same place).
 DEFAULT_AGREE_PX = 0.5
@@ -82,7 +84,7 @@ def correctness_table(runners: dict[str, Callable], clips: list, *, reference: s
     """One row per variant: logits vs ``reference`` and detections vs reference and ground truth (Chapter 6).
 
     Columns: variant, clips, frames, max_abs_diff, same_output (within
-    :data:`graphbook.record.results.SAME_OUTPUT_ATOL` on every batch, :func:`graphbook.record.results.compare_to_reference`),
+    :data:`graphbook.record.results.SAME_OUTPUT_ATOL` on every batch, :func:`graphbook.correctness.compare_to_reference`),
     expected_to_match_eager (from :mod:`graphbook.variants`; None for a label it does not know),
     agree_frames, agree_share, max_shift_px, detection_rate, median_error_px, median_angle_error_deg,
     false_positive_rate (plain Python values).
@@ -100,7 +102,7 @@ def correctness_table(runners: dict[str, Callable], clips: list, *, reference: s
     decoded = {name: [d for out in outs for d in decoding.decode_batch(out, threshold)] for name, outs in outputs.items()}
     rows = []
     for name in runners:
-        checks = [results.compare_to_reference(o, r) for o, r in zip(outputs[name], outputs[reference])]
+        checks = [compare_to_reference(o, r) for o, r in zip(outputs[name], outputs[reference])]
         diff = max(c[results.MAX_ABS_DIFF] for c in checks)
         try:
             expected = variants.by_label(name).expected_to_match_eager
@@ -138,3 +140,38 @@ def all_variants(model: torch.nn.Module, example_clip, *, onnx: bool = True, cal
             runners.update(onnx_variants(model, example, workdir if workdir is not None else scratch,
                                          calibration=calibration, threads=threads))
     return runners
+
+
+def compare_to_reference(output, reference, *, atol: float = SAME_OUTPUT_ATOL) -> dict:
+    """How far ``output`` is from ``reference`` (eager FP32's output), the book's one rule (Chapter 3).
+
+    Returns plain Python values: ``max_abs_diff`` (largest absolute difference, in float64),
+    ``reference_scale`` (largest absolute reference value), ``relative_diff``
+    (``max_abs_diff / max(1, reference_scale)``) and ``same_output`` (``relative_diff <= atol``, default
+    :data:`SAME_OUTPUT_ATOL`). For heatmaps ``(N, F, H, W)`` (or BlurBall's ``{0: logits}``) also
+    ``same_peak_frames``, ``peak_frames`` and ``same_peaks`` (every frame's argmax in the same pixel,
+    :func:`graphbook.blurball.heatmap_peaks`). Whether the *decoded balls* agree is a separate question
+    answered on clips with known balls by :func:`graphbook.correctness.detections_agree`.
+    """
+    import numpy as np
+
+    def as_array(value):
+        if isinstance(value, Mapping):
+            value = value[0]
+        if hasattr(value, "detach"):
+            value = value.detach().float().cpu().numpy()
+        return np.asarray(value, dtype=np.float64)
+
+    out, ref = as_array(output), as_array(reference)
+    if out.shape != ref.shape:
+        raise ValueError(f"output shape {out.shape} differs from the reference's {ref.shape}")
+    diff = float(np.max(np.abs(out - ref))) if out.size else 0.0
+    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+    relative = diff / max(1.0, scale)
+    result = {MAX_ABS_DIFF: diff, "reference_scale": scale, RELATIVE_DIFF: relative,
+              SAME_OUTPUT: bool(relative <= atol)}
+    if out.ndim == 4:
+        same = (blurball.heatmap_peaks(torch.from_numpy(out)) == blurball.heatmap_peaks(torch.from_numpy(ref))).all(dim=-1)
+        result.update({SAME_PEAK_FRAMES: int(same.sum()), PEAK_FRAMES: int(same.numel()),
+                       SAME_PEAKS: bool(same.all())})
+    return result

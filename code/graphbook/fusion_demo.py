@@ -3,12 +3,13 @@
 Introduced in Chapter 2. ``code/03_fusion.py`` (the article's script, where the article puts it) is a
 thin command line over this module; Chapter 2 and Chapter 3 import it directly. Three measurements:
 
-(a) **BN folding** -- :func:`measure_bn_folding`: a 3x3 convolution followed by an eval-mode
-    BatchNorm2d against the same convolution with the BN folded into its weights.
-(b) **An element-wise chain** ``x*2 -> +1 -> relu -> *3`` -- :func:`measure_chain`: eager (a new tensor
-    per op), ``torch.compile`` (one fused loop), manual in-place, into a preallocated output, and the
-    compiled loop into a preallocated output; each against the bytes-moved model (:func:`bytes_moved`)
-    and the ``copy_`` bandwidth of the same run. :func:`measure_allocation` times what the model leaves out.
+(a) **BN folding**: a 3x3 convolution followed by an eval-mode BatchNorm2d against the same convolution
+    with the BN folded into its weights.
+(b) **An element-wise chain** ``x*2 -> +1 -> relu -> *3``: eager (a new tensor per op), ``torch.compile``
+    (one fused loop), manual in-place, into a preallocated output, and the compiled loop into a
+    preallocated output; each against the bytes-moved model (:func:`bytes_moved`) and the ``copy_``
+    bandwidth of the same run. (a) and (b) are timed together by :func:`measure_runs`, in the book's run
+    protocol; :func:`minor_page_faults` counts what the bytes model leaves out, the first touch of fresh pages.
 (c) **Compile time** of the chain in fresh processes, cold then warm cache -- :func:`measure_compile_time`.
 
 :func:`csv_rows` turns the results into rows of ``CSV_COLUMNS``; :func:`format_report` and
@@ -97,19 +98,6 @@ def count_cpp_kernels(code: str) -> int:
     return code.count("async_compile.cpp_pybinding(")
 
 
-def chain_generated_code(n_elements: int = 4096) -> str:
-    """The Python+C++ code Inductor generates for :func:`chain` at ``n_elements`` (Chapter 2)."""
-    from torch._inductor.utils import run_and_get_code
-
-    torch._dynamo.reset()
-    x = torch.randn(n_elements)
-    compiled = torch.compile(chain)
-    output, codes = run_and_get_code(compiled, x)
-    if (output - chain(x)).abs().max().item() > 1e-5:
-        raise RuntimeError("the compiled chain disagrees with eager")
-    return "\n".join(codes)
-
-
 # ---------------------------------------------------------------- (a) BN folding
 def _conv_bn(channels: int) -> tuple[nn.Conv2d, nn.BatchNorm2d]:
     conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
@@ -122,11 +110,11 @@ def _conv_bn(channels: int) -> tuple[nn.Conv2d, nn.BatchNorm2d]:
     return conv.eval(), bn.eval()
 
 
-def bn_folding_setup(feature_map=DEFAULT_FEATURE_MAP, seed: int = 0) -> dict:
+def _bn_folding_setup(feature_map=DEFAULT_FEATURE_MAP, seed: int = 0) -> dict:
     """Build conv3x3 + BN and its folded conv on one ``(C, H, W)`` feature map, once, and check them (Chapter 2).
 
     Returns the modules, the input and ``max_abs_diff`` / ``max_rel_diff`` (folded vs unfolded output);
-    :func:`bn_folding_run` times them, as often as wanted, without rebuilding anything.
+    :func:`measure_runs` times them, as often as wanted, without rebuilding anything.
     """
     channels, height, width = feature_map
     torch.manual_seed(seed)
@@ -141,50 +129,14 @@ def bn_folding_setup(feature_map=DEFAULT_FEATURE_MAP, seed: int = 0) -> dict:
             "versions": {"unfolded": lambda: bn(conv(x)), "folded": lambda: folded(x)}}
 
 
-def bn_folding_run(setup: dict, repeats: int = DEFAULT_REPEATS, run: int = 1) -> dict:
-    """One timed run of :func:`bn_folding_setup`'s two versions; run ``run`` (1-based) rotates who goes first
-    (Chapter 2).
-
-    Returns ``run``, ``first`` (the version timed first), ``unfolded`` and ``folded`` timing dicts and
-    ``change_pct`` (time saved by folding, in % of the unfolded median; negative means slower).
-    """
-    order = timing.rotated(["unfolded", "folded"], run - 1)
-    names = {"unfolded": "conv+bn", "folded": "folded conv"}
-    measured = {}
-    with torch.no_grad():
-        for name in order:
-            measured[name] = timing.time_cpu(setup["versions"][name], warmup=2, repeats=repeats,
-                                             name=names[name]).as_dict()
-    change = (measured["unfolded"]["median_ms"] - measured["folded"]["median_ms"]) / measured["unfolded"]["median_ms"] * 100
-    return {"run": run, "first": order[0], "unfolded": measured["unfolded"], "folded": measured["folded"],
-            "change_pct": change}
-
-
-def _folding_result(setup: dict, runs: list[dict]) -> dict:
-    return {k: setup[k] for k in ("feature_map", "max_abs_diff", "max_rel_diff")} | {"runs": runs}
-
-
-def measure_bn_folding(feature_map=DEFAULT_FEATURE_MAP, repeats: int = DEFAULT_REPEATS,
-                       runs: int = DEFAULT_RUNS, seed: int = 0) -> dict:
-    """Conv3x3 + BN versus the folded conv on one ``(C, H, W)`` feature map, ``runs`` times (Chapter 2).
-
-    Built once (:func:`bn_folding_setup`), timed in ``runs`` runs that alternate which version goes
-    first (:func:`bn_folding_run`). Returns ``max_abs_diff`` (folded vs unfolded output),
-    ``max_rel_diff`` and ``runs``: one dict per run with ``unfolded`` and ``folded`` timing dicts,
-    ``first`` and ``change_pct`` (time saved by folding, in % of the unfolded median; negative means slower).
-    """
-    setup = bn_folding_setup(feature_map, seed)
-    return _folding_result(setup, [bn_folding_run(setup, repeats, run) for run in range(1, runs + 1)])
-
-
 # ---------------------------------------------------------------- (b) the chain, timed
-def chain_setup(n_elements: int = DEFAULT_SIZE, compile_chain: bool = True, seed: int = 0) -> dict:
+def _chain_setup(n_elements: int = DEFAULT_SIZE, compile_chain: bool = True, seed: int = 0) -> dict:
     """Build (and compile) the chain's versions on ``n_elements`` float32 values once, and check them (Chapter 2).
 
     The versions are eager, torch.compile, manual in-place, preallocated out= and torch.compile into
     out= (the fused loop without a fresh output tensor); with ``compile_chain=False`` the two compiled
     ones are left out. Each is checked against eager (``max_abs_diff``; the compiled ones compile in
-    that first call). :func:`chain_run` times them.
+    that first call). :func:`measure_runs` times them.
     """
     torch.manual_seed(seed)
     x = torch.randn(n_elements)
@@ -209,32 +161,8 @@ def chain_setup(n_elements: int = DEFAULT_SIZE, compile_chain: bool = True, seed
     return {"n_elements": n_elements, "versions": checked}
 
 
-def chain_run(setup: dict, repeats: int = DEFAULT_REPEATS, run: int = 1) -> dict:
-    """One timed run of :func:`chain_setup`'s versions, with its own ``copy_`` bandwidth probe (Chapter 2).
-
-    Run ``run`` (1-based) rotates the order (round-robin: run 2 starts with the second version).
-    Returns ``run``, ``order``, ``copy`` (the probe's dict, on buffers of the chain's size) and
-    ``variants`` (in the setup's order): ``variant``, the timing fields, ``model_bytes``, ``gb_per_s``
-    (model bytes / median time), ``share_of_copy``, ``speedup_vs_eager`` (within this run) and ``max_abs_diff``.
-    """
-    n_elements = setup["n_elements"]
-    copy = probes.copy_bandwidth(nbytes=n_elements * FLOAT_BYTES, repeats=repeats)
-    by_name = {v["variant"]: v for v in setup["versions"]}
-    order = timing.rotated(list(by_name), run - 1)
-    measured = {}
-    for name in order:
-        measured[name] = timing.time_cpu(by_name[name]["fn"], warmup=2, repeats=repeats, name=name).as_dict()
-    variants = []
-    for version in setup["versions"]:
-        row = measured[version["variant"]]
-        rate = version["model_bytes"] / (row["median_ms"] * 1e-3) / 1e9
-        variants.append({"variant": version["variant"], **row, "model_bytes": version["model_bytes"],
-                         "gb_per_s": rate, "share_of_copy": rate / copy["gb_per_s"],
-                         "max_abs_diff": version["max_abs_diff"]})
-    eager_ms = measured["eager"]["median_ms"]
-    for row in variants:
-        row["speedup_vs_eager"] = eager_ms / row["median_ms"]
-    return {"run": run, "order": order, "copy": copy, "variants": variants}
+def _folding_result(setup: dict, runs: list[dict]) -> dict:
+    return {k: setup[k] for k in ("feature_map", "max_abs_diff", "max_rel_diff")} | {"runs": runs}
 
 
 def _chain_result(setup: dict, runs: list[dict]) -> dict:
@@ -258,58 +186,58 @@ def _chain_result(setup: dict, runs: list[dict]) -> dict:
     return {"n_elements": setup["n_elements"], "copy": copy, "variants": summary, "runs": runs}
 
 
-def measure_chain(n_elements: int = DEFAULT_SIZE, repeats: int = DEFAULT_REPEATS,
-                  compile_chain: bool = True, seed: int = 0, runs: int = DEFAULT_RUNS) -> dict:
-    """Time the versions of the chain on ``n_elements`` float32 values in ``runs`` runs (Chapter 2).
-
-    Built and checked once (:func:`chain_setup`), then each run (:func:`chain_run`) measures the
-    ``copy_`` bandwidth on buffers of the same size and times every version once, in an order that
-    rotates between runs. Returns ``n_elements``, ``runs`` (each run's dict) and, summarised across
-    the runs (medians), ``copy`` and ``variants``: ``variant``, ``median_ms`` (``min_ms``/``max_ms``:
-    the fastest and slowest run), ``model_bytes``, ``gb_per_s``, ``share_of_copy``,
-    ``speedup_vs_eager`` and ``max_abs_diff``.
-    """
-    setup = chain_setup(n_elements, compile_chain, seed)
-    return _chain_result(setup, [chain_run(setup, repeats, run) for run in range(1, runs + 1)])
+_FOLDING_NAMES = {"unfolded": "conv+bn", "folded": "folded conv"}
 
 
 def measure_runs(feature_map=DEFAULT_FEATURE_MAP, n_elements: int = DEFAULT_SIZE, repeats: int = DEFAULT_REPEATS,
                  runs: int = DEFAULT_RUNS, compile_chain: bool = True, seed: int = 0, progress=None) -> tuple[dict, dict]:
-    """Parts (a) and (b) built once, then ``runs`` independent runs, each timing both parts (Chapter 2).
+    """Parts (a) and (b) built and checked once, then timed in ``runs`` runs of the book's protocol (Chapter 2).
 
-    Run ``k`` times the BN folding pair and then the chain's versions, each in its rotated order, with
-    the chain's ``copy_`` probe as the run's physical reference. Returns ``(folding, chain_result)``
-    shaped like :func:`measure_bn_folding` and :func:`measure_chain`. ``progress(message)`` is called
-    after each run, if given.
+    :func:`graphbook.record.timing.repeated_runs` times the BN folding pair and the chain's versions in an
+    order that rotates between runs, after that run's ``copy_`` probe on buffers of the chain's size.
+    Returns ``(folding, chain_result)``: ``folding`` has ``max_abs_diff``, ``max_rel_diff`` and ``runs``
+    (per run: ``unfolded`` and ``folded`` timing dicts, ``first`` and ``change_pct``, the time folding
+    saved in % of the unfolded median); ``chain_result`` has ``runs`` (per run: ``order``, ``copy`` and
+    ``variants`` with ``gb_per_s``, ``share_of_copy``, ``speedup_vs_eager``) and the same summarised
+    across runs (medians). ``progress(message)`` receives the protocol's log lines, if given.
     """
-    folding_setup = bn_folding_setup(feature_map, seed)
-    chain_state = chain_setup(n_elements, compile_chain, seed)
+    folding_setup = _bn_folding_setup(feature_map, seed)
+    chain_state = _chain_setup(n_elements, compile_chain, seed)
+    calls = {_FOLDING_NAMES[name]: fn for name, fn in folding_setup["versions"].items()}
+    calls.update({v["variant"]: v["fn"] for v in chain_state["versions"]})
+
+    def copy_probe() -> dict:
+        copy = probes.copy_bandwidth(nbytes=n_elements * FLOAT_BYTES, repeats=repeats)
+        return {"copy_gbps": copy["gb_per_s"], "copy_probe": copy}
+
+    with torch.no_grad():
+        rows = timing.repeated_runs(calls, runs=runs, warmup=2, repeats=repeats, probe_bytes=None,
+                                    probes=copy_probe, log=progress)
     folding_runs, chain_runs = [], []
-    for run in range(1, runs + 1):
-        folding_runs.append(bn_folding_run(folding_setup, repeats, run))
-        chain_runs.append(chain_run(chain_state, repeats, run))
-        if progress:
-            progress(f"run {run}/{runs}: copy_ {chain_runs[-1]['copy']['gb_per_s']:.1f} GB/s, "
-                     f"chain order {', '.join(chain_runs[-1]['order'])}")
+    for number in range(1, runs + 1):
+        this_run = sorted((r for r in rows if r["run"] == number), key=lambda r: r["run_order"])
+        by_name = {r["variant"]: {k: v for k, v in r.items() if k in _TIMING_KEYS} | {"name": r["variant"]}
+                   for r in this_run}
+        unfolded, folded = by_name[_FOLDING_NAMES["unfolded"]], by_name[_FOLDING_NAMES["folded"]]
+        first = next(key for key, name in _FOLDING_NAMES.items()
+                     if name == next(r["variant"] for r in this_run if r["variant"] in _FOLDING_NAMES.values()))
+        folding_runs.append({"run": number, "first": first, "unfolded": unfolded, "folded": folded,
+                             "change_pct": (unfolded["median_ms"] - folded["median_ms"]) / unfolded["median_ms"] * 100})
+        copy = this_run[0]["copy_probe"]
+        variants = []
+        for version in chain_state["versions"]:
+            row = by_name[version["variant"]]
+            rate = version["model_bytes"] / (row["median_ms"] * 1e-3) / 1e9
+            variants.append({"variant": version["variant"], **row, "model_bytes": version["model_bytes"],
+                             "gb_per_s": rate, "share_of_copy": rate / copy["gb_per_s"],
+                             "speedup_vs_eager": by_name["eager"]["median_ms"] / row["median_ms"],
+                             "max_abs_diff": version["max_abs_diff"]})
+        order = [r["variant"] for r in this_run if r["variant"] in {v["variant"] for v in chain_state["versions"]}]
+        chain_runs.append({"run": number, "order": order, "copy": copy, "variants": variants})
     return _folding_result(folding_setup, folding_runs), _chain_result(chain_state, chain_runs)
 
 
-def measure_allocation(n_elements: int = DEFAULT_SIZE, repeats: int = DEFAULT_REPEATS) -> dict:
-    """What the bytes-moved model leaves out on a CPU: the cost of a fresh large tensor (Chapter 2).
-
-    Times one op, ``x * 2``, written into a new tensor (the allocator hands back fresh pages that the
-    operating system maps on first touch) and into a reused preallocated tensor (``out=``). Both
-    move the same bytes. Returns the two timing dicts, ``model_bytes`` and ``fresh_over_out``.
-    """
-    x = torch.randn(n_elements)
-    out = torch.zeros(n_elements)
-    fresh = timing.time_cpu(lambda: x * 2, warmup=2, repeats=repeats, name="x*2 new tensor")
-    reused = timing.time_cpu(lambda: torch.mul(x, 2, out=out), warmup=2, repeats=repeats,
-                             name="x*2 out=")
-    return {"n_elements": n_elements, "fresh": fresh.as_dict(), "out": reused.as_dict(),
-            "model_bytes": bytes_moved(n_elements, ops=1), "fresh_over_out": fresh.median_ms / reused.median_ms,
-            "fresh_faults_per_call": minor_page_faults(lambda: x * 2),
-            "out_faults_per_call": minor_page_faults(lambda: torch.mul(x, 2, out=out))}
+_TIMING_KEYS = ("median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats", "warmup", "device")
 
 
 def minor_page_faults(fn, calls: int = 3, trials: int = 5) -> float | None:

@@ -36,13 +36,14 @@ import contextlib
 import io
 import logging
 import math
-import statistics
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
+
+from .record import timing
 
 #: The calibration methods of ``onnxruntime.quantization.CalibrationMethod`` the matrix compares.
 CALIBRATIONS = ("MinMax", "Entropy", "Percentile")
@@ -380,25 +381,6 @@ def score_outputs(logits: Sequence[np.ndarray], clips, reference: Sequence[np.nd
     return {**summary, MAX_ABS_DIFF: diff}
 
 
-def round_robin_timing(functions: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
-    """Milliseconds per call of each function, calling them in turn ``repeats`` times (Chapter 4).
-
-    Alternating single calls gives every configuration the same share of a shared machine's changing
-    load, so the ratios of medians hold even when the absolute times drift. One untimed call each first.
-    """
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise Int8MatrixError(f"repeats must be a positive integer, got {repeats!r}")
-    for fn in functions.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in functions}
-    for _ in range(repeats):
-        for name, fn in functions.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(1000.0 * (time.perf_counter() - start))
-    return times
-
-
 # --------------------------------------------------------------------------------------------------
 # The matrix
 # --------------------------------------------------------------------------------------------------
@@ -477,17 +459,16 @@ def run_matrix(fp32_path: str | Path, configs: Sequence[Int8Config], calibration
 
     feed_name = fp32_session.get_inputs()[0].name
     x0 = inputs[0]
-    times = round_robin_timing({name: (lambda s=s: s.run(None, {feed_name: x0})) for name, s in sessions.items()},
-                               repeats)
-    fp32_ms = statistics.median(times[FP32_NAME])
+    times = timing.interleaved({name: (lambda s=s: s.run(None, {feed_name: x0})) for name, s in sessions.items()},
+                               warmup=1, repeats=repeats)
+    fp32_ms = times[FP32_NAME].median_ms
     for row in run.rows:
-        samples = times.get(row["config"])
+        timed = times.get(row["config"])
         row.update({"height": int(height), "width": int(width), "threads": threads, "timing_runs": repeats,
                     "calibration_clips": len(calibration_frames), "eval_clips": len(eval_clips)})
-        if samples:
-            median = statistics.median(samples)
-            row.update({"latency_ms": median, "latency_min_ms": min(samples), "latency_max_ms": max(samples),
-                        "speedup_vs_fp32": fp32_ms / median})
+        if timed:
+            row.update({"latency_ms": timed.median_ms, "latency_min_ms": timed.min_ms,
+                        "latency_max_ms": timed.max_ms, "speedup_vs_fp32": fp32_ms / timed.median_ms})
         else:
             row.update({"latency_ms": math.nan, "latency_min_ms": math.nan, "latency_max_ms": math.nan,
                         "speedup_vs_fp32": math.nan})

@@ -167,12 +167,12 @@ def check_batches(model, path: str | Path, input_chw, batch_sizes=(1, 2, 3), *, 
     """Serve every batch size from ONE session on ``path`` and compare each with eager ``model`` (Chapter 7).
 
     Returns one dict per batch size: ``batch_size``, ``output_shape`` and the fields of
-    :func:`graphbook.record.results.compare_to_reference` (``max_abs_diff``, ``same_output``...). A batch
+    :func:`graphbook.correctness.compare_to_reference` (``max_abs_diff``, ``same_output``...). A batch
     the model refuses (a static export) gets ``error`` with ONNX Runtime's message instead.
     """
     import torch
 
-    from .record.results import compare_to_reference
+    from .correctness import compare_to_reference
 
     session = make_session(path, threads=threads)
     gen = torch.Generator().manual_seed(seed)

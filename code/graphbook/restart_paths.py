@@ -3,7 +3,7 @@
 Introduced in Chapter 6 (and used by Chapter 7's server). A server that restarts pays whatever its
 model needs before the first answer. Each path below is measured in **fresh processes** (at least 3),
 from the moment the parent launches the child to the moment the child holds the first output; the
-parent then checks that output against eager FP32 with :func:`graphbook.record.results.compare_to_reference`
+parent then checks that output against eager FP32 with :func:`graphbook.correctness.compare_to_reference`
 (a fast wrong answer is not a restart path):
 
 ==========================  =====================================================================
@@ -515,13 +515,14 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
 
     Starts are interleaved by round (every path once, then again), so a slow phase of a shared
     machine spreads over all paths instead of hitting one. Every first output is compared with eager
-    FP32 (:func:`graphbook.record.results.compare_to_reference`). Returns one row per (path, repeat).
+    FP32 (:func:`graphbook.correctness.compare_to_reference`). Returns one row per (path, repeat).
     With ``server_repeats > 0`` the server is also started from the artifacts
     (:func:`server_readiness`) and its rows are appended to the list ``server_rows``.
     """
     import numpy as np
 
     from .record import results
+    from . import correctness
 
     chosen = [path_by_name(n) for n in paths]
     if repeats < 1:
@@ -554,7 +555,7 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
             for path in _order(chosen):
                 res = measure_path(path, work, repeat, checkpoint=checkpoint, artifacts=artifacts,
                                    threads=threads, steady_runs=steady_runs, timeout=timeout)
-                checks = [results.compare_to_reference(np.load(Path(res["out_dir"]) / f"out-b{b}.npy"), refs[b])
+                checks = [correctness.compare_to_reference(np.load(Path(res["out_dir"]) / f"out-b{b}.npy"), refs[b])
                           for b in path.batch_sizes]
                 art = artifacts.get(path.artifact, {})
                 build_s = art.get("build_s")

@@ -10,7 +10,7 @@ same thing everywhere:
   tensor) plus the build time (compile, or export + session, including the first call);
 - :func:`freezing` -- the one way the book turns Inductor freezing on (a config patch *and*
   ``torch.no_grad()``: with autograd on, Inductor silently skips freezing);
-- the comparison with eager is :func:`graphbook.record.results.compare_to_reference` under
+- the comparison with eager is :func:`graphbook.correctness.compare_to_reference` under
   :data:`graphbook.record.results.SAME_OUTPUT_ATOL`.
 
 ``expected_to_match_eager`` is what the variant *should* do: FP32 rewrites reorder additions and stay

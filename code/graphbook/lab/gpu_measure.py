@@ -277,7 +277,8 @@ def measure_configs(configs, model, x, reference, args, *, device: str, log=prin
     """Check, time (and profile) each configuration in this process; one entry per configuration (Chapter 5)."""
     import torch
 
-    from ..record import results, timing
+    from ..record import timing
+    from .. import correctness
 
     started = started if started is not None else time.perf_counter()
     measurements = []
@@ -297,7 +298,7 @@ def measure_configs(configs, model, x, reference, args, *, device: str, log=prin
                 call, first_s, second_s = build_call(config, model, x, device=device,
                                                      fresh_cache=not args.warm_cache)
                 output = call().float().clone()
-                entry.update(results.compare_to_reference(output, reference))
+                entry.update(correctness.compare_to_reference(output, reference))
                 entry.pop("reference_scale", None)
                 timer = timing.time_cuda if device == "cuda" else timing.time_cpu
                 result = timer(call, warmup=args.warmup, repeats=args.repeats, name=config["variant"])

@@ -309,7 +309,8 @@ def measure(args, status, log=print) -> list[dict]:
     import torch
 
     from .. import blurball
-    from ..record import results, timing
+    from ..record import timing
+    from .. import correctness
     from .. import onnx_utils as ou
 
     smoke = args.smoke
@@ -341,7 +342,7 @@ def measure(args, status, log=print) -> list[dict]:
         with stream_context():
             output = run()
             sync()
-            check = results.compare_to_reference(output.float(), reference)
+            check = correctness.compare_to_reference(output.float(), reference)
             timer = timing.time_cuda if device == "cuda" else timing.time_cpu
             result = timer(run, warmup=args.warmup, repeats=args.repeats, name=row["variant"])
         check.pop("reference_scale", None)

@@ -23,9 +23,9 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable
 
 # --------------------------------------------------------------------------------------------------
 # Column names (canonical). New writers use these constants; legacy names are mapped on read.
@@ -66,58 +66,38 @@ TEXT_COLUMNS = (RUN_ID, "git_commit", VARIANT, "description", "note", "name", "o
 # --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Kind:
-    """One kind of result file (Chapter 2): who writes it, its file names, its legacy column names.
+    """One kind of result file (Chapter 2): who writes it and its file names.
 
-    ``prefix``: new files are ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv``. ``tagged``: the tag (e.g. a
-    GPU slug) is required (True) or refused (False). ``legacy_files``: exact names written before this
-    schema; ``legacy_pattern``: a regular expression for older dated names. ``renames``: legacy column
-    name -> canonical name, applied on read; ``value_renames``: column -> {legacy value: canonical value}
-    (a variant renamed in :mod:`graphbook.variants`), also on read. ``script``: the writer, for error messages and the docs.
+    ``prefix``: files are ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv``, one per recording. ``tagged``: the tag
+    (e.g. a GPU slug) is required (True) or refused (False). ``log_file``: for the one kind that is a single
+    growing log by design (the notebook executions), its exact name. ``script``: the writer, for error
+    messages and the docs.
     """
 
     name: str
     prefix: str
     script: str
     tagged: bool = False
-    legacy_files: tuple[str, ...] = ()
-    legacy_pattern: str | None = None
-    renames: Mapping[str, str] = field(default_factory=dict)
-    value_renames: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    log_file: str | None = None
 
     def file_regex(self) -> re.Pattern:
         tag = r"-(?P<tag>[A-Za-z0-9_.]+(?:-[A-Za-z0-9_.]+)*?)" if self.tagged else ""
         return re.compile(rf"^{re.escape(self.prefix)}{tag}-\d{{4}}-\d{{2}}-\d{{2}}(?:-\d+)?\.csv$")
 
     def matches(self, file_name: str) -> bool:
-        """Whether ``file_name`` (no folder) is a file of this kind, new style or legacy."""
-        if self.file_regex().match(file_name) or file_name in self.legacy_files:
-            return True
-        return bool(self.legacy_pattern and re.match(self.legacy_pattern, file_name))
+        """Whether ``file_name`` (no folder) is a file of this kind."""
+        return file_name == self.log_file if self.log_file else bool(self.file_regex().match(file_name))
 
-
-_SPEEDUP_RENAMES = {"speedup_over_eager": SPEEDUP_VS_EAGER, "speedup_vs_eager_fp32": SPEEDUP_VS_EAGER,
-                    "ratio_to_eager": SPEEDUP_VS_EAGER, "ratio_to_eager_fp32": SPEEDUP_VS_EAGER}
-_PEAK_RENAMES = {"peaks_equal": SAME_PEAKS, "peaks_same": SAME_PEAK_FRAMES, "peaks_total": PEAK_FRAMES}
 
 KINDS: dict[str, Kind] = {k.name: k for k in [
-    Kind("fusion-demo", "cpu-fusion-demo", "code/03_fusion.py", legacy_files=("cpu_fusion_demo.csv",),
-         renames={"seconds": COMPILE_S}),
-    Kind("cpu-blurball", "cpu-blurball", "code/bench_blurball_cpu.py",
-         renames={**_SPEEDUP_RENAMES, **_PEAK_RENAMES, "setup_s": COMPILE_S},
-         value_renames={VARIANT: {"onnxruntime": "ort_exporter_optimized_all"}}),
-    Kind("cpu-onnxruntime", "cpu-onnxruntime", "code/bench_onnxruntime.py",
-         renames={**_SPEEDUP_RENAMES, **_PEAK_RENAMES, "verified_fp32": SAME_OUTPUT}),
-    Kind("ablation", "cpu-ablation", "code/bench_ablation.py", legacy_files=("ablation_cpu.csv",),
-         renames={**_SPEEDUP_RENAMES, **_PEAK_RENAMES, "compile_first_call_s": COMPILE_S}),
-    Kind("compile-cache", "cpu-compile-cache", "code/bench_compile_cache.py", legacy_files=("compile_cache.csv",),
-         renames={"first_call_s": COMPILE_S}),
-    Kind("serving-ready", "cpu-serving-ready", "code/bench_compile_cache.py", legacy_files=("serving_ready.csv",)),
-    Kind("gpu-blurball", "gpu-blurball", "code/gpu_blurball.py", tagged=True,
-         # before this schema: gpu-<device>-<date>.csv (any gpu- file that is not another GPU kind's)
-         legacy_pattern=r"^gpu-(?!blurball-|tensorrt-).+-\d{4}-\d{2}-\d{2}(?:-\d+)?\.csv$",
-         renames={**_SPEEDUP_RENAMES, **_PEAK_RENAMES, "first_call_s": COMPILE_S}),
-    Kind("gpu-tensorrt", "gpu-tensorrt", "code/gpu_tensorrt.py", tagged=True,
-         renames={**_SPEEDUP_RENAMES, **_PEAK_RENAMES, "build_s": COMPILE_S}),
+    Kind("fusion-demo", "cpu-fusion-demo", "code/03_fusion.py"),
+    Kind("cpu-blurball", "cpu-blurball", "code/bench_blurball_cpu.py"),
+    Kind("cpu-onnxruntime", "cpu-onnxruntime", "code/bench_onnxruntime.py"),
+    Kind("ablation", "cpu-ablation", "code/bench_ablation.py"),
+    Kind("compile-cache", "cpu-compile-cache", "code/bench_compile_cache.py"),
+    Kind("serving-ready", "cpu-serving-ready", "code/bench_compile_cache.py"),
+    Kind("gpu-blurball", "gpu-blurball", "code/gpu_blurball.py", tagged=True),
+    Kind("gpu-tensorrt", "gpu-tensorrt", "code/gpu_tensorrt.py", tagged=True),
     Kind("int8-matrix", "cpu-int8-matrix", "code/bench_int8.py"),
     Kind("int8-tensor-errors", "cpu-int8-tensor-errors", "code/bench_int8.py"),
     Kind("restart-paths", "cpu-restart-paths", "code/bench_restart_paths.py"),
@@ -126,7 +106,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("freezing-bisect", "cpu-freezing-bisect", "code/bisect_freezing.py"),
     Kind("tvm", "cpu-tvm", "code/bench_tvm.py"),
     Kind("notebook-executions", "notebook-executions", "scripts/execute_notebooks.py",
-         legacy_files=("notebook_executions.csv",)),
+         log_file="notebook_executions.csv"),
 ]}
 
 
@@ -136,14 +116,6 @@ def kind(name: str) -> Kind:
         return KINDS[name]
     except KeyError:
         raise ValueError(f"unknown result kind {name!r}; known: {', '.join(KINDS)}") from None
-
-
-def kind_of_file(file_name: str) -> str | None:
-    """The kind whose files include ``file_name`` (no folder), or None (Chapter 2)."""
-    hits = [k.name for k in KINDS.values() if k.matches(Path(file_name).name)]
-    if len(hits) > 1:
-        raise RuntimeError(f"{file_name} matches several kinds {hits}: KINDS patterns overlap")
-    return hits[0] if hits else None
 
 
 def _results_dir(results_dir) -> Path:
@@ -353,74 +325,33 @@ def _typed(frame):
     return frame
 
 
-def _read_file(path: Path, k: Kind):
+def _read_file(path: Path):
     import pandas as pd
 
     header = _read_header(path) or []
     frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS if c in header}, keep_default_na=True)
-    renames = {old: new for old, new in k.renames.items() if old in frame.columns}
-    for old, new in renames.items():
-        if new in frame.columns:  # the canonical column is there already: keep it, fill its gaps
-            frame[new] = frame[new].where(frame[new].notna(), frame[old])
-            frame = frame.drop(columns=[old])
-        else:
-            frame = frame.rename(columns={old: new})
-    for column, mapping in k.value_renames.items():
-        if column in frame.columns:
-            frame[column] = frame[column].replace(dict(mapping))
     frame[SOURCE_FILE] = path.name
-    if RUN_ID not in frame.columns or frame[RUN_ID].isna().all():
-        # Legacy files without a run id: the rows of one run share their recorded date.
-        dates = frame[DATE].astype(str) if DATE in frame.columns else pd.Series([""] * len(frame))
-        if dates.nunique() <= 1:
-            frame[RUN_ID] = path.stem
-        else:
-            frame[RUN_ID] = path.stem + "@" + dates
-    else:
-        frame[RUN_ID] = frame[RUN_ID].fillna(path.stem).astype(str)
-    return frame
-
-
-def _derive(frame):
-    """Verdict columns a legacy file did not record, derived from what it did record."""
-    import pandas as pd
-
-    frame = _typed(frame)
-    if SAME_PEAKS not in frame.columns and {SAME_PEAK_FRAMES, PEAK_FRAMES} <= set(frame.columns):
-        same, total = pd.to_numeric(frame[SAME_PEAK_FRAMES]), pd.to_numeric(frame[PEAK_FRAMES])
-        frame[SAME_PEAKS] = (same == total).astype("boolean").where(same.notna() & total.notna(), pd.NA)
-    if SAME_OUTPUT not in frame.columns and MAX_ABS_DIFF in frame.columns:
-        diff = pd.to_numeric(frame[MAX_ABS_DIFF], errors="coerce")
-        frame[SAME_OUTPUT] = (diff <= SAME_OUTPUT_ATOL).astype("boolean").where(diff.notna(), pd.NA)
-    for column in (SAME_PEAKS, SAME_OUTPUT):
-        if column in frame.columns and str(frame[column].dtype) == "boolean" and not frame[column].isna().any():
-            frame[column] = frame[column].astype(bool)
-    return frame
+    if RUN_ID not in frame.columns:  # the notebook log: one run per row is not a recording
+        frame[RUN_ID] = path.stem
+    frame[RUN_ID] = frame[RUN_ID].fillna(path.stem).astype(str)
+    return _typed(frame)
 
 
 def load(kind_name: str, results_dir: str | Path | None = None):
-    """Every recorded run of one kind as one typed DataFrame with canonical column names (Chapter 2).
+    """Every recorded run of one kind as one typed DataFrame (Chapter 2).
 
-    Reads the kind's new-style files and its legacy files under ``results_dir`` (default
-    ``book.RESULTS_DIR``) in name order. Legacy column names are renamed (the files are not touched);
-    columns a file lacks are left empty. Booleans come back as booleans (``bool``, or the nullable
-    ``boolean`` where some rows have no value), numbers as numbers. Two columns are added:
-    ``source_file`` (the file's name) and ``run_id`` (the recorded one, or for legacy files without it
-    the file's stem, plus ``@<date>`` when the file holds several runs). A legacy file that recorded
-    heatmap-peak counts but no verdict gets ``same_peaks``; one with ``max_abs_diff`` but no verdict
-    gets ``same_output`` under :data:`SAME_OUTPUT_ATOL`. With no file, an empty frame that still has
-    ``source_file``, ``run_id`` and ``date``.
+    Reads the kind's files under ``results_dir`` (default ``paths.RESULTS_DIR``) in name order; columns a
+    file lacks are left empty. Booleans come back as booleans (``bool``, or the nullable ``boolean`` where
+    some rows have no value), numbers as numbers. ``source_file`` (the file's name) is added. With no
+    file, an empty frame that still has ``source_file``, ``run_id`` and ``date``.
     """
     import pandas as pd
 
-    k = kind(kind_name)
-    # each file is derived on its own: an old file's missing verdict must not stay empty just because a
-    # newer file in the same frame recorded that column
-    frames = [_derive(_read_file(path, k)) for path in files(kind_name, results_dir)]
+    frames = [_read_file(path) for path in files(kind_name, results_dir)]
     if not frames:
         return pd.DataFrame({SOURCE_FILE: pd.Series(dtype=str), RUN_ID: pd.Series(dtype=str),
                              DATE: pd.Series(dtype=str)})
-    return _derive(pd.concat(frames, ignore_index=True, sort=False))
+    return _typed(pd.concat(frames, ignore_index=True, sort=False))
 
 
 def runs(frame):
@@ -475,40 +406,3 @@ def latest_recording(frame):
 # --------------------------------------------------------------------------------------------------
 # Comparing with the reference (eager FP32)
 # --------------------------------------------------------------------------------------------------
-def compare_to_reference(output, reference, *, atol: float = SAME_OUTPUT_ATOL) -> dict:
-    """How far ``output`` is from ``reference`` (eager FP32's output), the book's one rule (Chapter 3).
-
-    Returns plain Python values: ``max_abs_diff`` (largest absolute difference, in float64),
-    ``reference_scale`` (largest absolute reference value), ``relative_diff``
-    (``max_abs_diff / max(1, reference_scale)``) and ``same_output`` (``relative_diff <= atol``, default
-    :data:`SAME_OUTPUT_ATOL`). For heatmaps ``(N, F, H, W)`` (or BlurBall's ``{0: logits}``) also
-    ``same_peak_frames``, ``peak_frames`` and ``same_peaks`` (every frame's argmax in the same pixel,
-    :func:`graphbook.blurball.heatmap_peaks`). Whether the *decoded balls* agree is a separate question
-    answered on clips with known balls by :func:`graphbook.correctness.detections_agree`.
-    """
-    import numpy as np
-
-    def as_array(value):
-        if isinstance(value, Mapping):
-            value = value[0]
-        if hasattr(value, "detach"):
-            value = value.detach().float().cpu().numpy()
-        return np.asarray(value, dtype=np.float64)
-
-    out, ref = as_array(output), as_array(reference)
-    if out.shape != ref.shape:
-        raise ValueError(f"output shape {out.shape} differs from the reference's {ref.shape}")
-    diff = float(np.max(np.abs(out - ref))) if out.size else 0.0
-    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
-    relative = diff / max(1.0, scale)
-    result = {MAX_ABS_DIFF: diff, "reference_scale": scale, RELATIVE_DIFF: relative,
-              SAME_OUTPUT: bool(relative <= atol)}
-    if out.ndim == 4:
-        import torch
-
-        from ..blurball import heatmap_peaks
-
-        same = (heatmap_peaks(torch.from_numpy(out)) == heatmap_peaks(torch.from_numpy(ref))).all(dim=-1)
-        result.update({SAME_PEAK_FRAMES: int(same.sum()), PEAK_FRAMES: int(same.numel()),
-                       SAME_PEAKS: bool(same.all())})
-    return result

@@ -7,7 +7,7 @@ runs, and keeps runs from different machines apart by their fingerprint (CPU mod
 set, threads). A run taken under load is flagged from its own data, never deleted.
 
 Frames are "long": one row per (run, variant), as :func:`graphbook.record.results.load` returns them and as
-:func:`graphbook.record.timing.repeated_alternating` produces them live. Column names follow
+:func:`graphbook.record.timing.live_runs` produces them live. Column names follow
 :mod:`graphbook.record.results` (``run_id``, ``variant``, ``median_ms``, ``same_output``...).
 """
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""The timing harness: warm-up, then the median of N runs with its spread (Chapter 1).
+"""The timing harness: warm-up, then the median of N calls with its spread, in repeated runs (Chapter 1).
 
-Every time the book reports comes from :func:`time_cpu` or :func:`time_cuda` (or :func:`time_fn`,
-which picks one by device), so all of them follow the same method:
+Every per-call time the book reports comes from :func:`time_cpu` or :func:`time_cuda` (or :func:`time_fn`,
+which picks one by device), inside the run protocol :func:`repeated_runs` wherever versions are compared,
+so all of them follow the same method:
 
 1. ``warmup`` untimed calls first (caches, allocator, lazy initialisation, compilation),
 2. ``repeats`` timed calls, each one timed on its own,
@@ -9,14 +10,14 @@ which picks one by device), so all of them follow the same method:
 
 On a CPU each call is timed with :func:`time.perf_counter`. On a GPU, kernels run asynchronously, so
 a host clock would time only the launch: :func:`time_cuda` records CUDA events around each call and
-synchronizes before reading them.
+synchronizes before reading them. One-off durations (a compile, a build) use :class:`Stopwatch`.
 """
 from __future__ import annotations
 
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def time_cpu(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 10, na
     return summarize(samples, name=name, warmup=warmup, device="cpu")
 
 
-def cuda_available() -> bool:
+def _cuda_available() -> bool:
     """True when torch sees a CUDA device (Chapter 1)."""
     try:
         import torch
@@ -124,7 +125,7 @@ def time_cuda(fn: Callable[[], object], *, warmup: int = 10, repeats: int = 50,
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     _check_counts(warmup, repeats)
-    if not cuda_available():
+    if not _cuda_available():
         raise RuntimeError("time_cuda needs a CUDA device, but torch.cuda.is_available() is False; "
                            "use time_cpu (or time_fn(device='cpu')) on this machine")
     import torch
@@ -155,79 +156,130 @@ def time_fn(fn: Callable[[], object], device: str = "cpu", **kwargs) -> TimingRe
     raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
 
 
-def alternating_timing(fn_a: Callable[[], object], fn_b: Callable[[], object], *, warmup: int = 2,
-                       repeats: int = 10, names: tuple[str, str] = ("a", "b")):
-    """Time two functions call by call, alternating A, B, A, B... (Chapter 3).
+def interleaved(calls: Mapping[str, Callable[[], object]], *, warmup: int = 2,
+                repeats: int = 10) -> dict[str, TimingResult]:
+    """Time several functions call by call, in turn: A, B, C, A, B, C... (Chapter 3).
 
-    On a shared machine the background load changes within seconds; alternating single calls makes
-    both functions see the same load, so the *ratio* of their medians is trustworthy even when the
-    absolute times are not. Returns two ``graphbook.record.timing.TimingResult`` (A, B).
+    On a shared machine the background load changes within seconds; interleaving single calls makes
+    every function see the same load, so the *ratios* of their medians hold even when the absolute times
+    drift. ``warmup`` untimed rounds first. Returns ``{name: TimingResult}`` in the order given.
     """
-    if not (callable(fn_a) and callable(fn_b)):
-        raise TypeError("fn_a and fn_b must be callables taking no arguments")
-    if warmup < 0 or repeats < 1:
-        raise ValueError(f"need warmup >= 0 and repeats >= 1, got warmup={warmup}, repeats={repeats}")
+    if not calls or not all(callable(fn) for fn in calls.values()):
+        raise TypeError("calls must map names to callables taking no arguments")
+    _check_counts(warmup, repeats)
     for _ in range(warmup):
-        fn_a()
-        fn_b()
-    a_ms, b_ms = [], []
+        for fn in calls.values():
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn_a()
-        middle = time.perf_counter()
-        fn_b()
-        end = time.perf_counter()
-        a_ms.append(1000.0 * (middle - start))
-        b_ms.append(1000.0 * (end - middle))
-    return (summarize(a_ms, name=names[0], warmup=warmup),
-            summarize(b_ms, name=names[1], warmup=warmup))
+        for name, fn in calls.items():
+            start = time.perf_counter()
+            fn()
+            samples[name].append(1000.0 * (time.perf_counter() - start))
+    return {name: summarize(values, name=name, warmup=warmup) for name, values in samples.items()}
 
 
-def relative_iqr(result: TimingResult) -> float:
-    """Interquartile range over the median of one timed function (Chapter 5): a quiet CPU repeats
-    a call within a few percent; a loaded one spreads the calls. ``inf`` for a zero median."""
-    return result.iqr_ms / result.median_ms if result.median_ms > 0 else float("inf")
+def repeated_runs(calls: Mapping[str, Callable[[], object]], *, runs: int = 3, warmup: int = 3,
+                  repeats: int = 10, interleave: bool = False, probe_bytes: int | None = 64 * 2**20,
+                  probes: Callable[[], dict] | None = None, threads: Mapping[str, int] | None = None,
+                  measure: Callable[[str, int], dict] | None = None,
+                  log: Callable[[str], object] | None = None) -> list[dict]:
+    """The book's run protocol: ``runs`` independent runs of named callables, one row per run and name (Chapter 2).
 
+    Every benchmark, the fusion demo and every chapter that compares versions times them this way:
 
-def repeated_alternating(fn_a: Callable[[], object], fn_b: Callable[[], object], *, runs: int = 3,
-                         warmup: int = 2, repeats: int = 10, names: tuple[str, str] = ("a", "b"),
-                         pause_s: float = 0.0, env: dict | None = None):
-    """``runs`` independent alternated timings of two functions, as a long DataFrame (Chapter 5).
+    1. each run starts with its own physical reference, the ``copy_`` bandwidth on ``probe_bytes`` per
+       buffer (``copy_gbps``; :func:`graphbook.record.runs.flag_under_load` reads it), plus whatever
+       ``probes()`` returns (for example a matmul rate), so a run taken under load can be told apart;
+    2. the names are timed in an order that rotates between runs (:func:`rotated`), so none always runs in
+       another's wake; with ``interleave`` call by call (:func:`interleaved`), otherwise one block each
+       (:func:`time_cpu`, with ``threads[name]`` pinned when given);
+    3. ``measure(name, run_index)``, when given, replaces step 2's timing of one name (the ablation times
+       each configuration against eager in alternated pairs) and returns that row's columns.
 
-    Each run warms both functions up again and times them call by call (:func:`alternating_timing`);
-    every second run lets B go first, so neither version always runs in the other's wake.
-    ``pause_s`` sleeps between runs, to let a passing load move on. One row per (run, version):
-    ``run_id`` ("live-1", ...), ``variant``, ``median_ms``, ``min_ms``, ``max_ms``, ``q1_ms``,
-    ``q3_ms``, ``repeats``, ``warmup``, ``went_first``, then the ``env`` fingerprint (default:
-    :func:`graphbook.record.environment.fingerprint`), so :mod:`graphbook.record.runs` can summarize the runs,
-    flag one taken under load and phrase the comparison exactly as for recorded runs.
+    Rows carry ``run`` (1, 2 ...), ``run_count``, ``run_started`` (UTC), ``run_order`` (1 = went first),
+    ``went_first``, ``copy_gbps`` (unless ``probe_bytes`` is None), the probes' columns, ``variant``
+    and the timing fields (``median_ms``, ``min_ms``, ``max_ms``, ``q1_ms``, ``q3_ms``, ``repeats``, ``warmup``).
+    Nothing is built or compiled here: callers build and check every version once, before the runs.
     """
-    import pandas as pd
+    import datetime as dt
 
     if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
         raise ValueError(f"runs must be an integer >= 1, got {runs!r}")
-    if names[0] == names[1]:
-        raise ValueError(f"the two versions need different names, got {names!r}")
+    if not calls:
+        raise ValueError("repeated_runs needs at least one named callable")
+    _check_counts(warmup, repeats)
+    names = list(calls)
+    rows: list[dict] = []
+    for index in range(runs):
+        order = rotated(names, index)
+        per_run = {"run": index + 1, "run_count": runs,
+                   "run_started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                   "went_first": order[0]}
+        if probe_bytes is not None:
+            from ..probes import copy_bandwidth
+
+            per_run["copy_gbps"] = copy_bandwidth(nbytes=probe_bytes, repeats=5)["gb_per_s"]
+        if probes is not None:
+            per_run.update(probes())
+        if log is not None:
+            copy = f"copy_ {per_run['copy_gbps']:.1f} GB/s, " if "copy_gbps" in per_run else ""
+            log(f"run {index + 1}/{runs}: {copy}order {', '.join(map(str, order))}")
+        if measure is not None:
+            measured = {name: measure(name, index) for name in order}
+        elif interleave:
+            measured = {name: _timing_columns(result)
+                        for name, result in interleaved({n: calls[n] for n in order}, warmup=warmup,
+                                                        repeats=repeats).items()}
+        else:
+            measured = {name: _timing_columns(time_cpu(calls[name], warmup=warmup, repeats=repeats, name=str(name),
+                                                       threads=(threads or {}).get(name)))
+                        for name in order}
+        for position, name in enumerate(order, start=1):
+            rows.append({**per_run, "run_order": position, "variant": name, **measured[name]})
+            if log is not None and "median_ms" in measured[name]:
+                log(f"  {name}: median {measured[name]['median_ms']:.1f} ms")
+    return rows
+
+
+def _timing_columns(result: TimingResult) -> dict:
+    columns = result.as_dict()
+    columns.pop("name")
+    return columns
+
+
+def live_runs(calls: Mapping[str, Callable[[], object]], *, env: dict | None = None, **protocol):
+    """:func:`repeated_runs` measured live in a chapter, as a DataFrame with the machine on every row (Chapter 2).
+
+    Interleaved call by call and without a ``copy_`` probe unless ``protocol`` says otherwise. Rows get
+    ``run_id`` ``live-<run>`` and the ``env`` fingerprint (default
+    :func:`graphbook.record.environment.fingerprint`), so :mod:`graphbook.record.runs` summarizes the runs,
+    flags one taken under load and phrases the comparison exactly as for recorded runs.
+    """
+    import pandas as pd
+
     if env is None:
         from .environment import fingerprint
 
         env = fingerprint()
-    rows = []
-    for index in range(runs):
-        if index and pause_s > 0:
-            time.sleep(pause_s)
-        if index % 2 == 0:
-            result_a, result_b = alternating_timing(fn_a, fn_b, warmup=warmup, repeats=repeats, names=names)
-            first = names[0]
-        else:
-            result_b, result_a = alternating_timing(fn_b, fn_a, warmup=warmup, repeats=repeats,
-                                                    names=(names[1], names[0]))
-            first = names[1]
-        for result in (result_a, result_b):
-            record = result.as_dict()
-            record["variant"] = record.pop("name")
-            rows.append({"run_id": f"live-{index + 1}", **record, "went_first": first, **env})
-    return pd.DataFrame(rows)
+    protocol = {"interleave": True, "probe_bytes": None, **protocol}
+    rows = repeated_runs(calls, **protocol)
+    return pd.DataFrame([{"run_id": f"live-{row['run']}", **row, **env} for row in rows])
+
+
+class Stopwatch:
+    """Seconds since it was started, for one-off durations: a compile, a build, a timeline (Chapter 6).
+
+    Per-call times come from :func:`time_cpu` and :func:`repeated_runs`; a single event that cannot be
+    repeated (the first call that compiles, a server's start) is measured with this instead.
+    """
+
+    def __init__(self) -> None:
+        self._start = time.perf_counter()
+
+    def seconds(self) -> float:
+        """Seconds elapsed since the stopwatch started."""
+        return time.perf_counter() - self._start
 
 
 def rotated(names: Sequence, run_index: int) -> list:
