@@ -73,6 +73,7 @@ def calibration_frames(count: int, height: int, width: int):
 def main(argv=None) -> int:
     args = parse_args(argv)
     from graphbook import blurball, onnx_utils as ou, probes, variants
+    from graphbook import quantization
     from graphbook.record import results, timing
     from graphbook import correctness
     from graphbook.record.environment import fingerprint, set_threads
@@ -131,7 +132,7 @@ def main(argv=None) -> int:
                          "export": {"ort_exporter_optimized_all": "optimized",
                                     "ort_int8_qdq_all": "int8_qdq"}.get(name, "raw")}
                 if name == "ort_int8_qdq_all":
-                    counts = ou.qdq_counts(built.artifact)
+                    counts = quantization.qdq_counts(built.artifact)
                     extra.update(quantize_linear=counts["QuantizeLinear"],
                                  dequantize_linear=counts["DequantizeLinear"])
                 add(built, extra=extra, thread_counts=[threads])

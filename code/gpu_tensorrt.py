@@ -48,9 +48,9 @@ from graphbook.record.cli import EXIT_CHECK_FAILED, exit_status_for
 
 def main(argv=None) -> int:
     args = gr.parse_args(argv)
-    from graphbook import onnx_utils as ou
+    from graphbook.lab import gpu_runtimes
 
-    status = ou.detect_gpu_runtimes()
+    status = gpu_runtimes.detect_gpu_runtimes()
     if not args.smoke:
         if not status.cuda_device:
             print(f"{gr.PROG}: skipped, nothing measured: {status.summary()}", file=sys.stderr)

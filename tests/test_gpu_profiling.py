@@ -194,7 +194,7 @@ def test_smoke_model_is_the_same_in_every_process():
 
 def test_child_rows_round_trip(tmp_path):
     script = tmp_path / "child.py"
-    script.write_text("from graphbook import gpu_profiling as gp\ngp.emit_child_rows([{'variant': 'a', 'x': 1.5}])\n")
+    script.write_text("from graphbook.lab import gpu_profiling as gp\ngp.emit_child_rows([{'variant': 'a', 'x': 1.5}])\n")
     assert gp.run_child([str(script)]) == [{"variant": "a", "x": 1.5}]
     bad = tmp_path / "bad.py"
     bad.write_text("raise SystemExit('no rows here')\n")

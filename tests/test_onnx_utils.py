@@ -10,6 +10,9 @@ import torch
 import torch.nn as nn
 
 from graphbook import onnx_utils as ou
+from graphbook import profiling
+from graphbook.lab import gpu_runtimes
+from graphbook import quantization
 
 
 class TinyBlock(nn.Module):
@@ -223,17 +226,17 @@ def test_provider_options_must_match_providers(exported):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only report")
 def test_gpu_runtime_detection_explains_absence():
-    status = ou.detect_gpu_runtimes()
+    status = gpu_runtimes.detect_gpu_runtimes()
     assert not status.ort_cuda and not status.tensorrt and not status.anything
     assert status.summary().startswith("No GPU runtime can be measured on this machine: ")
     assert "no CUDA device" in status.summary()
 
 
 def test_tensorrt_major():
-    assert ou.tensorrt_major("10.13.0.35") == 10
-    assert ou.tensorrt_major("11.1.0") == 11
+    assert gpu_runtimes.tensorrt_major("10.13.0.35") == 10
+    assert gpu_runtimes.tensorrt_major("11.1.0") == 11
     with pytest.raises(ValueError, match="TensorRT version"):
-        ou.tensorrt_major("ten")
+        gpu_runtimes.tensorrt_major("ten")
 
 
 # Counting and comparing ---------------------------------------------------------------------------
@@ -282,7 +285,7 @@ def test_max_abs_diff_and_peaks():
 
 def test_profile_operators_gives_per_op_table(exported, model_and_input, tmp_path):
     _, x = model_and_input
-    table = ou.profile_operators(exported["raw"], x, level="extended", threads=1, runs=2, workdir=tmp_path)
+    table = profiling.profile_operators(exported["raw"], x, level="extended", threads=1, runs=2, workdir=tmp_path)
     assert set(table.columns) == {"op_name", "nodes", "total_ms", "share"}
     assert "FusedConv" in set(table["op_name"])
     assert table["share"].sum() == pytest.approx(1.0)
@@ -293,7 +296,7 @@ def test_read_profile_refuses_empty_trace(tmp_path):
     empty = tmp_path / "p.json"
     empty.write_text("[]")
     with pytest.raises(ValueError, match="no kernel events"):
-        ou.read_profile(empty)
+        profiling.read_profile(empty)
 
 
 X86_NO_VNNI = {"arch": "x86", "avx2": True, "avx512f": False, "avx512_vnni": False, "avx_vnni": False,
@@ -303,7 +306,7 @@ ARM = {"arch": "arm", "neon": True, "dotprod": True, "i8mm": False, "bf16": Fals
 
 
 def test_int8_settings_without_vnni_reduce_the_weight_range():
-    settings = ou.int8_settings_for(X86_NO_VNNI)
+    settings = quantization.int8_settings_for(X86_NO_VNNI)
     assert settings.reduce_range is True
     assert (settings.activation_type, settings.weight_type) == ("QUInt8", "QInt8")
     assert "no VNNI" in settings.reason and "reduce_range=True" in settings.reason
@@ -313,19 +316,19 @@ def test_int8_settings_without_vnni_reduce_the_weight_range():
 def test_int8_settings_with_vnni_and_on_arm_keep_8_bit_weights():
     for features, word in ((X86_VNNI, "AVX-512 VNNI"), ({**X86_NO_VNNI, "avx_vnni": True, "vnni": True}, "AVX-VNNI"),
                            (ARM, "ARM")):
-        settings = ou.int8_settings_for(features)
+        settings = quantization.int8_settings_for(features)
         assert settings.reduce_range is False and word in settings.reason
 
 
 def test_int8_settings_for_an_unknown_cpu_are_the_safe_ones():
     for features in ({"arch": "other", "vnni": None}, {"arch": "x86", "avx2": None, "vnni": None}):
-        settings = ou.int8_settings_for(features)
+        settings = quantization.int8_settings_for(features)
         assert settings.reduce_range is True and "could not be read" in settings.reason
 
 
 def test_u8s8_pair_arithmetic_is_why_reduce_range_helps():
-    assert ou.worst_u8s8_pair_sum(False) == 64770 > ou.INT16_MAX  # 8-bit weights can saturate vpmaddubsw
-    assert ou.worst_u8s8_pair_sum(True) == 32640 <= ou.INT16_MAX  # 7-bit weights cannot
+    assert quantization.worst_u8s8_pair_sum(False) == 64770 > quantization.INT16_MAX  # 8-bit weights can saturate vpmaddubsw
+    assert quantization.worst_u8s8_pair_sum(True) == 32640 <= quantization.INT16_MAX  # 7-bit weights cannot
 
 
 def _int8_weights(path):
@@ -340,18 +343,18 @@ def _int8_weights(path):
 def test_quantize_qdq_inserts_qdq_nodes_and_stays_close(exported, model_and_input, tmp_path, features):
     model, x = model_and_input
     frames = [torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(s)) for s in range(3)]
-    quantized = ou.quantize_qdq(exported["optimized"], tmp_path / "q.onnx", frames, features=features)
-    settings = ou.int8_settings_for(features)
+    quantized = quantization.quantize_qdq(exported["optimized"], tmp_path / "q.onnx", frames, features=features)
+    settings = quantization.int8_settings_for(features)
     weights = _int8_weights(quantized)
     assert weights, "the Q/DQ model stores int8 weights"
     widest = max(int(np.abs(w.astype(np.int32)).max()) for w in weights)
     # what the chosen settings promise, checked on the stored weights (the same on every CPU):
     # without VNNI no u8 x s8 pair may exceed the 16-bit intermediate
     if settings.reduce_range:
-        assert 2 * ou.UINT8_MAX * widest <= ou.INT16_MAX
+        assert 2 * quantization.UINT8_MAX * widest <= quantization.INT16_MAX
     else:
         assert widest > 64
-    counts = ou.qdq_counts(quantized)
+    counts = quantization.qdq_counts(quantized)
     assert counts["QuantizeLinear"] >= 2 and counts["DequantizeLinear"] >= counts["QuantizeLinear"]
     with torch.no_grad():
         reference = model(x).numpy()
@@ -362,7 +365,7 @@ def test_quantize_qdq_inserts_qdq_nodes_and_stays_close(exported, model_and_inpu
 
 def test_calibration_reader_needs_frames():
     with pytest.raises(ValueError, match="at least one"):
-        ou.calibration_reader("x", [])
+        quantization.calibration_reader("x", [])
 
 
 # The benchmark script's argument checks (no model is built) -----------------------------------------

@@ -184,7 +184,7 @@ def int8_settings() -> dict:
     with the instruction set it was decided from (:func:`graphbook.record.environment.cpu_features`).
     """
     from .record.environment import cpu_features
-    from .onnx_utils import int8_settings_for
+    from .quantization import int8_settings_for
 
     features = cpu_features()
     settings = int8_settings_for(features)
@@ -318,7 +318,8 @@ def quantize_config(fp32_path: str | Path, out_path: str | Path, config: Int8Con
     from onnxruntime import quantization as quant
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    from .onnx_utils import calibration_reader, check_model_file, qdq_counts
+    from .onnx_utils import check_model_file
+    from .quantization import calibration_reader, qdq_counts
 
     fp32_path = check_model_file(fp32_path)
     out_path = Path(out_path)
@@ -532,7 +533,7 @@ def tensor_errors(fp32_path: str | Path, qdq_path: str | Path, frames: Sequence,
     """
     from onnxruntime.quantization import qdq_loss_debug as qld
 
-    from .onnx_utils import calibration_reader
+    from .quantization import calibration_reader
 
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise Int8MatrixError(f"top must be a positive integer, got {top!r}")

@@ -12,6 +12,8 @@ the share of the matmul peak of the same precision.
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Iterable
 
 from .record.results import SPEEDUP_VS_EAGER
@@ -178,3 +180,45 @@ def variant_rows(measured: list[dict], macs: int, peaks: dict, reference: str = 
             row["share_of_peak"] = row["gflop_per_s"] / peak if peak else ""
         rows.append(row)
     return rows
+
+
+def read_profile(profile_path: str | Path, runs: int = 1):
+    """Per-operator time from an ONNX Runtime profile (Chrome-trace JSON), per run (Chapter 4).
+
+    Uses the ``Node`` events whose names end in ``_kernel_time``; their ``dur`` is in microseconds.
+    Returns a DataFrame with columns op_name, nodes (kernel events per run), total_ms (per run) and
+    share (of the summed kernel time), sorted by time.
+    """
+    import pandas as pd
+
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ValueError(f"runs must be a positive integer, got {runs!r}")
+    events = json.loads(Path(profile_path).read_text())
+    rows = [(e["args"].get("op_name", "?"), float(e.get("dur", 0)))
+            for e in events if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")]
+    if not rows:
+        raise ValueError(f"{profile_path} has no kernel events; was the session run after profiling was enabled?")
+    frame = pd.DataFrame(rows, columns=["op_name", "dur_us"])
+    table = frame.groupby("op_name").agg(nodes=("dur_us", "size"), total_us=("dur_us", "sum")).reset_index()
+    table["nodes"] = (table["nodes"] / runs).round().astype(int)
+    table["total_ms"] = table["total_us"] / runs / 1e3
+    table["share"] = table["total_us"] / table["total_us"].sum()
+    return table.drop(columns="total_us").sort_values("total_ms", ascending=False).reset_index(drop=True)
+
+
+def profile_operators(path: str | Path, inputs, *, level="all", threads: int = 2, runs: int = 3,
+                      workdir: str | Path):
+    """Run the model ``runs`` times (after one untimed run) under the profiler; per-op table (Chapter 4).
+
+    The warm-up run happens in a separate session so the profile holds only the timed runs.
+    """
+    from .onnx_utils import make_session, run_session
+
+    warm = make_session(path, level=level, threads=threads)
+    run_session(warm, inputs)
+    del warm
+    session = make_session(path, level=level, threads=threads, profile_prefix=Path(workdir) / "ort_profile")
+    for _ in range(runs):
+        run_session(session, inputs)
+    profile_file = session.end_profiling()
+    return read_profile(profile_file, runs=runs)

@@ -195,6 +195,7 @@ def onnx_file(model, example, context: BuildContext, export: str) -> Path:
     statically quantized to Q/DQ, calibrated on ``context.calibration``.
     """
     from . import onnx_utils
+    from . import quantization
 
     available, why = onnx_available()
     if not available:
@@ -212,7 +213,7 @@ def onnx_file(model, example, context: BuildContext, export: str) -> Path:
     elif export == "int8":
         if not context.calibration:
             raise VariantUnavailable("the INT8 Q/DQ variant needs calibration frames (BuildContext.calibration)")
-        path = onnx_utils.quantize_qdq(onnx_file(model, example, context, "optimized"),
+        path = quantization.quantize_qdq(onnx_file(model, example, context, "optimized"),
                                        folder / "blurball_int8_qdq.onnx", list(context.calibration))
     else:
         raise ValueError(f"unknown export {export!r}; choose raw, optimized or int8")

@@ -14,10 +14,13 @@ import contextlib
 import datetime as dt
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import gpu_profiling as gp
+from ..onnx_utils import CUDA_PROVIDER, TENSORRT_PROVIDER, available_providers
 from ..record.cli import EXIT_RESOURCE_ABSENT, make_parser, positive_int
+from .tensorrt_engines import build_tensorrt_engine, quantize_symmetric, tensorrt_qdq_problem, tensorrt_runner
 
 PROG = "gpu_tensorrt.py"
 KIND = "gpu-tensorrt"
@@ -75,162 +78,6 @@ device_slug = gp.device_slug
 # --------------------------------------------------------------------------------------------------
 # TensorRT
 # --------------------------------------------------------------------------------------------------
-
-def tensorrt_network_flags(trt) -> tuple[int, str]:
-    """Network-creation flags and the typing mode for the installed TensorRT (Chapter 4).
-
-    ``STRONGLY_TYPED`` (TensorRT 9 and later) makes the engine keep the ONNX file's types, so an
-    FP16 file gives an FP16 engine and Q/DQ nodes give INT8; on TensorRT 11 strong typing is always on
-    and the flag is accepted and ignored. Without the flag (old TensorRT) the caller sets builder flags.
-    """
-    flag = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
-    if flag is None:
-        return 0, "weak (builder flags)"
-    return 1 << int(flag), "strong"
-
-
-class EngineBuild:
-    """One TensorRT build (Chapter 4): the engine, seconds in ``build_serialized_network``, the typing
-    mode, the plan's size, the timing cache after the build and whether a timing cache was given."""
-
-    def __init__(self, engine, build_s: float, typing: str, plan_bytes: int, timing_cache: bytes,
-                 with_timing_cache: bool, keep_alive=()):
-        self.engine, self.build_s, self.typing, self.plan_bytes = engine, build_s, typing, plan_bytes
-        self.timing_cache, self.with_timing_cache = timing_cache, with_timing_cache
-        self.keep_alive = tuple(keep_alive)  # the runtime and logger outlive the engine they made
-
-
-def build_tensorrt_engine(trt, onnx_path: Path, workspace_mib: int, *, timing_cache: bytes | None = None,
-                          int8: bool = False) -> EngineBuild:
-    """Parse an ONNX file and build a deserialised engine (Chapter 4).
-
-    ``timing_cache``: the serialized timing cache of an earlier build (None: start from an empty one);
-    the cache after this build is returned, so a second build can measure what the cache saves.
-    ``int8`` only matters on a TensorRT without strong typing (it then sets ``BuilderFlag.INT8`` for
-    Q/DQ models). Raises RuntimeError naming the parser's errors, or when the builder returns no plan.
-    """
-    logger = trt.Logger(trt.Logger.WARNING)
-    builder = trt.Builder(logger)
-    flags, typing_mode = tensorrt_network_flags(trt)
-    network = builder.create_network(flags)
-    parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(str(onnx_path)):  # reads the external weights beside the file
-        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise RuntimeError(f"TensorRT could not parse {Path(onnx_path).name}: {errors}")
-    config = builder.create_builder_config()
-    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_mib << 20)
-    if typing_mode != "strong":  # removed in TensorRT 11; only reached on old versions
-        config.set_flag(trt.BuilderFlag.INT8 if int8 else trt.BuilderFlag.FP16)
-    cache = config.create_timing_cache(bytes(timing_cache or b""))
-    config.set_timing_cache(cache, False)
-    start = time.perf_counter()
-    plan = builder.build_serialized_network(network, config)
-    build_s = time.perf_counter() - start
-    if plan is None:
-        raise RuntimeError("TensorRT returned no engine (see its log above)")
-    serialized = bytes(config.get_timing_cache().serialize())
-    runtime = trt.Runtime(logger)
-    engine = runtime.deserialize_cuda_engine(plan)
-    if engine is None:
-        raise RuntimeError("TensorRT could not deserialize the engine it just built")
-    return EngineBuild(engine, build_s, typing_mode, int(plan.nbytes), serialized, timing_cache is not None,
-                       keep_alive=(runtime, logger))
-
-
-def tensorrt_runner(trt, engine, x, stream, *, device: str = "cuda"):
-    """A zero-argument function that enqueues the engine on ``stream`` and returns its output (Chapter 4).
-
-    ``stream`` is a dedicated CUDA stream (``torch.cuda.Stream``; its handle must not be 0). The input is
-    cast to the engine's input type; a failed enqueue raises RuntimeError
-    (:func:`graphbook.lab.gpu_profiling.enqueue_or_raise`).
-    """
-    import torch
-
-    handle = gp.stream_handle(stream)
-    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
-    inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
-    outputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
-    if len(inputs) != 1 or len(outputs) != 1:
-        raise RuntimeError(f"expected one input and one output, got {inputs} and {outputs}")
-    dtypes = {trt.DataType.HALF: torch.float16, trt.DataType.FLOAT: torch.float32}
-    x = x.to(dtypes[engine.get_tensor_dtype(inputs[0])]).contiguous()
-    output = torch.empty(tuple(engine.get_tensor_shape(outputs[0])),
-                         dtype=dtypes[engine.get_tensor_dtype(outputs[0])], device=device)
-    context = engine.create_execution_context()
-    if context is None:
-        raise RuntimeError("TensorRT could not create an execution context")
-    context.set_tensor_address(inputs[0], x.data_ptr())
-    context.set_tensor_address(outputs[0], output.data_ptr())
-    bound = (engine, x, output)  # TensorRT holds raw pointers: keep the tensors (and engine) alive
-
-    def run():
-        gp.enqueue_or_raise(context, handle)
-        return bound[2]
-
-    return run
-
-
-def tensorrt_qdq_problem(model_path: Path) -> str | None:
-    """Why TensorRT cannot build this Q/DQ model, or None (Chapter 4).
-
-    TensorRT takes only symmetric INT8 quantization: every QuantizeLinear/DequantizeLinear zero point
-    must be int8 and 0. ONNX Runtime's default static quantization (chapter 4's) gives uint8 activations
-    with non-zero zero points.
-    """
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load(str(model_path), load_external_data=False)
-    initializers = {t.name: t for t in model.graph.initializer}
-    constants = {o: n.attribute[0].t for n in model.graph.node if n.op_type == "Constant" for o in n.output
-                 if n.attribute and n.attribute[0].name == "value"}
-    uint8, nonzero, nodes = 0, 0, 0
-    for node in model.graph.node:
-        if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
-            continue
-        nodes += 1
-        if len(node.input) < 3 or not node.input[2]:
-            uint8 += 1  # no zero point: ONNX's default is a uint8 zero
-            continue
-        tensor = initializers.get(node.input[2]) or constants.get(node.input[2])
-        if tensor is None:
-            continue
-        if tensor.data_type == onnx.TensorProto.UINT8:
-            uint8 += 1
-        if numpy_helper.to_array(tensor).any():
-            nonzero += 1
-    if nodes == 0:
-        return "the model has no QuantizeLinear/DequantizeLinear nodes"
-    if uint8 or nonzero:
-        return (f"TensorRT takes only symmetric INT8 Q/DQ (int8 zero point 0); this model has {uint8} "
-                f"uint8 and {nonzero} non-zero zero points of {nodes} Q/DQ nodes (asymmetric uint8 activations)")
-    return None
-
-
-def quantize_symmetric(fp32_path: Path, out_path: Path, frames) -> Path:
-    """Chapter 4's static Q/DQ recipe with TensorRT's constraint: int8 activations and weights,
-    symmetric ranges (zero points 0), per-channel weights, min-max calibration (Chapter 4)."""
-    import logging
-
-    from onnxruntime import quantization as quant
-
-    from .. import onnx_utils as ou
-
-    import onnx
-
-    input_name = onnx.load(str(fp32_path), load_external_data=False).graph.input[0].name
-    root = logging.getLogger()
-    previous = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        quant.quantize_static(str(fp32_path), str(out_path), ou.calibration_reader(input_name, frames),
-                              quant_format=quant.QuantFormat.QDQ, activation_type=quant.QuantType.QInt8,
-                              weight_type=quant.QuantType.QInt8, per_channel=True,
-                              calibrate_method=quant.CalibrationMethod.MinMax,
-                              extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
-    finally:
-        root.setLevel(previous)
-    return out_path
 
 
 # --------------------------------------------------------------------------------------------------
@@ -312,6 +159,7 @@ def measure(args, status, log=print) -> list[dict]:
     from ..record import timing
     from .. import correctness
     from .. import onnx_utils as ou
+    from .. import quantization
 
     smoke = args.smoke
     device = "cpu" if smoke else "cuda"
@@ -394,7 +242,7 @@ def measure(args, status, log=print) -> list[dict]:
                     paths[kind] = ou.export_onnx(model16, x16, workdir / "blurball_fp16.onnx")
                 elif kind == "qdq_ch4":
                     paths[kind] = (args.qdq_model if args.qdq_model is not None else
-                                   ou.quantize_qdq(onnx_file("fp32"), workdir / "blurball_int8_qdq.onnx", frames))
+                                   quantization.quantize_qdq(onnx_file("fp32"), workdir / "blurball_int8_qdq.onnx", frames))
                 elif kind == "qdq_symmetric":
                     paths[kind] = quantize_symmetric(onnx_file("fp32"), workdir / "blurball_int8_qdq_sym.onnx",
                                                      frames)
@@ -489,3 +337,70 @@ def measure(args, status, log=print) -> list[dict]:
                 description="TensorRT engine from chapter 4's recipe quantized symmetric int8",
                 precision="int8", runtime="tensorrt", stream="dedicated")
     return finish_rows(rows)
+
+
+@dataclass
+class GpuRuntimes:
+    """What this machine offers for the GPU runtimes of Chapter 4, and why something is missing."""
+
+    cuda_device: str = ""
+    ort_providers: list[str] = field(default_factory=list)
+    tensorrt_version: str = ""
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def ort_cuda(self) -> bool:
+        return bool(self.cuda_device) and CUDA_PROVIDER in self.ort_providers
+
+    @property
+    def ort_tensorrt(self) -> bool:
+        return bool(self.cuda_device) and TENSORRT_PROVIDER in self.ort_providers
+
+    @property
+    def tensorrt(self) -> bool:
+        return bool(self.cuda_device) and bool(self.tensorrt_version)
+
+    @property
+    def anything(self) -> bool:
+        return self.ort_cuda or self.ort_tensorrt or self.tensorrt
+
+    def summary(self) -> str:
+        """One sentence for a chapter: what can be measured here, or why nothing can."""
+        if not self.anything:
+            return "No GPU runtime can be measured on this machine: " + "; ".join(self.reasons) + "."
+        have = [name for name, ok in (("ONNX Runtime CUDA EP", self.ort_cuda),
+                                      ("ONNX Runtime TensorRT EP", self.ort_tensorrt),
+                                      (f"TensorRT {self.tensorrt_version}", self.tensorrt)) if ok]
+        return f"GPU runtimes available on {self.cuda_device}: " + ", ".join(have) + "."
+
+
+def tensorrt_major(version: str) -> int:
+    """Major version number of a TensorRT version string such as ``"10.13.0.35"`` (Chapter 4)."""
+    try:
+        return int(str(version).split(".", 1)[0])
+    except ValueError as error:
+        raise ValueError(f"not a TensorRT version string: {version!r}") from error
+
+
+def detect_gpu_runtimes() -> GpuRuntimes:
+    """Detect a CUDA device, ONNX Runtime's GPU providers and the ``tensorrt`` package (Chapter 4)."""
+    status = GpuRuntimes(ort_providers=available_providers())
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            status.cuda_device = torch.cuda.get_device_name(0)
+        else:
+            status.reasons.append("torch sees no CUDA device")
+    except ImportError:
+        status.reasons.append("torch is not installed")
+    if CUDA_PROVIDER not in status.ort_providers:
+        status.reasons.append(f"the installed ONNX Runtime offers only {status.ort_providers} "
+                              "(the GPU providers come with the separate onnxruntime-gpu package)")
+    try:
+        import tensorrt  # noqa: F401  (optional, lab machines only)
+
+        status.tensorrt_version = str(getattr(tensorrt, "__version__", "unknown"))
+    except Exception:  # absent, or present without its CUDA libraries
+        status.reasons.append("the tensorrt Python package is not installed")
+    return status
