@@ -80,10 +80,12 @@ def main(argv=None) -> int:
 
     from graphbook.record import environment, results
     from graphbook import int8_matrix, onnx_utils, synthetic_clips
+    from graphbook import int8_decision
+    from graphbook import quantization
 
     environment.set_threads(args.threads)
-    settings = int8_matrix.int8_settings()
-    configs = int8_matrix.design(settings["reduce_range"], smoke=args.smoke)
+    settings = quantization.int8_settings()
+    configs = quantization.design(settings["reduce_range"], smoke=args.smoke)
     print(f"reduce_range={settings['reduce_range']} ({settings['reduce_range_reason']}) CPU {settings['cpu_isa']}; "
           f"{len(configs)} INT8 configurations at {args.height}x{args.width}, {args.threads} threads", flush=True)
 
@@ -99,13 +101,13 @@ def main(argv=None) -> int:
                                      workdir=workdir, threads=args.threads, repeats=args.repeats,
                                      log=lambda message: print(message, flush=True))
         errors = []
-        baseline = run.paths.get(int8_matrix.BASELINE_NAME)
+        baseline = run.paths.get(quantization.BASELINE_NAME)
         if baseline is not None:
             debug_inputs = int8_matrix.clip_inputs(held_out[:args.debug_clips])
             errors = int8_matrix.tensor_errors(fp32_path, baseline, debug_inputs, workdir=workdir / "debug",
                                                top=args.top)
             for row in errors:
-                row.update({"config": int8_matrix.BASELINE_NAME, "height": args.height, "width": args.width,
+                row.update({"config": quantization.BASELINE_NAME, "height": args.height, "width": args.width,
                             "debug_clips": args.debug_clips, "smoke": args.smoke})
 
     env = {**environment.fingerprint(args.threads), "reduce_range_reason": settings["reduce_range_reason"],
@@ -120,11 +122,11 @@ def main(argv=None) -> int:
 
     frame = pd.DataFrame(run.rows)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(int8_matrix.matrix_table(frame).to_string(index=False))
+        print(int8_decision.matrix_table(frame).to_string(index=False))
     try:
-        _, sentence = int8_matrix.recommend_int8_config(frame)
+        _, sentence = int8_decision.recommend_int8_config(frame)
         print(sentence)
-    except int8_matrix.Int8MatrixError as error:
+    except quantization.Int8MatrixError as error:
         print(f"no recommendation: {error}")
     if run.failures:  # recorded with their error in the status column; named here
         print(f"{PROG}: configurations that could not be built or run: "

@@ -10,6 +10,8 @@ import pandas as pd
 import pytest
 
 from graphbook import int8_matrix as im
+from graphbook import int8_decision
+from graphbook import quantization
 from graphbook.record import results
 from cli_checks import assert_usage_error
 
@@ -18,7 +20,7 @@ SCRIPT = ROOT / "code" / "bench_int8.py"
 FACTORS = ("per_channel", "calibration", "pre_process", "exclude", "reduce_range")
 
 
-def _differences(a: im.Int8Config, b: im.Int8Config) -> set[str]:
+def _differences(a: quantization.Int8Config, b: quantization.Int8Config) -> set[str]:
     """The factors in which two configurations differ; the histogram size is part of the calibration."""
     diff = {f for f in FACTORS if getattr(a, f) != getattr(b, f)}
     return diff | ({"calibration"} if a.histogram_bins != b.histogram_bins else set())
@@ -29,9 +31,9 @@ def _differences(a: im.Int8Config, b: im.Int8Config) -> set[str]:
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("reduce_range", [False, True])
 def test_design_is_one_factor_at_a_time_plus_combinations(reduce_range):
-    configs = im.design(reduce_range)
+    configs = quantization.design(reduce_range)
     base = configs[0]
-    assert base.name == im.BASELINE_NAME and base.role == "baseline"
+    assert base.name == quantization.BASELINE_NAME and base.role == "baseline"
     assert (base.per_channel, base.calibration, base.pre_process, base.exclude, base.reduce_range) == \
         (True, "MinMax", False, (), reduce_range)
     names = [c.name for c in configs]
@@ -47,17 +49,17 @@ def test_design_is_one_factor_at_a_time_plus_combinations(reduce_range):
         else:
             assert config.role == "combination" and len(diff) >= 2, config
     # every level of every factor is reached from the baseline
-    assert {("calibration", "'Entropy'"), ("calibration", f"'Entropy'/{im.ENTROPY_BINS}"),
+    assert {("calibration", "'Entropy'"), ("calibration", f"'Entropy'/{quantization.ENTROPY_BINS}"),
             ("calibration", "'Percentile'"), ("per_channel", "False"),
             ("pre_process", "True"), ("reduce_range", repr(not reduce_range))} <= varied
-    assert {v for f, v in varied if f == "exclude"} == {"('stem',)", "('head',)", "('se',)", repr(im.GROUPS)}
+    assert {v for f, v in varied if f == "exclude"} == {"('stem',)", "('head',)", "('se',)", repr(quantization.GROUPS)}
     assert len(configs) == 13
 
 
 def test_smoke_design_touches_every_step():
-    base, combo = im.design(False, smoke=True)
-    assert base.name == im.BASELINE_NAME
-    assert combo.pre_process and not combo.per_channel and combo.calibration != "MinMax" and combo.exclude == im.GROUPS
+    base, combo = quantization.design(False, smoke=True)
+    assert base.name == quantization.BASELINE_NAME
+    assert combo.pre_process and not combo.per_channel and combo.calibration != "MinMax" and combo.exclude == quantization.GROUPS
     assert combo.histogram_bins  # the calibration-cache path too
 
 
@@ -65,20 +67,20 @@ def test_smoke_design_touches_every_step():
                                     {"histogram_bins": 512}, {"calibration": "Entropy", "histogram_bins": 128},
                                     {"calibration": "Entropy", "histogram_bins": True}])
 def test_bad_configs_are_refused(kwargs):
-    with pytest.raises(im.Int8MatrixError):
-        im.Int8Config("x", **kwargs)
+    with pytest.raises(quantization.Int8MatrixError):
+        quantization.Int8Config("x", **kwargs)
 
 
 def test_design_needs_a_real_bool():
-    with pytest.raises(im.Int8MatrixError):
-        im.design("yes")
+    with pytest.raises(quantization.Int8MatrixError):
+        quantization.design("yes")
 
 
 def test_config_phrases():
-    config = im.Int8Config("c", per_channel=False, calibration="Entropy", exclude=("head", "stem"))
+    config = quantization.Int8Config("c", per_channel=False, calibration="Entropy", exclude=("head", "stem"))
     assert config.excluded == "stem+head"
     assert "per-tensor" in config.describe() and "Entropy" in config.describe()
-    assert "512 histogram bins" in im.Int8Config("d", calibration="Entropy", histogram_bins=512).describe()
+    assert "512 histogram bins" in quantization.Int8Config("d", calibration="Entropy", histogram_bins=512).describe()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -96,12 +98,12 @@ def test_config_phrases():
     ([], None),
 ])
 def test_node_group(scopes, group):
-    assert im.node_group(scopes) == group
+    assert quantization.node_group(scopes) == group
 
 
 def test_module_of():
-    assert im.module_of(["", "stage2", "stage2.0.branches.0.0.se", "mean"]) == "stage2.0.branches.0.0.se"
-    assert im.module_of([]) == ""
+    assert quantization.module_of(["", "stage2", "stage2.0.branches.0.0.se", "mean"]) == "stage2.0.branches.0.0.se"
+    assert quantization.module_of([]) == ""
 
 
 def _tiny_model(with_scopes=True):
@@ -123,12 +125,12 @@ def _tiny_model(with_scopes=True):
 
 def test_nodes_in_groups_reads_the_exporters_module_names():
     model = _tiny_model()
-    assert im.classify_nodes(model) == {"stem_relu": "stem", "body_relu": None, "head_relu": "head"}
-    assert sorted(im.nodes_in_groups(model, ("stem", "head"))) == ["head_relu", "stem_relu"]
-    with pytest.raises(im.Int8MatrixError, match="se"):
-        im.nodes_in_groups(model, ("se",))
-    with pytest.raises(im.Int8MatrixError, match="name_scopes"):
-        im.nodes_in_groups(_tiny_model(with_scopes=False), ("stem",))
+    assert quantization.classify_nodes(model) == {"stem_relu": "stem", "body_relu": None, "head_relu": "head"}
+    assert sorted(quantization.nodes_in_groups(model, ("stem", "head"))) == ["head_relu", "stem_relu"]
+    with pytest.raises(quantization.Int8MatrixError, match="se"):
+        quantization.nodes_in_groups(model, ("se",))
+    with pytest.raises(quantization.Int8MatrixError, match="name_scopes"):
+        quantization.nodes_in_groups(_tiny_model(with_scopes=False), ("stem",))
 
 
 def _tiny_detector(path):
@@ -153,18 +155,18 @@ def test_run_matrix_records_a_failing_configuration(tmp_path):
 
     fp32 = _tiny_detector(tmp_path / "tiny.onnx")
     clips = synthetic_clips.held_out_clips(2, 32, 64)
-    configs = [im.Int8Config("baseline"), im.Int8Config("no-se", exclude=("se",), role="vary exclude")]
+    configs = [quantization.Int8Config("baseline"), quantization.Int8Config("no-se", exclude=("se",), role="vary exclude")]
     run = im.run_matrix(fp32, configs, im.clip_inputs(clips[:1]), clips, workdir=tmp_path, threads=1, repeats=3)
     assert [r["config"] for r in run.rows] == ["fp32", "baseline", "no-se"]
     assert run.rows[1]["status"] == "ok" and run.rows[1]["quantize_nodes"] > 0 and run.rows[1]["latency_ms"] > 0
     assert run.rows[1]["max_abs_diff"] > 0 and run.rows[0]["max_abs_diff"] == 0
     assert "no-se" in run.failures and "name_scopes" in run.rows[2]["status"]  # recorded, not raised
     assert math.isnan(run.rows[2]["latency_ms"])
-    row, _ = im.recommend_int8_config(pd.DataFrame(run.rows), latency_budget_ms=1e9, max_rate_drop=1.0,
+    row, _ = int8_decision.recommend_int8_config(pd.DataFrame(run.rows), latency_budget_ms=1e9, max_rate_drop=1.0,
                                       max_error_increase_px=1e9)
     assert row["config"] in ("fp32", "baseline")
-    with pytest.raises(im.Int8MatrixError):
-        im.run_matrix(fp32, [im.Int8Config("fp32")], [], clips, workdir=tmp_path)
+    with pytest.raises(quantization.Int8MatrixError):
+        im.run_matrix(fp32, [quantization.Int8Config("fp32")], [], clips, workdir=tmp_path)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -194,21 +196,21 @@ def test_recommends_the_most_accurate_config_within_budget():
     frame = _frame(_row("fast-bad", 0.80, 0.9, 40.0), _row("good", 0.98, 0.5, 60.0),
                    _row("best-but-slow", 0.99, 0.4, 150.0), _row("broken", math.nan, math.nan, math.nan,
                                                                  status="RuntimeError: boom"))
-    row, sentence = im.recommend_int8_config(frame)
+    row, sentence = int8_decision.recommend_int8_config(frame)
     assert row["config"] == "good"
     assert "good" in sentence and "98.0%" in sentence and "60.0 ms" in sentence and "1.67x" in sentence
 
 
 def test_a_clearly_larger_position_error_is_not_as_accurate():
     frame = _frame(_row("a", 0.98, 0.7, 50.0), _row("b", 0.975, 0.5, 70.0), _row("c", 0.90, 0.1, 30.0))
-    row, sentence = im.recommend_int8_config(frame)
+    row, sentence = int8_decision.recommend_int8_config(frame)
     assert row["config"] == "b" and "this is it" in sentence
 
 
 def test_equally_accurate_configs_go_to_the_fastest():
     frame = _frame(_row("a", 0.98, 0.52, 50.0, latency_min_ms=45.0, latency_max_ms=55.0),
                    _row("b", 0.975, 0.50, 70.0, latency_min_ms=65.0, latency_max_ms=75.0))
-    row, sentence = im.recommend_int8_config(frame)
+    row, sentence = int8_decision.recommend_int8_config(frame)
     assert row["config"] == "a" and "2 are as accurate" in sentence and "fastest" in sentence
     assert "equally good" not in sentence
 
@@ -216,34 +218,34 @@ def test_equally_accurate_configs_go_to_the_fastest():
 def test_a_lead_within_the_timing_spread_is_called_a_tie():
     frame = _frame(_row("a", 0.98, 0.52, 50.0, latency_min_ms=40.0, latency_max_ms=80.0),
                    _row("b", 0.975, 0.50, 70.0, latency_min_ms=60.0, latency_max_ms=90.0))
-    row, sentence = im.recommend_int8_config(frame)
+    row, sentence = int8_decision.recommend_int8_config(frame)
     assert row["config"] == "a" and "equally good choices" in sentence and "b (" not in sentence.split("over")[0]
 
 
 def test_an_explicit_budget_is_respected():
     frame = _frame(_row("a", 0.98, 0.6, 50.0), _row("b", 0.99, 0.5, 90.0))
-    assert im.recommend_int8_config(frame)[0]["config"] == "b"
-    assert im.recommend_int8_config(frame, latency_budget_ms=60)[0]["config"] == "a"
+    assert int8_decision.recommend_int8_config(frame)[0]["config"] == "b"
+    assert int8_decision.recommend_int8_config(frame, latency_budget_ms=60)[0]["config"] == "a"
 
 
 def test_keeps_fp32_when_int8_is_not_faster():
-    row, sentence = im.recommend_int8_config(_frame(_row("slow", 0.99, 0.4, 120.0)))
+    row, sentence = int8_decision.recommend_int8_config(_frame(_row("slow", 0.99, 0.4, 120.0)))
     assert row["precision"] == "fp32" and sentence.startswith("Keep FP32") and "slow" in sentence
 
 
 def test_keeps_fp32_when_int8_loses_detections():
-    row, sentence = im.recommend_int8_config(_frame(_row("lossy", 0.90, 0.4, 50.0)))
+    row, sentence = int8_decision.recommend_int8_config(_frame(_row("lossy", 0.90, 0.4, 50.0)))
     assert row["precision"] == "fp32" and "loses" in sentence and "lossy" in sentence
-    assert im.recommend_int8_config(_frame(_row("lossy", 0.90, 0.4, 50.0)), max_rate_drop=0.2)[0]["config"] == "lossy"
+    assert int8_decision.recommend_int8_config(_frame(_row("lossy", 0.90, 0.4, 50.0)), max_rate_drop=0.2)[0]["config"] == "lossy"
 
 
 def test_keeps_fp32_when_int8_moves_the_ball():
-    row, sentence = im.recommend_int8_config(_frame(_row("blurry", 0.99, 0.80, 50.0)))
+    row, sentence = int8_decision.recommend_int8_config(_frame(_row("blurry", 0.99, 0.80, 50.0)))
     assert row["precision"] == "fp32" and "position error" in sentence and "blurry" in sentence
 
 
 def test_keeps_fp32_when_nothing_ran():
-    row, sentence = im.recommend_int8_config(_frame(_row("x", math.nan, math.nan, math.nan, status="Error")))
+    row, sentence = int8_decision.recommend_int8_config(_frame(_row("x", math.nan, math.nan, math.nan, status="Error")))
     assert row["precision"] == "fp32" and "none of the 1" in sentence
 
 
@@ -254,12 +256,12 @@ def test_keeps_fp32_when_nothing_ran():
     (_frame(_row("a", 0.9, 0.5, 50.0)).assign(run_id=["r1", "r2"]), "runs"),
 ])
 def test_bad_frames_are_refused(frame, match):
-    with pytest.raises(im.Int8MatrixError, match=match):
-        im.recommend_int8_config(frame)
+    with pytest.raises(quantization.Int8MatrixError, match=match):
+        int8_decision.recommend_int8_config(frame)
 
 
 def test_latest_matrix_reads_the_newest_real_run(tmp_path):
-    with pytest.raises(im.Int8MatrixError, match="bench_int8"):
+    with pytest.raises(quantization.Int8MatrixError, match="bench_int8"):
         im.latest_matrix(tmp_path)
     rows = _frame(_row("a", 0.98, 0.5, 50.0)).to_dict("records")
     results.write_run(im.KIND_MATRIX, rows, {"date": "2026-01-01T00:00:00+00:00", "smoke": False}, results_dir=tmp_path)
@@ -267,7 +269,7 @@ def test_latest_matrix_reads_the_newest_real_run(tmp_path):
                       results_dir=tmp_path)
     latest = im.latest_matrix(tmp_path)
     assert list(latest["config"]) == ["fp32", "a"]
-    assert im.recommend_int8_config(latest)[0]["config"] == "a"
+    assert int8_decision.recommend_int8_config(latest)[0]["config"] == "a"
 
 
 def test_describe_tensor_errors_counts_groups():
@@ -276,14 +278,14 @@ def test_describe_tensor_errors_counts_groups():
              "group": "se" if k < 3 else "other"} for k in range(4)]
     rows.append({"tensor_kind": "weight", "rank": 1, "tensor": "w", "op": "Conv", "sqnr_db": 45.0, "module": "m",
                  "group": "other"})
-    sentence = im.describe_tensor_errors(pd.DataFrame(rows))
+    sentence = int8_decision.describe_tensor_errors(pd.DataFrame(rows))
     assert "3 are in the squeeze-and-excitation layers and 1 in the rest" in sentence
     assert "t0" in sentence and "1.0 dB" in sentence and "45.0 to 45.0 dB" in sentence
     # a run recorded before the group column existed: the group comes from the module name
     legacy = pd.DataFrame(rows).drop(columns="group")
-    assert "3 are in the squeeze-and-excitation" in im.describe_tensor_errors(legacy)
-    with pytest.raises(im.Int8MatrixError):
-        im.describe_tensor_errors(pd.DataFrame())
+    assert "3 are in the squeeze-and-excitation" in int8_decision.describe_tensor_errors(legacy)
+    with pytest.raises(quantization.Int8MatrixError):
+        int8_decision.describe_tensor_errors(pd.DataFrame())
 
 
 def test_combined_runs_decide_latency_on_the_median_across_runs(tmp_path):
@@ -296,16 +298,16 @@ def test_combined_runs_decide_latency_on_the_median_across_runs(tmp_path):
     other = _frame(_row("a", 0.98, 0.52, 1.0), _row("b", 0.98, 0.50, 1.0)).to_dict("records")
     results.write_run(im.KIND_MATRIX, other, {**env, "cpu_model": "CPU B", "date": "2025-12-31T00:00:00+00:00"},
                       results_dir=tmp_path)
-    combined = im.combined_matrix(tmp_path)
+    combined = int8_decision.combined_matrix(tmp_path)
     assert list(combined["config"]) == ["fp32", "a", "b"] and combined["run_id"].nunique() == 1
     assert list(combined["runs"]) == [3, 3, 3]  # the other machine's run is left out
     assert list(combined["latency_ms"]) == [110.0, 70.0, 65.0]
     assert list(combined["latency_min_ms"]) == [100.0, 50.0, 60.0]
     assert combined.loc[2, "speedup_vs_fp32"] == pytest.approx(110 / 65)
-    row, sentence = im.recommend_int8_config(combined)
+    row, sentence = int8_decision.recommend_int8_config(combined)
     assert row["config"] == "b" and "median across 3 recorded runs" in sentence and "spread across runs" in sentence
-    with pytest.raises(im.Int8MatrixError):
-        im.combine_runs(pd.DataFrame())
+    with pytest.raises(quantization.Int8MatrixError):
+        int8_decision.combine_runs(pd.DataFrame())
 
 
 # ------------------------------------------------------------------------------------------------
@@ -348,8 +350,8 @@ def test_smoke_run_writes_both_kinds_and_recommends(tmp_path):
     assert set(errors["tensor_kind"]) == {"activation", "weight"}
     assert errors.groupby("tensor_kind")["rank"].max().max() <= 10
     assert set(errors["group"]) <= {"stem", "head", "se", "other"}
-    row, sentence = im.recommend_int8_config(results.latest_run(matrix))
+    row, sentence = int8_decision.recommend_int8_config(results.latest_run(matrix))
     assert row["config"] in set(matrix["config"]) and sentence.endswith(".")
     assert sentence in proc.stdout
-    with pytest.raises(im.Int8MatrixError):  # a smoke run is never "the" recorded run
+    with pytest.raises(quantization.Int8MatrixError):  # a smoke run is never "the" recorded run
         im.latest_matrix(tmp_path)
