@@ -260,14 +260,14 @@ def test_bad_frames_are_refused(frame, match):
         int8_decision.recommend_int8_config(frame)
 
 
-def test_latest_matrix_reads_the_newest_real_run(tmp_path):
+def test_the_newest_real_run_is_read_and_decides(tmp_path):
     with pytest.raises(quantization.Int8MatrixError, match="bench_int8"):
-        im.latest_matrix(tmp_path)
+        int8_decision._latest(im.KIND_MATRIX, tmp_path)
     rows = _frame(_row("a", 0.98, 0.5, 50.0)).to_dict("records")
     results.write_run(im.KIND_MATRIX, rows, {"date": "2026-01-01T00:00:00+00:00", "smoke": False}, results_dir=tmp_path)
     results.write_run(im.KIND_MATRIX, rows[:1], {"date": "2026-01-02T00:00:00+00:00", "smoke": True},
                       results_dir=tmp_path)
-    latest = im.latest_matrix(tmp_path)
+    latest = int8_decision._latest(im.KIND_MATRIX, tmp_path)
     assert list(latest["config"]) == ["fp32", "a"]
     assert int8_decision.recommend_int8_config(latest)[0]["config"] == "a"
 
