@@ -50,17 +50,13 @@ def parse_args(argv=None):
     return args
 
 
-def time_server_to_ready(extra: list[str], cache_dir: Path, args, timeout: float) -> float:
-    """Start serve_blurball.py on a free port; seconds from launch to its READY line."""
-    import os
+def _server_ready(extra: list[str], cache_dir: Path, args) -> float:
+    from graphbook import compile_cache
 
-    from graphbook.compiletime import seconds_to_ready
-
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir))
-    cmd = [sys.executable, str(Path(__file__).resolve().parent / "serve_blurball.py"), "--port", "0",
-           "--model", args.model, "--height", str(args.height), "--width", str(args.width),
-           "--threads", str(args.threads), "--batch-sizes", ",".join(map(str, args.batch_sizes)), *extra]
-    return seconds_to_ready(cmd, env=env, timeout=timeout)
+    return compile_cache.time_server_to_ready(
+        ["--model", args.model, "--height", args.height, "--width", args.width,
+         "--batch-sizes", ",".join(map(str, args.batch_sizes)), *extra],
+        threads=args.threads, cache_dir=cache_dir, timeout=args.timeout)
 
 
 def measure_cache_paths(args, work: str, env: dict) -> int:
@@ -96,10 +92,10 @@ def measure_server_paths(args, work: Path, env: dict) -> int:
     artifacts = work / "server-artifacts.bin"
     try:
         ready = {
-            "eager": time_server_to_ready([], work / "server-eager", args, args.timeout),
-            "compile cold": time_server_to_ready(["--compile", "--save-artifacts", str(artifacts)],
+            "eager": _server_ready([], work / "server-eager", args),
+            "compile cold": _server_ready(["--compile", "--save-artifacts", str(artifacts)],
                                                  work / "server-cold", args, args.timeout),
-            "compile from artifacts": time_server_to_ready(["--compile", "--load-artifacts", str(artifacts)],
+            "compile from artifacts": _server_ready(["--compile", "--load-artifacts", str(artifacts)],
                                                            work / "server-artifacts", args, args.timeout),
         }
     except RuntimeError as exc:

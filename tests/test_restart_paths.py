@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from graphbook import restart_paths
+from graphbook import aoti_cpp
 from graphbook.record import results
 from graphbook.paths import TRAINED_CHECKPOINT
 from graphbook import paths
@@ -47,7 +48,7 @@ def test_run_refuses_warm_paths_without_the_cold_one_and_zero_repeats(tmp_path):
 
 
 def test_module_cli_without_child_flag_exits_2():
-    proc = subprocess.run([sys.executable, "-m", "graphbook.restart_paths"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "graphbook.restart_child"], capture_output=True, text=True)
     assert proc.returncode == 2 and "usage" in proc.stderr
 
 
@@ -89,8 +90,8 @@ def test_bench_script_writes_one_restart_paths_file(tmp_path):
 def test_cpp_loader_command_uses_the_wheels_headers_libraries_and_abi():
     import torch
 
-    cmd = restart_paths.cpp_loader_command(restart_paths.CPP_LOADER_SOURCE, "/tmp/x")
-    assert cmd[0] == "g++" and restart_paths.CPP_LOADER_SOURCE.is_file()
+    cmd = aoti_cpp.cpp_loader_command(aoti_cpp.CPP_LOADER_SOURCE, "/tmp/x")
+    assert cmd[0] == "g++" and aoti_cpp.CPP_LOADER_SOURCE.is_file()
     assert f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}" in cmd
     assert any(c.startswith("-Wl,-rpath,") and c.endswith("lib") for c in cmd) and "-ltorch_cpu" in cmd
 
@@ -98,7 +99,7 @@ def test_cpp_loader_command_uses_the_wheels_headers_libraries_and_abi():
 def test_cpp_loader_without_gplusplus_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no g++ on this PATH
     with pytest.raises(restart_paths.RestartPathError, match="needs g\\+\\+"):
-        restart_paths.build_cpp_loader(tmp_path)
+        aoti_cpp.build_cpp_loader(tmp_path)
 
 
 @pytest.mark.slow
@@ -113,12 +114,12 @@ def test_cpp_loader_runs_the_package_without_python_and_matches_eager(tmp_path):
     # the build cost of the C++ path includes compiling the loader once
     assert by_path["aoti-cpp"]["build_s"] > 0
     # the package is machine code for one instruction set: it holds vector instructions of some width
-    vector = restart_paths.package_vector_instructions(tmp_path / "aoti-static.pt2")
+    vector = aoti_cpp.package_vector_instructions(tmp_path / "aoti-static.pt2")
     assert vector is None or vector["zmm"] + vector["ymm"] + vector["xmm"] > 0
 
 
 def test_cpp_loader_refuses_bad_arguments_with_exit_2(tmp_path):
-    built = restart_paths.build_cpp_loader(tmp_path)
+    built = aoti_cpp.build_cpp_loader(tmp_path)
     proc = subprocess.run([str(built["path"])], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "usage" in proc.stderr
     proc = subprocess.run([str(built["path"]), str(tmp_path / "missing.pt2"), str(tmp_path), str(tmp_path), "0", "1", "1",
@@ -144,8 +145,8 @@ def test_package_vector_instructions_counts_by_widest_register(tmp_path):
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("x86 registers only")
     add = "void add(float* a, const float* b, int n) { for (int i = 0; i < n; ++i) a[i] += b[i]; }"
-    plain = restart_paths.package_vector_instructions(_zip_with_library(tmp_path, add, ["-mno-avx"]))
-    wide = restart_paths.package_vector_instructions(_zip_with_library(tmp_path, add, ["-mavx512f", "-mprefer-vector-width=512"]))
+    plain = aoti_cpp.package_vector_instructions(_zip_with_library(tmp_path, add, ["-mno-avx"]))
+    wide = aoti_cpp.package_vector_instructions(_zip_with_library(tmp_path, add, ["-mavx512f", "-mprefer-vector-width=512"]))
     assert plain["zmm"] == 0 and plain["ymm"] == 0 and plain["xmm"] > 0 and plain["libraries"] == 1
     assert wide["zmm"] > 0   # compiling is enough; nothing here runs the AVX-512 code
 
@@ -157,6 +158,6 @@ def test_package_vector_instructions_without_objdump_or_library(tmp_path, monkey
     with zipfile.ZipFile(empty, "w") as archive:
         archive.writestr("k/data/constants.bin", b"")
     with pytest.raises(ValueError, match="no compiled library"):
-        restart_paths.package_vector_instructions(empty)
+        aoti_cpp.package_vector_instructions(empty)
     monkeypatch.setenv("PATH", str(tmp_path))  # no objdump on this PATH
-    assert restart_paths.package_vector_instructions(empty) is None
+    assert aoti_cpp.package_vector_instructions(empty) is None

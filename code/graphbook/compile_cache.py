@@ -252,3 +252,61 @@ def _main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
+
+
+# --------------------------------------------------------------------------------------------------
+# Time to ready of the book's server in a fresh process (Chapter 7's readiness table)
+# --------------------------------------------------------------------------------------------------
+def time_server_to_ready(server_args: list[str], *, threads: int = 2, env_extra: dict | None = None,
+                         cache_dir=None, timeout: float = 600.0, error: type[Exception] = CompileCacheError) -> float:
+    """Start ``code/serve_blurball.py`` on a free port with ``server_args``; seconds from launch to READY
+    (Chapter 7).
+
+    READY is printed after every batch size was warmed up, i.e. when ``/readyz`` turns 200. ``cache_dir``
+    is the server's Inductor cache (an empty folder: a fresh container); ``error`` is raised on a failure.
+    """
+    from . import paths
+    from .compiletime import seconds_to_ready
+
+    env = dict(os.environ)
+    env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)
+    env.update(env_extra or {})
+    if cache_dir is not None:
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
+    cmd = [sys.executable, str(paths.script("serve_blurball.py")), "--port", "0", "--threads", str(threads),
+           *map(str, server_args)]
+    return seconds_to_ready(cmd, env=env, timeout=timeout, error=error)
+
+
+#: Server variants started from the artifacts: name -> (artifact key, batch sizes, extra env).
+ARTIFACT_SERVERS = {
+    "aoti .pt2 (dynamic batch)": ("aoti-dynamic", (1, 2, 3), {}),
+    "aoti .pt2 (dynamic batch), TORCHINDUCTOR_VEC_ISA_OK=1": ("aoti-dynamic", (1, 2, 3), {"TORCHINDUCTOR_VEC_ISA_OK": "1"}),
+    "onnxruntime .onnx (dynamic batch)": ("onnx-dynamic", (1, 2, 3), {}),
+    "onnxruntime .ort (optimized, batch 1)": ("ort-format", (1,), {}),
+}
+
+
+def server_readiness(artifacts: dict, work: Path, input_hw, *, repeats: int = 3, threads: int = 2,
+                     timeout: float = 600.0, progress=None, error: type[Exception] = CompileCacheError) -> list[dict]:
+    """Time the server to ready from each built artifact of :data:`ARTIFACT_SERVERS`, ``repeats`` times (Chapter 7).
+
+    ``artifacts`` maps an artifact key to ``{"path", "bytes"}`` (what the restart paths built). Each start
+    gets an empty Inductor cache directory. Rows have the columns of the ``serving-ready`` results kind:
+    ``model``, ``input_chw``, ``batch_sizes``, ``server``, ``time_to_ready_s``, plus ``repeat`` and ``artifact_bytes``.
+    """
+    say = progress or (lambda msg: None)
+    rows = []
+    for repeat in range(repeats):
+        for name, (key, sizes, env_extra) in ARTIFACT_SERVERS.items():
+            if key not in artifacts:
+                continue
+            seconds = time_server_to_ready(
+                ["--artifact", artifacts[key]["path"], "--height", input_hw[0], "--width", input_hw[1],
+                 "--batch-sizes", ",".join(map(str, sizes))], threads=threads, env_extra=env_extra,
+                cache_dir=work / "caches" / f"server-{key}-{len(env_extra)}-{repeat}", timeout=timeout, error=error)
+            rows.append({"model": "blurball", "input_chw": f"9x{input_hw[0]}x{input_hw[1]}",
+                         "batch_sizes": ",".join(map(str, sizes)), "server": name, "time_to_ready_s": seconds,
+                         "repeat": repeat, "artifact_bytes": artifacts[key]["bytes"]})
+            say(f"  [{repeat}] server {name}: ready after {seconds:.2f} s")
+    return rows

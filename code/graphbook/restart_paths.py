@@ -50,25 +50,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import paths
-from .compiletime import run_tagged_child, seconds_to_ready
+from . import compile_cache
+from .aoti_cpp import build_cpp_loader
+from .compiletime import run_tagged_child
+from .restart_child import RESULT_MARKER, RestartPathError
 
-RESULT_MARKER = "GRAPHBOOK_RESULT "
 KIND = "restart-paths"
-
-
-class RestartPathError(RuntimeError):
-    """A fresh-process build or load failed; the child's stderr tail is in the message (Chapter 6)."""
 
 
 @dataclass(frozen=True)
@@ -141,147 +135,6 @@ def path_by_name(name: str) -> RestartPath:
 # --------------------------------------------------------------------------------------------------
 # Children (fresh processes)
 # --------------------------------------------------------------------------------------------------
-def _load_inputs(work: Path, batch_sizes):
-    import numpy as np
-
-    return {b: np.load(work / f"input-b{b}.npy") for b in batch_sizes}
-
-
-def _steady(call, runs: int) -> list[float]:
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return times
-
-
-def _child_load(spec: dict) -> dict:
-    """Runs in the fresh process: import the runtime, load the artifact, run each batch size."""
-    launched = float(spec["launched_at"])
-    started = time.time()
-    work = Path(spec["work"])
-    runtime = spec["runtime"]
-    sizes = [int(b) for b in spec["batch_sizes"]]
-    out_dir = Path(spec["out_dir"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    result = {"interpreter_s": started - launched, "loadavg_1m": os.getloadavg()[0]}
-    t0 = time.perf_counter()
-    if runtime == "ort":
-        import numpy as np
-        import onnxruntime as ort
-
-        from .onnx_utils import session_options
-
-        result["import_s"] = time.perf_counter() - t0
-        inputs = _load_inputs(work, sizes)
-        t0 = time.perf_counter()
-        options = session_options(level=spec["level"], threads=int(spec["threads"]))
-        session = ort.InferenceSession(spec["artifact_path"], options, providers=["CPUExecutionProvider"])
-        name = session.get_inputs()[0].name
-        result["load_s"] = time.perf_counter() - t0
-
-        def run(b):
-            return session.run(None, {name: inputs[b]})[0]
-    else:
-        import numpy as np
-        import torch
-
-        result["import_s"] = time.perf_counter() - t0
-        torch.set_num_threads(int(spec["threads"]))
-        inputs = {b: torch.from_numpy(a) for b, a in _load_inputs(work, sizes).items()}
-        t0 = time.perf_counter()
-        if runtime == "aoti":
-            fn = torch._inductor.aoti_load_package(spec["artifact_path"])
-        else:
-            from .blurball import build_blurball
-
-            model = build_blurball(spec["artifact_path"])
-            fn = model
-            if runtime == "compile":
-                if spec.get("load_artifacts"):
-                    torch.compiler.load_cache_artifacts(Path(spec["load_artifacts"]).read_bytes())
-                fn = torch.compile(model)
-        result["load_s"] = time.perf_counter() - t0
-
-        def run(b):
-            with torch.no_grad():
-                return fn(inputs[b]).numpy()
-    outputs = {}
-    first_call = {}
-    for i, b in enumerate(sizes):
-        t0 = time.perf_counter()
-        outputs[b] = run(b)
-        first_call[str(b)] = time.perf_counter() - t0
-        if i == 0:
-            result["first_output_s"] = time.time() - launched
-    result["ready_s"] = time.time() - launched
-    result["first_call_s"] = first_call
-    steady = _steady(lambda: run(sizes[0]), int(spec["steady_runs"]))
-    result["steady_s"] = steady
-    if spec.get("save_artifacts"):
-        import torch
-
-        saved = torch.compiler.save_cache_artifacts()
-        if saved is None:
-            raise RestartPathError("torch.compiler.save_cache_artifacts() returned nothing")
-        Path(spec["save_artifacts"]).write_bytes(saved[0])
-    for b, out in outputs.items():
-        np.save(out_dir / f"out-b{b}.npy", out)
-    result["torch_imported"] = "torch" in sys.modules
-    return result
-
-
-def _child_build(spec: dict) -> dict:
-    """Runs in a fresh process: build one artifact kind and time each step."""
-    import torch
-
-    from . import onnx_utils
-    from .blurball import build_blurball
-
-    torch.set_num_threads(int(spec["threads"]))
-    work = Path(spec["work"])
-    model = build_blurball(spec["checkpoint"])
-    x1 = torch.from_numpy(__import__("numpy").load(work / "input-b1.npy"))
-    x2 = torch.from_numpy(__import__("numpy").load(work / "input-b2.npy"))
-    what = spec["what"]
-    times: dict[str, float] = {}
-    if what in ("aoti-static", "aoti-dynamic"):
-        from torch.export import Dim
-
-        t0 = time.perf_counter()
-        if what == "aoti-static":
-            program = torch.export.export(model, (x1,))
-        else:  # a batch-1 example specialises size 1; export from batch 2 with a named range
-            program = torch.export.export(model, (x2,), dynamic_shapes=({0: Dim("batch", min=1, max=3)},))
-        times["export_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        # freezing stays off: with it Inductor miscompiles BlurBall (see graphbook.variants)
-        torch._inductor.aoti_compile_and_package(program, package_path=str(work / f"{what}.pt2"),
-                                                 inductor_configs={"freezing": False})
-        times["compile_s"] = time.perf_counter() - t0
-    elif what == "onnx":
-        import onnxruntime as ort
-
-        t0 = time.perf_counter()
-        onnx_utils.export_onnx(model, x1, work / "raw.onnx")
-        times["export_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        onnx_utils.export_dynamic_batch(model, x2, work / "dynamic.onnx")
-        times["export_dynamic_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        onnx_utils.make_session(work / "raw.onnx", level="all", threads=int(spec["threads"]),
-                                optimized_model_path=work / "optimized.onnx")
-        times["optimize_onnx_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        options = onnx_utils.session_options(level="all", threads=int(spec["threads"]),
-                                             optimized_model_path=work / "optimized.ort")
-        options.add_session_config_entry("session.save_model_format", "ORT")
-        ort.InferenceSession(str(work / "raw.onnx"), options, providers=["CPUExecutionProvider"])
-        times["optimize_ort_s"] = time.perf_counter() - t0
-    else:
-        raise ValueError(f"unknown build {what!r}")
-    return times
 
 
 def _run_child(spec: dict, env_extra: dict | None = None, *, cache_dir=None, timeout: float = 1800.0) -> dict:
@@ -294,7 +147,7 @@ def _run_child(spec: dict, env_extra: dict | None = None, *, cache_dir=None, tim
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
     env["OMP_NUM_THREADS"] = str(spec["threads"])
     spec = dict(spec, launched_at=time.time())
-    cmd = [sys.executable, "-m", "graphbook.restart_paths", "--child", json.dumps(spec)]
+    cmd = [sys.executable, "-m", "graphbook.restart_child", "--child", json.dumps(spec)]
     return _start_child(cmd, env, spec.get('name') or spec.get('what'), "child", timeout)
 
 
@@ -318,72 +171,6 @@ def _run_cpp_child(spec: dict, loader, *, timeout: float = 1800.0) -> dict:
     cmd = [str(loader), spec["artifact_path"], spec["work"], spec["out_dir"], repr(launched), str(spec["threads"]),
            str(spec["steady_runs"]), *(str(b) for b in spec["batch_sizes"])]
     return _start_child(cmd, env, spec["name"], "C++ loader", timeout)
-
-
-#: The C++ loader's source, shipped inside the package.
-CPP_LOADER_SOURCE = Path(__file__).resolve().parent / "cpp" / "aoti_load.cpp"
-
-
-def cpp_loader_command(source, output) -> list[str]:
-    """The g++ command that builds :data:`CPP_LOADER_SOURCE` against the installed torch wheel (Chapter 6).
-
-    Headers and libraries come from the wheel itself (``torch/include``, ``torch/lib``); the rpath
-    lets the binary find ``libtorch.so`` without ``LD_LIBRARY_PATH``; the C++ ABI flag matches the
-    wheel's (``torch.compiled_with_cxx11_abi()``).
-    """
-    import torch
-
-    root = Path(torch.__file__).resolve().parent
-    abi = int(torch.compiled_with_cxx11_abi())
-    return ["g++", "-std=c++20", "-O2", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-w",
-            f"-I{root / 'include'}", f"-I{root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
-            str(source), "-o", str(output), f"-L{root / 'lib'}", f"-Wl,-rpath,{root / 'lib'}",
-            "-ltorch", "-ltorch_cpu", "-lc10"]
-
-
-def package_vector_instructions(package) -> dict | None:
-    """Instructions in a ``.pt2``'s compiled libraries, by their widest x86 vector register (Chapter 6).
-
-    The package's kernels are machine code for the instruction set Inductor picked when it was built:
-    ``zmm`` registers are AVX-512 (a CPU without it stops at the first one with an illegal-instruction
-    signal), ``ymm`` AVX/AVX2, ``xmm`` SSE. Returns ``{"zmm", "ymm", "xmm", "libraries"}`` counted with
-    ``objdump -d``, or None when objdump (binutils) is not installed. ValueError if ``package`` holds no
-    shared library.
-    """
-    objdump = shutil.which("objdump")
-    if objdump is None:
-        return None
-    counts = {"zmm": 0, "ymm": 0, "xmm": 0}
-    with zipfile.ZipFile(package) as archive, tempfile.TemporaryDirectory(prefix="graphbook-pt2-") as tmp:
-        libraries = [n for n in archive.namelist() if n.endswith(".so")]
-        if not libraries:
-            raise ValueError(f"{package} holds no compiled library (.so); is it an AOTInductor package?")
-        for name in libraries:
-            path = archive.extract(name, tmp)
-            listing = subprocess.run([objdump, "-d", "--no-show-raw-insn", path], capture_output=True, text=True,
-                                     check=True).stdout
-            for line in listing.splitlines():  # an instruction counts once, at its widest register
-                widest = next((r for r in counts if f"%{r}" in line), None)
-                if widest:
-                    counts[widest] += 1
-    return {**counts, "libraries": len(libraries)}
-
-
-def build_cpp_loader(work: Path, timeout: float = 600.0) -> dict:
-    """Compile the C++ loader once; ``{"path", "build_s", "bytes"}`` (RestartPathError if g++ fails; Chapter 6)."""
-    if shutil.which("g++") is None:
-        raise RestartPathError("the C++ loader needs g++ to build it once (the aoti-cpp paths); install g++ "
-                               "or leave those paths out of --paths")
-    output = Path(work) / "aoti_load"
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cpp_loader_command(CPP_LOADER_SOURCE, output), capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise RestartPathError(f"building the C++ loader took more than {timeout:.0f} s") from None
-    if proc.returncode != 0:
-        raise RestartPathError(f"building the C++ loader failed: {proc.stderr[-1500:]}")
-    return {"path": output, "build_s": time.perf_counter() - t0, "bytes": output.stat().st_size}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -600,8 +387,9 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
         if server_repeats and server_rows is not None:
             say("time to ready of serve_blurball.py started from the artifacts")
             try:
-                server_rows.extend(server_readiness(artifacts, work, input_hw, repeats=server_repeats,
-                                                    threads=threads, timeout=timeout, progress=say))
+                server_rows.extend(compile_cache.server_readiness(artifacts, work, input_hw, repeats=server_repeats,
+                                                                  threads=threads, timeout=timeout, progress=say,
+                                                                  error=RestartPathError))
             except RestartPathError as exc:  # the restart rows are still worth keeping
                 say(f"server readiness failed: {str(exc).strip().splitlines()[-1]}")
         cold = [r for r in rows if r["path"] == "compile-cold"]
@@ -653,71 +441,3 @@ def summarize(frame, baseline: str = "compile-cold"):
         })
     return pd.DataFrame(rows)
 
-
-def _main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] != "--child":
-        print("usage: python -m graphbook.restart_paths --child SPEC_JSON (used by run_restart_paths)",
-              file=sys.stderr)
-        return 2
-    spec = json.loads(argv[1])
-    result = _child_build(spec) if spec.get("role") == "build" else _child_load(spec)
-    print(RESULT_MARKER + json.dumps(result), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
-
-
-# --------------------------------------------------------------------------------------------------
-# The server started from an artifact (Chapter 7's readiness table)
-# --------------------------------------------------------------------------------------------------
-#: Server variants started from the artifacts: name -> (artifact key, batch sizes, extra env).
-SERVERS = {
-    "aoti .pt2 (dynamic batch)": ("aoti-dynamic", (1, 2, 3), {}),
-    "aoti .pt2 (dynamic batch), TORCHINDUCTOR_VEC_ISA_OK=1": ("aoti-dynamic", (1, 2, 3), {"TORCHINDUCTOR_VEC_ISA_OK": "1"}),
-    "onnxruntime .onnx (dynamic batch)": ("onnx-dynamic", (1, 2, 3), {}),
-    "onnxruntime .ort (optimized, batch 1)": ("ort-format", (1,), {}),
-}
-
-
-def time_server_to_ready(artifact, batch_sizes, input_hw, *, threads: int = 2, env_extra=None,
-                         cache_dir=None, timeout: float = 600.0) -> float:
-    """Start ``code/serve_blurball.py --artifact`` on a free port; seconds from launch to READY (Chapter 7).
-
-    READY is printed after every batch size was warmed up, i.e. when ``/readyz`` turns 200.
-    """
-    env = dict(os.environ)
-    env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)
-    env.update(env_extra or {})
-    if cache_dir is not None:
-        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
-    script = paths.script("serve_blurball.py")
-    cmd = [sys.executable, str(script), "--artifact", str(artifact), "--port", "0", "--height", str(input_hw[0]),
-           "--width", str(input_hw[1]), "--threads", str(threads), "--batch-sizes", ",".join(map(str, batch_sizes))]
-    return seconds_to_ready(cmd, env=env, timeout=timeout, what=f"server from {Path(artifact).name}",
-                            error=RestartPathError)
-
-
-def server_readiness(artifacts: dict, work: Path, input_hw, *, repeats: int = 3, threads: int = 2,
-                     timeout: float = 600.0, progress=None) -> list[dict]:
-    """Time ``serve_blurball.py`` to ready from each artifact of :data:`SERVERS`, ``repeats`` times (Chapter 7).
-
-    Each start gets an empty Inductor cache directory (a fresh container). Rows have the columns of
-    the ``serving-ready`` results kind: ``model``, ``input_chw``, ``batch_sizes``, ``server``,
-    ``time_to_ready_s``, plus ``repeat`` and ``artifact_bytes``.
-    """
-    say = progress or (lambda msg: None)
-    rows = []
-    for repeat in range(repeats):
-        for name, (key, sizes, env_extra) in SERVERS.items():
-            if key not in artifacts:
-                continue
-            seconds = time_server_to_ready(artifacts[key]["path"], sizes, input_hw, threads=threads, env_extra=env_extra,
-                                           cache_dir=work / "caches" / f"server-{key}-{len(env_extra)}-{repeat}",
-                                           timeout=timeout)
-            rows.append({"model": "blurball", "input_chw": f"9x{input_hw[0]}x{input_hw[1]}",
-                         "batch_sizes": ",".join(map(str, sizes)), "server": name, "time_to_ready_s": seconds,
-                         "repeat": repeat, "artifact_bytes": artifacts[key]["bytes"]})
-            say(f"  [{repeat}] server {name}: ready after {seconds:.2f} s")
-    return rows
