@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     import torch
 
     from graphbook import blurball, probes
+    from graphbook import model_cost
     from graphbook.record import results, runs as runs_lib
     from graphbook import correctness
     from graphbook.record.environment import fingerprint, set_threads
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     env = fingerprint(args.threads)
     model = blurball.build_blurball()
     x = blurball.example_input(height=args.height, width=args.width)
-    cost = blurball.model_cost(model, x)
+    cost = model_cost.model_cost(model, x)
     reference = registry.build(REFERENCE, model, x, warm=False).run(x)
     margin = blurball.peak_margin(reference)
     bf16_ok, bf16_reason = probes.bf16_support()

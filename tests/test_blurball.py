@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from graphbook import blurball as bb
+from graphbook import model_cost
 
 SMALL = (32, 64)  # multiples of 8, so all four HRNet branches exist, at ~1/72 of the full cost
 
@@ -20,7 +21,7 @@ def small_input():
 
 
 def test_module_counts_match_the_released_model(model):
-    counts = bb.module_counts(model)
+    counts = model_cost.module_counts(model)
     assert counts["Conv2d"] == 72
     assert counts["BatchNorm2d"] == 71
     assert counts["Linear"] == 36
@@ -217,20 +218,20 @@ def test_heatmap_peaks():
 
 
 def test_parameter_count_and_macs_by_hooks(model, small_input):
-    params = bb.parameter_count(model)
+    params = model_cost.parameter_count(model)
     assert params == sum(p.numel() for p in model.parameters())
     # Hand count for the head (1x1, 16 -> 3, with bias) and the first conv (3x3, 9 -> 64).
-    macs = bb.macs_by_module(model, small_input)
+    macs = model_cost.macs_by_module(model, small_input)
     h, w = SMALL
     assert macs["final_layers.0"] == 3 * h * w * 16
     assert macs["conv1"] == 64 * h * w * 9 * 9
     assert macs["stage2.0.branches.0.0.se.fc.0"] == 1 * 16
     assert len(macs) == 72 + 36
-    cost = bb.model_cost(model, small_input)
+    cost = model_cost.model_cost(model, small_input)
     assert cost.macs == sum(macs.values())
     assert 0 < cost.dead_macs < cost.macs
     # MACs scale with the pixel count for conv layers: doubling both sides multiplies conv MACs by 4.
-    big = bb.model_cost(model, bb.example_input(height=2 * h, width=2 * w))
+    big = model_cost.model_cost(model, bb.example_input(height=2 * h, width=2 * w))
     assert big.macs == pytest.approx(4 * cost.macs, rel=1e-3)
     assert cost.gflop == pytest.approx(2 * cost.macs / 1e9)
 

@@ -52,6 +52,7 @@ def validation_metrics(model, clips_list, args) -> dict:
     """
     import torch
     from . import blurball, scoring, synthetic_clips
+    from . import model_cost
 
     model.eval()
     try:
@@ -102,6 +103,7 @@ def train(args) -> dict:
     import numpy as np
     import torch
     from . import blurball, scoring, synthetic_clips
+    from . import model_cost
     from .record import results
     from .record.environment import fingerprint, set_threads
 
@@ -184,7 +186,7 @@ def train(args) -> dict:
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "steps": step, "epochs": epoch, "samples_seen": samples,
         "train_wall_seconds": round(train_seconds, 1), "total_wall_seconds": round(time.time() - started, 1),
-        "parameters": blurball.parameter_count(model),
+        "parameters": model_cost.parameter_count(model),
         "final_metrics": final, "last_epoch": history[-1] if history else None,
         "hit_px": scoring.DEFAULT_HIT_PX, "held_out_seed": synthetic_clips.HELD_OUT_SEED,
         "notes": ("Trained on synthetic clips from graphbook.synthetic_clips at the full-resolution pixel scale, "
