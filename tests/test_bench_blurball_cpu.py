@@ -72,12 +72,12 @@ def test_op_units_take_nested_ops_of_one_category_as_one_and_split_off_casts():
     assert [(u["name"], u["category"], u["us"]) for u in units] == [
         ("aten::conv2d", "convolution", 6), ("aten::_to_copy", "cast/copy", 4),
         ("aten::conv2d", "convolution", 9), ("aten::copy_", "cast/copy", 1), ("aten::relu", "elementwise", 2)]
-    by = {g["category"]: g for g in profiling.group_profile((u["name"], u["us"]) for u in units)}
+    by = {g["category"]: g for g in profiling._group_profile((u["name"], u["us"]) for u in units)}
     assert (by["convolution"]["ops"], by["cast/copy"]["ops"], by["elementwise"]["ops"]) == (2, 2, 1)
 
 
 def test_group_profile():
-    groups = profiling.group_profile([("aten::conv2d", 600.0), ("aten::conv2d", 200.0),
+    groups = profiling._group_profile([("aten::conv2d", 600.0), ("aten::conv2d", 200.0),
                                       ("aten::batch_norm", 100.0), ("aten::relu_", 50.0), ("aten::mean", 50.0)])
     by = {g["category"]: g for g in groups}
     assert [g["category"] for g in groups] == list(profiling.CATEGORIES)
@@ -163,7 +163,7 @@ def test_tiny_eager_run_writes_a_new_file_each_time(tmp_path):
 
     frame = results.load("cpu-blurball", tmp_path / "results")
     assert set(frame[results.SOURCE_FILE]) == {f.name for f in files} and frame[results.SAME_OUTPUT].dropna().all()
-    newest = results.latest_recording(frame)  # every run of the newest file, not only its last run
+    newest = results._latest_recording(frame)  # every run of the newest file, not only its last run
     assert set(newest[results.SOURCE_FILE]) == {files[1].name}
     assert results.latest_run(frame)[results.RUN_ID].unique().tolist() == [files[1].stem + "/r3"]
     timed_newest = newest[newest["record"] == "variant"]

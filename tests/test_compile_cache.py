@@ -16,11 +16,11 @@ TINY = cc.RestartSpec("graphbook.warmup:tiny_clip_net", (9, 8, 12), (1, 2), fact
 
 @pytest.mark.slow
 def test_fresh_process_reports_first_calls_and_graphs(tmp_path):
-    result = cc.run_fresh_process(TINY, tmp_path / "cache")
+    result = cc._run_fresh_process(TINY, tmp_path / "cache")
     assert sorted(result["first_call_s"]) == ["1", "2"]
     assert result["graphs_after"] == {"1": 1, "2": 2}  # automatic dynamic: static 1, then dynamic
     assert result["process_wall_s"] > result["import_s"] > 0
-    assert cc.restart_seconds(result) == pytest.approx(sum(result["first_call_s"].values()))
+    assert cc._restart_seconds(result) == pytest.approx(sum(result["first_call_s"].values()))
 
 
 @pytest.mark.parametrize("kwargs, error", [
@@ -36,19 +36,19 @@ def test_spec_validation(kwargs, error):
 
 
 def test_resolve_factory_errors():
-    assert cc.resolve_factory("graphbook.warmup:tiny_clip_net").__name__ == "tiny_clip_net"
+    assert cc._resolve_factory("graphbook.warmup:tiny_clip_net").__name__ == "tiny_clip_net"
     with pytest.raises(ValueError, match="cannot import"):
-        cc.resolve_factory("graphbook.nonexistent:f")
+        cc._resolve_factory("graphbook.nonexistent:f")
     with pytest.raises(ValueError, match="no attribute"):
-        cc.resolve_factory("graphbook.warmup:nope")
+        cc._resolve_factory("graphbook.warmup:nope")
 
 
 def test_missing_artifact_file_and_failing_child(tmp_path):
     with pytest.raises(FileNotFoundError, match="artifact"):
-        cc.run_fresh_process(TINY, tmp_path / "c", load_artifacts=tmp_path / "missing.bin")
+        cc._run_fresh_process(TINY, tmp_path / "c", load_artifacts=tmp_path / "missing.bin")
     broken = cc.RestartSpec("graphbook.warmup:nope", (9, 8, 12), (1,), threads=1)
     with pytest.raises(cc.CompileCacheError, match="nope"):
-        cc.run_fresh_process(broken, tmp_path / "c")
+        cc._run_fresh_process(broken, tmp_path / "c")
 
 
 def test_non_empty_cache_dir_is_refused(tmp_path):

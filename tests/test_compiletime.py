@@ -6,36 +6,12 @@ marked slow; the in-process tests use a two-op function.
 import textwrap
 
 import pytest
-import torch
 
 from graphbook import compiletime
 
 
 def _double_plus_one(x):
     return x * 2 + 1
-
-
-def test_compile_and_first_call_mechanics_with_eager_backend():
-    # backend="eager" exercises reset, the fresh-cache context and the timing without a C++ build
-    x = torch.randn(64)
-    for fresh in (True, False):
-        compiled, seconds = compiletime.compile_and_first_call(_double_plus_one, (x,), fresh_cache=fresh,
-                                                               backend="eager")
-        assert torch.allclose(compiled(x), x * 2 + 1)
-        assert seconds > 0
-
-
-@pytest.mark.slow
-def test_compile_and_first_call_with_inductor():
-    x = torch.randn(64)
-    compiled, cold = compiletime.compile_and_first_call(_double_plus_one, (x,), fresh_cache=True)
-    assert torch.allclose(compiled(x), x * 2 + 1)
-    assert cold > 0
-
-
-def test_compile_and_first_call_rejects_non_callable():
-    with pytest.raises(TypeError, match="callable"):
-        compiletime.compile_and_first_call(3, (), fresh_cache=False)
 
 
 def test_fresh_process_rejects_missing_script(tmp_path):

@@ -16,17 +16,17 @@ def frame(x=None, y=None):
 def test_detections_agree_counts_empty_and_shifted_frames():
     a = [[frame(), frame(10, 10), frame(5, 5)]]
     b = [[frame(), frame(10.3, 10), frame(8, 9)]]
-    agree, total, shift = correctness.detections_agree(a, b, agree_px=0.5)
+    agree, total, shift = correctness._detections_agree(a, b, agree_px=0.5)
     assert (agree, total) == (2, 3)
     assert shift == pytest.approx(5.0)
-    assert correctness.detections_agree([[frame()]], [[frame(1, 1)]]) == (0, 1, 0.0)
+    assert correctness._detections_agree([[frame()]], [[frame(1, 1)]]) == (0, 1, 0.0)
 
 
 def test_table_on_tiny_model_with_onnx_and_int8(tmp_path):
     torch.set_num_threads(1)
     net = warmup.tiny_clip_net(hidden=4)
-    held_out = synthetic_clips.make_clips(2, seed=100, height=32, width=48)
-    calib = synthetic_clips.make_clips(2, seed=200, height=32, width=48)
+    held_out = synthetic_clips._make_clips(2, seed=100, height=32, width=48)
+    calib = synthetic_clips._make_clips(2, seed=200, height=32, width=48)
     runners = correctness.all_variants(net, held_out[0], calibration_clips=calib, threads=1, workdir=tmp_path)
     # the compiled variants are exercised by Chapter 6 and test_warmup; keep this test fast
     runners.pop("compile")
@@ -54,7 +54,7 @@ def test_onnx_files_are_cleaned_up_without_a_workdir():
 
     before = set(glob.glob(f"{tempfile.gettempdir()}/graphbook-onnx-*"))
     net = warmup.tiny_clip_net(hidden=4)
-    held_out = synthetic_clips.make_clips(1, seed=100, height=32, width=48)
+    held_out = synthetic_clips._make_clips(1, seed=100, height=32, width=48)
     runners = correctness.all_variants(net, held_out[0], threads=1)
     runners.pop("compile")
     runners.pop("compile + freezing")
@@ -71,7 +71,7 @@ def test_freezing_runner_really_freezes_even_with_autograd_on():
 
     net = torch.nn.Sequential(torch.nn.Conv2d(9, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4),
                               torch.nn.ReLU(), torch.nn.Conv2d(4, 3, 1)).eval()
-    runners = correctness.torch_variants(net)
+    runners = correctness._torch_variants(net)
     x = torch.randn(1, 9, 16, 16)
     assert torch.is_grad_enabled()
     _, plain = run_and_get_code(runners["compile"], x)  # compiled first, as the table does

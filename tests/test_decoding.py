@@ -18,9 +18,9 @@ STREAKS = [(40.3, 30.7, 0.0, 8.0), (50.0, 32.2, 35.0, 10.0), (60.6, 35.1, -60.0,
 @pytest.mark.parametrize("x, y, angle, half_length", STREAKS + [(40.0, 30.0, 0.0, 0.0)])
 def test_decoder_recovers_centre_angle_and_length(x, y, angle, half_length):
     label = _label(x, y, angle, half_length)
-    target = synthetic_clips.line_target(64, 96, label)
+    target = synthetic_clips._line_target(64, 96, label)
     logits = np.where(target > 0, 6.0, -6.0).astype(np.float32)
-    decoded = decoding.decode_heatmap(logits)
+    decoded = decoding._decode_heatmap(logits)
     best = decoded.best
     assert best is not None and len(decoded.candidates) == 1
     assert math.hypot(best.x - x, best.y - y) < 1.0
@@ -35,20 +35,20 @@ def test_decoder_picks_the_strongest_blob_and_lists_all():
     heat[5:8, 5:8] = 3.0    # small, confident
     heat[20:30, 30:34] = 1.0  # larger, weaker per pixel, more total heat
     heat[35, 55] = 0.2      # a single weak pixel above 0.5 probability
-    decoded = decoding.decode_heatmap(heat)
+    decoded = decoding._decode_heatmap(heat)
     assert len(decoded.candidates) == 3
     assert decoded.best.area == 40 and decoded.best.x == pytest.approx(31.5) and decoded.best.y == pytest.approx(24.5)
     assert decoded.best.angle_deg == pytest.approx(-90.0)  # tall blob: vertical axis
     assert [d.score for d in decoded.candidates] == sorted([d.score for d in decoded.candidates], reverse=True)
-    assert decoding.decode_heatmap(np.full((10, 10), -3.0)).best is None
-    probs = decoding.decode_heatmap(np.where(heat > 0.5, 0.9, 0.1), from_logits=False)
+    assert decoding._decode_heatmap(np.full((10, 10), -3.0)).best is None
+    probs = decoding._decode_heatmap(np.where(heat > 0.5, 0.9, 0.1), from_logits=False)
     assert len(probs.candidates) == 2  # the weak pixel is now 0.1, below the threshold
 
 
 def test_heat_weighted_centroid():
     heat = np.zeros((10, 10), np.float32)
     heat[4, 2], heat[4, 3] = 0.6, 0.9
-    best = decoding.decode_heatmap(heat, from_logits=False).best
+    best = decoding._decode_heatmap(heat, from_logits=False).best
     assert best.x == pytest.approx((2 * 0.6 + 3 * 0.9) / 1.5) and best.y == pytest.approx(4.0)
     assert best.score == pytest.approx(1.5)
 
@@ -57,7 +57,7 @@ def test_connected_components_matches_a_flood_fill():
     rng = np.random.default_rng(0)
     for connectivity in (4, 8):
         mask = rng.random((30, 40)) < 0.45
-        labels, count = decoding.connected_components(mask, connectivity)
+        labels, count = decoding._connected_components(mask, connectivity)
         expected = _flood_fill_count(mask, connectivity)
         assert count == expected
         assert labels.max() == count and (labels > 0).sum() == mask.sum()
@@ -67,8 +67,8 @@ def test_connected_components_matches_a_flood_fill():
     spiral[::2, :] = True
     spiral[1::4, -1] = True
     spiral[3::4, 0] = True
-    assert decoding.connected_components(spiral)[1] == 1
-    assert decoding.connected_components(np.zeros((5, 5), bool))[1] == 0
+    assert decoding._connected_components(spiral)[1] == 1
+    assert decoding._connected_components(np.zeros((5, 5), bool))[1] == 0
 
 
 def _flood_fill_count(mask, connectivity):
@@ -93,10 +93,10 @@ def _flood_fill_count(mask, connectivity):
 
 def test_bad_arguments_raise_clear_errors():
     with pytest.raises(ValueError, match="2-D"):
-        decoding.decode_heatmap(np.zeros((2, 10, 10)))
+        decoding._decode_heatmap(np.zeros((2, 10, 10)))
     with pytest.raises(ValueError, match="threshold"):
-        decoding.decode_heatmap(np.zeros((10, 10)), threshold=1.5)
+        decoding._decode_heatmap(np.zeros((10, 10)), threshold=1.5)
     with pytest.raises(ValueError, match=r"\(N, F, H, W\)"):
         decoding.decode_batch(np.zeros((10, 10)))
     with pytest.raises(ValueError, match="connectivity"):
-        decoding.connected_components(np.zeros((4, 4), bool), connectivity=6)
+        decoding._connected_components(np.zeros((4, 4), bool), connectivity=6)

@@ -19,7 +19,7 @@ I1130 18:14:54.000000 27052 torch/_inductor/compile_fx.py:10] [0/1] compiling th
 
 
 def test_parse_groups_multiline_records_by_artifact():
-    records = d.parse_torch_log(_LOG)
+    records = d._parse_torch_log(_LOG)
     assert {k: len(v) for k, v in records.items()} == {"graph_breaks": 2, "recompiles": 1, "other": 1}
     first = records["graph_breaks"][0].splitlines()
     assert first[0] == "Graph break in user code at f.py:3" and first[-1] == "  Hint: avoid print"
@@ -27,7 +27,7 @@ def test_parse_groups_multiline_records_by_artifact():
 
 
 def test_excerpt_cuts_and_counts():
-    capture = d.LogCapture(d.parse_torch_log(_LOG), 0, 1.0)
+    capture = d.LogCapture(d._parse_torch_log(_LOG), 0, 1.0)
     text = capture.excerpt("graph_breaks", max_records=1, max_lines=1)
     assert text.splitlines()[0] == "Graph break in user code at f.py:3"
     assert "(2 more lines)" in text and "1 more graph_breaks records" in text
@@ -46,9 +46,9 @@ def test_chapter_artifacts_exist_and_unknown_names_are_refused():
 @pytest.mark.parametrize("values", [torch.zeros(8), torch.ones(8), torch.linspace(-2, 2, 33)])
 def test_fixed_versions_compute_what_the_original_does(values):
     sink = io.StringIO()
-    expected = d.detect_with_breaks(values, sink)
+    expected = d._detect_with_breaks(values, sink)
     assert sink.getvalue().startswith("peak")
-    for fixed in (d.detect_fullgraph, d.detect_cond):
+    for fixed in (d._detect_fullgraph, d._detect_cond):
         result, peak = fixed(values)
         assert torch.equal(result, expected)
         assert torch.equal(peak, torch.sigmoid(values * 2).max())
@@ -59,8 +59,8 @@ def test_explain_counts_before_and_after_the_fix():
 
     x = torch.ones(8)
     sink = io.StringIO()
-    before = explain(lambda t: d.detect_with_breaks(t, sink), x)
-    after = explain(lambda t: d.detect_fullgraph(t)[0], x)
+    before = explain(lambda t: d._detect_with_breaks(t, sink), x)
+    after = explain(lambda t: d._detect_fullgraph(t)[0], x)
     assert (before.graph_count, before.graph_break_count) == (3, 2)
     assert (after.graph_count, after.graph_break_count) == (1, 0)
 
@@ -77,7 +77,7 @@ def test_unfused_ablation_really_generates_no_kernel():
 
     options = it.ablation_options("without fusion and inlining")
     assert options == {"freezing": False, "fallback_by_default": True}
-    model, x = d.small_conv_block(size=8)
+    model, x = d._small_conv_block(size=8)
     with torch.no_grad():
         expected = model(x)
     code = it.compile_and_get_code(model, x, options=options)

@@ -106,10 +106,10 @@ def test_cpu_model_never_raises(text):
 
 
 def test_isa_caps_label_for_the_fingerprint():
-    assert env.isa_caps_label({"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}) == \
+    assert env._isa_caps_label({"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}) == \
         "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2"
-    assert env.isa_caps_label({}) == ""
-    assert env.fingerprint(threads=1)["isa_caps"] == env.isa_caps_label()
+    assert env._isa_caps_label({}) == ""
+    assert env.fingerprint(threads=1)["isa_caps"] == env._isa_caps_label()
 
 
 def test_a_capped_process_gets_its_own_inductor_cache():

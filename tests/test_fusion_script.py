@@ -116,7 +116,7 @@ def test_tiny_end_to_end_run(tmp_path):
     assert set(frame["part"]) == {"bn_folding", "chain"}
     from graphbook.record import results, runs
 
-    newest = results.latest_recording(results.load("fusion-demo", results_dir))
+    newest = results._latest_recording(results.load("fusion-demo", results_dir))
     stem = newest[results.SOURCE_FILE].iloc[0].removesuffix(".csv")
     assert sorted(newest[results.RUN_ID].unique()) == [f"{stem}/r{k}" for k in (1, 2, 3)]
     chain = newest[(newest["part"] == "chain") & (newest["variant"] != "copy_ (bandwidth probe)")]
@@ -144,7 +144,7 @@ def test_csv_rows_put_the_once_per_invocation_compile_rows_first_without_a_run(t
     frame = results.load("fusion-demo", tmp_path)
     assert frame.loc[frame["part"] == "compile_time", results.RUN_ID].eq(path.stem).all()
     assert results.latest_run(frame)[results.RUN_ID].unique().tolist() == [path.stem + "/r3"]
-    assert "3 runs in a rotated order" in fusion_demo.format_report({}, folding, chain, compile_result)
+    assert "3 runs in a rotated order" in fusion_demo._format_report({}, folding, chain, compile_result)
 
 
 def test_minor_page_faults_counts_first_touch_and_ignores_other_threads(monkeypatch):

@@ -79,7 +79,7 @@ def test_child_sets_the_flag_before_any_convolution(gpu, monkeypatch, tmp_path, 
         flag_when_model_built.append(torch.backends.cudnn.benchmark)
         raise SystemExit(0)  # stop here: the point is the order
 
-    monkeypatch.setattr(gpu, "load_model_and_input", fake_load)
+    monkeypatch.setattr(gpu, "_load_model_and_input", fake_load)
     previous = torch.backends.cudnn.benchmark
     try:
         args = gpu.parse_args(["--smoke", "--cudnn-benchmark-child", str(tmp_path / "ref.pt")])
@@ -92,7 +92,7 @@ def test_child_sets_the_flag_before_any_convolution(gpu, monkeypatch, tmp_path, 
 
 def test_child_command_line(gpu, tmp_path):
     args = gpu.parse_args(["--smoke", "--results-dir", str(tmp_path), "--warm-cache"])
-    argv = gpu.child_argv(args, tmp_path / "ref.pt")
+    argv = gpu._child_argv(args, tmp_path / "ref.pt")
     assert argv[0] == str(SCRIPT) == str(gpu.SCRIPT) and "--cudnn-benchmark-child" in argv and "--smoke" in argv
     assert "--warm-cache" in argv and "--results-dir" not in argv  # the child writes nothing
 
@@ -135,7 +135,7 @@ def _fake_measurements(gpu):
 
 def test_rows_have_the_schema_and_ratios(gpu):
     profile = gpu.summarize_kernels([("aten::convolution", "c", 0, 10)], wall_ms=0.02)
-    rows = gpu.build_rows(_fake_measurements(gpu), {"fp32_eager_nchw": profile})
+    rows = gpu._build_rows(_fake_measurements(gpu), {"fp32_eager_nchw": profile})
     assert all(list(r) == gpu.CSV_COLUMNS for r in rows)
     by_name = {r["variant"]: r for r in rows if r["record"] == "variant"}
     assert by_name["fp32_eager_nchw"]["speedup_vs_eager"] == pytest.approx(1.0)
@@ -151,7 +151,7 @@ def test_rows_have_the_schema_and_ratios(gpu):
 
 
 def test_results_are_a_gpu_blurball_kind_never_overwritten(gpu, tmp_path):
-    rows = gpu.build_rows(_fake_measurements(gpu), {})
+    rows = gpu._build_rows(_fake_measurements(gpu), {})
     env = {"date": "2026-01-01T00:00:00+00:00", "gpu_name": "Fake GPU", "torch": "2.11.0"}
     first = gpu.write_results(rows, env, tmp_path, "Fake GPU 8GB")
     second = gpu.write_results(rows, env, tmp_path, "Fake GPU 8GB")

@@ -35,7 +35,7 @@ def compiled_graph_events():
 
 
 def test_annotations_are_skipped_and_do_not_inflate_kernel_time():
-    kernels = gp.kernels_from_events(compiled_graph_events(), "cuda")
+    kernels = gp._kernels_from_events(compiled_graph_events(), "cuda")
     assert [k[1] for k in kernels] == ["triton_poi_fused__native_batch_norm_legit_no_training_relu_0",
                                        "sm80_xmma_fprop_implicit_gemm_f16f16", "triton_poi_fused_add_relu_1"]
     rows = {r["category"]: r for r in gp.summarize_kernels(kernels, wall_ms=1.2)}
@@ -69,12 +69,12 @@ def autocast_conv_events():
 def test_runtime_calls_never_own_kernels():
     events = [event("cudaLaunchKernel", "CPU", 1, 2, id=6, linked=4),   # CUPTI id equal to the conv's op id
               *autocast_conv_events()]
-    kernels = gp.kernels_from_events(events, "cuda")
+    kernels = gp._kernels_from_events(events, "cuda")
     assert [k[0] for k in kernels] == ["aten::copy_", "aten::cudnn_convolution", ""]
 
 
 def test_weight_casts_under_conv2d_are_cast_copy_not_convolution():
-    kernels = gp.kernels_from_events(autocast_conv_events(), "cuda")
+    kernels = gp._kernels_from_events(autocast_conv_events(), "cuda")
     assert [k[0] for k in kernels] == ["aten::copy_", "aten::cudnn_convolution", ""]
     rows = {r["category"]: r["kernels"] for r in gp.summarize_kernels(kernels, wall_ms=0.05)}
     assert rows == {"convolution": 1, "batch_norm": 1, "cast/copy": 1, "elementwise": 0, "other": 0}
@@ -211,5 +211,5 @@ def test_real_profiler_events_have_the_attributes_the_rules_read():
     events = prof.events()
     assert all(gp._device_kind(e) == "CPU" for e in events)
     assert all(getattr(e, "linked_correlation_id", None) == 0 for e in events)  # ops link to nothing
-    assert gp.kernels_from_events(events, "cuda") == []   # no CUDA events on a CPU
-    assert gp.kernels_from_events(events, "cpu")
+    assert gp._kernels_from_events(events, "cuda") == []   # no CUDA events on a CPU
+    assert gp._kernels_from_events(events, "cpu")

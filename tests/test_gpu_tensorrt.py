@@ -235,20 +235,20 @@ def test_engine_runs_on_the_given_stream_never_the_default():
 
 def test_onnxruntime_gets_the_stream_as_user_compute_stream():
     script = load_script()
-    assert script.ort_stream_options(SimpleNamespace(cuda_stream=0xBEEF)) == {
+    assert script._ort_stream_options(SimpleNamespace(cuda_stream=0xBEEF)) == {
         "device_id": 0, "user_compute_stream": str(0xBEEF)}
     with pytest.raises(ValueError):
-        script.ort_stream_options(SimpleNamespace(cuda_stream=0))  # ONNX Runtime would ignore 0 silently
+        script._ort_stream_options(SimpleNamespace(cuda_stream=0))  # ONNX Runtime would ignore 0 silently
 
 
 # -- point 9: the engine cache is per run, and says whether it was built --------------------------------
 
 def test_engine_cache_state(tmp_path):
     script = load_script()
-    assert script.engine_cache_state(tmp_path / "absent").startswith("built")
-    assert script.engine_cache_state(tmp_path).startswith("built")
+    assert script._engine_cache_state(tmp_path / "absent").startswith("built")
+    assert script._engine_cache_state(tmp_path).startswith("built")
     (tmp_path / "TensorrtExecutionProvider_TRTKernel_graph_1.engine").write_bytes(b"x")
-    assert script.engine_cache_state(tmp_path) == "loaded from a cache"
+    assert script._engine_cache_state(tmp_path) == "loaded from a cache"
 
 
 # -- issue 14: TensorRT takes only symmetric INT8 Q/DQ ------------------------------------------------------
@@ -280,9 +280,9 @@ def test_qdq_check_accepts_symmetric_int8_only(tmp_path):
 
 def test_rows_get_every_column_and_the_speedup():
     script = load_script()
-    rows = script.finish_rows([dict(script.blank_row("eager_fp32", False), median_ms=10.0),
-                               dict(script.blank_row("eager_fp16_half", False), median_ms=4.0, fp16_method="model.half()"),
-                               dict(script.blank_row("tensorrt_fp16", False), note="skipped: no tensorrt")])
+    rows = script._finish_rows([dict(script._blank_row("eager_fp32", False), median_ms=10.0),
+                               dict(script._blank_row("eager_fp16_half", False), median_ms=4.0, fp16_method="model.half()"),
+                               dict(script._blank_row("tensorrt_fp16", False), note="skipped: no tensorrt")])
     assert all(list(r) == script.COLUMNS for r in rows)
     assert [r["speedup_vs_eager"] for r in rows] == [1.0, 2.5, ""]
     assert script.failed_variants(rows) == []

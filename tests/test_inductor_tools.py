@@ -50,8 +50,8 @@ def test_extern_calls_and_call_sequence():
 
 def test_launch_counts_count_call_sites():
     twice = WRAPPER.replace("        return (buf4, )", "        cpp_fused_add_1(buf4, arg5_1, buf5)\n        return (buf5, )")
-    assert inductor_tools.launch_counts(WRAPPER) == {"generated": 2, "library": 2}
-    assert inductor_tools.launch_counts(twice) == {"generated": 3, "library": 2}
+    assert inductor_tools._launch_counts(WRAPPER) == {"generated": 2, "library": 2}
+    assert inductor_tools._launch_counts(twice) == {"generated": 3, "library": 2}
     assert inductor_tools.count_kernels(twice) == 2
 
 
@@ -96,7 +96,7 @@ def test_explain_counts_breaks():
 
 
 def test_dynamo_graphs_records_without_compiling():
-    graphs = inductor_tools.dynamo_graphs(lambda x: (x * 2).relu(), torch.randn(3))
+    graphs = inductor_tools._dynamo_graphs(lambda x: (x * 2).relu(), torch.randn(3))
     assert len(graphs) == 1
     assert isinstance(graphs[0], torch.fx.GraphModule)
 
@@ -184,7 +184,7 @@ def test_bench_ablation_records_three_rotated_runs_without_recompiling(tmp_path)
                            "--results-dir", str(tmp_path)],
                           capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    frame = results.latest_recording(results.load("ablation", tmp_path))
+    frame = results._latest_recording(results.load("ablation", tmp_path))
     stem = frame[results.SOURCE_FILE].iloc[0].removesuffix(".csv")
     assert sorted(frame[results.RUN_ID].unique()) == [f"{stem}/r{k}" for k in (1, 2, 3)]
     first = frame[frame[results.RUN_ORDER] == 1].sort_values(results.RUN)["variant"].tolist()

@@ -125,12 +125,12 @@ def _tiny_model(with_scopes=True):
 
 def test_nodes_in_groups_reads_the_exporters_module_names():
     model = _tiny_model()
-    assert quantization.classify_nodes(model) == {"stem_relu": "stem", "body_relu": None, "head_relu": "head"}
-    assert sorted(quantization.nodes_in_groups(model, ("stem", "head"))) == ["head_relu", "stem_relu"]
+    assert quantization._classify_nodes(model) == {"stem_relu": "stem", "body_relu": None, "head_relu": "head"}
+    assert sorted(quantization._nodes_in_groups(model, ("stem", "head"))) == ["head_relu", "stem_relu"]
     with pytest.raises(quantization.Int8MatrixError, match="se"):
-        quantization.nodes_in_groups(model, ("se",))
+        quantization._nodes_in_groups(model, ("se",))
     with pytest.raises(quantization.Int8MatrixError, match="name_scopes"):
-        quantization.nodes_in_groups(_tiny_model(with_scopes=False), ("stem",))
+        quantization._nodes_in_groups(_tiny_model(with_scopes=False), ("stem",))
 
 
 def _tiny_detector(path):
@@ -307,7 +307,7 @@ def test_combined_runs_decide_latency_on_the_median_across_runs(tmp_path):
     row, sentence = int8_decision.recommend_int8_config(combined)
     assert row["config"] == "b" and "median across 3 recorded runs" in sentence and "spread across runs" in sentence
     with pytest.raises(quantization.Int8MatrixError):
-        int8_decision.combine_runs(pd.DataFrame())
+        int8_decision._combine_runs(pd.DataFrame())
 
 
 # ------------------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ def write_fake_blurball_run(results_dir):
     profile = gpu.summarize_kernels([("aten::cudnn_convolution", "sm90_xmma_fprop", 0, 800),
                                      ("aten::cudnn_batch_norm", "bn_fw_inf", 800, 1100),
                                      ("aten::copy_", "direct_copy_kernel", 1100, 1200)], wall_ms=1.3)
-    rows = gpu.build_rows(measurements, {"fp32_eager_nchw": profile})
+    rows = gpu._build_rows(measurements, {"fp32_eager_nchw": profile})
     return gpu.write_results(rows, fake_env(), results_dir, FAKE_GPU)
 
 
@@ -61,13 +61,13 @@ def write_fake_tensorrt_run(results_dir):
                                                              "engine_cache": "built (empty per-run cache folder)"}),
                                ("tensorrt_fp16", 1.987, {"precision": "fp16", "compile_s": 35.0,
                                                          "build_s_timing_cache": 9.0, "trt_typing": "strong"})]:
-        row = trt.blank_row(variant, False)
+        row = trt._blank_row(variant, False)
         row.update(extra, median_ms=ms, min_ms=ms, max_ms=ms, q1_ms=ms, q3_ms=ms, repeats=50, warmup=20,
                    device="cuda", max_abs_diff=1e-3, same_peaks=True, stream="dedicated")
         rows.append(row)
-    skipped = trt.blank_row("tensorrt_int8_qdq", False)
+    skipped = trt._blank_row("tensorrt_int8_qdq", False)
     skipped["note"] = "skipped: TensorRT takes only symmetric INT8 Q/DQ"
-    return trt.write_results(trt.finish_rows(rows + [skipped]), fake_env(), results_dir, FAKE_GPU)
+    return trt.write_results(trt._finish_rows(rows + [skipped]), fake_env(), results_dir, FAKE_GPU)
 
 
 def execute_copy(chapter, results_dir):

@@ -34,7 +34,7 @@ runner = Runner()
 
 
 def test_inplace_calls_and_the_early_read():
-    calls = mc.inplace_binary_calls(_FUSED)
+    calls = mc._inplace_binary_calls(_FUSED)
     assert [(c.other, c.input) for c in calls] == [("buf187", "buf105")]
     reads = mc.lost_reads(_FUSED)
     assert [(r.buffer, r.kernel) for r in reads] == [("buf187", "cpp_fused_add_mul_relu_sigmoid_unsqueeze_13")]
@@ -118,7 +118,7 @@ def test_a_recorded_verdict_is_used_first(monkeypatch, tmp_path):
 
 # ------------------------------------------------------------- the reproducer's model, one definition
 def test_load_reproducer_gives_the_standalone_script_without_running_it():
-    repro = mc.load_reproducer()
+    repro = mc._load_reproducer()
     assert repro.__file__ == str(mc.REPRO_SCRIPT)
     assert callable(repro.build) and callable(repro.main)
     # the file stays fileable upstream as it is: torch and the standard library only
@@ -128,7 +128,7 @@ def test_load_reproducer_gives_the_standalone_script_without_running_it():
 
 def test_check_model_repro_is_the_reproducers_model():
     model, (x,) = mc.check_model("repro", 16, 32)
-    again, (y,) = mc.load_reproducer().build(16, 32)
+    again, (y,) = mc._load_reproducer().build(16, 32)
     assert type(model).__name__ == "SmallHRNet" and x.shape == (1, 9, 16, 32) and torch.equal(x, y)
     with torch.no_grad():
         assert torch.equal(model(x), again(y))

@@ -102,9 +102,9 @@ def test_export_refuses_bad_arguments(model_and_input, tmp_path):
 
 def test_modules_in_training_mode_names_them():
     model = tiny_model()
-    assert ou.modules_in_training_mode(model) == []
+    assert ou._modules_in_training_mode(model) == []
     model.bn2.train()
-    assert ou.modules_in_training_mode(model) == ["bn2"]
+    assert ou._modules_in_training_mode(model) == ["bn2"]
 
 
 # Levels and sessions ------------------------------------------------------------------------------
@@ -232,13 +232,6 @@ def test_gpu_runtime_detection_explains_absence():
     assert "no CUDA device" in status.summary()
 
 
-def test_tensorrt_major():
-    assert gpu_runtimes.tensorrt_major("10.13.0.35") == 10
-    assert gpu_runtimes.tensorrt_major("11.1.0") == 11
-    with pytest.raises(ValueError, match="TensorRT version"):
-        gpu_runtimes.tensorrt_major("ten")
-
-
 # Counting and comparing ---------------------------------------------------------------------------
 
 def test_op_counts_use_domain_names(exported):
@@ -259,7 +252,7 @@ def test_graph_difference_and_fusion_names():
     before = Counter({("ai.onnx", "Conv"): 2, ("ai.onnx", "Relu"): 2, ("ai.onnx", "Gemm"): 1,
                       ("ai.onnx", "Sigmoid"): 1})
     after = Counter({("com.microsoft", "FusedConv"): 2, ("com.microsoft", "FusedGemm"): 1})
-    diff = ou.graph_difference(before, after)
+    diff = ou._graph_difference(before, after)
     assert diff["removed"][("ai.onnx", "Relu")] == 2
     assert diff["added"][("com.microsoft", "FusedGemm")] == 1
     notes = ou.name_fusions(before, after)
@@ -296,7 +289,7 @@ def test_read_profile_refuses_empty_trace(tmp_path):
     empty = tmp_path / "p.json"
     empty.write_text("[]")
     with pytest.raises(ValueError, match="no kernel events"):
-        profiling.read_profile(empty)
+        profiling._read_profile(empty)
 
 
 X86_NO_VNNI = {"arch": "x86", "avx2": True, "avx512f": False, "avx512_vnni": False, "avx_vnni": False,
@@ -399,7 +392,7 @@ def test_bench_script_records_three_rotated_runs(tmp_path):
                            "--repeats", "2", "--warmup", "1", "--no-compile", "--no-quantize", "--probe-mib", "4",
                            "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    frame = results.latest_recording(results.load("cpu-onnxruntime", tmp_path))
+    frame = results._latest_recording(results.load("cpu-onnxruntime", tmp_path))
     stem = frame[results.SOURCE_FILE].iloc[0].removesuffix(".csv")
     assert sorted(frame[results.RUN_ID].unique()) == [f"{stem}/r{k}" for k in (1, 2, 3)]
     firsts = frame[frame[results.RUN_ORDER] == 1].sort_values(results.RUN)["variant"].tolist()

@@ -11,11 +11,11 @@ from graphbook import plots  # noqa: E402
 
 def test_roofline_attainable_has_two_regimes():
     # ridge at 100 / 10 = 10 FLOP/byte
-    assert plots.roofline_attainable(1.0, 100.0, 10.0) == 10.0
-    assert plots.roofline_attainable(1000.0, 100.0, 10.0) == 100.0
-    assert np.allclose(plots.roofline_attainable([0.5, 10, 20], 100.0, 10.0), [5, 100, 100])
+    assert plots._roofline_attainable(1.0, 100.0, 10.0) == 10.0
+    assert plots._roofline_attainable(1000.0, 100.0, 10.0) == 100.0
+    assert np.allclose(plots._roofline_attainable([0.5, 10, 20], 100.0, 10.0), [5, 100, 100])
     with pytest.raises(ValueError):
-        plots.roofline_attainable(1.0, 0.0, 10.0)
+        plots._roofline_attainable(1.0, 0.0, 10.0)
 
 
 def test_roofline_draws_points():
@@ -69,10 +69,10 @@ def test_draw_fusion_groups_boxes_every_group_and_colours_every_class():
 def test_draw_clip_detection_draws_truth_and_detection_on_four_panels():
     from graphbook import decoding, synthetic_clips
 
-    clip = synthetic_clips.make_clip(3, 48, 64, p_no_ball=0.0, p_hidden_frame=0.0)
+    clip = synthetic_clips._make_clip(3, 48, 64, p_no_ball=0.0, p_hidden_frame=0.0)
     label = clip.labels[1]
     logits = np.where(clip.targets[1] > 0, 8.0, -8.0).astype(np.float32)  # a perfect heatmap, as logits
-    best = decoding.decode_heatmap(logits).best
+    best = decoding._decode_heatmap(logits).best
     assert best is not None and np.hypot(best.x - label.x, best.y - label.y) < 1.5
     fig, axes = plt.subplots(1, 4)
     out = plots.draw_clip_detection(clip.frames[1], clip.targets[1], logits, label, best, crop=12, axes=axes)

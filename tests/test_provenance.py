@@ -40,4 +40,4 @@ def test_unreadable_notebook_gives_a_clear_error(tmp_path):
     bad = tmp_path / "bad.ipynb"
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="not a readable notebook"):
-        provenance.execution_record(bad)
+        provenance._execution_record(bad)

@@ -20,10 +20,10 @@ def test_path_registry_names_are_unique_and_say_what_they_are_tied_to():
     for path in restart_paths.PATHS:
         assert path.runtime in ("eager", "compile", "aoti", "aoti-cpp", "ort") and path.tied_to
         assert path.batch_sizes[0] == 1
-    assert restart_paths.path_by_name("ort-raw").level == "all"
-    assert restart_paths.path_by_name("ort-optimized-ort").level == "disabled"
+    assert restart_paths._path_by_name("ort-raw").level == "all"
+    assert restart_paths._path_by_name("ort-optimized-ort").level == "disabled"
     with pytest.raises(ValueError, match="unknown restart path"):
-        restart_paths.path_by_name("tensorrt")
+        restart_paths._path_by_name("tensorrt")
 
 
 def test_summarize_gives_median_spread_and_ratio_to_the_cold_compile():
@@ -90,7 +90,7 @@ def test_bench_script_writes_one_restart_paths_file(tmp_path):
 def test_cpp_loader_command_uses_the_wheels_headers_libraries_and_abi():
     import torch
 
-    cmd = aoti_cpp.cpp_loader_command(aoti_cpp.CPP_LOADER_SOURCE, "/tmp/x")
+    cmd = aoti_cpp._cpp_loader_command(aoti_cpp.CPP_LOADER_SOURCE, "/tmp/x")
     assert cmd[0] == "g++" and aoti_cpp.CPP_LOADER_SOURCE.is_file()
     assert f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}" in cmd
     assert any(c.startswith("-Wl,-rpath,") and c.endswith("lib") for c in cmd) and "-ltorch_cpu" in cmd

@@ -80,7 +80,7 @@ def test_write_run_makes_a_new_file_per_run_and_never_overwrites(tmp_path):
 def test_write_run_refuses_to_touch_an_existing_file(tmp_path, monkeypatch):
     existing = tmp_path / "cpu-ablation-2026-11-30.csv"
     existing.write_text("keep me\n")
-    monkeypatch.setattr(results, "unique_path", lambda directory, stem, suffix=".csv": existing)
+    monkeypatch.setattr(results, "_unique_path", lambda directory, stem, suffix=".csv": existing)
     with pytest.raises(FileExistsError):
         results.write_run("ablation", [{"a": 1}], ENV, results_dir=tmp_path)
     assert existing.read_text() == "keep me\n"
@@ -297,16 +297,16 @@ def test_empty_input_is_refused(tmp_path):
 
 
 def test_unique_path_never_returns_an_existing_file(tmp_path):
-    first = results.unique_path(tmp_path, "run")
+    first = results._unique_path(tmp_path, "run")
     assert first.name == "run.csv" and not first.exists()
     first.write_text("x")
-    second = results.unique_path(tmp_path, "run")
+    second = results._unique_path(tmp_path, "run")
     assert second.name == "run-2.csv"
     second.write_text("y")
-    assert results.unique_path(tmp_path, "run", "txt").name == "run.txt"
-    assert results.unique_path(tmp_path, "run").name == "run-3.csv"
+    assert results._unique_path(tmp_path, "run", "txt").name == "run.txt"
+    assert results._unique_path(tmp_path, "run").name == "run-3.csv"
     with pytest.raises(ValueError):
-        results.unique_path(tmp_path, "a/b")
+        results._unique_path(tmp_path, "a/b")
 
 
 def test_committed_variant_names_are_the_registrys():
@@ -333,8 +333,8 @@ def test_per_run_ids_and_latest_recording(tmp_path):
     ids = frame.loc[frame[results.SOURCE_FILE] == new.name, results.RUN_ID].tolist()
     assert ids == [new.stem] + [f"{new.stem}/r{k}" for k in (1, 1, 2, 2, 3, 3)]
     assert results.latest_run(frame)[results.RUN_ID].unique().tolist() == [f"{new.stem}/r3"]
-    newest = results.latest_recording(frame)
+    newest = results._latest_recording(frame)
     assert set(newest[results.SOURCE_FILE]) == {new.name} and len(newest) == 7
     assert runs.summarize_runs(newest[newest["record"] == "variant"])["runs"].tolist() == [3, 3]
-    assert results.latest_recording(frame.iloc[:0]).empty
+    assert results._latest_recording(frame.iloc[:0]).empty
     assert old.name in set(frame[results.SOURCE_FILE])

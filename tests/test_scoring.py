@@ -8,7 +8,7 @@ from graphbook import decoding, scoring, synthetic_clips
 
 
 def test_decoding_ground_truth_scores_perfectly():
-    held = synthetic_clips.make_clips(4, seed=9, height=64, width=96)
+    held = synthetic_clips._make_clips(4, seed=9, height=64, width=96)
     logits = np.stack([np.where(c.targets > 0, 6.0, -6.0) for c in held]).astype(np.float32)
     rows = scoring.match_detections(decoding.decode_batch(logits), held)
     summary = scoring.summarize_matches(rows)
@@ -21,7 +21,7 @@ def test_decoding_ground_truth_scores_perfectly():
 def test_evaluate_model_with_an_oracle_and_a_blind_model():
     import torch
 
-    held = synthetic_clips.make_clips(3, seed=4, height=32, width=48, p_no_ball=0.0)
+    held = synthetic_clips._make_clips(3, seed=4, height=32, width=48, p_no_ball=0.0)
     targets = synthetic_clips.targets_to_tensor(held)
 
     class Oracle(torch.nn.Module):
@@ -42,4 +42,4 @@ def test_evaluate_model_with_an_oracle_and_a_blind_model():
 
 def test_match_detections_rejects_mismatched_lengths():
     with pytest.raises(ValueError, match="decoded clips"):
-        scoring.match_detections([], synthetic_clips.make_clips(1, 0, 32, 32))
+        scoring.match_detections([], synthetic_clips._make_clips(1, 0, 32, 32))

@@ -29,7 +29,7 @@ STREAKS = [(40.3, 30.7, 0.0, 8.0), (50.0, 32.2, 35.0, 10.0), (60.6, 35.1, -60.0,
 def test_rendered_streak_matches_its_label(x, y, angle, half_length):
     background = np.full((64, 96, 3), 0.2, np.float32)
     label = _label(x, y, angle, half_length)
-    frame = synthetic_clips.render_ball(background, label)
+    frame = synthetic_clips._render_ball(background, label)
     change = np.abs(frame - background).sum(axis=2)  # how much the ball changed each pixel
     found_angle, cx, cy = _principal_angle(change)
     assert math.hypot(cx - x, cy - y) < 0.5, (cx, cy)
@@ -46,7 +46,7 @@ def test_rendered_streak_matches_its_label(x, y, angle, half_length):
 
 def test_unblurred_ball_is_a_round_anti_aliased_disc():
     background = np.zeros((40, 40, 3), np.float32)
-    frame = synthetic_clips.render_ball(background, _label(20.25, 19.5, 0.0, 0.0, radius=5.0))
+    frame = synthetic_clips._render_ball(background, _label(20.25, 19.5, 0.0, 0.0, radius=5.0))
     alpha = frame.max(axis=2)
     _, cx, cy = _principal_angle(alpha)
     assert math.hypot(cx - 20.25, cy - 19.5) < 0.2
@@ -57,36 +57,36 @@ def test_unblurred_ball_is_a_round_anti_aliased_disc():
 def test_hidden_ball_is_not_drawn_and_has_empty_target():
     background = np.full((32, 48, 3), 0.3, np.float32)
     label = _label(20, 16, 10, 5, visible=False)
-    assert np.array_equal(synthetic_clips.render_ball(background, label), background)
-    assert synthetic_clips.line_target(32, 48, label).sum() == 0
+    assert np.array_equal(synthetic_clips._render_ball(background, label), background)
+    assert synthetic_clips._line_target(32, 48, label).sum() == 0
 
 
 def test_line_target_is_the_streak_thickened_by_the_radius():
     label = _label(30.0, 20.0, 0.0, 10.0)
-    target = synthetic_clips.line_target(40, 64, label)
+    target = synthetic_clips._line_target(40, 64, label)
     assert set(np.unique(target)) == {0.0, 1.0}
     rows, cols = np.nonzero(target)
     assert cols.min() == 20 - 2 and cols.max() == 40 + 2  # 2.5 px beyond each end, on whole pixels
     assert rows.min() == 20 - 2 and rows.max() == 20 + 2
-    disc = synthetic_clips.line_target(40, 64, _label(30.0, 20.0, 45.0, 0.0))
+    disc = synthetic_clips._line_target(40, 64, _label(30.0, 20.0, 45.0, 0.0))
     assert disc.sum() == 29  # pixel centres within radius 3 of a pixel centre
 
 
 def test_clips_are_deterministic_from_the_seed():
-    a = synthetic_clips.make_clip(7, 48, 64)
-    b = synthetic_clips.make_clip(7, 48, 64)
-    c = synthetic_clips.make_clip(8, 48, 64)
+    a = synthetic_clips._make_clip(7, 48, 64)
+    b = synthetic_clips._make_clip(7, 48, 64)
+    c = synthetic_clips._make_clip(8, 48, 64)
     assert np.array_equal(a.frames, b.frames) and np.array_equal(a.targets, b.targets)
     assert a.labels == b.labels
     assert not np.array_equal(a.frames, c.frames)
-    batch = synthetic_clips.make_clips(3, seed=5, height=48, width=64)
-    again = synthetic_clips.make_clip(5 * 1_000_003 + 2, 48, 64)
+    batch = synthetic_clips._make_clips(3, seed=5, height=48, width=64)
+    again = synthetic_clips._make_clip(5 * 1_000_003 + 2, 48, 64)
     assert np.array_equal(batch[2].frames, again.frames)
     assert synthetic_clips.held_out_clips(2, 48, 64)[1].labels == synthetic_clips.held_out_clips(3, 48, 64)[1].labels
 
 
 def test_clip_shapes_ranges_and_labelled_targets():
-    for clip in synthetic_clips.make_clips(6, seed=3, height=48, width=80):
+    for clip in synthetic_clips._make_clips(6, seed=3, height=48, width=80):
         assert clip.frames.shape == (3, 48, 80, 3) and clip.frames.dtype == np.float32
         assert clip.targets.shape == (3, 48, 80)
         assert 0.0 <= clip.frames.min() and clip.frames.max() <= 1.0
@@ -99,7 +99,7 @@ def test_clip_shapes_ranges_and_labelled_targets():
 
 
 def test_ball_moves_between_frames_and_blur_follows_the_motion():
-    moving = [c for c in synthetic_clips.make_clips(20, seed=11, height=96, width=160, p_no_ball=0.0, p_hidden_frame=0.0)
+    moving = [c for c in synthetic_clips._make_clips(20, seed=11, height=96, width=160, p_no_ball=0.0, p_hidden_frame=0.0)
               if c.labels[1].half_length > 3]
     assert moving
     for clip in moving:
@@ -110,7 +110,7 @@ def test_ball_moves_between_frames_and_blur_follows_the_motion():
 
 
 def test_tensors_follow_blurball_channel_order():
-    clip = synthetic_clips.make_clip(1, 32, 48)
+    clip = synthetic_clips._make_clip(1, 32, 48)
     x = synthetic_clips.frames_to_tensor([clip, clip])
     assert tuple(x.shape) == (2, 9, 32, 48)
     assert np.array_equal(x[0, 3:6].numpy(), clip.frames[1].transpose(2, 0, 1))  # frame 1's RGB
@@ -128,20 +128,20 @@ def test_angle_helpers():
 
 def test_bad_arguments_raise_clear_errors():
     with pytest.raises(ValueError, match="height"):
-        synthetic_clips.make_clip(0, -5, 64)
+        synthetic_clips._make_clip(0, -5, 64)
     with pytest.raises(ValueError, match="width"):
-        synthetic_clips.render_background(32, 8)
+        synthetic_clips._render_background(32, 8)
     with pytest.raises(TypeError, match="height"):
-        synthetic_clips.make_clip(0, 32.5, 64)
+        synthetic_clips._make_clip(0, 32.5, 64)
     with pytest.raises(TypeError, match="seed"):
-        synthetic_clips.make_clip(-1, 32, 64)
+        synthetic_clips._make_clip(-1, 32, 64)
     with pytest.raises(ValueError, match="p_no_ball"):
-        synthetic_clips.make_clip(0, 32, 64, p_no_ball=1.5)
+        synthetic_clips._make_clip(0, 32, 64, p_no_ball=1.5)
     with pytest.raises(ValueError, match="radius_range"):
-        synthetic_clips.make_clip(0, 32, 48, radius_range=(5.0, 30.0))
+        synthetic_clips._make_clip(0, 32, 48, radius_range=(5.0, 30.0))
     with pytest.raises(ValueError, match="n must"):
-        synthetic_clips.make_clips(-2)
+        synthetic_clips._make_clips(-2)
     with pytest.raises(ValueError, match="radius"):
-        synthetic_clips.render_ball(np.zeros((20, 20, 3), np.float32), _label(10, 10, 0, 2, radius=0))
+        synthetic_clips._render_ball(np.zeros((20, 20, 3), np.float32), _label(10, 10, 0, 2, radius=0))
     with pytest.raises(ValueError, match=r"\(N, 3, H, W, 3\)"):
         synthetic_clips.frames_to_tensor(np.zeros((2, 4, 8, 8, 3)))

@@ -85,7 +85,7 @@ def test_fix_tlparse_pages_mends_the_dead_link_and_the_script_error(tmp_path):
             ' comparing scheduler and Inductor output code collective operations.\n</p>\n<p>\nnext\n</p>\n'
             "<script>if (queryParams.size === 0) return url; // No query params</script>")
     (tmp_path / "index.html").write_text(page)
-    assert d.fix_tlparse_pages(tmp_path) == 1 and d.fix_tlparse_pages(tmp_path) == 0
+    assert d._fix_tlparse_pages(tmp_path) == 1 and d._fix_tlparse_pages(tmp_path) == 0
     assert (tmp_path / "index.html").read_text() == ("<p>\nBuild products below:\n</p>\n<p>\nnext\n</p>\n"
                                                      "<script>if (queryParams.size === 0) return; // No query params</script>")
 

@@ -55,8 +55,8 @@ def test_loss_weights_target_pixels():
     logits = torch.full((1, 1, 4, 4), -10.0)
     target = torch.zeros(1, 1, 4, 4)
     target[0, 0, 0, 0] = 1.0
-    plain = training.line_loss(logits, target, "mse")
-    weighted = training.line_loss(logits, target, "weighted-mse", pos_weight=15.0)
+    plain = training._line_loss(logits, target, "mse")
+    weighted = training._line_loss(logits, target, "weighted-mse", pos_weight=15.0)
     assert float(plain) == pytest.approx(1 / 16, rel=1e-3)
     assert float(weighted) == pytest.approx(15 / 30, rel=1e-3)  # the missed pixel weighs half the loss
 
@@ -79,16 +79,16 @@ def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path):
 
 
 def test_output_paths_never_reuse_a_name(tmp_path):
-    first = training.output_paths(tmp_path, "run")
+    first = training._output_paths(tmp_path, "run")
     assert [p.name for p in first.values()] == ["run.pt", "run.log.csv", "run.provenance.json"]
     first["log"].write_text("")  # one of the three files taken is enough to move on
-    assert training.output_paths(tmp_path, "run")["checkpoint"].name == "run-2.pt"
+    assert training._output_paths(tmp_path, "run")["checkpoint"].name == "run-2.pt"
 
 
 def test_json_ready_is_strict_json():
     import numpy as np
 
-    record = training.json_ready({"a": float("nan"), "b": [np.float32(1.5), Path("x")], "c": np.int64(3)})
+    record = training._json_ready({"a": float("nan"), "b": [np.float32(1.5), Path("x")], "c": np.int64(3)})
     assert json.dumps(record, allow_nan=False) == '{"a": null, "b": [1.5, "x"], "c": 3}'
 
 

@@ -21,7 +21,7 @@ from .restart_child import RestartPathError
 CPP_LOADER_SOURCE = Path(__file__).resolve().parent / "cpp" / "aoti_load.cpp"
 
 
-def cpp_loader_command(source, output) -> list[str]:
+def _cpp_loader_command(source, output) -> list[str]:
     """The g++ command that builds :data:`CPP_LOADER_SOURCE` against the installed torch wheel (Chapter 6).
 
     Headers and libraries come from the wheel itself (``torch/include``, ``torch/lib``); the rpath
@@ -74,7 +74,7 @@ def build_cpp_loader(work: Path, timeout: float = 600.0) -> dict:
     output = Path(work) / "aoti_load"
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cpp_loader_command(CPP_LOADER_SOURCE, output), capture_output=True, text=True,
+        proc = subprocess.run(_cpp_loader_command(CPP_LOADER_SOURCE, output), capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
         raise RestartPathError(f"building the C++ loader took more than {timeout:.0f} s") from None

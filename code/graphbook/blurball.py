@@ -6,7 +6,7 @@ BlurBall (Gossard et al., 2025) is WASB's small HRNet (Tarashima et al., 2023) w
 Squeeze-and-Excitation (SE) block inside every BasicBlock. It reads three consecutive RGB frames
 stacked along channels, ``(N, 9, 288, 512)``, and writes one heatmap logit per frame,
 ``(N, 3, 288, 512)``. The layer names follow the authors' released checkpoint, so
-``load_state_dict(strict=True)`` accepts their weights (see :func:`load_weights`); without weights the
+``load_state_dict(strict=True)`` accepts their weights (see :func:`_load_weights`); without weights the
 model is initialised from a fixed seed, so every chapter sees the same numbers.
 
 Two flavours share one set of parameter names:
@@ -207,7 +207,7 @@ class BlurBall(nn.Module):
     """BlurBall as released: ``forward(x)`` returns ``{0: logits}`` with logits ``(N, 3, H, W)``.
 
     Introduced in Chapter 5. Input ``(N, 9, H, W)``: three normalised RGB frames in time order (see
-    :func:`normalize_frames`). H and W must be multiples of 8 (three stride-2 levels).
+    :func:`_normalize_frames`). H and W must be multiples of 8 (three stride-2 levels).
     Construct it with :func:`build_blurball` for a seeded, evaluation-mode model.
     """
 
@@ -284,7 +284,7 @@ def build_blurball(weights: str | Path | None = None, *, seed: int = DEFAULT_SEE
         generator = torch.Generator().manual_seed(seed + 1)
         _randomise_batchnorm(model, generator)
     if weights is not None:
-        load_weights(model, weights)
+        _load_weights(model, weights)
     return model.eval()
 
 
@@ -297,7 +297,7 @@ def _first(names: Sequence[str], limit: int = 5) -> str:
     return shown + (f" (and {len(names) - limit} more)" if len(names) > limit else "")
 
 
-def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+def _read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """The state dict stored in a checkpoint file (Chapter 5).
 
     Accepts the authors' format (a dict with ``model_state_dict``) or a bare state dict; strips a
@@ -324,7 +324,7 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     return dict(obj)
 
 
-def check_state_dict(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+def _check_state_dict(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
     """Raise :class:`CheckpointError` naming the first missing, extra or misshapen keys (Chapter 5)."""
     expected = model.state_dict()
     missing = [k for k in expected if k not in state]
@@ -342,10 +342,10 @@ def check_state_dict(model: nn.Module, state: Mapping[str, torch.Tensor]) -> Non
         raise CheckpointError("checkpoint does not match BlurBall: " + "; ".join(problems))
 
 
-def load_weights(model: nn.Module, path: str | Path) -> nn.Module:
+def _load_weights(model: nn.Module, path: str | Path) -> nn.Module:
     """Load a checkpoint into ``model`` with strict key and shape checking (Chapter 5). Returns it."""
-    state = read_state_dict(path)
-    check_state_dict(model, state)
+    state = _read_state_dict(path)
+    _check_state_dict(model, state)
     model.load_state_dict(state, strict=True)
     return model
 
@@ -375,7 +375,7 @@ def load_trained_blurball(path: str | Path | None = None, *, heatmap_only: bool 
 # Input, output, cost
 # --------------------------------------------------------------------------------------------------
 
-def normalize_frames(frames: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+def _normalize_frames(frames: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
     """Stack RGB frames into the model's input, normalising each with ImageNet mean and std.
 
     Introduced in Chapter 5. ``frames`` is a tensor ``(F, 3, H, W)`` or ``(N, F, 3, H, W)``, or a
@@ -385,7 +385,7 @@ def normalize_frames(frames: torch.Tensor | Sequence[torch.Tensor]) -> torch.Ten
     if not isinstance(frames, torch.Tensor):
         frames = list(frames)
         if not frames or not all(isinstance(f, torch.Tensor) for f in frames):
-            raise ValueError("normalize_frames needs a tensor or a non-empty sequence of tensors")
+            raise ValueError("_normalize_frames needs a tensor or a non-empty sequence of tensors")
         frames = torch.stack(frames, dim=-4)
     if frames.dim() == 4:
         frames = frames.unsqueeze(0)
@@ -407,12 +407,12 @@ def imagenet_normalize(x: torch.Tensor) -> torch.Tensor:
     """Per-frame ImageNet normalisation of frames already stacked as the model's channels (Chapter 6).
 
     ``x`` is ``(N, 3F, H, W)`` in [0, 1], ordered [f0 RGB, f1 RGB, ...] (what
-    :func:`graphbook.synthetic_clips.frames_to_tensor` returns); :func:`normalize_frames` does the work.
+    :func:`graphbook.synthetic_clips.frames_to_tensor` returns); :func:`_normalize_frames` does the work.
     """
     if x.ndim != 4 or x.shape[1] % 3 != 0:
         raise ValueError(f"expected (N, 3*frames, H, W), got {tuple(x.shape)}")
     n, c, h, w = x.shape
-    return normalize_frames(x.reshape(n, c // 3, 3, h, w))
+    return _normalize_frames(x.reshape(n, c // 3, 3, h, w))
 
 
 def example_input(batch: int = 1, height: int = INPUT_HEIGHT, width: int = INPUT_WIDTH,
@@ -434,7 +434,7 @@ def example_input(batch: int = 1, height: int = INPUT_HEIGHT, width: int = INPUT
         cy, cx = height * (0.3 + 0.15 * t), width * (0.25 + 0.2 * t)
         disc = ((rows - cy) ** 2 + (cols - cx) ** 2) <= radius ** 2
         frames[:, t, :, disc] = torch.tensor([0.95, 0.9, 0.8]).view(1, 3, 1)
-    return normalize_frames(frames)
+    return _normalize_frames(frames)
 
 
 def heatmap_peaks(logits: torch.Tensor | Mapping[int, torch.Tensor]) -> torch.Tensor:

@@ -60,7 +60,7 @@ class RestartSpec:
         return self
 
 
-def resolve_factory(factory: str):
+def _resolve_factory(factory: str):
     """Import ``"module:function"`` and return the function (Introduced in Chapter 6)."""
     import importlib
 
@@ -92,7 +92,7 @@ def _child_main(spec_json: str) -> dict:
                           "batch_sizes": tuple(spec_dict["batch_sizes"])}).validate()
     torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed)
-    model = resolve_factory(spec.factory)(**spec.factory_kwargs).eval()
+    model = _resolve_factory(spec.factory)(**spec.factory_kwargs).eval()
     inputs = {b: torch.randn(b, *spec.input_chw) for b in spec.batch_sizes}
 
     load_s = 0.0
@@ -141,7 +141,7 @@ def _child_main(spec_json: str) -> dict:
     }
 
 
-def run_fresh_process(spec: RestartSpec, cache_dir: str | os.PathLike, *, load_artifacts=None,
+def _run_fresh_process(spec: RestartSpec, cache_dir: str | os.PathLike, *, load_artifacts=None,
                       save_artifacts=None, timeout: float = 1800.0) -> dict:
     """Compile ``spec`` in a new Python process whose Inductor cache is ``cache_dir`` (Chapter 6).
 
@@ -176,7 +176,7 @@ def run_fresh_process(spec: RestartSpec, cache_dir: str | os.PathLike, *, load_a
     return result
 
 
-def restart_seconds(result: dict) -> float:
+def _restart_seconds(result: dict) -> float:
     """The restart cost of one fresh-process run: artifact loading plus every first call (Chapter 6)."""
     return float(result["load_artifacts_s"]) + float(sum(result["first_call_s"].values()))
 
@@ -205,18 +205,18 @@ def cache_experiment(spec: RestartSpec, workdir: str | os.PathLike | None = None
                 raise ValueError(f"cache directory {d} is not empty: pass a new workdir")
         artifact_file = workdir / "cache-artifacts.bin"
         runs = {
-            "cold": run_fresh_process(spec, first_dir, save_artifacts=artifact_file, timeout=timeout),
-            "warm": run_fresh_process(spec, first_dir, timeout=timeout),
-            "artifacts": run_fresh_process(spec, second_dir, load_artifacts=artifact_file, timeout=timeout),
+            "cold": _run_fresh_process(spec, first_dir, save_artifacts=artifact_file, timeout=timeout),
+            "warm": _run_fresh_process(spec, first_dir, timeout=timeout),
+            "artifacts": _run_fresh_process(spec, second_dir, load_artifacts=artifact_file, timeout=timeout),
         }
     finally:
         if own_tmp is not None:
             own_tmp.cleanup()
-    cold_restart = restart_seconds(runs["cold"])
+    cold_restart = _restart_seconds(runs["cold"])
     rows = []
     for scenario in SCENARIOS:
         res = runs[scenario]
-        restart = restart_seconds(res)
+        restart = _restart_seconds(res)
         for b in spec.batch_sizes:
             rows.append({
                 "model": spec.factory.rpartition(":")[2],

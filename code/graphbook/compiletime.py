@@ -4,8 +4,7 @@
 first call of a freshly compiled function. What that time includes depends on the caches:
 
 - **cold** -- an empty Inductor cache: Dynamo traces, Inductor generates C++ (or Triton) and the C++
-  compiler builds it. In-process, :func:`compile_and_first_call` with ``fresh_cache=True`` points
-  Inductor at a new temporary cache directory (``fresh_inductor_cache``).
+  compiler builds it.
 - **warm** -- the on-disk Inductor cache already holds the generated, compiled kernels; Dynamo still
   traces, but code generation and the C++ build are skipped (an "FX graph cache hit").
 
@@ -16,7 +15,6 @@ compile in a child Python with a chosen cache directory and reports its time and
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -26,31 +24,6 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 _RESULT_TAG = "GRAPHBOOK_COMPILE_RESULT "
-
-
-def compile_and_first_call(fn: Callable, args: Sequence, *, fresh_cache: bool,
-                           **compile_kwargs) -> tuple[Callable, float]:
-    """Compile ``fn`` and time its first call ``fn(*args)``; returns ``(compiled_fn, seconds)`` (Chapter 2).
-
-    Runs ``torch._dynamo.reset()`` first so that the call really compiles. With ``fresh_cache=True``
-    the compile happens inside ``torch._inductor.utils.fresh_inductor_cache()`` (an empty temporary
-    cache, deleted afterwards: a cold compile); with ``False`` the normal on-disk cache is used (warm
-    when this function was compiled before with the same shapes). ``compile_kwargs`` go to
-    ``torch.compile`` (``mode=``, ``dynamic=``...). The returned function stays usable afterwards.
-    """
-    import torch
-    from torch._inductor.utils import fresh_inductor_cache
-
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    torch._dynamo.reset()
-    context = fresh_inductor_cache() if fresh_cache else contextlib.nullcontext()
-    with context:
-        compiled = torch.compile(fn, **compile_kwargs)
-        start = time.perf_counter()
-        compiled(*args)
-        seconds = time.perf_counter() - start
-    return compiled, seconds
 
 
 _CHILD_PROGRAM = r"""

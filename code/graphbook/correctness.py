@@ -33,7 +33,7 @@ TORCH_VARIANTS = ("eager_fp32", "compile_default", "compile_freezing", "eager_bf
                   "eager_fp32_channels_last")
 
 
-def torch_variants(model: torch.nn.Module) -> dict[str, Callable]:
+def _torch_variants(model: torch.nn.Module) -> dict[str, Callable]:
     """Runners ``x -> logits`` for the PyTorch variants, keyed by label, eager FP32 first (Chapter 6).
 
     Built by :mod:`graphbook.variants`. The compiled ones compile on their first call (call them once
@@ -42,7 +42,7 @@ def torch_variants(model: torch.nn.Module) -> dict[str, Callable]:
     return variants.runners(model.eval(), None, TORCH_VARIANTS)
 
 
-def onnx_variants(model: torch.nn.Module, example: torch.Tensor, workdir: str | Path, *,
+def _onnx_variants(model: torch.nn.Module, example: torch.Tensor, workdir: str | Path, *,
                   calibration: list[torch.Tensor] | None = None, threads: int = 2,
                   levels=None) -> dict[str, Callable]:
     """Runners for ONNX Runtime at each optimisation level and, with ``calibration``, Q/DQ INT8 (Chapter 6).
@@ -59,7 +59,7 @@ def onnx_variants(model: torch.nn.Module, example: torch.Tensor, workdir: str | 
     return built
 
 
-def detections_agree(a: list[list], b: list[list], agree_px: float = DEFAULT_AGREE_PX) -> tuple[int, int, float]:
+def _detections_agree(a: list[list], b: list[list], agree_px: float = DEFAULT_AGREE_PX) -> tuple[int, int, float]:
     """Compare two decodings frame by frame (Chapter 6): ``(agreeing frames, frames, largest shift px)``.
 
     Agreeing: neither found a ball, or both did and the centres are within ``agree_px``. The largest
@@ -108,7 +108,7 @@ def correctness_table(runners: dict[str, Callable], clips: list, *, reference: s
             expected = variants.by_label(name).expected_to_match_eager
         except ValueError:
             expected = None
-        agree, frames, shift = detections_agree(decoded[name], decoded[reference], agree_px)
+        agree, frames, shift = _detections_agree(decoded[name], decoded[reference], agree_px)
         truth = scoring.summarize_matches(scoring.match_detections(decoded[name], clips))
         rows.append({"variant": name, "clips": len(clips), "frames": frames, results.MAX_ABS_DIFF: diff,
                      results.SAME_OUTPUT: all(c[results.SAME_OUTPUT] for c in checks),
@@ -130,14 +130,14 @@ def all_variants(model: torch.nn.Module, example_clip, *, onnx: bool = True, cal
     1). The INT8 model is built only when ``calibration_clips`` are given: use clips that are *not*
     the held-out ones, or the calibration ranges would have seen the test.
     """
-    runners = torch_variants(model)
+    runners = _torch_variants(model)
     if onnx and variants.onnx_available()[0]:
         example = blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([example_clip]))
         calibration = ([blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([c])) for c in calibration_clips]
                        if calibration_clips else None)
         # without a workdir the files go once the sessions are built (sessions hold their model in memory)
         with tempfile.TemporaryDirectory(prefix="graphbook-onnx-") as scratch:
-            runners.update(onnx_variants(model, example, workdir if workdir is not None else scratch,
+            runners.update(_onnx_variants(model, example, workdir if workdir is not None else scratch,
                                          calibration=calibration, threads=threads))
     return runners
 
@@ -151,7 +151,7 @@ def compare_to_reference(output, reference, *, atol: float = SAME_OUTPUT_ATOL) -
     :data:`SAME_OUTPUT_ATOL`). For heatmaps ``(N, F, H, W)`` (or BlurBall's ``{0: logits}``) also
     ``same_peak_frames``, ``peak_frames`` and ``same_peaks`` (every frame's argmax in the same pixel,
     :func:`graphbook.blurball.heatmap_peaks`). Whether the *decoded balls* agree is a separate question
-    answered on clips with known balls by :func:`graphbook.correctness.detections_agree`.
+    answered on clips with known balls by :func:`graphbook.correctness._detections_agree`.
     """
     import numpy as np
 

@@ -5,8 +5,8 @@ components; per component a heat-weighted centroid, the angle of the binary blob
 its length, as BlurBall's own decoder does. Coordinates and angles follow the conventions of
 :mod:`graphbook.synthetic_clips` (``x`` = column, ``y`` = row, undirected angles in ``[-90, 90)`` deg).
 
-Public API: :class:`Detection`, :class:`FrameDecoding`, :func:`connected_components`,
-:func:`decode_heatmap`, :func:`decode_clip`, :func:`decode_batch`.
+Public API: :class:`Detection`, :class:`FrameDecoding`, :func:`_connected_components`,
+:func:`_decode_heatmap`, :func:`decode_clip`, :func:`decode_batch`.
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def _as_numpy(array) -> np.ndarray:
     return out
 
 
-def connected_components(mask: np.ndarray, connectivity: int = 8) -> tuple[np.ndarray, int]:
+def _connected_components(mask: np.ndarray, connectivity: int = 8) -> tuple[np.ndarray, int]:
     """Label the connected components of a 2-D boolean mask (Chapter 5).
 
     Returns ``(labels, count)``: int32 ``(H, W)`` with 0 for background and 1..count for the
@@ -126,7 +126,7 @@ def _blob_detection(ys: np.ndarray, xs: np.ndarray, heat: np.ndarray) -> Detecti
                      half_extent=half_extent, half_length=max(half_extent - half_width, 0.0), area=int(xs.size))
 
 
-def decode_heatmap(heatmap, threshold: float = 0.5, *, from_logits: bool = True) -> FrameDecoding:
+def _decode_heatmap(heatmap, threshold: float = 0.5, *, from_logits: bool = True) -> FrameDecoding:
     """Decode one frame's heatmap ``(H, W)`` into ball detections, as BlurBall does (Chapter 5).
 
     Sigmoid (when ``from_logits``), threshold, 8-connected components; per component the score is
@@ -141,7 +141,7 @@ def decode_heatmap(heatmap, threshold: float = 0.5, *, from_logits: bool = True)
     if from_logits:
         heat = 1.0 / (1.0 + np.exp(-np.clip(heat, -60.0, 60.0)))
     mask = heat > threshold
-    labels, count = connected_components(mask)
+    labels, count = _connected_components(mask)
     if count == 0:
         return FrameDecoding(None, ())
     rows, cols = np.nonzero(labels)
@@ -159,15 +159,15 @@ def decode_heatmap(heatmap, threshold: float = 0.5, *, from_logits: bool = True)
 
 
 def decode_clip(heatmaps, threshold: float = 0.5, *, from_logits: bool = True) -> list[FrameDecoding]:
-    """Decode the ``(F, H, W)`` heatmaps of one clip (one per frame); see :func:`decode_heatmap` (Chapter 5)."""
+    """Decode the ``(F, H, W)`` heatmaps of one clip (one per frame); see :func:`_decode_heatmap` (Chapter 5)."""
     heat = _as_numpy(heatmaps)
     if heat.ndim != 3:
         raise ValueError(f"heatmaps must be (F, H, W), got shape {heat.shape}")
-    return [decode_heatmap(h, threshold, from_logits=from_logits) for h in heat]
+    return [_decode_heatmap(h, threshold, from_logits=from_logits) for h in heat]
 
 
 def decode_batch(heatmaps, threshold: float = 0.5, *, from_logits: bool = True) -> list[list[FrameDecoding]]:
-    """Decode a batch of heatmaps ``(N, F, H, W)`` (the model's output); see :func:`decode_heatmap` (Chapter 5)."""
+    """Decode a batch of heatmaps ``(N, F, H, W)`` (the model's output); see :func:`_decode_heatmap` (Chapter 5)."""
     if isinstance(heatmaps, dict):  # BlurBall's raw output {0: logits}
         heatmaps = heatmaps[0]
     heat = _as_numpy(heatmaps)

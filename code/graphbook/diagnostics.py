@@ -10,8 +10,8 @@ Introduced in Chapter 3.
 * :func:`tlparse_report` compiles BlurBall with ``TORCH_TRACE`` set and turns the trace into tlparse's
   HTML report (PyPI ``tlparse``); ``code/make_tlparse_report.py`` writes it where the book build copies
   it (``images/extra/tlparse/``, served at ``/tlparse/index.html``).
-* :func:`detect_with_breaks` is Chapter 3's function with two graph breaks (a ``print`` of a tensor and
-  a branch on a tensor's value); :func:`detect_fullgraph` and :func:`detect_cond` compute the same
+* :func:`_detect_with_breaks` is Chapter 3's function with two graph breaks (a ``print`` of a tensor and
+  a branch on a tensor's value); :func:`_detect_fullgraph` and :func:`_detect_cond` compute the same
   thing in one graph (the side effect moved to the caller, the branch rewritten as ``torch.where`` or
   ``torch.cond``), and :func:`graph_break_comparison` counts graphs with ``explain`` and times each.
 """
@@ -79,7 +79,7 @@ class LogCapture:
         return "\n".join(parts) if parts else f"(no {artifact} records)"
 
 
-def parse_torch_log(text: str) -> dict[str, list[str]]:
+def _parse_torch_log(text: str) -> dict[str, list[str]]:
     """Split a ``TORCH_LOGS`` stderr into records grouped by artifact tag (Chapter 3).
 
     A record starts at a glog-style prefix; the following lines without one belong to it. Records of
@@ -131,7 +131,7 @@ def capture_torch_logs(code: str, logs: Sequence[str] = CHAPTER_ARTIFACTS, *, ti
     except subprocess.TimeoutExpired:
         raise TimeoutError(f"the logged run did not finish within {timeout} s") from None
     seconds = time.perf_counter() - start
-    return LogCapture(parse_torch_log(proc.stderr), proc.returncode, seconds, proc.stdout, proc.stderr)
+    return LogCapture(_parse_torch_log(proc.stderr), proc.returncode, seconds, proc.stdout, proc.stderr)
 
 
 #: Snippets for :func:`capture_torch_logs`: each compiles something small and typical.
@@ -139,8 +139,8 @@ SCENARIOS = {
     # Chapter 3's function with two breaks, then a second input shape, which recompiles
     "graph_breaks": (
         "import io, torch\n"
-        "from graphbook.diagnostics import detect_with_breaks\n"
-        "f = torch.compile(detect_with_breaks)\n"
+        "from graphbook.diagnostics import _detect_with_breaks\n"
+        "f = torch.compile(_detect_with_breaks)\n"
         "sink = io.StringIO()\n"
         "f(torch.ones(8), sink)\n"
         "f(torch.ones(16), sink)\n"
@@ -148,8 +148,8 @@ SCENARIOS = {
     # a conv -> BN -> ReLU -> add block and an SE tail: fusion decisions, schedule, generated code
     "conv_block": (
         "import torch\n"
-        "from graphbook.diagnostics import small_conv_block\n"
-        "model, x = small_conv_block()\n"
+        "from graphbook.diagnostics import _small_conv_block\n"
+        "model, x = _small_conv_block()\n"
         "with torch.no_grad():\n"
         "    torch.compile(model)(x)\n"
     ),
@@ -163,7 +163,7 @@ def run_scenario(name: str, logs: Sequence[str] = CHAPTER_ARTIFACTS, **kwargs) -
     return capture_torch_logs(SCENARIOS[name], logs, **kwargs)
 
 
-def small_conv_block(channels: int = 16, size: int = 32, seed: int = 0):
+def _small_conv_block(channels: int = 16, size: int = 32, seed: int = 0):
     """(model, input): conv3x3 -> BN -> SE gate -> + input -> ReLU, eval mode, seeded (Chapter 3)."""
     from torch import nn
 
@@ -190,7 +190,7 @@ def small_conv_block(channels: int = 16, size: int = 32, seed: int = 0):
 
 
 # ------------------------------------------------------------------------------------- graph breaks
-def detect_with_breaks(x: torch.Tensor, log=None) -> torch.Tensor:
+def _detect_with_breaks(x: torch.Tensor, log=None) -> torch.Tensor:
     """Chapter 3's example: a ``print`` of a tensor and a branch on a tensor's value (two breaks).
 
     ``log`` is the file the peak is printed to (default stdout), so it can be timed silently.
@@ -202,14 +202,14 @@ def detect_with_breaks(x: torch.Tensor, log=None) -> torch.Tensor:
     return y + 0.5
 
 
-def detect_fullgraph(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _detect_fullgraph(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The same computation in one graph: returns ``(result, peak)``; the caller prints the peak, and the
     branch becomes ``torch.where`` (both sides are cheap, so computing both costs nothing) (Chapter 3)."""
     y = torch.sigmoid(x * 2)
     return torch.where(y.sum() > 4, y - 0.5, y + 0.5), y.max()
 
 
-def detect_cond(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _detect_cond(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The same with ``torch.cond``: only the branch taken runs, the right tool when the sides are
     expensive (Chapter 3)."""
     y = torch.sigmoid(x * 2)
@@ -238,10 +238,10 @@ def graph_break_comparison(size: int = 4096, repeats: int = 50, warmup: int = 5)
 
     x = torch.linspace(-1, 1, size)
     sink = io.StringIO()
-    expected = detect_with_breaks(x, sink)
-    variants = {"with breaks (print + if)": lambda t: detect_with_breaks(t, sink),
-                "fixed: torch.where": detect_fullgraph,
-                "fixed: torch.cond": detect_cond}
+    expected = _detect_with_breaks(x, sink)
+    variants = {"with breaks (print + if)": lambda t: _detect_with_breaks(t, sink),
+                "fixed: torch.where": _detect_fullgraph,
+                "fixed: torch.cond": _detect_cond}
     rows = []
     for name, fn in variants.items():
         report = explain(_breaks_only(fn), x)
@@ -291,7 +291,7 @@ def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, t
 
     Returns the report's ``index.html``. ``out_dir`` is replaced. Unless ``keep_raw``, the copies of the
     raw trace (``raw.log``, ``raw.jsonl``: half the size, linked from no page) are removed. The pages are
-    mended by :func:`fix_tlparse_pages` (a dead link, a script error). ``provenance.json`` beside ``index.html`` records how
+    mended by :func:`_fix_tlparse_pages` (a dead link, a script error). ``provenance.json`` beside ``index.html`` records how
     the report was made (:func:`tlparse_provenance` reads it; ``command`` is recorded as given). Raises
     ``RuntimeError`` when tlparse is not installed or either step fails (with the tail of its output).
     """
@@ -320,9 +320,9 @@ def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, t
     if not keep_raw:
         for name in ("raw.log", "raw.jsonl"):
             (out_dir / name).unlink(missing_ok=True)
-    fix_tlparse_pages(out_dir)
+    _fix_tlparse_pages(out_dir)
     _write_tlparse_provenance(out_dir, height=height, width=width, threads=threads, command=command,
-                              seconds=time.perf_counter() - start, tlparse=command_version(tlparse_command))
+                              seconds=time.perf_counter() - start, tlparse=_command_version(tlparse_command))
     return out_dir / "index.html"
 
 
@@ -332,7 +332,7 @@ _COLLECTIVES_LINK = re.compile(r"<p>\s*<a href=\"collectives_parity\.json\">.*?<
 _UNDEFINED_RETURN = "if (queryParams.size === 0) return url;"
 
 
-def fix_tlparse_pages(out_dir: str | Path) -> int:
+def _fix_tlparse_pages(out_dir: str | Path) -> int:
     """Mend two defects of tlparse's pages so the book's browser check passes them (Chapter 3): the
     link to a collectives-parity report tlparse writes only for distributed runs is removed when that
     file is absent, and the link-rewriting script's ``return url;`` (an undefined name) becomes
@@ -357,7 +357,7 @@ def fix_tlparse_pages(out_dir: str | Path) -> int:
 TLPARSE_SITE_PATH = "tlparse/index.html"
 
 
-def command_version(command: str) -> str:
+def _command_version(command: str) -> str:
     """The version a command line tool prints for ``--version`` (``"tlparse 0.4.3"`` -> ``"0.4.3"``),
     or ``""`` (Chapter 3)."""
     try:

@@ -12,7 +12,7 @@ thin command line over this module; Chapter 2 and Chapter 3 import it directly. 
     protocol; :func:`minor_page_faults` counts what the bytes model leaves out, the first touch of fresh pages.
 (c) **Compile time** of the chain in fresh processes, cold then warm cache -- :func:`measure_compile_time`.
 
-:func:`csv_rows` turns the results into rows of ``CSV_COLUMNS``; :func:`format_report` and
+:func:`csv_rows` turns the results into rows of ``CSV_COLUMNS``; :func:`_format_report` and
 :func:`write_report` make the ``03_fusion.out.txt`` report.
 
 The imports below are absolute (``from graphbook import ...``) on purpose: :func:`measure_compile_time`
@@ -327,7 +327,7 @@ def csv_rows(folding: dict, chain_result: dict, compile_result: dict | None, run
     return [{column: row.get(column) for column in columns} | ({"run_id": run_id} if run_id else {}) for row in rows]
 
 
-def format_report(env: dict, folding: dict, chain_result: dict, compile_result: dict | None) -> str:
+def _format_report(env: dict, folding: dict, chain_result: dict, compile_result: dict | None) -> str:
     """The text of ``03_fusion.out.txt``: the environment header, then parts (a), (b) and (c) (Chapter 2)."""
     lines = ["# code/03_fusion.py output", "# environment"]
     lines += [f"#   {key}: {value}" for key, value in env.items()]
@@ -369,11 +369,11 @@ def format_report(env: dict, folding: dict, chain_result: dict, compile_result: 
 
 def write_report(directory: str | Path, env: dict, folding: dict, chain_result: dict,
                  compile_result: dict | None) -> Path:
-    """Write :func:`format_report` to ``directory/03_fusion.out.txt`` (created if needed); return its path (Chapter 2)."""
+    """Write :func:`_format_report` to ``directory/03_fusion.out.txt`` (created if needed); return its path (Chapter 2)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / REPORT_NAME
-    path.write_text(format_report(env, folding, chain_result, compile_result))
+    path.write_text(_format_report(env, folding, chain_result, compile_result))
     return path
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import torch
 import torch.fx
@@ -379,11 +379,6 @@ def fuse_groups(graph) -> list[FusionGroup]:
         result.append(FusionGroup(index, tuple(group), tuple(infos[m].op for m in group),
                                   _CLASS_OF_LEVEL[top], anchor))
     return result
-
-
-def group_of(groups: Sequence[FusionGroup]) -> dict[str, int]:
-    """Map each node name to the index of its group (Chapter 3)."""
-    return {name: g.index for g in groups for name in g.nodes}
 
 
 def fusion_summary(graph) -> dict:

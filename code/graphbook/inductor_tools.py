@@ -70,8 +70,8 @@ class GeneratedCode:
 
     @property
     def launches(self) -> dict:
-        """Kernel launches per call, generated and library (see :func:`launch_counts`)."""
-        return launch_counts(self.sources)
+        """Kernel launches per call, generated and library (see :func:`_launch_counts`)."""
+        return _launch_counts(self.sources)
 
     @property
     def code(self) -> str:
@@ -137,7 +137,7 @@ def call_sequence(sources: str | Sequence[str]) -> list[str]:
     return launches
 
 
-def launch_counts(sources: str | Sequence[str]) -> dict:
+def _launch_counts(sources: str | Sequence[str]) -> dict:
     """Launches per forward call: ``{"generated": n, "library": m}`` (Chapter 3).
 
     A generated kernel can be launched at several call sites (Inductor reuses one definition for
@@ -254,7 +254,7 @@ def explain(fn: Callable, *args) -> ExplainSummary:
     )
 
 
-def dynamo_graphs(fn: Callable, *args) -> list[torch.fx.GraphModule]:
+def _dynamo_graphs(fn: Callable, *args) -> list[torch.fx.GraphModule]:
     """The FX graphs TorchDynamo captures from one call of ``fn`` (Chapter 3).
 
     Uses a backend that records each graph and runs it unchanged, so nothing is compiled.

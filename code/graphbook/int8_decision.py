@@ -41,7 +41,7 @@ def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_
     """Choose a configuration from one recorded run of the matrix, by data, and say why (Chapter 4).
 
     ``frame``: the rows of ONE run of kind :data:`KIND_MATRIX` (e.g. :func:`latest_matrix`), or several
-    runs combined by :func:`combine_runs` (:func:`combined_matrix`: latency decided on the median across
+    runs combined by :func:`_combine_runs` (:func:`combined_matrix`: latency decided on the median across
     runs), including the FP32 reference row. Among the INT8 configurations that ran (``status == "ok"``) within the
     latency budget (default: the FP32 model's median latency, i.e. INT8 must be faster):
 
@@ -185,7 +185,7 @@ def _latest(kind_name: str, results_dir):
     return results.latest_run(frame).reset_index(drop=True)
 
 
-def combine_runs(frame):
+def _combine_runs(frame):
     """One row per configuration from every recorded run of the newest run's machine and conditions (Chapter 4).
 
     The accuracy columns are deterministic (same clips, same seeds, same models) and come from the
@@ -228,7 +228,7 @@ def combine_runs(frame):
 
 
 def combined_matrix(results_dir: str | Path | None = None):
-    """:func:`combine_runs` over every recorded (non-smoke) run of the matrix (Chapter 4)."""
+    """:func:`_combine_runs` over every recorded (non-smoke) run of the matrix (Chapter 4)."""
     from .record import results
 
     frame = results.load(KIND_MATRIX, results_dir=results_dir)
@@ -236,7 +236,7 @@ def combined_matrix(results_dir: str | Path | None = None):
         frame = frame[~frame["smoke"].map(_is_true)]
     if frame.empty:
         raise Int8MatrixError("no recorded int8-matrix run (smoke runs excluded): run `python code/bench_int8.py`")
-    return combine_runs(frame)
+    return _combine_runs(frame)
 
 
 def matrix_table(frame):

@@ -79,7 +79,7 @@ def clip_inputs(clips) -> list[np.ndarray]:
     return [imagenet_normalize(frames_to_tensor(clip)).numpy().astype(np.float32) for clip in clips]
 
 
-def score_outputs(logits: Sequence[np.ndarray], clips, reference: Sequence[np.ndarray] | None = None) -> dict:
+def _score_outputs(logits: Sequence[np.ndarray], clips, reference: Sequence[np.ndarray] | None = None) -> dict:
     """Score per-clip logits ``(1, 3, H, W)`` against the clips' labels, and against reference logits (Chapter 4).
 
     Returns :func:`graphbook.scoring.summarize_matches`'s dict plus ``max_abs_diff`` (the largest
@@ -121,7 +121,7 @@ def run_matrix(fp32_path: str | Path, configs: Sequence[Int8Config], calibration
     held-out clips (:func:`graphbook.synthetic_clips.held_out_clips`) at the model's input size. Each
     row holds the configuration, ``status`` ("ok" or the error that stopped it: a configuration that
     fails is recorded, not dropped), the quantized model's node counts, the scores of
-    :func:`score_outputs` and the latency (median, min, max over ``repeats`` round-robin calls of one
+    :func:`_score_outputs` and the latency (median, min, max over ``repeats`` round-robin calls of one
     clip, ``threads`` intra-op threads, ONNX Runtime's default ``all`` optimization level).
     """
     from .onnx_utils import make_session
@@ -148,7 +148,7 @@ def run_matrix(fp32_path: str | Path, configs: Sequence[Int8Config], calibration
     fp32_row = {"config": FP32_NAME, "role": "reference", "precision": "fp32", "per_channel": "",
                 "calibration": "", "histogram_bins": "", "pre_process": "", "excluded": "", "reduce_range": "", "status": "ok",
                 "quantize_s": 0.0, "excluded_nodes": 0, "quantize_nodes": 0,
-                **score_outputs(reference, eval_clips, reference)}
+                **_score_outputs(reference, eval_clips, reference)}
     run.rows.append(fp32_row)
     run.paths[FP32_NAME] = Path(fp32_path)
     say(f"fp32: detection rate {fp32_row['detection_rate']:.3f}")
@@ -169,7 +169,7 @@ def run_matrix(fp32_path: str | Path, configs: Sequence[Int8Config], calibration
             say(f"{config.name}: FAILED ({message})")
             continue
         row.update({"quantize_s": built["quantize_s"], "excluded_nodes": built["excluded_nodes"],
-                    "quantize_nodes": built["quantize_nodes"], **score_outputs(logits, eval_clips, reference)})
+                    "quantize_nodes": built["quantize_nodes"], **_score_outputs(logits, eval_clips, reference)})
         sessions[config.name] = session
         run.paths[config.name] = built["path"]
         run.rows.append(row)

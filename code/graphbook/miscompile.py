@@ -9,7 +9,7 @@ buffer). This module gives a chapter:
 
 * :func:`freezing_bug_verdict` -- whether ``code/repro_freezing_miscompile.py`` still fails with this
   torch, run once per torch version in a fresh process and remembered (see its docstring);
-* :func:`inplace_binary_calls`, :func:`lost_reads` and :func:`call_order` -- the in-place calls in a
+* :func:`_inplace_binary_calls`, :func:`lost_reads` and :func:`_call_order` -- the in-place calls in a
   wrapper, the generated kernels that read their buffer too early, and the order of the calls around
   them, for the two wrappers side by side (fusion on and off);
 * :func:`dropped_summand` -- recomputes BlurBall in eager mode with each fuse-layer summand left out in
@@ -109,15 +109,6 @@ def _recorded_verdict() -> dict | None:
             "source": f"recorded {row['source_file']}"}
 
 
-def record_verdict(results_dir=None, threads: int = 2) -> Path:
-    """Run the reproducer now and file the verdict as a new ``cpu-freezing-repro-<date>.csv`` (Chapter 3)."""
-    from .record import environment, results
-
-    verdict = _run_reproducer(900, threads)
-    row = {k: v for k, v in verdict.items() if k != "output"}
-    return results.write_run("freezing-repro", [row], environment.fingerprint(threads), results_dir=results_dir)
-
-
 def verdict_sentence(verdict: dict) -> str:
     """"still present in torch X" / "fixed in torch X", for prose and asserts (Chapter 3)."""
     version = str(verdict["torch"]).split("+")[0]
@@ -125,12 +116,12 @@ def verdict_sentence(verdict: dict) -> str:
 
 
 # ------------------------------------------------------------------------------- the models checked
-def load_reproducer():
+def _load_reproducer():
     """``code/repro_freezing_miscompile.py`` loaded as a module (Chapter 3).
 
     The reproducer is one standalone file that imports only torch, so it can be filed upstream as it
     is; it is also the one definition of its small HRNet. The book uses that model through this
-    function (``load_reproducer().build(height, width, seed)`` gives ``(model, inputs)``) instead of
+    function (``_load_reproducer().build(height, width, seed)`` gives ``(model, inputs)``) instead of
     keeping a copy. Loading it runs no check (its ``main`` is behind ``__name__ == "__main__"``).
     """
     import importlib.util
@@ -144,11 +135,11 @@ def load_reproducer():
 def check_model(name: str, height: int = 32, width: int = 64) -> tuple:
     """``(model, inputs)`` that ``code/bisect_freezing.py`` compiles with freezing and compares with eager
     (Chapter 3): ``"blurball"`` (seed 0, input ``height`` x ``width``) or ``"repro"`` (the reproducer's
-    small HRNet at the same size, through :func:`load_reproducer`). Importable in a fresh process
+    small HRNet at the same size, through :func:`_load_reproducer`). Importable in a fresh process
     (the minifier's), with no path set-up.
     """
     if name == "repro":
-        return load_reproducer().build(height, width)
+        return _load_reproducer().build(height, width)
     if name != "blurball":
         raise ValueError(f"unknown model {name!r}: 'blurball' or 'repro'")
     from . import blurball
@@ -178,7 +169,7 @@ class InplaceCall:
     text: str
 
 
-def inplace_binary_calls(source: str) -> list[InplaceCall]:
+def _inplace_binary_calls(source: str) -> list[InplaceCall]:
     """The in-place ``_convolution_pointwise_.binary`` calls of a wrapper, in order (Chapter 3)."""
     calls = []
     for line, text in _call_lines(source):
@@ -206,7 +197,7 @@ def lost_reads(source: str) -> list[LostRead]:
     buffer as an argument: they read it before the add (Chapter 3). Empty for a correct wrapper."""
     lines = _call_lines(source)
     found = []
-    for call in inplace_binary_calls(source):
+    for call in _inplace_binary_calls(source):
         buf = call.other
         first = next((i for i, text in lines if re.search(rf"\b{buf}\b", text)), None)
         if first is None:
@@ -220,7 +211,7 @@ def lost_reads(source: str) -> list[LostRead]:
     return found
 
 
-def call_order(source: str, buffer: str, context: int = 0) -> list[str]:
+def _call_order(source: str, buffer: str, context: int = 0) -> list[str]:
     """The launches of ``call`` that name ``buffer`` (plus ``context`` launches around each), in order,
     numbered by launch position: the order of events on that buffer (Chapter 3)."""
     from .inductor_tools import _EXTERN_CALL
@@ -258,11 +249,11 @@ def side_by_side(fused_source: str, unfused_source: str) -> dict:
         raise LookupError("no generated kernel reads an in-place-added buffer early: the bug is absent here")
     read = reads[0]
     weights = re.findall(r"_frozen_param\d+", read.inplace_text)
-    twin = next((c for c in inplace_binary_calls(unfused_source)
+    twin = next((c for c in _inplace_binary_calls(unfused_source)
                  if all(w in c.text for w in weights)), None)
     unfused_buffer = twin.other if twin else read.buffer
-    return {"buffer": read.buffer, "kernel": read.kernel, "fused": call_order(fused_source, read.buffer),
-            "unfused_buffer": unfused_buffer, "unfused": call_order(unfused_source, unfused_buffer),
+    return {"buffer": read.buffer, "kernel": read.kernel, "fused": _call_order(fused_source, read.buffer),
+            "unfused_buffer": unfused_buffer, "unfused": _call_order(unfused_source, unfused_buffer),
             "unfused_lost_reads": len(lost_reads(unfused_source))}
 
 

@@ -55,7 +55,7 @@ class OnnxModelError(ValueError):
 # Export
 # --------------------------------------------------------------------------------------------------
 
-def modules_in_training_mode(model) -> list[str]:
+def _modules_in_training_mode(model) -> list[str]:
     """Names of the submodules of ``model`` that are in training mode (Chapter 4). ``""`` is the root."""
     return [name for name, module in model.named_modules() if module.training]
 
@@ -98,7 +98,7 @@ def export_onnx(model, example_inputs, path: str | Path, *, opset: int = DEFAULT
 
     if not isinstance(model, torch.nn.Module):
         raise OnnxExportError(f"export_onnx needs a torch.nn.Module, got {type(model).__name__}")
-    training = modules_in_training_mode(model)
+    training = _modules_in_training_mode(model)
     if training:
         shown = ", ".join(repr(n or "<root>") for n in training[:3])
         raise OnnxExportError(
@@ -429,7 +429,7 @@ def op_counts_table(counts: Mapping[str, Counter]):
     return table.astype(int)
 
 
-def graph_difference(before: Counter, after: Counter) -> dict[str, Counter]:
+def _graph_difference(before: Counter, after: Counter) -> dict[str, Counter]:
     """Operators that disappeared and appeared between two graphs' counts (Chapter 4)."""
     keys = set(before) | set(after)
     removed = Counter({k: before.get(k, 0) - after.get(k, 0) for k in keys if before.get(k, 0) > after.get(k, 0)})
@@ -470,7 +470,7 @@ def name_fusions(before: Counter, after: Counter) -> list[str]:
         absorbed = [f"{n} {op}" for op, n in absorbed if n > 0]
         if absorbed:
             notes.append("absorbed into the fused operators: " + ", ".join(absorbed))
-    diff = graph_difference(before, after)
+    diff = _graph_difference(before, after)
     if not notes and (diff["removed"] or diff["added"]):
         notes.append("other rewrites: removed " + ", ".join(f"{n} {d}::{op}" for (d, op), n in
                                                              sorted(diff["removed"].items())))

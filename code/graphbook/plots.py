@@ -1,7 +1,7 @@
 """Small matplotlib helpers shared by the chapters (Chapter 1).
 
 - :func:`bar_with_spread` -- medians as bars, min..max as error bars (the harness's spread).
-- :func:`roofline_attainable` and :func:`roofline` -- the roofline model: attainable throughput
+- :func:`_roofline_attainable` and :func:`roofline` -- the roofline model: attainable throughput
   ``min(peak_flops, bandwidth * intensity)`` on log-log axes, with operations placed on it.
 - :func:`draw_fusion_groups` -- a small FX graph with its TVM operator classes and fusion groups
   (Chapter 3; the classes and groups come from :mod:`graphbook.fusion_rules`).
@@ -61,7 +61,7 @@ def bar_with_spread(labels: Sequence[str], medians: Sequence[float], lows: Seque
     return ax
 
 
-def roofline_attainable(intensity, peak_gflop_per_s: float, bandwidth_gb_per_s: float):
+def _roofline_attainable(intensity, peak_gflop_per_s: float, bandwidth_gb_per_s: float):
     """Attainable GFLOP/s at arithmetic ``intensity`` (FLOPs per byte; scalar or array) (Chapter 1).
 
     ``min(peak, bandwidth * intensity)``: below the ridge point ``peak / bandwidth`` memory limits
@@ -91,7 +91,7 @@ def roofline(peak_gflop_per_s: float, bandwidth_gb_per_s: float,
     if not 0 < low < high:
         raise ValueError(f"intensity_range must be 0 < low < high, got {intensity_range}")
     xs = np.logspace(np.log10(low), np.log10(high), 200)
-    ax.loglog(xs, roofline_attainable(xs, peak_gflop_per_s, bandwidth_gb_per_s), color="black", lw=2,
+    ax.loglog(xs, _roofline_attainable(xs, peak_gflop_per_s, bandwidth_gb_per_s), color="black", lw=2,
               label="roof: min(peak, bandwidth x intensity)")
     ridge = peak_gflop_per_s / bandwidth_gb_per_s
     ax.axvline(ridge, color="gray", ls=":", label=f"ridge point ({ridge:.3g} FLOP/byte)")
@@ -100,7 +100,7 @@ def roofline(peak_gflop_per_s: float, bandwidth_gb_per_s: float,
             raise ValueError(f"each point is (label, intensity[, achieved]), got {point!r}")
         label, intensity = point[0], float(point[1])
         achieved = (float(point[2]) if len(point) == 3 and point[2] is not None
-                    else roofline_attainable(intensity, peak_gflop_per_s, bandwidth_gb_per_s))
+                    else _roofline_attainable(intensity, peak_gflop_per_s, bandwidth_gb_per_s))
         ax.plot([intensity], [achieved], "o", label=label)
     ax.set_xlabel("arithmetic intensity (FLOPs per byte moved)")
     ax.set_ylabel("attainable GFLOP/s")

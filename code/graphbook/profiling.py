@@ -6,7 +6,7 @@ an op (or a GPU kernel) in a category, on the CPU and on the GPU alike (:mod:`gr
 uses it for its kernels): the *innermost* op decides, so the weight casts that autocast runs inside
 ``aten::conv2d`` count as "cast/copy", not as convolution. :func:`profile_eager` profiles one eager
 forward on the CPU and groups its op units (:func:`cpu_op_units`: nested ops of one category are one
-unit, with its own time), :func:`group_profile` sums counts and time shares. :func:`variant_rows` turns measured medians into
+unit, with its own time), :func:`_group_profile` sums counts and time shares. :func:`variant_rows` turns measured medians into
 the matrix's derived columns: speedup over eager FP32, achieved GFLOP/s (2 x MACs / median time) and
 the share of the matmul peak of the same precision.
 """
@@ -121,7 +121,7 @@ def cpu_op_units(events: Iterable) -> list[dict]:
     return units
 
 
-def group_profile(ops: Iterable[tuple[str, float]]) -> list[dict]:
+def _group_profile(ops: Iterable[tuple[str, float]]) -> list[dict]:
     """Counts, milliseconds and time shares per category from (op name, microseconds) pairs (Chapter 5).
 
     One dict per category of :data:`CATEGORIES`, in that order: ``category``, ``ops``, ``ms``, ``share``.
@@ -141,7 +141,7 @@ def profile_eager(model, x, autocast_dtype=None) -> list[dict]:
 
     One untimed forward first (oneDNN primitive creation is not part of a steady-state forward).
     ``autocast_dtype`` (e.g. ``torch.bfloat16``) runs both forwards under CPU autocast; its weight casts
-    then count as "cast/copy". Returns :func:`group_profile`'s list.
+    then count as "cast/copy". Returns :func:`_group_profile`'s list.
     """
     import contextlib
 
@@ -158,7 +158,7 @@ def profile_eager(model, x, autocast_dtype=None) -> list[dict]:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             with record_function(FORWARD_LABEL):
                 forward()
-    return group_profile((u["name"], u["us"]) for u in cpu_op_units(prof.events()))
+    return _group_profile((u["name"], u["us"]) for u in cpu_op_units(prof.events()))
 
 
 def variant_rows(measured: list[dict], macs: int, peaks: dict, reference: str = REFERENCE) -> list[dict]:
@@ -182,7 +182,7 @@ def variant_rows(measured: list[dict], macs: int, peaks: dict, reference: str = 
     return rows
 
 
-def read_profile(profile_path: str | Path, runs: int = 1):
+def _read_profile(profile_path: str | Path, runs: int = 1):
     """Per-operator time from an ONNX Runtime profile (Chrome-trace JSON), per run (Chapter 4).
 
     Uses the ``Node`` events whose names end in ``_kernel_time``; their ``dur`` is in microseconds.
@@ -221,4 +221,4 @@ def profile_operators(path: str | Path, inputs, *, level="all", threads: int = 2
     for _ in range(runs):
         run_session(session, inputs)
     profile_file = session.end_profiling()
-    return read_profile(profile_file, runs=runs)
+    return _read_profile(profile_file, runs=runs)

@@ -4,7 +4,7 @@ Introduced in Chapter 4: :func:`int8_settings_for` picks the activation and weig
 without overflow, :func:`calibration_reader` feeds calibration frames, :func:`quantize_qdq` writes the Q/DQ
 model and :func:`qdq_counts` counts its nodes. The configuration space Chapter 4's matrix explores lives here too: :class:`Int8Config` and its
 :func:`design` (one factor at a time from a baseline), the layer groups a configuration can keep in FP32
-(:func:`classify_nodes`) and :func:`quantize_config`, one configuration's model. :mod:`graphbook.int8_matrix`
+(:func:`_classify_nodes`) and :func:`quantize_config`, one configuration's model. :mod:`graphbook.int8_matrix`
 builds, scores and times the matrix.
 """
 from __future__ import annotations
@@ -343,7 +343,7 @@ def module_of(scopes: Sequence[str]) -> str:
     return modules[-2] if len(modules) >= 2 else (modules[0] if modules else "")
 
 
-def classify_nodes(model_or_path) -> dict[str, str | None]:
+def _classify_nodes(model_or_path) -> dict[str, str | None]:
     """Node name -> :func:`node_group` for every node of an exported BlurBall (Chapter 4)."""
     import onnx
 
@@ -352,7 +352,7 @@ def classify_nodes(model_or_path) -> dict[str, str | None]:
     return {node.name: node_group(node_scopes(node)) for node in model.graph.node}
 
 
-def nodes_in_groups(model_or_path, groups: Iterable[str]) -> list[str]:
+def _nodes_in_groups(model_or_path, groups: Iterable[str]) -> list[str]:
     """Names of the nodes in the given layer groups, for ``quantize_static(nodes_to_exclude=...)`` (Chapter 4).
 
     Raises :class:`Int8MatrixError` when a requested group has no node: the model was not exported
@@ -362,7 +362,7 @@ def nodes_in_groups(model_or_path, groups: Iterable[str]) -> list[str]:
     unknown = [g for g in groups if g not in GROUPS]
     if unknown:
         raise Int8MatrixError(f"unknown layer group(s) {unknown}; choose from {list(GROUPS)}")
-    classes = classify_nodes(model_or_path)
+    classes = _classify_nodes(model_or_path)
     chosen = [name for name, group in classes.items() if group in groups]
     empty = [g for g in groups if not any(group == g for group in classes.values())]
     if empty:
@@ -434,7 +434,7 @@ def quantize_config(fp32_path: str | Path, out_path: str | Path, config: Int8Con
         if config.pre_process:
             source = out_path.with_name(out_path.stem + ".pre.onnx")
             quant_pre_process(str(fp32_path), str(source))
-        excluded = nodes_in_groups(source, config.exclude) if config.exclude else []
+        excluded = _nodes_in_groups(source, config.exclude) if config.exclude else []
         input_name = onnx.load(str(source), load_external_data=False).graph.input[0].name
         reader, cache = calibration_reader(input_name, frames), None
         if config.histogram_bins is not None:  # calibrate here, hand the ranges over as a calibration cache

@@ -70,7 +70,7 @@ class RestartPath:
     """One way to get a model running in a new process (Introduced in Chapter 6).
 
     ``runtime``: ``eager``, ``compile``, ``aoti`` (Python loader), ``aoti-cpp`` (C++ loader) or ``ort``.
-    ``artifact``: the build output it loads (a key of :func:`build_artifacts`' result, or None). ``cache``: for ``compile``, which Inductor cache
+    ``artifact``: the build output it loads (a key of :func:`_build_artifacts`' result, or None). ``cache``: for ``compile``, which Inductor cache
     directory the child gets (``empty``, ``warm`` or ``artifacts``). ``env``: extra environment
     variables. ``batch_sizes``: called in order; the first one's output is "the first output".
     ``tied_to``: what must match between the machine that built the artifact and the one loading it.
@@ -124,7 +124,7 @@ PATHS: tuple[RestartPath, ...] = (
 PATH_NAMES = tuple(p.name for p in PATHS)
 
 
-def path_by_name(name: str) -> RestartPath:
+def _path_by_name(name: str) -> RestartPath:
     """The :class:`RestartPath` called ``name`` (ValueError listing the names otherwise; Chapter 6)."""
     for p in PATHS:
         if p.name == name:
@@ -176,14 +176,14 @@ def _run_cpp_child(spec: dict, loader, *, timeout: float = 1800.0) -> dict:
 # --------------------------------------------------------------------------------------------------
 # Parent: reference, builds, fresh-process loads
 # --------------------------------------------------------------------------------------------------
-def file_bytes(path: Path) -> int:
+def _file_bytes(path: Path) -> int:
     """Size of an artifact on disk: a file plus its ``.data`` sibling (ONNX external weights; Chapter 6)."""
     path = Path(path)
     data = path.with_name(path.name + ".data")
     return sum(p.stat().st_size for p in (path, data) if p.is_file())
 
 
-def nchwc_summary(model_path) -> dict:
+def _nchwc_summary(model_path) -> dict:
     """Operators of a saved ONNX Runtime model by domain: how many are CPU-layout specific (Chapter 6).
 
     Returns ``nchwc_ops`` (operators in ``com.microsoft.nchwc``: ORT's blocked channel layout, whose block
@@ -200,7 +200,7 @@ def nchwc_summary(model_path) -> dict:
             "contrib_ops": by_domain.get("com.microsoft", 0), "total_ops": total}
 
 
-def prepare_reference(work: Path, checkpoint, input_hw, batch_sizes=(1, 2, 3), seed: int = 0) -> dict:
+def _prepare_reference(work: Path, checkpoint, input_hw, batch_sizes=(1, 2, 3), seed: int = 0) -> dict:
     """Seeded inputs and eager FP32 outputs per batch size, saved as ``.npy`` in ``work`` (Chapter 6)."""
     import numpy as np
     import torch
@@ -218,7 +218,7 @@ def prepare_reference(work: Path, checkpoint, input_hw, batch_sizes=(1, 2, 3), s
     return refs
 
 
-def build_artifacts(work: Path, checkpoint, threads: int = 2, timeout: float = 1800.0,
+def _build_artifacts(work: Path, checkpoint, threads: int = 2, timeout: float = 1800.0,
                     which=("onnx", "aoti-static", "aoti-dynamic")) -> dict:
     """Build every artifact in its own fresh process and empty cache; time and size each (Chapter 6).
 
@@ -234,7 +234,7 @@ def build_artifacts(work: Path, checkpoint, threads: int = 2, timeout: float = 1
             continue
         t = _run_child({**base, "what": what}, cache_dir=work / f"cache-build-{what}", timeout=timeout)
         built[what] = {"path": work / f"{what}.pt2", "build_s": t["export_s"] + t["compile_s"],
-                       "export_s": t["export_s"], "bytes": file_bytes(work / f"{what}.pt2")}
+                       "export_s": t["export_s"], "bytes": _file_bytes(work / f"{what}.pt2")}
     return built
 
 
@@ -246,14 +246,14 @@ def _build_onnx(base: dict, work: Path, built: dict, timeout: float) -> None:
                                "build_s": onnx_t["export_s"] + onnx_t["optimize_onnx_s"]}
     built["ort-format"] = {"path": work / "optimized.ort", "build_s": onnx_t["export_s"] + onnx_t["optimize_ort_s"]}
     for key in ("onnx-raw", "onnx-dynamic", "onnx-optimized", "ort-format"):
-        built[key]["bytes"] = file_bytes(built[key]["path"])
+        built[key]["bytes"] = _file_bytes(built[key]["path"])
     # the ORT-format file holds the same optimized graph (the onnx package cannot read it)
-    layout = nchwc_summary(built["onnx-optimized"]["path"])
+    layout = _nchwc_summary(built["onnx-optimized"]["path"])
     built["onnx-optimized"].update(layout)
     built["ort-format"].update(layout)
 
 
-def measure_path(path: RestartPath, work: Path, repeat: int, *, checkpoint, artifacts: dict,
+def _measure_path(path: RestartPath, work: Path, repeat: int, *, checkpoint, artifacts: dict,
                  threads: int = 2, steady_runs: int = 5, timeout: float = 1800.0) -> dict:
     """One fresh-process start of ``path``; returns the child's timings (Chapter 6).
 
@@ -311,7 +311,7 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
     from .record import results
     from . import correctness
 
-    chosen = [path_by_name(n) for n in paths]
+    chosen = [_path_by_name(n) for n in paths]
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if any(p.cache in ("warm", "artifacts") for p in chosen) and "compile-cold" not in paths:
@@ -322,25 +322,25 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
     work.mkdir(parents=True, exist_ok=True)
     try:
         say(f"reference: eager FP32 at {input_hw[0]}x{input_hw[1]}")
-        refs = prepare_reference(work, checkpoint, input_hw)
+        refs = _prepare_reference(work, checkpoint, input_hw)
         artifacts = {}
         if any(p.runtime in ("aoti", "aoti-cpp", "ort") for p in chosen):
             say("building artifacts (ONNX export + ORT optimization, AOTInductor static and dynamic)")
             which = {"onnx" if p.runtime == "ort" else p.artifact for p in chosen
                      if p.runtime in ("aoti", "aoti-cpp", "ort")}
-            artifacts = build_artifacts(work, checkpoint, threads, timeout, which=tuple(which))
+            artifacts = _build_artifacts(work, checkpoint, threads, timeout, which=tuple(which))
             if any(p.runtime == "aoti-cpp" for p in chosen):
                 artifacts["cpp-loader"] = build_cpp_loader(work)
             for key, info in artifacts.items():
                 say(f"  {key}: {info['build_s']:.1f} s, {info['bytes'] / 1e6:.1f} MB")
         if any(p.cache == "probe" for p in chosen):  # one untimed load leaves the probe builds in the cache
             say("priming an Inductor cache directory with the vector-ISA probe (untimed)")
-            measure_path(path_by_name("aoti-static-probe-cached"), work, -1, checkpoint=checkpoint,
+            _measure_path(_path_by_name("aoti-static-probe-cached"), work, -1, checkpoint=checkpoint,
                          artifacts=artifacts, threads=threads, steady_runs=1, timeout=timeout)
         rows = []
         for repeat in range(repeats):
             for path in _order(chosen):
-                res = measure_path(path, work, repeat, checkpoint=checkpoint, artifacts=artifacts,
+                res = _measure_path(path, work, repeat, checkpoint=checkpoint, artifacts=artifacts,
                                    threads=threads, steady_runs=steady_runs, timeout=timeout)
                 checks = [correctness.compare_to_reference(np.load(Path(res["out_dir"]) / f"out-b{b}.npy"), refs[b])
                           for b in path.batch_sizes]
@@ -348,7 +348,7 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
                 build_s = art.get("build_s")
                 artifact_bytes = art.get("bytes")
                 if path.runtime == "eager":
-                    build_s, artifact_bytes = 0.0, file_bytes(Path(checkpoint))
+                    build_s, artifact_bytes = 0.0, _file_bytes(Path(checkpoint))
                 elif path.runtime == "aoti-cpp":  # the loader is built once per torch version; counted here
                     build_s = build_s + artifacts["cpp-loader"]["build_s"]
                 elif path.runtime == "compile":

@@ -19,8 +19,8 @@ Conventions (shared by the renderer, the target and the decoder):
   :func:`graphbook.blurball.imagenet_normalize`).
 
 Public API (other chapters and ``code/train_blurball.py`` build on it): :class:`BallLabel`,
-:class:`Clip`, :func:`make_clip`, :func:`make_clips`, :func:`held_out_clips`, :func:`training_clip`,
-:func:`render_background`, :func:`render_ball`, :func:`line_target`, :func:`frames_to_tensor`,
+:class:`Clip`, :func:`_make_clip`, :func:`_make_clips`, :func:`held_out_clips`, :func:`training_clip`,
+:func:`_render_background`, :func:`_render_ball`, :func:`_line_target`, :func:`frames_to_tensor`,
 :func:`targets_to_tensor`, :func:`normalize_angle`, :func:`angle_difference`.
 """
 from __future__ import annotations
@@ -81,7 +81,7 @@ class Clip:
 
     ``frames``: float32 ``(3, H, W, 3)`` in [0, 1]; ``targets``: float32 ``(3, H, W)`` of 0/1 (the
     blur-aware line target of each frame); ``labels``: one :class:`BallLabel` per frame; ``seed``: the
-    integer that regenerates the clip with :func:`make_clip`, or None when drawn from a shared generator.
+    integer that regenerates the clip with :func:`_make_clip`, or None when drawn from a shared generator.
     """
 
     frames: np.ndarray
@@ -174,7 +174,7 @@ def _draw_line(img, xx, yy, p0, p1, width_px, colour, alpha=1.0):
     img += cover[..., None] * (np.asarray(colour, np.float32) - img)
 
 
-def render_background(height: int, width: int, seed=0) -> np.ndarray:
+def _render_background(height: int, width: int, seed=0) -> np.ndarray:
     """A procedural scene (Chapter 5): float32 ``(H, W, 3)`` in [0, 1], deterministic from ``seed``.
 
     Layers, each drawn with a probability: a two-colour gradient, value noise at two scales, stripes
@@ -232,7 +232,7 @@ def render_background(height: int, width: int, seed=0) -> np.ndarray:
 # --------------------------------------------------------------------------------------------------
 # The ball and its target
 # --------------------------------------------------------------------------------------------------
-def render_ball(img: np.ndarray, label: BallLabel, colour=(0.97, 0.97, 0.95), *, supersample: int = 3) -> np.ndarray:
+def _render_ball(img: np.ndarray, label: BallLabel, colour=(0.97, 0.97, 0.95), *, supersample: int = 3) -> np.ndarray:
     """Composite a motion-blurred ball into ``img`` (H, W, 3), returning a new array (Chapter 5).
 
     Physically: during the exposure the ball's centre moves uniformly along the streak, so each pixel
@@ -283,7 +283,7 @@ def render_ball(img: np.ndarray, label: BallLabel, colour=(0.97, 0.97, 0.95), *,
     return out
 
 
-def line_target(height: int, width: int, label: BallLabel, radius: float = LINE_TARGET_RADIUS,
+def _line_target(height: int, width: int, label: BallLabel, radius: float = LINE_TARGET_RADIUS,
                 disc_radius: float = DISC_TARGET_RADIUS) -> np.ndarray:
     """BlurBall's ``binary_line_fixed_size`` target for one frame: float32 ``(H, W)`` of 0/1 (Chapter 5).
 
@@ -334,7 +334,7 @@ def _trajectory(rng, height, width, radius, max_speed, gravity):
     return [(cx1, cy1, 0.0, 0.0)] * 3, exposure
 
 
-def make_clip(seed=0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], *, p_no_ball: float = 0.1,
+def _make_clip(seed=0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], *, p_no_ball: float = 0.1,
               p_hidden_frame: float = 0.08, radius_range: tuple[float, float] = (2.5, 6.0),
               max_speed: float | None = None, gravity: float = 2.0, noise: float = 0.02) -> Clip:
     """One synthetic 3-frame clip of a motion-blurred table-tennis ball (Chapter 5).
@@ -364,7 +364,7 @@ def make_clip(seed=0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], *, 
     if max_speed < 0 or gravity < 0 or noise < 0:
         raise ValueError(f"max_speed, gravity and noise must be >= 0, got {max_speed}, {gravity}, {noise}")
 
-    background = render_background(height, width, rng)
+    background = _render_background(height, width, rng)
     radius = float(rng.uniform(lo, hi))
     colour = np.asarray(_BALL_COLOURS[rng.integers(len(_BALL_COLOURS))], np.float32) * rng.uniform(0.8, 1.0)
     path, exposure = _trajectory(rng, height, width, radius, max_speed, gravity)
@@ -373,37 +373,37 @@ def make_clip(seed=0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], *, 
     for cx, cy, angle, half_length in path:
         visible = bool(has_ball and rng.random() >= p_hidden_frame)
         label = BallLabel(visible, float(cx), float(cy), float(angle), float(half_length), radius)
-        frame = render_ball(background, label, colour)
+        frame = _render_ball(background, label, colour)
         frame = frame * rng.uniform(0.96, 1.04) + rng.normal(0, noise, size=frame.shape).astype(np.float32)
         frames.append(np.clip(frame, 0, 1).astype(np.float32))
-        targets.append(line_target(height, width, label))
+        targets.append(_line_target(height, width, label))
         labels.append(label)
     return Clip(np.stack(frames), np.stack(targets), tuple(labels), clip_seed,
                 {"exposure": float(exposure), "ball_colour": colour.tolist()})
 
 
-def make_clips(n: int, seed: int = 0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], **kwargs) -> list[Clip]:
-    """``n`` clips; clip ``k`` is ``make_clip(seed * 1_000_003 + k, ...)``, so any one can be regenerated (Chapter 5)."""
+def _make_clips(n: int, seed: int = 0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], **kwargs) -> list[Clip]:
+    """``n`` clips; clip ``k`` is ``_make_clip(seed * 1_000_003 + k, ...)``, so any one can be regenerated (Chapter 5)."""
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    return [make_clip(int(seed) * 1_000_003 + k, height, width, **kwargs) for k in range(int(n))]
+    return [_make_clip(int(seed) * 1_000_003 + k, height, width, **kwargs) for k in range(int(n))]
 
 
 def held_out_clips(n: int, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], **kwargs) -> list[Clip]:
-    """The book's held-out clips: ``make_clips(n, HELD_OUT_SEED, height, width)`` (Chapter 5).
+    """The book's held-out clips: ``_make_clips(n, HELD_OUT_SEED, height, width)`` (Chapter 5).
 
     ``code/train_blurball.py`` draws its training clips from a different stream (numpy seed
     sequences ``(seed, 0, k)``), so these clips are never seen in training. The first ``n`` clips
     are the same for every ``n``, so a short evaluation is a prefix of a long one.
     """
-    return make_clips(n, HELD_OUT_SEED, height, width, **kwargs)
+    return _make_clips(n, HELD_OUT_SEED, height, width, **kwargs)
 
 
 def training_clip(seed: int, index: int, height: int, width: int, **kwargs) -> Clip:
     """Training clip number ``index`` of the stream ``seed`` (Chapter 5); disjoint from :func:`held_out_clips`."""
-    return make_clip(np.random.default_rng((int(seed), 0, int(index))), height, width, **kwargs)
+    return _make_clip(np.random.default_rng((int(seed), 0, int(index))), height, width, **kwargs)
 
 
 def frames_to_tensor(clips_or_frames):

@@ -2,7 +2,7 @@
 
 Introduced in Chapter 5; ``code/train_blurball.py`` is the command line over :func:`train` and its
 docstring explains the choices (small crops at the full-resolution pixel scale, the weighted MSE,
-bf16 autocast, one thread). Every output is new: :func:`output_paths` never reuses a name.
+bf16 autocast, one thread). Every output is new: :func:`_output_paths` never reuses a name.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 
-def output_paths(out_dir: Path, name: str) -> dict[str, Path]:
+def _output_paths(out_dir: Path, name: str) -> dict[str, Path]:
     """Checkpoint, log and provenance paths under a stem none of whose three files exists yet (Chapter 5).
 
     ``name``, then ``name-2``, ``name-3`` ...: a second run never overwrites the first.
@@ -27,7 +27,7 @@ def output_paths(out_dir: Path, name: str) -> dict[str, Path]:
     raise FileExistsError(f"no free output name for {name!r} in {out_dir}")
 
 
-def line_loss(logits, target, kind: str = "weighted-mse", pos_weight: float = 20.0):
+def _line_loss(logits, target, kind: str = "weighted-mse", pos_weight: float = 20.0):
     """The training loss: MSE between the clamped sigmoid and the line target, optionally weighted.
 
     Introduced in Chapter 6. ``kind="mse"`` is the spec's loss; ``"weighted-mse"`` multiplies the
@@ -45,14 +45,13 @@ def line_loss(logits, target, kind: str = "weighted-mse", pos_weight: float = 20
     raise ValueError(f"unknown loss {kind!r}; expected 'weighted-mse' or 'mse'")
 
 
-def validation_metrics(model, clips_list, args) -> dict:
+def _validation_metrics(model, clips_list, args) -> dict:
     """Loss, detection rate, median error and mean output on target / background pixels (Chapter 5).
 
     ``args`` needs ``batch_size``, ``loss`` and ``pos_weight`` (see :func:`train`).
     """
     import torch
     from . import blurball, scoring, synthetic_clips
-    from . import model_cost
 
     model.eval()
     try:
@@ -63,7 +62,7 @@ def validation_metrics(model, clips_list, args) -> dict:
                 chunk = clips_list[start:start + args.batch_size]
                 logits = model(blurball.imagenet_normalize(synthetic_clips.frames_to_tensor(chunk)))
                 target = synthetic_clips.targets_to_tensor(chunk)
-                losses.append(float(line_loss(logits, target, args.loss, args.pos_weight)) * len(chunk))
+                losses.append(float(_line_loss(logits, target, args.loss, args.pos_weight)) * len(chunk))
                 prob = torch.sigmoid(logits)
                 pos += float((prob * target).sum())
                 neg += float((prob * (1 - target)).sum())
@@ -77,12 +76,12 @@ def validation_metrics(model, clips_list, args) -> dict:
             "val_mean_prob_target": pos / max(npos, 1), "val_mean_prob_background": neg / max(nneg, 1)}
 
 
-def json_ready(value):
+def _json_ready(value):
     """Plain JSON: NaN and infinities become null (strict JSON has no NaN), numpy scalars plain numbers (Chapter 5)."""
     if isinstance(value, dict):
-        return {k: json_ready(v) for k, v in value.items()}
+        return {k: _json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [json_ready(v) for v in value]
+        return [_json_ready(v) for v in value]
     if isinstance(value, Path):
         return str(value)
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
@@ -102,8 +101,7 @@ def train(args) -> dict:
     """
     import numpy as np
     import torch
-    from . import blurball, scoring, synthetic_clips
-    from . import model_cost
+    from . import blurball, model_cost, scoring, synthetic_clips
     from .record import results
     from .record.environment import fingerprint, set_threads
 
@@ -111,7 +109,7 @@ def train(args) -> dict:
     deadline = started + args.minutes * 60.0
     set_threads(args.threads)
     torch.manual_seed(args.seed)
-    paths = output_paths(args.checkpoint_dir, args.name)
+    paths = _output_paths(args.checkpoint_dir, args.name)
     args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     env = fingerprint(args.threads)
 
@@ -136,7 +134,7 @@ def train(args) -> dict:
             x = blurball.imagenet_normalize(synthetic_clips.frames_to_tensor(batch))
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
                 logits = model(x)
-            loss = line_loss(logits, synthetic_clips.targets_to_tensor(batch), args.loss, args.pos_weight)
+            loss = _line_loss(logits, synthetic_clips.targets_to_tensor(batch), args.loss, args.pos_weight)
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
             optimiser.step()
@@ -146,7 +144,7 @@ def train(args) -> dict:
             if args.max_steps is not None and step >= args.max_steps:
                 break
         epoch += 1
-        metrics = validation_metrics(model, val_clips, args)
+        metrics = _validation_metrics(model, val_clips, args)
         epoch_seconds.append(time.time() - epoch_start)
         row = {"epoch": epoch, "step": step, "samples": samples, "elapsed_s": round(time.time() - started, 1),
                "train_loss": float(np.mean(losses)), **metrics, "lr": args.lr,
@@ -195,7 +193,7 @@ def train(args) -> dict:
                   f"MSE on the clamped sigmoid with target pixels weighted x{args.pos_weight} (plain MSE "
                   "collapses to all-zero heatmaps with about 1% positive pixels).")),
     }
-    record = json_ready(record)
+    record = _json_ready(record)
     paths["provenance"].write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
     print(f"saved {paths['checkpoint']} ({checkpoint_bytes / 1e6:.1f} MB), {paths['log'].name}, "
           f"{paths['provenance'].name}; final: {json.dumps(record['final_metrics'])}", flush=True)

@@ -154,7 +154,7 @@ def op_patterns(mod) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------ the book's side
-def book_groups(model: torch.nn.Module, example: torch.Tensor, program=None) -> tuple[list, list]:
+def _book_groups(model: torch.nn.Module, example: torch.Tensor, program=None) -> tuple[list, list]:
     """The book's fusion groups of ``model``, split into ``(live, dead)``: a dead group's nodes never reach
     the output (BlurBall's unused stage-4 outputs), so a compiler drops it (Chapter 3)."""
     from . import fusion_rules as fr
@@ -240,7 +240,7 @@ def compare(height: int = 32, width: int = 64, model: torch.nn.Module | None = N
 
     program = torch.export.export(model.eval(), (example,))   # one export serves both sides
     lap("torch.export")
-    live, dead = book_groups(model, example, program)
+    live, dead = _book_groups(model, example, program)
     lap("book rules")
     mod = relax_module(model, example, program)
     relax_ops = sum(1 for _ in _relax_bindings(mod))
@@ -318,6 +318,3 @@ def _top(label: str, compositions: Sequence[str], n: int = 8):
     return pd.DataFrame({f"{label}": [c for c, _ in counts], f"{label} n": [k for _, k in counts]})
 
 
-def composition_counts(height: int = 32, width: int = 64) -> dict[str, dict[str, int]]:
-    """Group counts by composition on each side, the numbers ``tests/test_tvm_compare.py`` pins (Chapter 3)."""
-    return compare(height, width).counts

@@ -5,7 +5,7 @@ The article's Section 5 matrix at batch 1 and 3 x 288 x 512: eager FP32 and FP16
 cuDNN benchmark on (measured in a child process: :func:`run_cudnn_benchmark_child`), torch.compile
 default, reduce-overhead and max-autotune. :func:`plan_matrix` lists the configurations,
 :func:`measure` checks each against eager FP32, times it and profiles three of them
-(:mod:`graphbook.lab.gpu_profiling`), :func:`build_rows` gives the ``gpu-blurball`` rows. On a CPU,
+(:mod:`graphbook.lab.gpu_profiling`), :func:`_build_rows` gives the ``gpu-blurball`` rows. On a CPU,
 ``--smoke`` (``parse_args(["--smoke", ...])``) runs every step with a tiny stand-in model.
 The command line (``main``) stays in ``code/gpu_blurball.py``; this module imports no torch until a
 measurement starts.
@@ -106,13 +106,13 @@ def plan_matrix(skip_max_autotune: bool = False) -> list[dict]:
         for precision in PRECISIONS:
             plan.append(dict(precision=precision, mode=mode, layout="nchw", cudnn_benchmark=False))
     for config in plan:
-        config["variant"] = variant_name(config)
+        config["variant"] = _variant_name(config)
         config["fp16_method"] = gp.FP16_AUTOCAST if config["precision"] == "fp16" else ""
         config["process"] = "child" if config["cudnn_benchmark"] else "main"
     return plan
 
 
-def variant_name(config: dict) -> str:
+def _variant_name(config: dict) -> str:
     """``fp16_compile_default_nchw`` style name; ``+cudnn_benchmark`` when it is on (Chapter 5)."""
     name = f"{config['precision']}_{config['mode']}_{config['layout']}"
     return name + ("+cudnn_benchmark" if config.get("cudnn_benchmark") else "")
@@ -124,7 +124,7 @@ union_length = gp.union_length
 summarize_kernels = gp.summarize_kernels
 
 
-def build_rows(measurements: list[dict], profiles: dict, *, device: str = "cuda", smoke: bool = False) -> list[dict]:
+def _build_rows(measurements: list[dict], profiles: dict, *, device: str = "cuda", smoke: bool = False) -> list[dict]:
     """CSV rows from measurement dicts and ``{variant: [profile rows]}`` (Chapter 5).
 
     Adds each variant's speed-up over eager (NCHW, no cuDNN benchmark) at the same precision and
@@ -221,7 +221,7 @@ def _sync(device: str):
     return torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
 
-def build_call(config: dict, model, x, *, device: str = "cuda", fresh_cache: bool = True):
+def _build_call(config: dict, model, x, *, device: str = "cuda", fresh_cache: bool = True):
     """``(call, first_call_s, second_call_s)`` for one configuration (Chapter 5).
 
     First calls follow :func:`graphbook.lab.gpu_profiling.first_calls`: synchronized, and two of them for
@@ -263,7 +263,7 @@ def build_call(config: dict, model, x, *, device: str = "cuda", fresh_cache: boo
     return call, times[0], (times[1] if graphs else "")
 
 
-def load_model_and_input(args, device: str):
+def _load_model_and_input(args, device: str):
     """The model and input for a run: BlurBall at 288 x 512, or the smoke stand-in at 32 x 64 (Chapter 5)."""
     from .. import blurball
 
@@ -272,7 +272,7 @@ def load_model_and_input(args, device: str):
     return blurball.build_blurball(args.weights).to(device), blurball.example_input().to(device)
 
 
-def measure_configs(configs, model, x, reference, args, *, device: str, log=print, started=None,
+def _measure_configs(configs, model, x, reference, args, *, device: str, log=print, started=None,
                     profiles: dict | None = None) -> list[dict]:
     """Check, time (and profile) each configuration in this process; one entry per configuration (Chapter 5)."""
     import torch
@@ -295,7 +295,7 @@ def measure_configs(configs, model, x, reference, args, *, device: str, log=prin
         log(f"{config['variant']}: building, checking, timing ...")
         try:
             with torch.no_grad():
-                call, first_s, second_s = build_call(config, model, x, device=device,
+                call, first_s, second_s = _build_call(config, model, x, device=device,
                                                      fresh_cache=not args.warm_cache)
                 output = call().float().clone()
                 entry.update(correctness.compare_to_reference(output, reference))
@@ -315,7 +315,7 @@ def measure_configs(configs, model, x, reference, args, *, device: str, log=prin
     return measurements
 
 
-def child_argv(args, reference_path: Path) -> list[str]:
+def _child_argv(args, reference_path: Path) -> list[str]:
     """The command line of the child process that measures the ``+cudnn_benchmark`` rows (Chapter 5)."""
     argv = [str(SCRIPT), "--cudnn-benchmark-child", str(reference_path),
             "--repeats", str(args.repeats), "--warmup", str(args.warmup)]
@@ -337,10 +337,10 @@ def run_cudnn_benchmark_child(args) -> int:
     if device == "cuda" and cuda_problem() is not None:
         print(f"{PROG}: no GPU measurement: {cuda_problem()}", file=sys.stderr)
         return EXIT_NO_CUDA
-    model, x = load_model_and_input(args, device)
+    model, x = _load_model_and_input(args, device)
     reference = torch.load(args.cudnn_benchmark_child).to(device)
     configs = [c for c in plan_matrix(True) if c["process"] == "child"]
-    entries = measure_configs(configs, model, x, reference, args, device=device, log=lambda *_: None)
+    entries = _measure_configs(configs, model, x, reference, args, device=device, log=lambda *_: None)
     for entry in entries:
         entry["cudnn_benchmark_in_force"] = bool(torch.backends.cudnn.benchmark)
     gp.emit_child_rows(entries)
@@ -358,13 +358,13 @@ def measure(args: argparse.Namespace, log=print) -> list[dict]:
     device = "cpu" if args.smoke else "cuda"
     started = time.perf_counter()
     torch.backends.cudnn.benchmark = False
-    model, x = load_model_and_input(args, device)
+    model, x = _load_model_and_input(args, device)
     model = model.eval()
     with torch.no_grad():
         reference = model(x).float()
     plan = plan_matrix(args.skip_max_autotune)
     profiles: dict = {}
-    main_rows = measure_configs([c for c in plan if c["process"] == "main"], model, x, reference, args,
+    main_rows = _measure_configs([c for c in plan if c["process"] == "main"], model, x, reference, args,
                                 device=device, log=log, started=started, profiles=profiles)
     child_configs = [c for c in plan if c["process"] == "child"]
     with tempfile.TemporaryDirectory(prefix="gpu-blurball-") as tmp:
@@ -372,7 +372,7 @@ def measure(args: argparse.Namespace, log=print) -> list[dict]:
         torch.save(reference.cpu(), reference_path)
         log("cuDNN benchmark rows: measuring in a separate process ...")
         try:
-            child_rows = gp.run_child(child_argv(args, reference_path))
+            child_rows = gp.run_child(_child_argv(args, reference_path))
             for row in child_rows:
                 if not row.pop("cudnn_benchmark_in_force", False):
                     row["note"] = "failed: the child process did not have cudnn.benchmark on"
@@ -380,7 +380,7 @@ def measure(args: argparse.Namespace, log=print) -> list[dict]:
             child_rows = [dict(c, note=f"failed: {error}"[:300]) for c in child_configs]
     by_variant = {r["variant"]: r for r in main_rows + child_rows}
     measurements = [by_variant[c["variant"]] for c in plan if c["variant"] in by_variant]
-    return build_rows(measurements, profiles, device=device, smoke=args.smoke)
+    return _build_rows(measurements, profiles, device=device, smoke=args.smoke)
 
 
 def environment(args, device: str) -> dict:

@@ -3,7 +3,7 @@
 ``code/gpu_blurball.py`` and ``code/gpu_tensorrt.py`` run once on a busy lab GPU, so every rule here is
 written against the libraries' own sources and tested on a CPU with fakes:
 
-- **Profiles** (:func:`kernels_from_events`, :func:`kernel_category`): a device event that is a user
+- **Profiles** (:func:`_kernels_from_events`, :func:`kernel_category`): a device event that is a user
   annotation (Inductor wraps each compiled graph in a ``## Call CompiledFxGraph ... ##`` range, which
   the profiler also reports on the GPU timeline as ``gpu_user_annotation``) is not a kernel; a kernel
   belongs to the *innermost* op that launched it (its ``linked_correlation_id``), so autocast's weight
@@ -68,7 +68,7 @@ def _matches(name: str, words: Sequence[str]) -> bool:
 kernel_category = op_category
 
 
-def kernels_from_events(events: Iterable, device: str = "cuda") -> list[tuple[str, str, float, float]]:
+def _kernels_from_events(events: Iterable, device: str = "cuda") -> list[tuple[str, str, float, float]]:
     """``(innermost_op, kernel_name, start_us, end_us)`` for each kernel in profiler events (Chapter 5).
 
     ``events`` are ``torch.profiler`` ``FunctionEvent`` objects (or fakes with the same attributes:
@@ -149,7 +149,7 @@ def profile_call(call: Callable[[], object], device: str = "cuda") -> list[dict]
         call()
         sync()
         wall_ms = (time.perf_counter() - start) * 1e3
-    return summarize_kernels(kernels_from_events(prof.events(), device), wall_ms)
+    return summarize_kernels(_kernels_from_events(prof.events(), device), wall_ms)
 
 
 # --------------------------------------------------------------------------------------------------

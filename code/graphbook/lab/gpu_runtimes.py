@@ -4,7 +4,7 @@ ONNX Runtime's CUDA and TensorRT providers and TensorRT engines built with the `
 each compared with eager FP32 and timed on a dedicated CUDA stream: :func:`build_tensorrt_engine`
 (strongly typed networks, timing caches), :func:`tensorrt_runner` (a failed enqueue raises),
 :func:`tensorrt_qdq_problem` (TensorRT takes only symmetric INT8 Q/DQ), :func:`quantize_symmetric`,
-:func:`ort_runner` / :func:`ort_stream_options`, and :func:`measure`, which returns the
+:func:`_ort_runner` / :func:`_ort_stream_options`, and :func:`measure`, which returns the
 ``gpu-tensorrt`` rows. The command line (``main``) stays in ``code/gpu_tensorrt.py``.
 """
 from __future__ import annotations
@@ -84,12 +84,12 @@ device_slug = gp.device_slug
 # ONNX Runtime
 # --------------------------------------------------------------------------------------------------
 
-def ort_stream_options(stream, device_id: int = 0) -> dict:
+def _ort_stream_options(stream, device_id: int = 0) -> dict:
     """Provider options that put an ONNX Runtime GPU provider on ``stream`` (a dedicated one) (Chapter 4)."""
     return {"device_id": device_id, "user_compute_stream": str(gp.stream_handle(stream))}
 
 
-def ort_runner(session, x, out_shape, dtype, *, device: str = "cuda"):
+def _ort_runner(session, x, out_shape, dtype, *, device: str = "cuda"):
     """Run a session with input and output bound to tensors on ``device`` (no host copies) (Chapter 4)."""
     import numpy as np
     import torch
@@ -109,7 +109,7 @@ def ort_runner(session, x, out_shape, dtype, *, device: str = "cuda"):
     return run
 
 
-def engine_cache_state(cache_dir: Path) -> str:
+def _engine_cache_state(cache_dir: Path) -> str:
     """``"built (empty per-run cache folder)"`` or ``"loaded from a cache"`` for the TensorRT provider (Chapter 4)."""
     existing = [p for p in Path(cache_dir).glob("*") if p.is_file()] if Path(cache_dir).is_dir() else []
     return "loaded from a cache" if existing else "built (empty per-run cache folder)"
@@ -119,14 +119,14 @@ def engine_cache_state(cache_dir: Path) -> str:
 # The run
 # --------------------------------------------------------------------------------------------------
 
-def blank_row(variant: str, smoke: bool) -> dict:
+def _blank_row(variant: str, smoke: bool) -> dict:
     """A row of :data:`COLUMNS` for ``variant``, every measurement empty (Chapter 4)."""
     row = {c: "" for c in COLUMNS}
     row.update(variant=variant, smoke=bool(smoke))
     return row
 
 
-def finish_rows(rows: list[dict]) -> list[dict]:
+def _finish_rows(rows: list[dict]) -> list[dict]:
     """Speed-ups over eager FP32 (same run) and every column of :data:`COLUMNS` in every row (Chapter 4)."""
     eager = next((r["median_ms"] for r in rows if r["variant"] == "eager_fp32" and r["median_ms"] != ""), None)
     out = []
@@ -202,7 +202,7 @@ def measure(args, status, log=print) -> list[dict]:
     def attempt(variant, body, **fields):
         if variant not in args.variants:
             return
-        row = blank_row(variant, smoke)
+        row = _blank_row(variant, smoke)
         row.update(fields)
         try:
             body(row)
@@ -254,15 +254,15 @@ def measure(args, status, log=print) -> list[dict]:
             if smoke:  # the same session, binding and check, on the provider a CPU has
                 session = ou.make_session(onnx_file("fp32"), level="all", threads=2, providers=[ou.CPU_PROVIDER])
                 row.update(note="smoke: CPUExecutionProvider stands in for CUDA", stream="none (CPU)")
-                record(row, ort_runner(session, x, out_shape, torch.float32, device="cpu"), True)
+                record(row, _ort_runner(session, x, out_shape, torch.float32, device="cpu"), True)
                 return
             if not status.ort_cuda:
                 return skip(row, "ONNX Runtime has no CUDAExecutionProvider here (install onnxruntime-gpu)")
             session = ou.make_session(onnx_file("fp32"), level="all", threads=1, providers=[ou.CUDA_PROVIDER],
-                                      provider_options=[ort_stream_options(stream)])
+                                      provider_options=[_ort_stream_options(stream)])
             if session.get_providers()[0] != ou.CUDA_PROVIDER:
                 raise RuntimeError(f"session fell back to {session.get_providers()}")
-            record(row, ort_runner(session, x, out_shape, torch.float32), True)
+            record(row, _ort_runner(session, x, out_shape, torch.float32), True)
 
         def ort_tensorrt(row):
             if smoke:
@@ -271,16 +271,16 @@ def measure(args, status, log=print) -> list[dict]:
                 return skip(row, "ONNX Runtime has no TensorrtExecutionProvider here")
             cache = workdir / "ort_trt_cache"
             cache.mkdir(parents=True, exist_ok=True)
-            row["engine_cache"] = engine_cache_state(cache)
-            options = {**ort_stream_options(stream), "trt_engine_cache_enable": "True",
+            row["engine_cache"] = _engine_cache_state(cache)
+            options = {**_ort_stream_options(stream), "trt_engine_cache_enable": "True",
                        "trt_engine_cache_path": str(cache)}
             start = time.perf_counter()
             session = ou.make_session(onnx_file("fp16"), level="all", threads=1,
                                       providers=[ou.TENSORRT_PROVIDER, ou.CUDA_PROVIDER],
-                                      provider_options=[options, ort_stream_options(stream)])
+                                      provider_options=[options, _ort_stream_options(stream)])
             if session.get_providers()[0] != ou.TENSORRT_PROVIDER:
                 raise RuntimeError(f"session fell back to {session.get_providers()}")
-            run = ort_runner(session, x16, out_shape, torch.float16)
+            run = _ort_runner(session, x16, out_shape, torch.float16)
             with stream_context():
                 run()  # the TensorRT provider builds its engine on the first run
                 torch.cuda.synchronize()
@@ -336,7 +336,7 @@ def measure(args, status, log=print) -> list[dict]:
         attempt("tensorrt_int8_qdq_symmetric", tensorrt_qdq("qdq_symmetric"),
                 description="TensorRT engine from chapter 4's recipe quantized symmetric int8",
                 precision="int8", runtime="tensorrt", stream="dedicated")
-    return finish_rows(rows)
+    return _finish_rows(rows)
 
 
 @dataclass
@@ -372,14 +372,6 @@ class GpuRuntimes:
                                       ("ONNX Runtime TensorRT EP", self.ort_tensorrt),
                                       (f"TensorRT {self.tensorrt_version}", self.tensorrt)) if ok]
         return f"GPU runtimes available on {self.cuda_device}: " + ", ".join(have) + "."
-
-
-def tensorrt_major(version: str) -> int:
-    """Major version number of a TensorRT version string such as ``"10.13.0.35"`` (Chapter 4)."""
-    try:
-        return int(str(version).split(".", 1)[0])
-    except ValueError as error:
-        raise ValueError(f"not a TensorRT version string: {version!r}") from error
 
 
 def detect_gpu_runtimes() -> GpuRuntimes:

@@ -12,7 +12,7 @@ from pathlib import Path
 from . import gpu_profiling as gp
 
 
-def tensorrt_network_flags(trt) -> tuple[int, str]:
+def _tensorrt_network_flags(trt) -> tuple[int, str]:
     """Network-creation flags and the typing mode for the installed TensorRT (Chapter 4).
 
     ``STRONGLY_TYPED`` (TensorRT 9 and later) makes the engine keep the ONNX file's types, so an
@@ -47,7 +47,7 @@ def build_tensorrt_engine(trt, onnx_path: Path, workspace_mib: int, *, timing_ca
     """
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
-    flags, typing_mode = tensorrt_network_flags(trt)
+    flags, typing_mode = _tensorrt_network_flags(trt)
     network = builder.create_network(flags)
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(onnx_path)):  # reads the external weights beside the file

@@ -203,7 +203,7 @@ def isa_caps(environ=None) -> dict:
             "ONEDNN_MAX_CPU_ISA": environ.get("ONEDNN_MAX_CPU_ISA", environ.get("DNNL_MAX_CPU_ISA", ""))}
 
 
-def isa_caps_label(environ=None) -> str:
+def _isa_caps_label(environ=None) -> str:
     """The caps in force as one fingerprint field, e.g. "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2",
     or "" when nothing is capped (Chapter 1). oneDNN runs PyTorch's convolutions, so its cap changes
     their speed even where ``torch_isa`` does not show it."""
@@ -221,7 +221,7 @@ def inductor_cache_dir_for_caps(environ=None) -> str | None:
     folder with the caps appended, so capped and uncapped runs never share compiled graphs.
     """
     environ = os.environ if environ is None else environ
-    label = isa_caps_label(environ)
+    label = _isa_caps_label(environ)
     if not label:
         return None
     import getpass
@@ -261,7 +261,7 @@ def _version(module: str) -> str:
         return "absent"
 
 
-def gpu_info() -> dict:
+def _gpu_info() -> dict:
     """Name, driver and CUDA version of GPU 0, or empty strings without CUDA. Chapter 1."""
     info = {"gpu_name": "", "gpu_driver": "", "cuda_version": ""}
     try:
@@ -283,7 +283,7 @@ def fingerprint(threads: int | None = None) -> dict:
 
     Keys: date (UTC, ISO 8601), git_commit, cpu_model, cpu_isa (the instruction set the CPU offers,
     :func:`cpu_features`), torch_isa (the one PyTorch uses, lower when ``ATEN_CPU_CAPABILITY`` caps it),
-    isa_caps (:func:`isa_caps_label`: the instruction-set caps set in the environment, "" for none),
+    isa_caps (:func:`_isa_caps_label`: the instruction-set caps set in the environment, "" for none),
     cpu_cores (logical), threads (torch's intra-op count, or the given one), gpu_name, gpu_driver,
     cuda_version, python, torch, onnxruntime, platform.
     """
@@ -296,10 +296,10 @@ def fingerprint(threads: int | None = None) -> dict:
         "cpu_model": cpu_model(),
         "cpu_isa": features["isa"],
         "torch_isa": features["torch_isa"],
-        "isa_caps": isa_caps_label(),
+        "isa_caps": _isa_caps_label(),
         "cpu_cores": os.cpu_count() or 0,
         "threads": int(threads if threads is not None else torch.get_num_threads()),
-        **gpu_info(),
+        **_gpu_info(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "onnxruntime": _version("onnxruntime"),

@@ -15,7 +15,7 @@ from ..paths import REPO_ROOT
 GLUE_MIME_PREFIX = "application/papermill.record/"
 
 
-def notebook_paths(root: Path = REPO_ROOT) -> list[Path]:
+def _notebook_paths(root: Path = REPO_ROOT) -> list[Path]:
     """The book's chapter notebooks in reading order (appendix pages excluded; the provenance appendix)."""
     return sorted((root / "chapters").glob("*.ipynb"))
 
@@ -27,13 +27,13 @@ def _load(path: Path) -> dict:
         raise ValueError(f"{path}: not a readable notebook ({err})") from err
 
 
-def execution_record(path: Path) -> dict | None:
+def _execution_record(path: Path) -> dict | None:
     """The record ``scripts/execute_notebooks.py`` stored, or None if the notebook never ran that way
     (the provenance appendix)."""
     return _load(path).get("metadata", {}).get("graphbook", {}).get("execution")
 
 
-def glued_values(path: Path) -> dict:
+def _glued_values(path: Path) -> dict:
     """Every value a notebook glued, as the plain-text form stored in its outputs (the provenance appendix)."""
     values = {}
     for cell in _load(path).get("cells", []):
@@ -62,9 +62,9 @@ def chapter_table(root: Path = REPO_ROOT):
     import pandas as pd
 
     rows = []
-    for path in notebook_paths(root):
-        rec = execution_record(path) or {}
-        glued = glued_values(path)
+    for path in _notebook_paths(root):
+        rec = _execution_record(path) or {}
+        glued = _glued_values(path)
         gpu = glued.get("gpu_status", "no GPU part").strip("'\"")
         rows.append({
             "chapter": title(path),

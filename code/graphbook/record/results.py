@@ -10,7 +10,7 @@ what its columns are called:
   (never an existing one), every row with the environment columns and a ``run_id``.
 - :func:`load` -- every run of a kind (new files and legacy ones) as one typed DataFrame with canonical
   column names, ``source_file`` and ``run_id``; :func:`latest_run` -- the newest run, by recorded date;
-  :func:`latest_recording` -- every run of the newest file (a benchmark writes several runs per file).
+  :func:`_latest_recording` -- every run of the newest file (a benchmark writes several runs per file).
 - Column-name constants (:data:`SPEEDUP_VS_EAGER`, :data:`SAME_OUTPUT`, :data:`COMPILE_S`...), the one
   tolerance :data:`SAME_OUTPUT_ATOL` and the one comparison :func:`compare_to_reference`.
 
@@ -178,7 +178,7 @@ def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
     at least three, Chapter 5). A row with a :data:`RUN` value ``k`` gets ``run_id`` ``<file stem>/r<k>``,
     so :mod:`graphbook.record.runs` counts each run on its own; a row without one (measured once per
     invocation: a profile, a compile in a fresh process) keeps the file's stem.
-    :func:`latest_recording` reads back every run of the newest file.
+    :func:`_latest_recording` reads back every run of the newest file.
     """
     k = kind(kind_name)
     if k.tagged and not tag:
@@ -192,7 +192,7 @@ def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
     if env and env.get(DATE):
         day = str(env[DATE])[:10]
     stem = "-".join([k.prefix] + ([tag] if tag else []) + [day])
-    path = unique_path(_results_dir(results_dir), stem)
+    path = _unique_path(_results_dir(results_dir), stem)
     for row in rows:
         if per_run and row.get(RUN) not in (None, ""):
             row.setdefault(RUN_ID, f"{path.stem}/r{int(row[RUN])}")
@@ -268,7 +268,7 @@ def append_rows(path: str | Path, rows: Iterable[dict], env: dict | None = None)
         if not detail:
             detail.append(f"same columns in a different order: file {existing}, rows {columns}")
         raise ValueError(f"header mismatch in {path}; nothing written ({'; '.join(detail)}). "
-                         "Write to a new file (see unique_path) instead of changing an old one.")
+                         "Write to a new file (see _unique_path) instead of changing an old one.")
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, restval="")
@@ -279,7 +279,7 @@ def append_rows(path: str | Path, rows: Iterable[dict], env: dict | None = None)
     return path
 
 
-def unique_path(directory: str | Path, stem: str, suffix: str = ".csv") -> Path:
+def _unique_path(directory: str | Path, stem: str, suffix: str = ".csv") -> Path:
     """A path ``directory/stem{suffix}`` that does not exist yet, else ``stem-2``, ``stem-3``... (Chapter 2).
 
     The directory is created if needed. The name is only reserved by convention (no file is
@@ -377,7 +377,7 @@ def latest_run(frame):
     """The rows of the newest run in a :func:`load` frame, index reset (Chapter 2).
 
     The one rule: the run whose recorded ``date`` is latest (a run's date is its rows' newest). Not the
-    file name -- ``unique_path`` names a day's second file ``...-2.csv``, which sorts *before*
+    file name -- ``_unique_path`` names a day's second file ``...-2.csv``, which sorts *before*
     ``...-3.csv`` but also after a later day's first -- and not the row order. Runs with equal dates:
     the later one in load order. An empty frame comes back as it is.
     """
@@ -388,7 +388,7 @@ def latest_run(frame):
     return frame[frame[RUN_ID] == newest].reset_index(drop=True)
 
 
-def latest_recording(frame):
+def _latest_recording(frame):
     """Every run written by the newest invocation of a script: the rows of the newest run's file (Chapter 5).
 
     A benchmark invocation records several independent runs in one file (``run_id`` ``<stem>/r1``,
