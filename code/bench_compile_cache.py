@@ -14,8 +14,7 @@ skip the compile (AOTInductor, ONNX Runtime) are measured by code/bench_restart_
     .venv/bin/python code/bench_compile_cache.py --server-only      # only the server's time to ready
     .venv/bin/python code/bench_compile_cache.py --model tiny --height 32 --width 48   # quick check
 
-Speed target (issue 6): each cache path restarts at least 5x faster than the cold compile of the same run;
-the script prints the ratios and whether the target was met.
+It prints each cache path's restart time and how many times faster it is than the cold compile of the same run.
 """
 from __future__ import annotations
 
@@ -25,7 +24,6 @@ from pathlib import Path
 
 from graphbook.record.cli import OneLineParser, positive_int, positive_int_list
 
-TARGET_SPEEDUP = 5.0
 FACTORIES = {"blurball": "graphbook.blurball:build_blurball", "tiny": "graphbook.warmup:tiny_clip_net"}
 
 
@@ -78,10 +76,6 @@ def measure_cache_paths(args, work: str, env: dict) -> int:
         per_size = ", ".join(f"b={r['batch_size']}: {r['first_call_s']:.2f} s" for r in rows if r["scenario"] == scenario)
         print(f"{scenario:>9}: restart {first['restart_s']:7.2f} s  ({per_size})  "
               f"{first['speedup_vs_cold']:.1f}x faster than cold")
-    for scenario in ("warm", "artifacts"):
-        ratio = next(r for r in rows if r["scenario"] == scenario)["speedup_vs_cold"]
-        verdict = "met" if ratio >= TARGET_SPEEDUP else "NOT met"
-        print(f"target >= {TARGET_SPEEDUP:.0f}x for {scenario}: {verdict} ({ratio:.1f}x)")
     return 0
 
 

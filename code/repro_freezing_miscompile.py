@@ -133,8 +133,13 @@ def compiled_output(model, inputs, **config):
         return torch.compile(model)(*inputs)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not argparse's usage block
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="Inductor freezing miscompile reproducer")
+    parser = _OneLineParser(description="Inductor freezing miscompile reproducer")
     parser.add_argument("--height", type=int, default=32)
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)

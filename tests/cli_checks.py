@@ -1,15 +1,9 @@
 """What every script's command line promises on bad input (README, "The scripts' command lines"; graphbook.record.cli).
 
-Shared by the scripts' tests: a bad option ends with exit status 2, one line on stderr that says
+Used by tests/test_script_usage.py, the table of every script's refusals: a bad option ends with exit status 2, one line on stderr that says
 ``error``, nothing on stdout and never a traceback.
 """
 import subprocess
-import sys
-
-
-def run_script(script, *args, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``script`` with this Python and capture its output."""
-    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout)
 
 
 def assert_usage_error(proc: subprocess.CompletedProcess, message: str | None = None) -> None:

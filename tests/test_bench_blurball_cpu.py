@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from graphbook import probes, profiling
-from cli_checks import assert_usage_error
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "code" / "bench_blurball_cpu.py"
@@ -20,18 +19,6 @@ TINY = ["--height", "16", "--width", "32", "--repeats", "2", "--warmup", "1", "-
 def _run(*args, cwd=None):
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300,
                           cwd=cwd)
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["--threads", "0"], "positive integer"), (["--height", "100"], "multiple of 8"),
-    (["--variants", "warp_drive"], "unknown variant"), (["--repeats", "two"], "positive integer"),
-    (["--runs", "2"], "integer >= 3"), (["--runs", "x"], "expected an integer"), (["--probe-mib", "0"], "positive"),
-    (["--nonsense"], "unrecognized"), (["--out-dir", "x"], "unrecognized"),
-    (["--results-dir", "{file}"], "not a directory")])
-def test_bad_arguments_exit_2_with_one_line(argv, message, tmp_path):
-    a_file = tmp_path / "a_file"
-    a_file.write_text("x")
-    assert_usage_error(_run(*[arg.format(file=a_file) for arg in argv]), message)
 
 
 def test_op_categories():

@@ -9,16 +9,8 @@ from graphbook import onnx_utils
 from graphbook.record import results
 from graphbook import paths
 from graphbook.warmup import tiny_clip_net
-from cli_checks import assert_usage_error, run_script
 
 SCRIPT = paths.script("bench_serving_load.py")
-
-
-@pytest.mark.parametrize("args", [["--concurrency", "1,x"], ["--concurrency", "100"], ["--height", "7"],
-                                  ["--artifact", "/nonexistent.onnx"], ["--max-wait-ms", "-3"],
-                                  ["--overload-clients", "-1"], ["--runtimes", "eager,tensorrt"], ["--runtimes", ","]])
-def test_bad_arguments_exit_2_with_one_line(args):
-    assert_usage_error(run_script(SCRIPT, *args))
 
 
 @pytest.mark.slow

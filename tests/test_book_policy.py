@@ -184,7 +184,7 @@ def test_quoted_numbers_carry_their_source():
             assert column in header, f"{path.name} has no {column!r} column saying where its numbers come from"
 
 
-# -- machine-independent checks (issue 11) -------------------------------------------------------
+# -- machine-independent checks -----------------------------------------------------------------
 # A compared output may not hold a float measured on this machine, and a chapter may not assert a
 # ranking between two implementations without a stated reason. Chapters still listed below were
 # written before these rules; each entry is a strict xfail, so the test fails (XPASS) as soon as the
@@ -195,7 +195,7 @@ PENDING_RANKING_ASSERTS: set[str] = set()
 
 def _pending(paths, pending):
     return [pytest.param(p, id=p.relative_to(ROOT).as_posix(),
-                         marks=[pytest.mark.xfail(strict=True, reason="issue 11: chapter not fixed yet")]
+                         marks=[pytest.mark.xfail(strict=True, reason="chapter not fixed yet")]
                          if p.stem in pending else []) for p in paths]
 
 
@@ -256,7 +256,7 @@ def test_rules_catch_a_printed_raw_float_but_not_units_or_tolerances():
 
 def test_sanitizer_masks_bare_floats_so_glue_records_are_not_compared_digit_by_digit():
     patterns = rules.sanitize_patterns()
-    stored, fresh = "6.5737e-07", "6.5481e-07"  # the two runs of issue 11, chapter 1
+    stored, fresh = "6.5737e-07", "6.5481e-07"  # two runs of chapter 1 on two CPUs
     assert rules.sanitize(stored, patterns) == rules.sanitize(fresh, patterns)
     assert rules.sanitize("0.274", patterns) == rules.sanitize("0.035", patterns)
     assert rules.sanitize("58", patterns) != rules.sanitize("59", patterns)  # counts stay compared

@@ -64,10 +64,3 @@ def test_module_cli_without_child_flag_exits_2():
     assert proc.returncode == 2 and "usage" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("args", [["--batch-sizes", "0"], ["--height", "7"], ["--model", "resnet"],
-                                  ["--threads", "zero"]])
-def test_bench_script_bad_arguments_exit_2_with_one_line(args):
-    script = paths.CODE_DIR / "bench_compile_cache.py"
-    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr

@@ -149,7 +149,7 @@ def test_fold_all_without_pairs_counts_zero():
     assert count == 0 and isinstance(folded[0], nn.Conv2d)
 
 
-# --- Whole-model folding follows the traced dataflow, not module names (issue 12) ---------------------
+# --- Whole-model folding follows the traced dataflow, not module names ------------------------------
 
 class _NamesLie(nn.Module):
     """Names and dataflow disagree: bn1 normalises the input *before* conv1, and conv2's output goes

@@ -81,24 +81,6 @@ def test_measure_runs_times_both_parts_in_the_run_protocol(fusion):
     assert sum(m.startswith("run ") for m in messages) == 5
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--threads", "0"], "--threads"), (["--size", "10"], "--size"), (["--repeats", "2"], "--repeats"),
-    (["--size", "abc"], "invalid int"), (["--feature-map", "0", "8", "8"], "--feature-map"),
-    (["--runs", "2"], "integer >= 3"), (["--runs", "x"], "expected an integer"),
-    (["--bogus"], "unrecognized"), (["--report-dir", "{file}/sub"], "--report-dir"),
-    (["--results-dir", "{file}/sub"], "--results-dir"), (["--results-dir", "{file}"], "not a directory"),
-    (["--out", "x"], "unrecognized"), (["--results-csv", "x.csv"], "unrecognized")])
-def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path):
-    a_file = tmp_path / "a_file"
-    a_file.write_text("not a directory")
-    proc = _run(*[arg.format(file=a_file) for arg in args], timeout=60)
-    assert proc.returncode == 2
-    assert proc.stdout == ""
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], proc.stderr
-    assert "Traceback" not in proc.stderr
-
-
 @pytest.mark.slow
 def test_tiny_end_to_end_run(tmp_path):
     results_dir = tmp_path / "results"

@@ -1,5 +1,5 @@
 """Tests of graphbook.lab.gpu_profiling on a CPU, with fake profiler events, a fake clock and fake streams:
-the rules the GPU scripts follow so that a lab machine's single run is right (issue 15, points 3-8)."""
+the rules the GPU scripts follow so that a lab machine's single run is right."""
 from types import SimpleNamespace
 
 import pytest

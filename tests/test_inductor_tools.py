@@ -132,20 +132,6 @@ def test_freezing_folds_batch_norm_into_the_convolution():
         torch.testing.assert_close(frozen.output, block(x), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("argv", [["--height", "100"], ["--variants", "no such variant"], ["--repeats", "0"],
-                                  ["--out", "ablation.csv"], ["--results-dir", __file__], ["--runs", "2"],
-                                  ["--runs", "many"], ["--probe-mib", "-1"]])
-def test_bench_ablation_rejects_bad_arguments_with_exit_2(argv):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[1] / "code" / "bench_ablation.py"
-    proc = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
-    assert proc.stderr.count("\n") == 1 and "error" in proc.stderr
-
-
 def test_compile_and_get_code_without_reset_keeps_earlier_compiles():
     """reset=False must not reset Dynamo behind the caller's back (run_and_get_code does): a function
     compiled before stays compiled, so alternating two compiled functions recompiles nothing."""

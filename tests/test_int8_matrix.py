@@ -13,7 +13,6 @@ from graphbook import int8_matrix as im
 from graphbook import int8_decision
 from graphbook import quantization
 from graphbook.record import results
-from cli_checks import assert_usage_error
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "code" / "bench_int8.py"
@@ -315,16 +314,6 @@ def test_combined_runs_decide_latency_on_the_median_across_runs(tmp_path):
 # ------------------------------------------------------------------------------------------------
 def _run(*args, timeout=120):
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["--repeats", "2"], ">= 3"), (["--height", "100"], "multiple of 8"), (["--threads", "0"], "positive integer"),
-    (["--debug-clips", "9", "--eval-clips", "2"], "cannot exceed"), (["--bogus"], "unrecognized"),
-    (["--results-dir", "{file}"], "not a directory")])
-def test_bad_arguments_exit_2_with_one_line(argv, message, tmp_path):
-    a_file = tmp_path / "a_file"
-    a_file.write_text("x")
-    assert_usage_error(_run(*[arg.format(file=a_file) for arg in argv]), message)
 
 
 def test_missing_checkpoint_exits_3(tmp_path):

@@ -1,4 +1,4 @@
-"""The README's lab sequence, end to end on a CPU (issue 15).
+"""The README's lab sequence, end to end on a CPU.
 
 A lab engineer runs ``code/gpu_blurball.py`` and ``code/gpu_tensorrt.py`` on a GPU machine, then re-executes
 the chapters. Here the scripts' row builders and writers (``graphbook.lab.gpu_measure``, ``graphbook.lab.gpu_runtimes``)

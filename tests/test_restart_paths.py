@@ -10,7 +10,6 @@ from graphbook import aoti_cpp
 from graphbook.record import results
 from graphbook.paths import TRAINED_CHECKPOINT
 from graphbook import paths
-from cli_checks import assert_usage_error, run_script
 
 SCRIPT = paths.script("bench_restart_paths.py")
 
@@ -50,12 +49,6 @@ def test_run_refuses_warm_paths_without_the_cold_one_and_zero_repeats(tmp_path):
 def test_module_cli_without_child_flag_exits_2():
     proc = subprocess.run([sys.executable, "-m", "graphbook.restart_child"], capture_output=True, text=True)
     assert proc.returncode == 2 and "usage" in proc.stderr
-
-
-@pytest.mark.parametrize("args", [["--paths", "eager,tensorrt"], ["--height", "7"], ["--repeats", "0"],
-                                  ["--paths", "compile-warm"], ["--weights", "/nonexistent.pt"]])
-def test_bench_script_bad_arguments_exit_2_with_one_line(args):
-    assert_usage_error(run_script(SCRIPT, *args))
 
 
 @pytest.mark.slow

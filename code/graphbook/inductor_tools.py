@@ -36,7 +36,7 @@ ABLATION_CONFIGS: dict[str, dict] = {
     "without fusion and freezing": {"freezing": False, "max_fusion_size": 1},
 }
 
-# The rows that really switch fusion off on the C++ backend (issue 12), kept apart from the four above so
+# The rows that really switch fusion off on the C++ backend, kept apart from the four above so
 # that a recorded run of those still reads the same. ``max_fusion_size=1`` leaves launches unchanged on
 # BlurBall because inlining already merged every element-wise chain while lowering. Inductor's
 # ``fallback_by_default`` (the switch behind its "lite" mode, torch/_inductor/__init__.py) lowers every

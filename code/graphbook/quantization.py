@@ -124,7 +124,7 @@ def quantize_qdq(fp32_path: str | Path, out_path: str | Path, frames: Iterable, 
     passes through QuantizeLinear/DequantizeLinear: the explicit style that replaced TensorRT's
     calibrators. Use a model whose BatchNorm is already folded (an ``optimize=True`` export).
     ``settings`` default to :func:`int8_settings_for` ``(features)``: 7-bit weights on x86 without
-    VNNI, where 8-bit ones saturate (max abs error 0.274 instead of 0.035 on the test block, issue 11).
+    VNNI, where 8-bit ones saturate (max abs error 0.274 instead of 0.035 on the test block).
     """
     from onnxruntime import quantization as quant
 

@@ -1,0 +1,99 @@
+"""Every script's command line on bad input: exit status 2, one stderr line naming the error, nothing on stdout,
+never a traceback (README, "The scripts' command lines"; graphbook.record.cli). One table for every script in
+code/, so a new script or a new refusal is one row here."""
+import subprocess
+import sys
+
+import pytest
+
+from cli_checks import assert_usage_error
+from graphbook import paths
+
+# (script, arguments, text the error line must contain or None); {file} is an existing file, {dir} a fresh folder
+BAD_ARGUMENTS = [
+    ("03_fusion.py", ["--threads", "0"], "--threads"), ("03_fusion.py", ["--size", "10"], "--size"),
+    ("03_fusion.py", ["--repeats", "2"], "--repeats"), ("03_fusion.py", ["--size", "abc"], "invalid int"),
+    ("03_fusion.py", ["--feature-map", "0", "8", "8"], "--feature-map"), ("03_fusion.py", ["--runs", "2"], "integer >= 3"),
+    ("03_fusion.py", ["--runs", "x"], "expected an integer"), ("03_fusion.py", ["--bogus"], "unrecognized"),
+    ("03_fusion.py", ["--report-dir", "{file}/sub"], "--report-dir"),
+    ("03_fusion.py", ["--results-dir", "{file}/sub"], "--results-dir"),
+    ("03_fusion.py", ["--results-dir", "{file}"], "not a directory"), ("03_fusion.py", ["--out", "x"], "unrecognized"),
+    ("03_fusion.py", ["--results-csv", "x.csv"], "unrecognized"),
+    ("bench_ablation.py", ["--height", "100"], None), ("bench_ablation.py", ["--variants", "no such variant"], None),
+    ("bench_ablation.py", ["--repeats", "0"], None), ("bench_ablation.py", ["--out", "ablation.csv"], None),
+    ("bench_ablation.py", ["--results-dir", "{file}"], None), ("bench_ablation.py", ["--runs", "2"], None),
+    ("bench_ablation.py", ["--runs", "many"], None), ("bench_ablation.py", ["--probe-mib", "-1"], None),
+    ("bench_blurball_cpu.py", ["--threads", "0"], "positive integer"),
+    ("bench_blurball_cpu.py", ["--height", "100"], "multiple of 8"),
+    ("bench_blurball_cpu.py", ["--variants", "warp_drive"], "unknown variant"),
+    ("bench_blurball_cpu.py", ["--repeats", "two"], "positive integer"),
+    ("bench_blurball_cpu.py", ["--runs", "2"], "integer >= 3"), ("bench_blurball_cpu.py", ["--runs", "x"], "expected an integer"),
+    ("bench_blurball_cpu.py", ["--probe-mib", "0"], "positive"), ("bench_blurball_cpu.py", ["--nonsense"], "unrecognized"),
+    ("bench_blurball_cpu.py", ["--out-dir", "x"], "unrecognized"),
+    ("bench_blurball_cpu.py", ["--results-dir", "{file}"], "not a directory"),
+    ("bench_compile_cache.py", ["--batch-sizes", "0"], None), ("bench_compile_cache.py", ["--height", "7"], None),
+    ("bench_compile_cache.py", ["--model", "resnet"], None), ("bench_compile_cache.py", ["--threads", "zero"], None),
+    ("bench_int8.py", ["--repeats", "2"], ">= 3"), ("bench_int8.py", ["--height", "100"], "multiple of 8"),
+    ("bench_int8.py", ["--threads", "0"], "positive integer"),
+    ("bench_int8.py", ["--debug-clips", "9", "--eval-clips", "2"], "cannot exceed"),
+    ("bench_int8.py", ["--bogus"], "unrecognized"), ("bench_int8.py", ["--results-dir", "{file}"], "not a directory"),
+    ("bench_onnxruntime.py", ["--height", "63"], None), ("bench_onnxruntime.py", ["--threads", "0"], None),
+    ("bench_onnxruntime.py", ["--repeats", "-1"], None), ("bench_onnxruntime.py", ["--bogus"], None),
+    ("bench_onnxruntime.py", ["--out-dir", "x"], None), ("bench_onnxruntime.py", ["--workdir", "x"], None),
+    ("bench_onnxruntime.py", ["--results-dir", "{file}"], None), ("bench_onnxruntime.py", ["--runs", "2"], None),
+    ("bench_onnxruntime.py", ["--runs", "three"], None), ("bench_onnxruntime.py", ["--probe-mib", "0"], None),
+    ("bench_restart_paths.py", ["--paths", "eager,tensorrt"], None), ("bench_restart_paths.py", ["--height", "7"], None),
+    ("bench_restart_paths.py", ["--repeats", "0"], None), ("bench_restart_paths.py", ["--paths", "compile-warm"], None),
+    ("bench_restart_paths.py", ["--weights", "/nonexistent.pt"], None),
+    ("bench_serving_load.py", ["--concurrency", "1,x"], None), ("bench_serving_load.py", ["--concurrency", "100"], None),
+    ("bench_serving_load.py", ["--height", "7"], None), ("bench_serving_load.py", ["--artifact", "/nonexistent.onnx"], None),
+    ("bench_serving_load.py", ["--max-wait-ms", "-3"], None), ("bench_serving_load.py", ["--overload-clients", "-1"], None),
+    ("bench_serving_load.py", ["--runtimes", "eager,tensorrt"], None), ("bench_serving_load.py", ["--runtimes", ","], None),
+    ("bench_tvm.py", ["--trials", "-1"], None), ("bench_tvm.py", ["--height", "30"], None),
+    ("bisect_freezing.py", ["--minifier-timeout", "-5"], None), ("bisect_freezing.py", ["--model", "resnet"], None),
+    ("gpu_blurball.py", ["--repeats", "-1"], None),
+    ("gpu_tensorrt.py", ["--variants", "bogus"], None), ("gpu_tensorrt.py", ["--repeats", "0"], None),
+    ("gpu_tensorrt.py", ["--warmup", "x"], None), ("gpu_tensorrt.py", ["--no-such-option"], None),
+    ("gpu_tensorrt.py", ["--smoke"], None), ("gpu_tensorrt.py", ["--qdq-model", "/no/such.onnx"], None),
+    ("make_tlparse_report.py", ["--width", "0"], None),
+    ("repro_freezing_miscompile.py", ["--height", "7"], None), ("repro_freezing_miscompile.py", ["--threads", "0"], None),
+    ("repro_freezing_miscompile.py", ["--nonsense"], None),
+    ("serve_blurball.py", ["--port", "70000"], None), ("serve_blurball.py", ["--height", "7"], None),
+    ("serve_blurball.py", ["--batch-sizes", "1,x"], None), ("serve_blurball.py", ["--weights", "/nonexistent.pt"], None),
+    ("serve_blurball.py", ["--save-artifacts", "a.bin"], None), ("serve_blurball.py", ["--artifact", "model.bin"], None),
+    ("serve_blurball.py", ["--artifact", "/nonexistent.onnx"], None), ("serve_blurball.py", ["--max-wait-ms", "-1"], None),
+    ("serve_blurball.py", ["--max-queue", "0"], None),
+    ("train_blurball.py", ["--height", "36", "--checkpoint-dir", "{dir}/out"], "multiple of 8"),
+    ("train_blurball.py", ["--width", "abc", "--checkpoint-dir", "{dir}/out"], "expected an integer"),
+    ("train_blurball.py", ["--minutes", "-1", "--checkpoint-dir", "{dir}/out"], "positive number"),
+    ("train_blurball.py", ["--batch-size", "0", "--checkpoint-dir", "{dir}/out"], ">= 1"),
+    ("train_blurball.py", ["--prior", "1.5", "--checkpoint-dir", "{dir}/out"], "below 1"),
+    ("train_blurball.py", ["--name", "../x", "--checkpoint-dir", "{dir}/out"], "plain file stem"),
+    ("train_blurball.py", ["--loss", "l1", "--checkpoint-dir", "{dir}/out"], "invalid choice"),
+    ("train_blurball.py", ["--out-dir", "{dir}"], "unrecognized"), ("train_blurball.py", ["--results-dir", "{dir}"], "unrecognized"),
+    ("train_blurball.py", ["--checkpoint-dir", "{file}"], "not a directory"),
+]
+SCRIPTS = sorted(p.name for p in paths.CODE_DIR.glob("*.py"))
+
+
+@pytest.mark.parametrize("script, args, message", BAD_ARGUMENTS,
+                         ids=[f"{s}:{' '.join(a)}" for s, a, _ in BAD_ARGUMENTS])
+def test_bad_arguments_exit_2_with_one_line(script, args, message, tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
+    argv = [arg.format(file=a_file, dir=tmp_path) for arg in args]
+    proc = subprocess.run([sys.executable, str(paths.script(script)), *argv], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert_usage_error(proc, message)
+    assert not (tmp_path / "out").exists(), "a refused command must write nothing"
+
+
+def test_every_script_has_its_refusals_in_the_table():
+    assert sorted({script for script, _, _ in BAD_ARGUMENTS}) == SCRIPTS
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_exits_0(script):
+    proc = subprocess.run([sys.executable, str(paths.script(script)), "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "usage" in proc.stdout.lower() and proc.stderr == "", proc.stderr
