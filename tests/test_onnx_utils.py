@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from graphbook import onnx_utils as ou
+from graphbook import correctness, onnx_utils as ou
 from graphbook import profiling
 from graphbook.lab import gpu_runtimes
 from graphbook import quantization
@@ -166,7 +166,7 @@ def test_every_level_matches_eager_and_saves_its_graph(exported, model_and_input
         session = ou.make_session(exported["raw"], level=level, threads=1, optimized_model_path=saved)
         output = ou.run_session(session, x)
         assert output.shape == (1, 8, 16, 16)
-        assert ou.max_abs_diff(reference, output) < 1e-4, level
+        assert correctness.compare_to_reference(output, reference)["max_abs_diff"] < 1e-4, level
         counts[level] = ou.op_counts(saved)
     # The rewrites the chapter names, level by level.
     assert counts["disabled"][("ai.onnx", "BatchNormalization")] == 2
@@ -267,11 +267,13 @@ def test_max_abs_diff_and_peaks():
     a[0, :, 1, 2] = 5.0
     b[0, :, 1, 2] = 4.5
     b[0, 2, 3, 3] = 9.0
-    assert ou.max_abs_diff(a, b) == pytest.approx(9.0)
-    assert ou.peaks_agree(a, b) == (2, 3)
-    assert ou.peaks_agree(torch.from_numpy(a), a) == (3, 3)
-    with pytest.raises(ValueError, match="shapes differ"):
-        ou.max_abs_diff(a, a[:, :2])
+    check = correctness.compare_to_reference(b, a)
+    assert check["max_abs_diff"] == pytest.approx(9.0)
+    assert (check["same_peak_frames"], check["peak_frames"]) == (2, 3)
+    check = correctness.compare_to_reference(a, torch.from_numpy(a))
+    assert (check["same_peak_frames"], check["peak_frames"]) == (3, 3)
+    with pytest.raises(ValueError, match="differs from the reference"):
+        correctness.compare_to_reference(a[:, :2], a)
 
 
 # Profiling and quantization ------------------------------------------------------------------------
@@ -353,7 +355,7 @@ def test_quantize_qdq_inserts_qdq_nodes_and_stays_close(exported, model_and_inpu
         reference = model(x).numpy()
     output = ou.run_session(ou.make_session(quantized, threads=1), x)
     # int8 is approximate: within a tenth of the output's range, far from exact
-    assert 0 < ou.max_abs_diff(reference, output) < 0.1 * float(reference.max() - reference.min())
+    assert 0 < correctness.compare_to_reference(output, reference)["max_abs_diff"] < 0.1 * float(reference.max() - reference.min())
 
 
 def test_calibration_reader_needs_frames():

@@ -1,10 +1,11 @@
-"""Export to ONNX, ONNX Runtime sessions, operator counts, profiles and explicit quantization.
+"""Export to ONNX, ONNX Runtime sessions and providers, and what each optimization level does to the graph.
 
-Introduced in Chapter 4. The chapter's questions are all answered from the graph file itself:
-what the exporter wrote, what each ONNX Runtime optimization level turned it into (the optimized
-graph is saved and its operators counted by domain and type), whether the result still matches
-eager PyTorch, and how long it takes. The GPU runtimes (CUDA and TensorRT execution providers, the
-``tensorrt`` package) are detected at run time and never required.
+Introduced in Chapter 4. The chapter's questions are answered from the graph file itself: what the
+exporter wrote, and what each ONNX Runtime optimization level turned it into (the optimized graph is
+saved and its operators counted by domain and type). Whether the result still matches eager is
+:func:`graphbook.correctness.compare_to_reference`; the operator profile is
+:func:`graphbook.profiling.profile_operators`; Q/DQ quantization is :mod:`graphbook.quantization`; the GPU
+runtimes are detected by :func:`graphbook.lab.gpu_runtimes.detect_gpu_runtimes`.
 """
 from __future__ import annotations
 
@@ -475,47 +476,3 @@ def name_fusions(before: Counter, after: Counter) -> list[str]:
         notes.append("other rewrites: removed " + ", ".join(f"{n} {d}::{op}" for (d, op), n in
                                                              sorted(diff["removed"].items())))
     return notes
-
-
-# --------------------------------------------------------------------------------------------------
-# Accuracy
-# --------------------------------------------------------------------------------------------------
-
-def max_abs_diff(reference, candidate) -> float:
-    """Largest absolute element difference between two same-shaped arrays or tensors (Chapter 4)."""
-    ref = reference.detach().cpu().numpy() if hasattr(reference, "detach") else np.asarray(reference)
-    cand = candidate.detach().cpu().numpy() if hasattr(candidate, "detach") else np.asarray(candidate)
-    if ref.shape != cand.shape:
-        raise ValueError(f"shapes differ: {ref.shape} vs {cand.shape}")
-    return float(np.max(np.abs(ref.astype(np.float64) - cand.astype(np.float64))))
-
-
-def peaks_agree(reference, candidate) -> tuple[int, int]:
-    """``(frames whose heatmap peak is in the same pixel, frames)`` for ``(N, F, H, W)`` heatmaps (Chapter 4)."""
-    import torch
-
-    from .blurball import heatmap_peaks
-
-    ref = torch.as_tensor(np.asarray(reference.detach().cpu() if hasattr(reference, "detach") else reference))
-    cand = torch.as_tensor(np.asarray(candidate.detach().cpu() if hasattr(candidate, "detach") else candidate))
-    same = (heatmap_peaks(ref) == heatmap_peaks(cand)).all(dim=-1)
-    return int(same.sum()), int(same.numel())
-
-
-# --------------------------------------------------------------------------------------------------
-# Profiling
-# --------------------------------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------------------------------
-# Explicit (Q/DQ) quantization
-# --------------------------------------------------------------------------------------------------
-
-
-
-
-# --------------------------------------------------------------------------------------------------
-# GPU runtimes: detection only (the builds live in code/gpu_tensorrt.py)
-# --------------------------------------------------------------------------------------------------
-
-
