@@ -4,15 +4,13 @@ Introduced in Chapter 2. This module is the one place that knows which script wr
 what its columns are called:
 
 - :data:`KINDS` -- one entry per kind of result (``"cpu-blurball"``, ``"ablation"``...): the file
-  prefix, the legacy file names that kind wrote before this schema, and the legacy column names that
-  are renamed *on read* (the files themselves are append-only and are never rewritten).
+  prefix and the script that writes it. Files are read as written (append-only, never rewritten).
 - :func:`write_run` -- every run of a script writes ONE NEW file ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv``
   (never an existing one), every row with the environment columns and a ``run_id``.
-- :func:`load` -- every run of a kind (new files and legacy ones) as one typed DataFrame with canonical
-  column names, ``source_file`` and ``run_id``; :func:`latest_run` -- the newest run, by recorded date;
-  :func:`_latest_recording` -- every run of the newest file (a benchmark writes several runs per file).
-- Column-name constants (:data:`SPEEDUP_VS_EAGER`, :data:`SAME_OUTPUT`, :data:`COMPILE_S`...), the one
-  tolerance :data:`SAME_OUTPUT_ATOL` and the one comparison :func:`compare_to_reference`.
+- :func:`load` -- every run of a kind as one typed DataFrame with ``source_file`` and ``run_id``;
+  :func:`latest_run` -- the newest run, by recorded date;
+- Column-name constants (:data:`SPEEDUP_VS_EAGER`, :data:`SAME_OUTPUT`, :data:`COMPILE_S`...) and the one
+  tolerance :data:`SAME_OUTPUT_ATOL` (the comparison itself is :func:`graphbook.correctness.compare_to_reference`).
 
 :func:`append_rows` remains only for the two logs that are one growing file by design (the notebook
 execution log written by ``scripts/execute_notebooks.py`` and the training log of
@@ -178,7 +176,6 @@ def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
     at least three, Chapter 5). A row with a :data:`RUN` value ``k`` gets ``run_id`` ``<file stem>/r<k>``,
     so :mod:`graphbook.record.runs` counts each run on its own; a row without one (measured once per
     invocation: a profile, a compile in a fresh process) keeps the file's stem.
-    :func:`_latest_recording` reads back every run of the newest file.
     """
     k = kind(kind_name)
     if k.tagged and not tag:
