@@ -19,3 +19,13 @@ def pytest_configure(config):
     capped_cache = inductor_cache_dir_for_caps()
     if capped_cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = capped_cache
+
+
+#: Fixtures that export a model with the Dynamo ONNX exporter: every test that takes one is slow.
+EXPORTING_FIXTURES = {"exported", "tiny_onnx"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if EXPORTING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

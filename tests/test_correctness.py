@@ -22,6 +22,7 @@ def test_detections_agree_counts_empty_and_shifted_frames():
     assert correctness._detections_agree([[frame()]], [[frame(1, 1)]]) == (0, 1, 0.0)
 
 
+@pytest.mark.slow
 def test_table_on_tiny_model_with_onnx_and_int8(tmp_path):
     torch.set_num_threads(1)
     net = warmup.tiny_clip_net(hidden=4)

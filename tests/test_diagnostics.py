@@ -72,6 +72,7 @@ def test_tlparse_report_needs_tlparse(monkeypatch, tmp_path):
         d.tlparse_report(tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_unfused_ablation_really_generates_no_kernel():
     from graphbook import inductor_tools as it
 

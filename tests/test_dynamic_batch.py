@@ -33,6 +33,7 @@ def check_one_session_serves_batches(model, path, height, width):
         assert out.shape[0] == b and check[results.SAME_OUTPUT], (b, check)
 
 
+@pytest.mark.slow
 def test_dynamic_batch_export_serves_batches_1_to_3_from_one_session(tmp_path):
     model = tiny_clip_net(hidden=4)
     path = onnx_utils.export_dynamic_batch(model, torch.randn(2, 9, H, W), tmp_path / "dyn.onnx")
@@ -59,6 +60,7 @@ def test_blurball_dynamic_batch_matches_eager_for_each_batch(tmp_path):
     check_one_session_serves_batches(model, path, 32, 64)
 
 
+@pytest.mark.slow
 def test_check_batches_reports_each_batch_or_the_refusal(tmp_path):
     model = tiny_clip_net(hidden=4)
     dynamic = onnx_utils.export_dynamic_batch(model, torch.randn(2, 9, H, W), tmp_path / "dyn.onnx")

@@ -132,6 +132,7 @@ def test_freezing_folds_batch_norm_into_the_convolution():
         torch.testing.assert_close(frozen.output, block(x), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_compile_and_get_code_without_reset_keeps_earlier_compiles():
     """reset=False must not reset Dynamo behind the caller's back (run_and_get_code does): a function
     compiled before stays compiled, so alternating two compiled functions recompiles nothing."""

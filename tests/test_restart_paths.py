@@ -111,6 +111,7 @@ def test_cpp_loader_runs_the_package_without_python_and_matches_eager(tmp_path):
     assert vector is None or vector["zmm"] + vector["ymm"] + vector["xmm"] > 0
 
 
+@pytest.mark.slow
 def test_cpp_loader_refuses_bad_arguments_with_exit_2(tmp_path):
     built = aoti_cpp.build_cpp_loader(tmp_path)
     proc = subprocess.run([str(built["path"])], capture_output=True, text=True, timeout=60)

@@ -55,6 +55,7 @@ def test_eager_builders_output_shape_and_match(tiny, name):
         assert check[results.MAX_ABS_DIFF] > 0
 
 
+@pytest.mark.slow
 def test_onnx_builders_share_one_export_and_match(tiny, tmp_path):
     model, x = tiny
     calibration = [torch.randn(*SHAPE) for _ in range(2)]
