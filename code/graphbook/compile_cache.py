@@ -77,7 +77,7 @@ def _resolve_factory(factory: str):
         raise ValueError(f"{module_name!r} has no attribute {attr!r}") from exc
 
 
-def _child_main(spec_json: str) -> dict:
+def _child_main(spec_given: dict) -> dict:
     """Runs in the fresh process: build, (load artifacts), compile, first call per batch size."""
     started = time.perf_counter()
     import torch
@@ -85,7 +85,7 @@ def _child_main(spec_json: str) -> dict:
     from torch._dynamo.utils import counters
 
     import_s = time.perf_counter() - started
-    spec_dict = json.loads(spec_json)
+    spec_dict = dict(spec_given)
     load_path = spec_dict.pop("load_artifacts", None)
     save_path = spec_dict.pop("save_artifacts", None)
     spec = RestartSpec(**{**spec_dict, "input_chw": tuple(spec_dict["input_chw"]),
@@ -240,18 +240,10 @@ def cache_experiment(spec: RestartSpec, workdir: str | os.PathLike | None = None
     return rows
 
 
-def _main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] != "--child":
-        print("usage: python -m graphbook.compile_cache --child SPEC_JSON (used by cache_experiment)",
-              file=sys.stderr)
-        return 2
-    result = _child_main(argv[1])
-    print(RESULT_MARKER + json.dumps(result), flush=True)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    from .compiletime import answer_as_child
+
+    sys.exit(answer_as_child(sys.argv[1:], "graphbook.compile_cache", RESULT_MARKER, _child_main))
 
 
 # --------------------------------------------------------------------------------------------------

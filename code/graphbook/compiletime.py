@@ -87,6 +87,16 @@ def compile_in_fresh_process(script: str | Path, function: str, shapes: Sequence
 # and for starting a server and timing it to its READY line (compile_cache, restart_paths,
 # gpu_profiling and the bench_* scripts all use these).
 
+def answer_as_child(argv: Sequence[str], module: str, tag: str, handler: Callable[[dict], dict]) -> int:
+    """The child's side of :func:`run_tagged_child` (Chapter 6): ``python -m <module> --child SPEC_JSON`` runs
+    ``handler(spec)`` and prints ``tag`` + its JSON result on one line. Usage errors exit 2."""
+    if len(argv) != 2 or argv[0] != "--child":
+        print(f"usage: python -m {module} --child SPEC_JSON (started by the book's benchmarks)", file=sys.stderr)
+        return 2
+    print(tag + json.dumps(handler(json.loads(argv[1]))), flush=True)
+    return 0
+
+
 def run_tagged_child(cmd: Sequence[str], tag: str, *, env: dict | None = None, timeout: float,
                      timeout_message: str, failure_message: Callable[[subprocess.CompletedProcess], str],
                      error: type[Exception] = RuntimeError, last: bool = True,

@@ -6,7 +6,6 @@ size once and a few steady calls, and prints one ``GRAPHBOOK_RESULT`` line with 
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -162,16 +161,11 @@ def _child_build(spec: dict) -> dict:
     return times
 
 
-def _main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] != "--child":
-        print("usage: python -m graphbook.restart_child --child SPEC_JSON (used by run_restart_paths)",
-              file=sys.stderr)
-        return 2
-    spec = json.loads(argv[1])
-    result = _child_build(spec) if spec.get("role") == "build" else _child_load(spec)
-    print(RESULT_MARKER + json.dumps(result), flush=True)
-    return 0
+def _answer(spec: dict) -> dict:
+    return _child_build(spec) if spec.get("role") == "build" else _child_load(spec)
 
 
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    from .compiletime import answer_as_child
+
+    sys.exit(answer_as_child(sys.argv[1:], "graphbook.restart_child", RESULT_MARKER, _answer))
