@@ -2,6 +2,7 @@
 texts for x86 with and without VNNI, aarch64 Linux, Apple Silicon (sysctl) and an unknown CPU."""
 import pytest
 
+from graphbook.record import environment
 from graphbook.record import environment as env
 
 X86_AVX512_VNNI = """processor\t: 0
@@ -121,3 +122,59 @@ def test_a_capped_process_gets_its_own_inductor_cache():
     assert env.inductor_cache_dir_for_caps({**capped, "TORCHINDUCTOR_CACHE_DIR": "/data/mine"}) is None  # reader's choice
     default = folder.rsplit("_aten_cpu_capability", 1)[0]
     assert env.inductor_cache_dir_for_caps({**capped, "TORCHINDUCTOR_CACHE_DIR": default}) == folder
+
+
+ZEN4_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 17
+model name\t: AMD EPYC 9B14
+stepping\t: 1
+flags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16
+"""
+MASKED_XEON_CPUINFO = """vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 167
+model name\t: Intel(R) Xeon(R) Processor
+stepping\t: 1
+flags\t\t: avx2 avx512f avx512_vnni amx_tile amx_int8
+"""
+
+
+def _cache(tmp_path, entries):
+    for i, (level, kind, size) in enumerate(entries):
+        folder = tmp_path / f"index{i}"
+        folder.mkdir()
+        (folder / "level").write_text(f"{level}\n")
+        (folder / "type").write_text(f"{kind}\n")
+        (folder / "size").write_text(f"{size}\n")
+    return tmp_path
+
+
+def test_cpu_identity_tells_a_zen4_by_family_model_and_caches(tmp_path):
+    root = _cache(tmp_path, [(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"), (3, "Unified", "32M")])
+    identity = environment.cpu_identity(ZEN4_CPUINFO, root)
+    assert identity == {"cpu_vendor": "AuthenticAMD", "cpu_family": 25, "cpu_model_id": 17, "cpu_stepping": 1,
+                        "cpu_microarch": "Zen 4", "cpu_l1d_kib": 32, "cpu_l2_kib": 1024, "cpu_l3_kib": 32768}
+
+
+def test_a_model_number_that_contradicts_the_flags_names_no_microarchitecture(tmp_path):
+    # a hypervisor reports model 167 (a desktop Rocket Lake, no AMX) for a server CPU with AMX
+    assert environment.cpu_identity(MASKED_XEON_CPUINFO, tmp_path)["cpu_microarch"] == "unknown"
+    assert environment.microarchitecture("GenuineIntel", 6, 167) == "Rocket Lake"
+    assert environment.microarchitecture("AuthenticAMD", 25, 0x01) == "Zen 3"
+    assert environment.microarchitecture("AuthenticAMD", 26, 2) == "Zen 5"
+    assert environment.microarchitecture("GenuineIntel", None, None) == "unknown"
+
+
+def test_cpu_identity_on_arm_and_with_nothing_to_read(tmp_path):
+    arm = environment.cpu_identity("CPU implementer\t: 0x41\nCPU architecture: 8\nCPU part\t: 0xd0c\nCPU revision\t: 1\n",
+                                   tmp_path)
+    assert (arm["cpu_vendor"], arm["cpu_family"], arm["cpu_model_id"]) == ("ARM implementer 0x41", 8, 0xD0C)
+    blank = environment.cpu_identity("", tmp_path / "missing")
+    assert blank["cpu_family"] is None and blank["cpu_l2_kib"] is None
+
+
+def test_the_fingerprint_carries_the_identity_and_a_measured_clock():
+    env = environment.fingerprint(1)
+    assert {"cpu_vendor", "cpu_family", "cpu_model_id", "cpu_microarch", "cpu_l2_kib", "cpu_ghz"} <= set(env)

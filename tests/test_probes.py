@@ -30,3 +30,25 @@ def test_matmul_peak_counts_two_n_cubed():
 def test_probes_reject_bad_sizes(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_measured_clock_is_a_plausible_clock_or_none(monkeypatch):
+    ghz = probes.measured_clock_ghz(trials=1, adds=2_000_000)
+    assert ghz is None or 0.3 < ghz < 7.0, ghz  # a chain of dependent adds runs at one per cycle
+    import shutil
+
+    probes._CLOCK_CACHE.clear()
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert probes.measured_clock_ghz(trials=1, adds=1000) is None  # no compiler: no clock, never a guess
+    probes._CLOCK_CACHE.clear()
+
+
+def test_fp32_ceiling_from_the_machines_facts():
+    zen4 = {"cpu_microarch": "Zen 4", "cpu_isa": "avx512_vnni", "cpu_ghz": 3.7, "threads": 2}
+    ceiling = probes.fp32_ceiling(zen4)
+    assert ceiling["gflop_per_s"] == pytest.approx(2 * 32 * 3.7) and "Zen 4" in ceiling["basis"]
+    masked = probes.fp32_ceiling({"cpu_microarch": "unknown", "cpu_isa": "amx", "cpu_ghz": 2.7, "threads": 2})
+    assert masked["gflop_per_s"] == pytest.approx(2 * 64 * 2.7) and "not identified" in masked["basis"]
+    assert probes.fp32_ceiling({"cpu_microarch": "unknown", "cpu_isa": "unknown", "cpu_ghz": 3.0, "threads": 2})[
+        "gflop_per_s"] is None
+    assert probes.fp32_ceiling({**zen4, "cpu_ghz": None})["gflop_per_s"] is None

@@ -7,8 +7,9 @@ import pytest
 from graphbook.record import runs as R
 from graphbook.record import timing
 
-LAPTOP = {"cpu_model": "AMD EPYC 7B12", "cpu_isa": "avx2", "torch_isa": "AVX2", "threads": 2}
-XEON = {"cpu_model": "Intel(R) Xeon(R) Processor", "threads": 2}  # an older file: no ISA columns
+LAPTOP = {"cpu_model": "AMD EPYC 7B12", "cpu_family": 23, "cpu_model_id": 49, "cpu_microarch": "Zen / Zen 2",
+          "cpu_isa": "avx2", "torch_isa": "AVX2", "threads": 2}
+XEON = {"cpu_model": "Intel(R) Xeon(R) Processor", "threads": 2}  # an older file: no identity, no ISA columns
 
 
 def _rows(machine, run_id, times, same=None, q=None, **extra):
@@ -33,11 +34,25 @@ def frame():
     return pd.DataFrame(rows + xeon)
 
 
+def test_two_cpus_with_one_name_are_two_machines_and_an_old_file_is_neither():
+    zen4 = {"cpu_model": "AMD EPYC", "cpu_family": 25, "cpu_model_id": 17, "cpu_microarch": "Zen 4",
+            "cpu_isa": "avx512_vnni", "torch_isa": "AVX512", "threads": 2}
+    zen5 = dict(zen4, cpu_family=26, cpu_model_id=2, cpu_microarch="Zen 5")
+    old = {k: v for k, v in zen4.items() if not k.startswith(("cpu_family", "cpu_model_id", "cpu_microarch"))}
+    labels = [R.machine_label(m) for m in (zen4, zen5, old)]
+    assert len(set(labels)) == 3
+    assert labels[0] == "AMD EPYC (Zen 4, family 25 model 17, avx512_vnni, torch AVX512, 2 threads)"
+    assert "CPU identity unrecorded" in labels[2]
+    rows = _rows(zen4, "a1", {"eager": 900.0}) + _rows(zen5, "b1", {"eager": 500.0}) + _rows(old, "c1", {"eager": 530.0})
+    summary = R.summarize_runs(pd.DataFrame(rows))
+    assert sorted(summary["median"]) == [500.0, 530.0, 900.0]  # three machines, nothing pooled
+
+
 def test_machine_labels_keep_fingerprints_apart():
     labels = set(R.add_machine(frame())[R.MACHINE])
-    assert labels == {"AMD EPYC 7B12 (avx2, torch AVX2, 2 threads)", "Intel(R) Xeon(R) Processor (ISA unrecorded, 2 threads)"}
+    assert labels == {"AMD EPYC 7B12 (Zen / Zen 2, family 23 model 49, avx2, torch AVX2, 2 threads)", "Intel(R) Xeon(R) Processor (CPU identity unrecorded, ISA unrecorded, 2 threads)"}
     assert R.machine_label({"cpu_model": "Apple M2", "cpu_isa": "neon+dotprod+i8mm", "threads": 1.0}) == \
-        "Apple M2 (neon+dotprod+i8mm, 1 thread)"
+        "Apple M2 (CPU identity unrecorded, neon+dotprod+i8mm, 1 thread)"
 
 
 def test_summarize_runs_gives_median_and_spread_across_runs_per_machine():
@@ -64,11 +79,11 @@ def test_summarize_runs_names_a_missing_column():
 
 def test_choose_best_only_among_correct_variants_and_says_whether_runs_agree():
     best = R.choose_best(frame()).set_index(R.MACHINE)
-    laptop = best.loc["AMD EPYC 7B12 (avx2, torch AVX2, 2 threads)"]
+    laptop = best.loc["AMD EPYC 7B12 (Zen / Zen 2, family 23 model 49, avx2, torch AVX2, 2 threads)"]
     assert laptop["best"] == "ort" and laptop["excluded"] == ["bf16_frozen"]  # fastest, but wrong output
     assert laptop["runner_up"] == "eager" and laptop["margin"] == pytest.approx(105 / 55)
     assert laptop["won_runs"] == 3 and laptop["decided"]
-    xeon = best.loc["Intel(R) Xeon(R) Processor (ISA unrecorded, 2 threads)"]
+    xeon = best.loc["Intel(R) Xeon(R) Processor (CPU identity unrecorded, ISA unrecorded, 2 threads)"]
     assert xeon["best"] == "ort" and xeon["won_runs"] == 2 and not xeon["decided"]  # lost run x2
 
 
@@ -77,14 +92,14 @@ def test_choose_best_refuses_a_missing_verdict_as_a_pass():
     data["same_output"] = data["same_output"].astype(object)
     data.loc[data["variant"] == "ort", "same_output"] = None
     best = R.choose_best(data).set_index(R.MACHINE)
-    assert "ort" in best.loc["AMD EPYC 7B12 (avx2, torch AVX2, 2 threads)", "excluded"]
-    assert best.loc["AMD EPYC 7B12 (avx2, torch AVX2, 2 threads)", "best"] == "eager"
+    assert "ort" in best.loc["AMD EPYC 7B12 (Zen / Zen 2, family 23 model 49, avx2, torch AVX2, 2 threads)", "excluded"]
+    assert best.loc["AMD EPYC 7B12 (Zen / Zen 2, family 23 model 49, avx2, torch AVX2, 2 threads)", "best"] == "eager"
 
 
 def test_choose_best_for_speedups_prefers_the_highest():
     data = frame().assign(speedup=lambda f: 1000.0 / f["median_ms"])
     best = R.choose_best(data, value="speedup", lower_is_better=False).set_index(R.MACHINE)
-    laptop = best.loc["AMD EPYC 7B12 (avx2, torch AVX2, 2 threads)"]
+    laptop = best.loc["AMD EPYC 7B12 (Zen / Zen 2, family 23 model 49, avx2, torch AVX2, 2 threads)"]
     assert laptop["best"] == "ort" and laptop["margin"] > 1 and laptop["decided"]
 
 
@@ -111,15 +126,15 @@ def test_flag_under_load_from_the_runs_own_spread_and_its_bandwidth_probe():
 
 def test_phrase_comparison_says_what_happened_here_and_elsewhere():
     text = R.phrase_comparison(frame(), "ort", "eager", here=LAPTOP)
-    assert text.startswith("On this machine (AMD EPYC 7B12 (avx2, torch AVX2, 2 threads)) ort was 1.9x faster than "
+    assert text.startswith("On this machine (AMD EPYC 7B12 (Zen / Zen 2, family 23 model 49, avx2, torch AVX2, 2 threads)) ort was 1.9x faster than "
                            "eager (median of 3 runs, per-run 1.8x to 2.0x).")
-    assert "The recorded runs on Intel(R) Xeon(R) Processor (ISA unrecorded, 2 threads) found: ort and eager traded " \
+    assert "The recorded runs on Intel(R) Xeon(R) Processor (CPU identity unrecorded, ISA unrecorded, 2 threads) found: ort and eager traded " \
            "places (ort ahead in 2 of 3 runs" in text and "no ranking holds there" in text
 
 
 def test_phrase_comparison_without_a_run_here_or_with_too_few_runs():
     text = R.phrase_comparison(frame(), "ort", "eager", here={"cpu_model": "Apple M2", "cpu_isa": "neon", "threads": 1})
-    assert text.startswith("No run on this machine (Apple M2 (neon, 1 thread)) measured both ort and eager yet.")
+    assert text.startswith("No run on this machine (Apple M2 (CPU identity unrecorded, neon, 1 thread)) measured both ort and eager yet.")
     one = pd.DataFrame(_rows(LAPTOP, "l1", {"a": 10.0, "b": 30.0}))
     sentence = R.phrase_comparison(one, "a", "b", here=LAPTOP)
     assert "a was 3.0x faster than b (a single run; fewer than 3 runs, not enough to decide)" in sentence
@@ -163,7 +178,7 @@ def test_phrase_comparison_mentions_runs_flagged_under_load():
     rows = (_rows(XEON, "r1", {"eager": 18909.0, "ort": 997.0}) + _rows(XEON, "r2", {"eager": 4563.0, "ort": 710.0})
             + _rows(XEON, "r3", {"eager": 844.0, "ort": 307.0}))
     text = R.phrase_comparison(R.flag_under_load(pd.DataFrame(rows)), "ort", "eager", here=XEON)
-    assert text.startswith("On this machine (Intel(R) Xeon(R) Processor (ISA unrecorded, 2 threads)) ort was 6.4x "
+    assert text.startswith("On this machine (Intel(R) Xeon(R) Processor (CPU identity unrecorded, ISA unrecorded, 2 threads)) ort was 6.4x "
                            "faster than eager (median of 3 runs, per-run 2.7x to 19x).")
     assert "2 of these 3 runs were flagged as taken under load." in text
 
@@ -171,7 +186,7 @@ def test_phrase_comparison_mentions_runs_flagged_under_load():
 def test_a_capped_run_is_another_machine_configuration():
     capped = dict(LAPTOP, isa_caps="ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2")
     assert R.machine_label(capped) == \
-        "AMD EPYC 7B12 (avx2, torch AVX2, capped ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2, 2 threads)"
+        "AMD EPYC 7B12 (Zen / Zen 2, family 23 model 49, avx2, torch AVX2, capped ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2, 2 threads)"
     assert R.machine_label(dict(LAPTOP, isa_caps="")) == R.machine_label(LAPTOP)
 
 

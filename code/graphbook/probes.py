@@ -90,3 +90,119 @@ def bf16_support() -> tuple[bool, str]:
     if not supported:
         return False, "the CPU lacks native bfloat16 instructions (AVX512-BF16 / AMX), so bf16 would be emulated"
     return True, f"oneDNN reports native bfloat16 ({torch.backends.cpu.get_cpu_capability()})"
+
+
+# --------------------------------------------------------------------------------------------------
+# The clock and the compute ceiling
+# --------------------------------------------------------------------------------------------------
+#: A chain of dependent integer adds of a register: each waits for the one before, and a register add takes
+#: one cycle on every x86 and ARM core the book runs on, so adds per second is the core's clock while it
+#: runs. (Adds of a constant would not do: recent Intel cores fold chains of them at register renaming.)
+_CLOCK_SOURCE = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#define ADD4 "add %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\t"
+#elif defined(__aarch64__)
+#define ADD4 "add %0, %0, %1\n\tadd %0, %0, %1\n\tadd %0, %0, %1\n\tadd %0, %0, %1\n\t"
+#else
+#error "no dependent-add chain for this architecture"
+#endif
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 20000000L;
+    unsigned long x = 0, one = argc > 2 ? strtoul(argv[2], 0, 10) : 1;  /* a register, not an immediate */
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (long i = 0; i < n; i++) {
+        __asm__ volatile(ADD4 ADD4 ADD4 ADD4 : "+r"(x) : "r"(one));
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double s = (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) * 1e-9;
+    printf("%.6f %lu\n", 16.0 * n / s / 1e9, x);
+    return 0;
+}
+"""
+_CLOCK_CACHE: dict = {}
+
+
+def measured_clock_ghz(trials: int = 3, adds: int = 20_000_000) -> float | None:
+    """The core clock while it works, in GHz: a timed chain of dependent adds (Chapter 1).
+
+    A C program (built once per process with the system's C compiler) runs ``16 * adds`` adds that each
+    wait for the one before; at one add per cycle, adds per second is the clock, turbo included. The
+    fastest of ``trials`` runs is the least disturbed one. None where no C compiler is found or the
+    architecture has no chain here (the fingerprint then records no clock, never a guess).
+    """
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    key = (trials, adds)
+    if key in _CLOCK_CACHE:
+        return _CLOCK_CACHE[key]
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    ghz = None
+    if compiler:
+        with tempfile.TemporaryDirectory(prefix="graphbook-clock-") as work:
+            source, binary = Path(work) / "clock.c", Path(work) / "clock"
+            source.write_text(_CLOCK_SOURCE)
+            built = subprocess.run([compiler, "-O1", "-o", str(binary), str(source)], capture_output=True, timeout=60)
+            if built.returncode == 0:
+                readings = []
+                for _ in range(trials):
+                    out = subprocess.run([str(binary), str(adds)], capture_output=True, text=True, timeout=60)
+                    if out.returncode == 0 and out.stdout.split():
+                        readings.append(float(out.stdout.split()[0]))
+                ghz = max(readings) if readings else None
+    _CLOCK_CACHE[key] = ghz
+    return ghz
+
+
+#: FP32 floating-point operations one core can start per cycle: FMA units x FP32 lanes per unit x 2 (a
+#: multiply and an add). From the vendors' optimization manuals; Zen 4 runs AVX-512 on two 256-bit units.
+FP32_FLOPS_PER_CYCLE = {
+    "Skylake-SP / Cascade Lake": 64, "Ice Lake-SP": 64, "Sapphire Rapids": 64, "Emerald Rapids": 64,
+    "Granite Rapids": 64, "Zen / Zen 2": 32, "Zen 3": 32, "Zen 3+": 32, "Zen 4": 32, "Zen 5": 64,
+    "Tiger Lake": 32, "Alder Lake": 32, "Raptor Lake": 32, "Rocket Lake": 32, "Coffee Lake": 32, "Kaby Lake": 32,
+}
+
+
+def flops_per_cycle_from_isa(isa: str) -> int | None:
+    """FP32 FLOPs per cycle per core implied by the widest vector FMA the CPU offers, two FMA units (Chapter 1).
+
+    The fallback when the microarchitecture is unknown (a hypervisor that hides the model number): AVX-512
+    -> 2 x 16 lanes x 2 = 64, AVX2 -> 32, NEON -> 2 x 4 x 2 = 16. An upper bound: some cores have one
+    512-bit unit, or split 512-bit work over two 256-bit ones.
+    """
+    isa = str(isa or "")
+    if isa.startswith(("amx", "avx512")):
+        return 64
+    if isa.startswith("avx2"):
+        return 32
+    if isa.startswith(("neon", "arm")):
+        return 16
+    return None
+
+
+def fp32_ceiling(env: dict) -> dict:
+    """The machine's theoretical FP32 peak from its own facts: threads x FLOPs per cycle x measured clock (Chapter 1).
+
+    ``env`` is a fingerprint (:func:`graphbook.record.environment.fingerprint`): ``threads`` (the cores the
+    work may use), ``cpu_microarch`` (FLOPs per cycle from :data:`FP32_FLOPS_PER_CYCLE`, else from the
+    instruction set, :func:`flops_per_cycle_from_isa`) and ``cpu_ghz``. Returns ``gflop_per_s`` (None when a
+    fact is missing), ``flops_per_cycle``, ``ghz``, ``threads`` and ``basis`` (where the FLOPs per cycle came
+    from). A measured FP32 rate above this is a bug to find or a kernel that does less work than counted.
+    """
+    per_cycle = FP32_FLOPS_PER_CYCLE.get(str(env.get("cpu_microarch") or ""))
+    basis = f"{env.get('cpu_microarch')} (vendor manuals)" if per_cycle else ""
+    if per_cycle is None:
+        per_cycle = flops_per_cycle_from_isa(env.get("cpu_isa"))
+        basis = f"widest FMA of {env.get('cpu_isa')}, two units (microarchitecture not identified)" if per_cycle else ""
+    ghz, threads = env.get("cpu_ghz"), env.get("threads")
+    try:
+        value = float(threads) * per_cycle * float(ghz) if per_cycle and ghz and threads else None
+    except (TypeError, ValueError):
+        value = None
+    return {"gflop_per_s": value, "flops_per_cycle": per_cycle, "ghz": ghz, "threads": threads, "basis": basis}

@@ -53,6 +53,100 @@ def cpu_model(cpuinfo_text: str | None = None) -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+#: Microarchitecture names by (vendor, family, model), for the CPUs the book has met and their neighbours.
+#: A hypervisor may report another model number than the host's; the name is then "unknown", never a guess.
+_MICROARCH = {
+    ("GenuineIntel", 6, 85): "Skylake-SP / Cascade Lake", ("GenuineIntel", 6, 106): "Ice Lake-SP",
+    ("GenuineIntel", 6, 108): "Ice Lake-SP", ("GenuineIntel", 6, 143): "Sapphire Rapids",
+    ("GenuineIntel", 6, 207): "Emerald Rapids", ("GenuineIntel", 6, 173): "Granite Rapids",
+    ("GenuineIntel", 6, 174): "Granite Rapids", ("GenuineIntel", 6, 175): "Sierra Forest",
+    ("GenuineIntel", 6, 140): "Tiger Lake", ("GenuineIntel", 6, 151): "Alder Lake", ("GenuineIntel", 6, 183): "Raptor Lake",
+    ("GenuineIntel", 6, 167): "Rocket Lake", ("GenuineIntel", 6, 158): "Coffee Lake", ("GenuineIntel", 6, 142): "Kaby Lake",
+}
+_AMX_ARCHS = {"Sapphire Rapids", "Emerald Rapids", "Granite Rapids"}
+_AMD_FAMILIES = {23: ("Zen / Zen 2", None), 26: ("Zen 5", None)}
+_ZEN3_ZEN4 = ((range(0x00, 0x10), "Zen 3"), (range(0x10, 0x20), "Zen 4"), (range(0x20, 0x30), "Zen 3"),
+              (range(0x40, 0x50), "Zen 3+"), (range(0x50, 0x60), "Zen 3"), (range(0x60, 0x80), "Zen 4"),
+              (range(0xA0, 0xB0), "Zen 4"))
+
+
+def microarchitecture(vendor: str, family: int | None, model: int | None) -> str:
+    """The microarchitecture of an x86 CPU from its CPUID vendor, family and model, or "unknown" (Chapter 1)."""
+    if family is None or model is None:
+        return "unknown"
+    if vendor == "AuthenticAMD":
+        if family == 25:
+            return next((name for models, name in _ZEN3_ZEN4 if model in models), "unknown")
+        return _AMD_FAMILIES.get(family, ("unknown", None))[0]
+    return _MICROARCH.get((vendor, family, model), "unknown")
+
+
+def _int_or_none(text: str | None, base: int = 10) -> int | None:
+    try:
+        return int(str(text).strip(), base)
+    except (TypeError, ValueError):
+        return None
+
+
+def _cache_kib(sysfs_root: Path) -> dict:
+    """L1 data, L2 and L3 sizes of cpu0 in KiB from sysfs (per core for L1/L2, shared for L3), None if unread."""
+    sizes = {"cpu_l1d_kib": None, "cpu_l2_kib": None, "cpu_l3_kib": None}
+    for index in sorted(sysfs_root.glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        factor = {"K": 1, "M": 1024, "G": 1024 * 1024}.get(size[-1:], None)
+        value = _int_or_none(size[:-1]) if factor else _int_or_none(size)
+        if value is None:
+            continue
+        kib = value * (factor or 1)
+        if level == "1" and kind == "Data":
+            sizes["cpu_l1d_kib"] = kib
+        elif level == "2":
+            sizes["cpu_l2_kib"] = kib
+        elif level == "3":
+            sizes["cpu_l3_kib"] = kib
+    return sizes
+
+
+def cpu_identity(cpuinfo_text: str | None = None, cache_root: str | Path | None = None) -> dict:
+    """What tells one CPU from another beyond its name (Chapter 1): vendor, family, model, stepping,
+    microarchitecture and cache sizes.
+
+    "AMD EPYC" names CPUs whose speed differs by 2x (a Zen 4 and a Zen 5 both report it), so a machine is
+    identified by ``cpu_vendor``, ``cpu_family``, ``cpu_model_id``, ``cpu_stepping`` (x86: from
+    /proc/cpuinfo; ARM: implementer and part), ``cpu_microarch`` (:func:`microarchitecture`) and
+    ``cpu_l1d_kib``/``cpu_l2_kib``/``cpu_l3_kib`` (sysfs). Fields that cannot be read are None. The measured
+    clock is :func:`graphbook.probes.measured_clock_ghz`. ``cpuinfo_text`` and ``cache_root`` let tests
+    describe any CPU.
+    """
+    text = _read_cpuinfo() if cpuinfo_text is None else cpuinfo_text
+    fields = _cpuinfo_fields(text)
+    if "vendor_id" in fields:
+        vendor = fields["vendor_id"]
+        family, model = _int_or_none(fields.get("cpu family")), _int_or_none(fields.get("model"))
+        stepping = _int_or_none(fields.get("stepping"))
+        arch = microarchitecture(vendor, family, model)
+        if "amx_tile" in fields.get("flags", "").split() and arch not in _AMX_ARCHS:
+            arch = "unknown"  # a hypervisor reported a model number whose CPU has no AMX
+    elif "cpu implementer" in fields:
+        vendor = f"ARM implementer {fields['cpu implementer']}"
+        family = _int_or_none(fields.get("cpu architecture"))
+        model = _int_or_none(fields.get("cpu part"), 16)
+        stepping = _int_or_none(fields.get("cpu revision"))
+        arch = "unknown"
+    else:
+        vendor, family, model, stepping = (_sysctl("machdep.cpu.vendor") if cpuinfo_text is None else "") or "unknown", \
+            None, None, None
+        arch = "unknown"
+    root = Path(cache_root) if cache_root is not None else Path("/sys/devices/system/cpu/cpu0/cache")
+    return {"cpu_vendor": vendor, "cpu_family": family, "cpu_model_id": model, "cpu_stepping": stepping,
+            "cpu_microarch": arch, **_cache_kib(root)}
+
+
 def _read_cpuinfo() -> str:
     try:
         return Path("/proc/cpuinfo").read_text()
@@ -278,10 +372,19 @@ def _gpu_info() -> dict:
     return info
 
 
+def _clock():
+    from ..probes import measured_clock_ghz
+
+    ghz = measured_clock_ghz()
+    return round(ghz, 2) if ghz is not None else None
+
+
 def fingerprint(threads: int | None = None) -> dict:
     """Everything a measurement needs to be compared later (Chapter 1).
 
-    Keys: date (UTC, ISO 8601), git_commit, cpu_model, cpu_isa (the instruction set the CPU offers,
+    Keys: date (UTC, ISO 8601), git_commit, cpu_model, the CPU's identity (:func:`cpu_identity`: vendor,
+    family, model, stepping, microarchitecture, caches) and its measured clock ``cpu_ghz``
+    (:func:`graphbook.probes.measured_clock_ghz`, None where it cannot be measured), cpu_isa (the instruction set the CPU offers,
     :func:`cpu_features`), torch_isa (the one PyTorch uses, lower when ``ATEN_CPU_CAPABILITY`` caps it),
     isa_caps (:func:`_isa_caps_label`: the instruction-set caps set in the environment, "" for none),
     cpu_cores (logical), threads (torch's intra-op count, or the given one), gpu_name, gpu_driver,
@@ -294,6 +397,8 @@ def fingerprint(threads: int | None = None) -> dict:
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(),
         "cpu_model": cpu_model(),
+        **cpu_identity(),
+        "cpu_ghz": _clock(),
         "cpu_isa": features["isa"],
         "torch_isa": features["torch_isa"],
         "isa_caps": _isa_caps_label(),

@@ -15,7 +15,10 @@ from __future__ import annotations
 import statistics
 from typing import Iterable, Mapping, Sequence
 
-MACHINE_COLUMNS = ("cpu_model", "cpu_isa", "torch_isa", "isa_caps", "threads")
+#: What identifies a machine configuration: the CPU's name *and* identity (vendor family and model: one name
+#: covers CPUs whose speed differs by 2x), its instruction set, PyTorch's, any cap, and the threads used.
+MACHINE_COLUMNS = ("cpu_model", "cpu_family", "cpu_model_id", "cpu_microarch", "cpu_isa", "torch_isa", "isa_caps",
+                   "threads")
 MACHINE = "machine"            #: the column added by :func:`add_machine`: one label per fingerprint
 UNDER_LOAD = "under_load"      #: bool column added by :func:`flag_under_load`
 LOAD_REASON = "load_reason"    #: why a run was flagged ("" when it was not)
@@ -42,10 +45,20 @@ def _field(value) -> str:
 
 def machine_label(fingerprint: Mapping, columns: Sequence[str] = MACHINE_COLUMNS) -> str:
     """A readable label for one machine configuration (Chapter 5), e.g.
-    ``"AMD EPYC (avx512_vnni, torch AVX2, 2 threads)"``; missing fields read "unrecorded"."""
+    ``"AMD EPYC (Zen 4, family 25 model 17, avx512_vnni, torch AVX512, 2 threads)"``.
+
+    A file recorded before the CPU's identity was (no family or model) reads "CPU identity unrecorded", so
+    its runs are never merged with a newer machine's of the same name."""
     values = {c: _field(fingerprint.get(c)) for c in columns}
     model = values.pop("cpu_model", UNRECORDED)
     parts = []
+    if "cpu_family" in values or "cpu_model_id" in values:
+        family, model_id = values.pop("cpu_family", UNRECORDED), values.pop("cpu_model_id", UNRECORDED)
+        arch = values.pop("cpu_microarch", UNRECORDED)
+        if family == UNRECORDED and model_id == UNRECORDED:
+            parts.append("CPU identity unrecorded")
+        else:
+            parts.append((f"{arch}, " if arch not in (UNRECORDED, "unknown") else "") + f"family {family} model {model_id}")
     if "cpu_isa" in values:
         isa = values.pop("cpu_isa")
         parts.append("ISA unrecorded" if isa == UNRECORDED else isa)
