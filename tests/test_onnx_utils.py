@@ -115,16 +115,14 @@ def test_level_names_map_to_enum():
     enum = ort.GraphOptimizationLevel
     assert ou.optimization_level("disabled") == enum.ORT_DISABLE_ALL
     assert ou.optimization_level("basic") == enum.ORT_ENABLE_BASIC
-    assert ou.optimization_level("Extended") == enum.ORT_ENABLE_EXTENDED
+    assert ou.optimization_level("extended") == enum.ORT_ENABLE_EXTENDED
     assert ou.optimization_level("all") == enum.ORT_ENABLE_ALL
-    assert ou.optimization_level("ORT_ENABLE_BASIC") == enum.ORT_ENABLE_BASIC
-    assert ou.optimization_level(enum.ORT_ENABLE_ALL) == enum.ORT_ENABLE_ALL
     if hasattr(enum, "ORT_ENABLE_LAYOUT"):
         assert ou.optimization_level("layout") == enum.ORT_ENABLE_LAYOUT
     assert list(ou.LEVEL_NAMES) == ["disabled", "basic", "extended", "layout", "all"]
 
 
-@pytest.mark.parametrize("bad", ["fast", "", "ORT_ENABLE_TURBO", 2, None])
+@pytest.mark.parametrize("bad", ["fast", "", "Extended", "ORT_ENABLE_BASIC", "ORT_ENABLE_TURBO", 2, None])
 def test_unknown_level_gives_clear_error(bad):
     with pytest.raises(ValueError, match="optimization level"):
         ou.optimization_level(bad)

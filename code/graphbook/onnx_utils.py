@@ -213,23 +213,16 @@ def onnx_files(path: str | Path) -> list[Path]:
 def optimization_level(name):
     """ONNX Runtime's ``GraphOptimizationLevel`` for a book level name (Chapter 4).
 
-    Accepts the book's names (``disabled``, ``basic``, ``extended``, ``layout``, ``all``), the enum
-    member names (``ORT_ENABLE_BASIC``...) or a member itself. Raises ValueError naming the choices
-    for anything else, and for ``layout`` on an ONNX Runtime too old to have that level.
+    Takes the book's names only (``disabled``, ``basic``, ``extended``, ``layout``, ``all``: the enum member
+    each stands for is :data:`LEVEL_ENUM_NAMES`). Raises ValueError naming the choices for anything else,
+    and for ``layout`` on an ONNX Runtime too old to have that level.
     """
     import onnxruntime as ort
 
-    enum = ort.GraphOptimizationLevel
-    if isinstance(name, enum):
-        return name
-    if not isinstance(name, str):
-        raise ValueError(f"optimization level must be one of {list(LEVEL_NAMES)}, got {name!r}")
-    key = name.strip()
-    member_name = LEVEL_ENUM_NAMES.get(key.lower(), key.upper() if key.upper().startswith("ORT_") else None)
-    if member_name is None or member_name not in LEVEL_ENUM_NAMES.values():
-        raise ValueError(f"unknown optimization level {name!r}; choose one of {list(LEVEL_NAMES)} "
-                         f"(or {list(LEVEL_ENUM_NAMES.values())})")
-    member = getattr(enum, member_name, None)
+    member_name = LEVEL_ENUM_NAMES.get(name) if isinstance(name, str) else None
+    if member_name is None:
+        raise ValueError(f"unknown optimization level {name!r}; choose one of {list(LEVEL_NAMES)}")
+    member = getattr(ort.GraphOptimizationLevel, member_name, None)
     if member is None:
         raise ValueError(f"this ONNX Runtime ({ort.__version__}) has no {member_name} level")
     return member
