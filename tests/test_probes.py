@@ -48,7 +48,15 @@ def test_fp32_ceiling_from_the_machines_facts():
     ceiling = probes.fp32_ceiling(zen4)
     assert ceiling["gflop_per_s"] == pytest.approx(2 * 32 * 3.7) and "Zen 4" in ceiling["basis"]
     masked = probes.fp32_ceiling({"cpu_microarch": "unknown", "cpu_isa": "amx", "cpu_ghz": 2.7, "threads": 2})
-    assert masked["gflop_per_s"] == pytest.approx(2 * 64 * 2.7) and "not identified" in masked["basis"]
+    assert masked["gflop_per_s"] == pytest.approx(2 * 64 * 2.7) and "not identified" in masked["basis"] and "AVX-512" in masked["basis"]
     assert probes.fp32_ceiling({"cpu_microarch": "unknown", "cpu_isa": "unknown", "cpu_ghz": 3.0, "threads": 2})[
         "gflop_per_s"] is None
     assert probes.fp32_ceiling({**zen4, "cpu_ghz": None})["gflop_per_s"] is None
+
+
+def test_gemm_rates_measures_each_installed_library():
+    rates = probes.gemm_rates(n=64, threads=1, repeats=1)
+    assert [r["library"] for r in rates] == ["PyTorch torch.mm", "NumPy @", "ONNX Runtime MatMul (MLAS)"]
+    assert all(r["gflop_per_s"] > 0 for r in rates)
+    with pytest.raises(ValueError, match="n must be"):
+        probes.gemm_rates(n=0)

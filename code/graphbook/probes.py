@@ -126,12 +126,13 @@ int main(int argc, char **argv) {
 _CLOCK_CACHE: dict = {}
 
 
-def measured_clock_ghz(trials: int = 3, adds: int = 20_000_000) -> float | None:
+def measured_clock_ghz(trials: int = 9, adds: int = 2_000_000) -> float | None:
     """The core clock while it works, in GHz: a timed chain of dependent adds (Chapter 1).
 
     A C program (built once per process with the system's C compiler) runs ``16 * adds`` adds that each
     wait for the one before; at one add per cycle, adds per second is the clock, turbo included. The
-    fastest of ``trials`` runs is the least disturbed one. None where no C compiler is found or the
+    fastest of ``trials`` short runs (about 10 ms each) is the least disturbed one: on a loaded machine a
+    run that the scheduler interrupts reads low, never high. None where no C compiler is found or the
     architecture has no chain here (the fingerprint then records no clock, never a guess).
     """
     import shutil
@@ -199,10 +200,63 @@ def fp32_ceiling(env: dict) -> dict:
     basis = f"{env.get('cpu_microarch')} (vendor manuals)" if per_cycle else ""
     if per_cycle is None:
         per_cycle = flops_per_cycle_from_isa(env.get("cpu_isa"))
-        basis = f"widest FMA of {env.get('cpu_isa')}, two units (microarchitecture not identified)" if per_cycle else ""
+        width = {64: "AVX-512", 32: "AVX2", 16: "NEON"}.get(per_cycle, "")
+        basis = (f"two {width} FMA units assumed from the instruction set ({env.get('cpu_isa')}): the "
+                 "microarchitecture is not identified") if per_cycle else ""
     ghz, threads = env.get("cpu_ghz"), env.get("threads")
     try:
         value = float(threads) * per_cycle * float(ghz) if per_cycle and ghz and threads else None
     except (TypeError, ValueError):
         value = None
     return {"gflop_per_s": value, "flops_per_cycle": per_cycle, "ghz": ghz, "threads": threads, "basis": basis}
+
+
+def gemm_rates(n: int = 2048, threads: int = 2, repeats: int = 5) -> list[dict]:
+    """The best dense FP32 matrix product several libraries reach here, in GFLOP/s (Chapter 1).
+
+    One library's GEMM is not the machine's peak (PyTorch's x86 wheels call MKL, which takes a narrower
+    path on AMD CPUs), so the book measures three on the same ``n x n`` product, at ``threads`` threads:
+    PyTorch's ``torch.mm``, NumPy's ``@`` (its own BLAS) and ONNX Runtime's ``MatMul`` (its MLAS kernels).
+    Returns one dict per library that is installed: ``library``, ``gflop_per_s``, ``median_ms``.
+    """
+    import numpy as np
+
+    from .record.timing import time_cpu
+
+    _positive_int("n", n)
+    flops = 2 * n ** 3
+    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
+    b = np.random.default_rng(1).random((n, n), dtype=np.float32)
+    rows = []
+
+    def add(library, fn):
+        result = time_cpu(fn, warmup=2, repeats=repeats, name=library)
+        rows.append({"library": library, "gflop_per_s": flops / (result.median_ms * 1e-3) / 1e9,
+                     "median_ms": result.median_ms})
+
+    import torch
+
+    ta, tb, out = torch.from_numpy(a), torch.from_numpy(b), torch.empty(n, n)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        add("PyTorch torch.mm", lambda: torch.mm(ta, tb, out=out))
+    finally:
+        torch.set_num_threads(previous)
+    add("NumPy @", lambda: a @ b)
+    try:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+    except ImportError:
+        return rows
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "gemm",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [n, n]),
+                               helper.make_tensor_value_info("b", TensorProto.FLOAT, [n, n])],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n, n])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = min(model.ir_version, 9)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    add("ONNX Runtime MatMul (MLAS)", lambda: session.run(None, {"a": a, "b": b}))
+    return rows
