@@ -18,8 +18,9 @@ import re
 import sys
 import time
 from pathlib import Path
+from graphbook import paths
 
-ROOT = Path(__file__).resolve().parents[1]  # graphbook itself is installed (scripts/setup_env.sh)
+ROOT = paths.REPO_ROOT  # graphbook itself is installed (scripts/setup_env.sh)
 
 # Chapters first, the provenance page last: it reports on the chapters' fresh metadata.
 ORDER = ["chapters", "appendix"]

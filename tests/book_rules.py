@@ -5,6 +5,7 @@ Used by test_book_policy.py (on the real chapters and on deliberately broken not
 from __future__ import annotations
 
 import re
+from graphbook import paths
 
 GLUE_ROLE = re.compile(r"\{glue(?::(?:text|md|figure|math))?\}`([^`]+)`")
 GLUE_DIRECTIVE = re.compile(r"```\{glue(?::(?:figure|math|md))?\}\s+(\S+)")
@@ -130,7 +131,7 @@ def sanitize_patterns(path=None) -> list[tuple[str, str]]:
     """The (regex, replacement) pairs of the nbval sanitizer file, parsed as nbval parses them."""
     from pathlib import Path
 
-    text = Path(path or Path(__file__).resolve().parents[1] / SANITIZE_CFG).read_text()
+    text = Path(path or paths.REPO_ROOT / SANITIZE_CFG).read_text()
     return re.findall(r"^regex: (.*)$\n^replace: (.*)$", text, flags=re.MULTILINE)
 
 

@@ -4,13 +4,13 @@ torch.compile here: compiles take minutes on a shared 2-core machine."""
 import csv
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from graphbook import probes, profiling
+from graphbook import paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.REPO_ROOT
 SCRIPT = ROOT / "code" / "bench_blurball_cpu.py"
 TINY = ["--height", "16", "--width", "32", "--repeats", "2", "--warmup", "1", "--threads", "1", "--peak-n", "64",
         "--probe-mib", "4"]

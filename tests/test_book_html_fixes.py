@@ -8,8 +8,9 @@ from pathlib import Path
 import nbformat
 import pytest
 import yaml
+from graphbook import paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.REPO_ROOT
 URL = "https://github.com/example-org/example-book"
 
 

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 import book_rules as rules
+from graphbook import paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.REPO_ROOT
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "appendix").glob("*.ipynb"))
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 EXPECTED_CHAPTERS = ["01_chef_and_refrigerator", "02_fusion_on_a_laptop_cpu", "03_what_graph_compilers_do",

@@ -2,15 +2,15 @@
 import ast
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
 from graphbook import fusion_demo
+from graphbook import paths
 
-SCRIPT = Path(__file__).resolve().parents[1] / "code" / "03_fusion.py"
+SCRIPT = paths.script("03_fusion.py")
 
 
 @pytest.fixture(scope="module")

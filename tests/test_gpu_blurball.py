@@ -4,15 +4,15 @@ and the whole pipeline in --smoke mode."""
 import csv
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from graphbook.lab import gpu_measure
 from graphbook.record import results
+from graphbook import paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.REPO_ROOT
 SCRIPT = ROOT / "code" / "gpu_blurball.py"
 
 

@@ -3,7 +3,6 @@ CPU-only machine: the guard, arguments, the TensorRT build rules (fake tensorrt)
 enqueues, the Q/DQ check, the engine cache, and --smoke."""
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -11,8 +10,9 @@ import torch
 
 from graphbook.lab import gpu_runtimes
 from graphbook.record import results
+from graphbook import paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.REPO_ROOT
 SCRIPT = ROOT / "code" / "gpu_tensorrt.py"
 
 

@@ -6,7 +6,7 @@ milliseconds; two tests compile tiny functions (a few seconds each with a cold c
 import pytest
 import torch
 
-from graphbook import inductor_tools
+from graphbook import inductor_tools, paths
 
 WRAPPER = '''
 from torch._inductor.codegen.cpp_utils import ...
@@ -160,11 +160,10 @@ def test_bench_ablation_records_three_rotated_runs_without_recompiling(tmp_path)
     a rotated order, a copy_ probe per run, no recompile in the runs; runs.summarize_runs counts 3."""
     import subprocess
     import sys
-    from pathlib import Path
 
     from graphbook.record import results, runs
 
-    script = Path(__file__).resolve().parents[1] / "code" / "bench_ablation.py"
+    script = paths.script("bench_ablation.py")
     proc = subprocess.run([sys.executable, str(script), "--height", "16", "--width", "32", "--threads", "1",
                            "--repeats", "2", "--warmup", "1", "--probe-mib", "4",
                            "--variants", "without freezing,without fusion and freezing,decomposed op by op (aot_eager)",

@@ -3,7 +3,6 @@ recommendation on a synthetic frame, the script's arguments, and one smoke run (
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,8 +12,9 @@ from graphbook import int8_matrix as im
 from graphbook import int8_decision
 from graphbook import quantization
 from graphbook.record import results
+from graphbook import paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.REPO_ROOT
 SCRIPT = ROOT / "code" / "bench_int8.py"
 FACTORS = ("per_channel", "calibration", "pre_process", "exclude", "reduce_range")
 

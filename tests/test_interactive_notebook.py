@@ -21,8 +21,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from graphbook import paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.REPO_ROOT
 CHAPTER = ROOT / "chapters" / "01_chef_and_refrigerator.ipynb"
 JUPYTER = Path(sys.executable).with_name("jupyter")
 # Chapter 1's cells up to and including the first one that prints (the machine's bandwidth and peak).

@@ -9,11 +9,11 @@ show the TensorRT run, chapter 5 the BlurBall run beside the article's numbers (
 file), and chapter 7's GPU decision must use the recorded run. The chapters themselves are never written.
 """
 import shutil
-from pathlib import Path
 
 import pytest
+from graphbook import paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.REPO_ROOT
 FAKE_GPU = "Fake Lab GPU 9000"
 # Distinctive fake medians (ms): eager FP32 / FP16 reduce-overhead = 5.0, unlike the article's 3.5.
 FAKE_MS = {"fp32_eager_nchw": 12.345, "fp16_eager_nchw": 8.765, "fp32_eager_channels_last": 13.579,

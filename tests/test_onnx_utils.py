@@ -13,6 +13,7 @@ from graphbook import correctness, onnx_utils as ou
 from graphbook import profiling
 from graphbook.lab import gpu_runtimes
 from graphbook import quantization
+from graphbook import paths
 
 
 class TinyBlock(nn.Module):
@@ -368,11 +369,10 @@ def test_bench_script_records_three_rotated_runs(tmp_path):
     with their own run ids, a rotated order and a copy_ probe each; runs.summarize_runs counts 3 runs."""
     import subprocess
     import sys
-    from pathlib import Path
 
     from graphbook.record import results, runs
 
-    script = Path(__file__).resolve().parents[1] / "code" / "bench_onnxruntime.py"
+    script = paths.script("bench_onnxruntime.py")
     done = subprocess.run([sys.executable, str(script), "--height", "16", "--width", "32", "--threads", "1",
                            "--repeats", "2", "--warmup", "1", "--no-compile", "--no-quantize", "--probe-mib", "4",
                            "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=tmp_path)

@@ -9,8 +9,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from graphbook import paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.REPO_ROOT
 PACKAGE = ROOT / "code" / "graphbook"
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "appendix").glob("*.ipynb"))
 # Spelled in pieces so that this file does not match the search it performs.

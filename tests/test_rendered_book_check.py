@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from graphbook import paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.REPO_ROOT
 SCRIPT = ROOT / "scripts" / "check_rendered_book.py"
 
 

@@ -3,7 +3,6 @@ import csv
 import hashlib
 import os
 import re
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -11,8 +10,9 @@ import torch
 
 from graphbook.record import results
 from graphbook import correctness
+from graphbook import paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.REPO_ROOT
 COMMITTED = ROOT / "data" / "results"
 ENV = {"date": "2026-11-30T10:00:00+00:00", "git_commit": "0123", "threads": 2}
 

@@ -6,15 +6,15 @@ the book would not publish it at the URL Chapter 3 links, or when it was made wi
 tlparse) release than requirements.txt pins -- then rerun the script and commit the folder.
 """
 import re
-from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
 
 import pytest
 import yaml
 
 from graphbook import diagnostics as d
+from graphbook import paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.REPO_ROOT
 
 
 def _pinned(name: str) -> str:

@@ -9,7 +9,7 @@ import pytest
 
 from graphbook import paths, training
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.REPO_ROOT
 SCRIPT = ROOT / "code" / "train_blurball.py"
 TINY = ["--height", "32", "--width", "32", "--batch-size", "1", "--max-steps", "2", "--epoch-steps", "1",
         "--val-clips", "1", "--final-val-clips", "1", "--full-eval-clips", "0", "--threads", "1"]
