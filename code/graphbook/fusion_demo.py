@@ -262,6 +262,58 @@ def minor_page_faults(fn, calls: int = 3, trials: int = 5) -> float | None:
     return min(counts)
 
 
+# ---------------------------------------------------------------- the allocator, removed as a cause
+#: glibc's malloc serves a block above its mmap threshold (128 KiB, growing with the blocks freed, to at most
+#: 32 MiB on 64-bit) with an mmap of its own and returns it to the kernel on free, so every fresh 64 MiB tensor
+#: gets new pages that fault on first touch.
+#: These switches make it serve every block from its heap and keep what is freed: no mmap, no trimming.
+KEEP_FREED_MEMORY = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2 ** 40)}
+_ALLOCATION_TAG = "GRAPHBOOK_ALLOCATION "
+
+
+def _allocation_child(n_elements: int, repeats: int) -> dict:
+    """In a fresh process: the eager chain, ``x * 2`` into a new tensor and into ``out=``, and page faults."""
+    x, out = torch.randn(n_elements), torch.zeros(n_elements)
+    with torch.no_grad():
+        times = timing.interleaved({"eager chain": lambda: chain(x), "x * 2, new tensor": lambda: x * 2,
+                                    "x * 2, out=": lambda: torch.mul(x, 2, out=out),
+                                    "chain into out=": lambda: chain_into(x, out)}, warmup=2, repeats=repeats)
+        faults = minor_page_faults(lambda: x * 2)
+    return {**{name: result.median_ms for name, result in times.items()}, "faults_per_new_tensor": faults}
+
+
+def allocator_ablation(n_elements: int = 2 ** 24, threads: int = 2, repeats: int = 7,
+                       timeout: float = 300.0) -> list[dict] | str:
+    """The fresh-tensor cost removed at its cause: the same eager code with glibc told to keep freed memory
+    (Chapter 2).
+
+    Two fresh processes time the eager chain, ``x * 2`` into a new tensor and into ``out=``, and the chain into
+    ``out=``: one with the default allocator, one with :data:`KEEP_FREED_MEMORY`. Returns one row per
+    process (``allocator``, the medians in ms, ``faults_per_new_tensor``), or a sentence saying why the
+    experiment does not apply here (it needs glibc, whose switches these are).
+    """
+    import os
+    import platform
+    import sys
+
+    if platform.libc_ver()[0] != "glibc":
+        return (f"the allocator experiment needs glibc's malloc (this system's C library is "
+                f"{platform.libc_ver()[0] or 'not glibc'}), whose switches it uses")
+    code = ("import json, torch; from graphbook import fusion_demo; torch.set_num_threads(%d); "
+            "print(%r + json.dumps(fusion_demo._allocation_child(%d, %d)))" % (threads, _ALLOCATION_TAG, n_elements,
+                                                                             repeats))
+    rows = []
+    for label, extra in (("glibc default", {}), ("glibc keeping freed memory", KEEP_FREED_MEMORY)):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+        env.update(extra, OMP_NUM_THREADS=str(threads))
+        result, _ = compiletime.run_tagged_child(
+            [sys.executable, "-c", code], _ALLOCATION_TAG, env=env, timeout=timeout,
+            timeout_message=f"the allocation child ({label}) exceeded {timeout:.0f} s",
+            failure_message=lambda proc: f"the allocation child ({label}) failed: {(proc.stderr or '')[-800:]}")
+        rows.append({"allocator": label, **result})
+    return rows
+
+
 # ---------------------------------------------------------------- (c) compile time, cold and warm
 def measure_compile_time(n_elements: int = DEFAULT_SIZE, threads: int = 1,
                          cache_dir: str | Path | None = None) -> dict:
