@@ -41,12 +41,13 @@ from graphbook.record.cli import int_at_least, positive_int
 
 
 def parse_args(argv=None):
-    from graphbook.inductor_tools import ABLATION_CONFIGS, UNFUSED_ABLATION_BACKENDS, UNFUSED_ABLATION_CONFIGS
+    from graphbook.inductor_tools import (ABLATION_CONFIGS, CAUSE_ABLATION_CONFIGS, UNFUSED_ABLATION_BACKENDS,
+                                          UNFUSED_ABLATION_CONFIGS)
 
     # Every Inductor setting of the ablation, including the row that really turns fusion and inlining off
     # on the C++ backend (max_fusion_size=1 alone leaves BlurBall's launches unchanged there), and the
     # same decomposed graph run op by op by a non-Inductor backend.
-    configs = [*ABLATION_CONFIGS, *UNFUSED_ABLATION_CONFIGS, *UNFUSED_ABLATION_BACKENDS]
+    configs = [*ABLATION_CONFIGS, *UNFUSED_ABLATION_CONFIGS, *CAUSE_ABLATION_CONFIGS, *UNFUSED_ABLATION_BACKENDS]
     parser = cli.make_parser("bench_ablation.py", __doc__.splitlines()[0])
     cli.add_input_size(parser, height=96, width=160)
     parser.add_argument("--threads", type=positive_int, default=2, help="torch intra-op threads")

@@ -119,7 +119,8 @@ def main(argv=None) -> int:
         calibration = (None if args.no_quantize else
                        calibration_frames(args.calibration_frames, args.height, args.width))
         shared: dict = {}  # one export of each kind, whatever the thread count
-        names = [f"ort_{level}" for level in ou.LEVEL_NAMES] + ["ort_exporter_optimized_all"]
+        # the level ladder, level all without its NCHWc rewrite (what that one rewrite is worth), the exporter's file
+        names = [f"ort_{level}" for level in ou.LEVEL_NAMES] + ["ort_all_without_nchwc", "ort_exporter_optimized_all"]
         names += [] if args.no_quantize else ["ort_int8_qdq_all"]
         for name in names:
             # one session per thread count: ONNX Runtime fixes its thread pool when a session is created
@@ -127,7 +128,7 @@ def main(argv=None) -> int:
                 context = variants.BuildContext(workdir=workdir, threads=threads, calibration=calibration,
                                                 cache=shared)
                 built = variants.build(name, model, x, context)
-                extra = {"level": "all" if name in ("ort_exporter_optimized_all", "ort_int8_qdq_all")
+                extra = {"level": "all" if name in ("ort_exporter_optimized_all", "ort_int8_qdq_all", "ort_all_without_nchwc")
                          else name.removeprefix("ort_"),
                          "export": {"ort_exporter_optimized_all": "optimized",
                                     "ort_int8_qdq_all": "int8_qdq"}.get(name, "raw")}

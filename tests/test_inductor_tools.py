@@ -182,3 +182,11 @@ def test_bench_ablation_records_three_rotated_runs_without_recompiling(tmp_path)
     assert frame.groupby("variant")[results.COMPILE_S].nunique().eq(1).all()  # one build per configuration
     summary = runs.summarize_runs(frame.rename(columns={"compiled_median_ms": "median_ms"}))
     assert summary["runs"].tolist() == [3, 3, 3]
+
+
+def test_the_cause_ablation_turns_layout_optimization_off():
+    assert inductor_tools.ablation_options("without layout optimization") == {"freezing": False,
+                                                                              "layout_optimization": False}
+    import torch._inductor.config as config
+
+    assert hasattr(config, "layout_optimization")  # the switch exists in this torch

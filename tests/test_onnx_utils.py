@@ -388,3 +388,19 @@ def test_bench_script_records_three_rotated_runs(tmp_path):
     eager = frame[frame["variant"] == "eager_fp32"]
     assert (eager[results.SPEEDUP_VS_EAGER] == 1.0).all()  # against eager of the same run
     assert frame[results.SAME_OUTPUT].all()
+
+
+def test_disabling_the_nchwc_rewrite_keeps_the_levels_other_rewrites(exported, model_and_input, tmp_path):
+    _, x = model_and_input
+    counts = {}
+    for disabled in ((), (ou.NCHWC_TRANSFORMER,)):
+        saved = tmp_path / f"all_{len(disabled)}.onnx"
+        session = ou.make_session(exported["raw"], level="all", threads=1, optimized_model_path=saved,
+                                  disabled_optimizers=disabled)
+        assert ou.run_session(session, x).shape == (1, 8, 16, 16)
+        counts[disabled] = ou.op_counts(saved)
+    def nchwc(c):
+        return sum(n for (domain, _), n in c.items() if "nchwc" in domain)
+    assert nchwc(counts[()]) > 0 and nchwc(counts[(ou.NCHWC_TRANSFORMER,)]) == 0
+    # the fusions of the lower levels stay: no BatchNormalization left in either graph
+    assert all(c[("ai.onnx", "BatchNormalization")] == 0 for c in counts.values())

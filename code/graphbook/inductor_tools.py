@@ -48,6 +48,11 @@ ABLATION_CONFIGS: dict[str, dict] = {
 UNFUSED_ABLATION_CONFIGS: dict[str, dict] = {
     "without fusion and inlining": {"freezing": False, "fallback_by_default": True},
 }
+# Rows that remove one cause the CPU speed-up could come from, for the attribution: ``layout_optimization``
+# (Inductor converting convolutions and their neighbours to channels-last) off, freezing off as in the default.
+CAUSE_ABLATION_CONFIGS: dict[str, dict] = {
+    "without layout optimization": {"freezing": False, "layout_optimization": False},
+}
 UNFUSED_ABLATION_BACKENDS: dict[str, str] = {
     "decomposed op by op (aot_eager)": "aot_eager_decomp_partition",  # no comma: --variants splits on commas
 }
@@ -274,7 +279,7 @@ def _dynamo_graphs(fn: Callable, *args) -> list[torch.fx.GraphModule]:
 def ablation_options(name: str) -> dict:
     """The Inductor options of one ablation variant, by name (Chapter 3)."""
     try:
-        return dict({**ABLATION_CONFIGS, **UNFUSED_ABLATION_CONFIGS}[name])
+        return dict({**ABLATION_CONFIGS, **UNFUSED_ABLATION_CONFIGS, **CAUSE_ABLATION_CONFIGS}[name])
     except KeyError:
         raise KeyError(f"unknown ablation {name!r}; choose one of "
-                       f"{list(ABLATION_CONFIGS) + list(UNFUSED_ABLATION_CONFIGS)}") from None
+                       f"{list(ABLATION_CONFIGS) + list(UNFUSED_ABLATION_CONFIGS) + list(CAUSE_ABLATION_CONFIGS)}") from None

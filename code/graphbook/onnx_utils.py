@@ -34,6 +34,8 @@ LEVEL_ENUM_NAMES = {
     "all": "ORT_ENABLE_ALL",
 }
 LEVEL_NAMES = tuple(LEVEL_ENUM_NAMES)
+#: ONNX Runtime's name for the rewrite of convolutions to its blocked NCHWc layout (part of the layout level).
+NCHWC_TRANSFORMER = "NchwcTransformer"
 
 CPU_PROVIDER = "CPUExecutionProvider"
 CUDA_PROVIDER = "CUDAExecutionProvider"
@@ -338,9 +340,13 @@ def make_session(path: str | Path, *, level="all", threads: int = 2,
                  providers: Sequence[str] | str | None = None,
                  optimized_model_path: str | Path | None = None,
                  profile_prefix: str | Path | None = None,
-                 provider_options: Sequence[Mapping] | None = None):
+                 provider_options: Sequence[Mapping] | None = None,
+                 disabled_optimizers: Sequence[str] = ()):
     """An ``InferenceSession`` for the model at ``path`` (Chapter 4).
 
+    ``disabled_optimizers`` names graph transformers the level would run that this session skips (for
+    example ``NCHWC_TRANSFORMER``, the rewrite to blocked-layout convolutions), which separates one rewrite
+    from the others of its level.
     Providers go through :func:`resolve_providers` (absent GPU providers fall back to the CPU; the
     session's ``get_providers()`` says what it really uses). ``provider_options``, if given, are
     matched to the requested providers by position and dropped for absent ones. A missing file
@@ -363,7 +369,8 @@ def make_session(path: str | Path, *, level="all", threads: int = 2,
                               profile_prefix=profile_prefix)
     try:
         return ort.InferenceSession(str(path), options, providers=list(choice.providers),
-                                    provider_options=chosen_options)
+                                    provider_options=chosen_options,
+                                    **({"disabled_optimizers": list(disabled_optimizers)} if disabled_optimizers else {}))
     except Exception as error:  # ORT raises its own pybind exception types (InvalidProtobuf, Fail...)
         raise OnnxModelError(f"ONNX Runtime could not load {str(path)!r}: {error}") from error
 

@@ -221,14 +221,14 @@ def onnx_file(model, example, context: BuildContext, export: str) -> Path:
     return path
 
 
-def _ort(model, example, context, *, export: str, level: str) -> Runner:
+def _ort(model, example, context, *, export: str, level: str, disabled: Sequence[str] = ()) -> Runner:
     import numpy as np
     import torch
 
     from . import onnx_utils
 
     session = onnx_utils.make_session(onnx_file(model, example, context, export), level=level,
-                                      threads=context.threads)
+                                      threads=context.threads, disabled_optimizers=disabled)
 
     def run(x):
         return torch.from_numpy(np.asarray(onnx_utils.run_session(session, x))).float()
@@ -264,6 +264,10 @@ def _registry() -> dict[str, Variant]:
                                f"ONNX Runtime, raw export, level {level}", "fp32", "onnxruntime", True,
                                lambda m, x, c, level=level: _ort(m, x, c, export="raw", level=level)))
     entries += [
+        # The layout level's blocked-layout rewrite taken out of level all: what NCHWc is worth on its own.
+        Variant("ort_all_without_nchwc", "onnxruntime all without NCHWc",
+                "ONNX Runtime, raw export, level all with the NCHWc rewrite disabled", "fp32", "onnxruntime", True,
+                lambda m, x, c: _ort(m, x, c, export="raw", level="all", disabled=("NchwcTransformer",))),
         Variant("ort_exporter_optimized_all", "onnxruntime exporter-optimized",
                 "ONNX Runtime, exporter-optimized export, level all", "fp32", "onnxruntime", True,
                 lambda m, x, c: _ort(m, x, c, export="optimized", level="all")),
