@@ -309,6 +309,22 @@ def test_combined_runs_decide_latency_on_the_median_across_runs(tmp_path):
         int8_decision._combine_runs(pd.DataFrame())
 
 
+def test_runs_taken_under_load_are_set_aside_and_the_sentence_says_so(tmp_path):
+    # the recorded pattern: FP32 took 199 and 236 ms in two loaded runs and 35 ms in the quiet one
+    env = {"cpu_model": "CPU A", "cpu_isa": "avx2", "smoke": False}
+    for day, (fp32_ms, a_ms) in enumerate([(199.0, 70.0), (236.0, 80.0), (35.0, 24.5)], 1):
+        rows = _frame(_row("a", 0.98, 0.52, a_ms)).to_dict("records")
+        rows[0]["latency_ms"] = fp32_ms
+        results.write_run(im.KIND_MATRIX, rows, {**env, "date": f"2026-01-0{day}T00:00:00+00:00"},
+                          results_dir=tmp_path)
+    combined = int8_decision.combined_matrix(tmp_path)
+    assert list(combined["latency_ms"]) == [35.0, 24.5] and list(combined["runs"]) == [1, 1]
+    assert combined["runs_set_aside"].iloc[0].count("cpu-int8-matrix-") == 2
+    _, sentence = int8_decision.recommend_int8_config(combined)
+    assert "1.43x" in sentence and "2 recorded runs taken under load are set aside" in sentence
+    assert "fewer than the three" in sentence
+
+
 # ------------------------------------------------------------------------------------------------
 # The script
 # ------------------------------------------------------------------------------------------------

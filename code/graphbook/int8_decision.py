@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .int8_matrix import KIND_MATRIX, KIND_TENSOR_ERRORS
+from .int8_matrix import FP32_NAME, KIND_MATRIX, KIND_TENSOR_ERRORS
 from .quantization import Int8MatrixError, excluded_phrase, node_group
 
 
@@ -119,6 +119,14 @@ def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_
     run_count = int(chosen["runs"]) if "runs" in chosen and chosen["runs"] == chosen["runs"] else 1
     timing = f"median across {run_count} recorded runs" if run_count > 1 else "median of the timed calls"
     spread = "the spread across runs" if run_count > 1 else "the spread of the timed calls"
+    set_aside = str(chosen.get("runs_set_aside", "") or "")
+    caveat = ""
+    if set_aside:
+        count = len(set_aside.split(", "))
+        caveat += f" {count} recorded run{'s' if count != 1 else ''} taken under load {'are' if count != 1 else 'is'} set aside."
+    if run_count < 3:
+        caveat += (f" The speed rests on {run_count} quiet run{'s' if run_count != 1 else ''}, fewer than the three "
+                   "the book decides on: re-record on a quiet machine before relying on it.")
     sentence = (f"Use {chosen['config']} ({_config_phrase(chosen)}): on {clips} at {size} it keeps "
                 f"{numbers}, and runs in {chosen['latency_ms']:.1f} ms against {fp32['latency_ms']:.1f} ms for FP32 "
                 f"({speedup:.2f}x, {threads}, {timing}). Of the {len(within)} INT8 configurations "
@@ -126,7 +134,7 @@ def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_
                 f"{'is' if len(accurate) == 1 else 'are'} as accurate as the best (detection rate within one frame, "
                 f"median position error within {error_tolerance_px:.2f} px)")
     if len(accurate) == 1:
-        return chosen, sentence + ", and this is it."
+        return chosen, sentence + ", and this is it." + caveat
     runner = ranked.iloc[1]
     sentence += "; this is the fastest of them"
     if {"latency_min_ms", "latency_max_ms"} <= set(ranked.columns) and \
@@ -134,7 +142,7 @@ def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_
         sentence += (f", but its lead over {runner['config']} ({chosen['latency_ms']:.1f} vs "
                      f"{runner['latency_ms']:.1f} ms) is within {spread}, so on this machine "
                      f"they are equally good choices")
-    return chosen, sentence + "."
+    return chosen, sentence + "." + caveat
 
 
 def describe_tensor_errors(frame) -> str:
@@ -194,7 +202,9 @@ def _combine_runs(frame):
     and ``latency_max_ms`` the smallest and largest run median, ``runs`` how many runs timed the
     configuration, and ``speedup_vs_fp32`` is recomputed from the combined medians. Runs on another
     machine fingerprint (CPU model, instruction set, threads), at another input size or on another
-    number of held-out clips are left out, as are configurations the newest run does not have.
+    number of held-out clips are left out, as are configurations the newest run does not have. Runs that
+    :func:`graphbook.record.runs.flag_under_load` flags (FP32 as the reference) are set aside when a quiet
+    run remains; ``runs_set_aside`` names them.
     The result has one ``run_id`` (the combined runs' ids joined by "+"), so
     :func:`recommend_int8_config` accepts it.
     """
@@ -215,6 +225,14 @@ def _combine_runs(frame):
         if column in same:
             same = same[same[column] == latest[column].iloc[0]]
     timed = same[(same["status"].astype(str) == "ok") & same["latency_ms"].notna()]
+    # a run taken under load is set aside (never deleted) when a quiet one of the same machine remains
+    flagged = recorded_runs.flag_under_load(timed, value="latency_ms", variant="config", reference=FP32_NAME)
+    quiet = flagged[~flagged[recorded_runs.UNDER_LOAD]]
+    set_aside = sorted(set(flagged.loc[flagged[recorded_runs.UNDER_LOAD], "run_id"].astype(str)))
+    if not quiet.empty:
+        timed = quiet.drop(columns=[recorded_runs.UNDER_LOAD, recorded_runs.LOAD_REASON])
+    else:
+        set_aside = []
     summary = recorded_runs.summarize_runs(timed, by="config", value="latency_ms").set_index("config")
     combined = latest.drop(columns=[recorded_runs.MACHINE]).copy()
     for column, source in (("latency_ms", "median"), ("latency_min_ms", "min"), ("latency_max_ms", "max"),
@@ -223,7 +241,8 @@ def _combine_runs(frame):
     fp32 = combined.loc[combined["precision"] == "fp32", "latency_ms"]
     if not fp32.empty:
         combined["speedup_vs_fp32"] = float(fp32.iloc[0]) / combined["latency_ms"]
-    combined["run_id"] = "+".join(dict.fromkeys(str(r) for r in same["run_id"]))
+    combined["run_id"] = "+".join(dict.fromkeys(str(r) for r in timed["run_id"]))
+    combined["runs_set_aside"] = ", ".join(set_aside)
     return combined.reset_index(drop=True)
 
 
