@@ -267,6 +267,8 @@ def minor_page_faults(fn, calls: int = 3, trials: int = 5) -> float | None:
 #: 32 MiB on 64-bit) with an mmap of its own and returns it to the kernel on free, so every fresh 64 MiB tensor
 #: gets new pages that fault on first touch.
 #: These switches make it serve every block from its heap and keep what is freed: no mmap, no trimming.
+GLIBC_MMAP_THRESHOLD_DEFAULT = 128 * 1024              #: bytes: glibc's starting mmap threshold (mallopt(3))
+GLIBC_MMAP_THRESHOLD_MAX = 4 * 1024 * 1024 * 8          #: bytes: the largest it grows to on a 64-bit system
 KEEP_FREED_MEMORY = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2 ** 40)}
 _ALLOCATION_TAG = "GRAPHBOOK_ALLOCATION "
 
