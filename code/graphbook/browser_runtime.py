@@ -337,6 +337,31 @@ def cpu_identity(cpuinfo_text: str | None = None) -> dict:
             "cpu_stepping": fields.get("stepping", "")}
 
 
+def simd_width_bits(features: Mapping) -> int | None:
+    """The widest float vector register of a CPU from :func:`graphbook.environment.cpu_features` (Chapter 4).
+
+    512 with AVX-512, 256 with AVX2, 128 with Arm NEON; None when the features are unknown.
+    """
+    if features.get("avx512f"):
+        return 512
+    if features.get("avx2"):
+        return 256
+    if features.get("neon"):
+        return 128
+    return None
+
+
+def simd_sentence(features: Mapping) -> str:
+    """One clause comparing a CPU's vector width with WebAssembly's 128 bits, from its features (Chapter 4)."""
+    width = simd_width_bits(features)
+    if width is None:
+        return f"the book cannot tell this CPU's vector width ({features.get('isa', 'unknown')})"
+    if width == 128:
+        return f"this CPU ({features.get('isa')}) has 128-bit registers too, so the width is no handicap here"
+    return (f"this CPU ({features.get('isa')}) has {width}-bit registers, {width // 32} float32 values per "
+            f"instruction, {width // 128} times WebAssembly's")
+
+
 def widget_html(native, *, machine: str, assets_url: str = "../_static/ortweb/") -> str:
     """The page's panel: buttons, status, and the build machine's native figures embedded (Chapter 4).
 

@@ -224,7 +224,7 @@ function mount(root) {
     const blob = new Blob([csvRow(columns, lastRow)], { type: 'text/csv' });
     const a = document.createElement('a');
     a.href = URL.createObjectURL(blob);
-    a.download = `browser-ort-${lastRow.height}x${lastRow.width}-${lastRow.date.slice(0, 10)}.csv`;
+    a.download = `browser-reader-${lastRow.date.slice(0, 10)}.csv`;   // kind browser-reader (graphbook.results)
     document.body.appendChild(a); a.click(); a.remove();
     setTimeout(() => URL.revokeObjectURL(a.href), 1000);
   });
