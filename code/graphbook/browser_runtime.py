@@ -501,7 +501,8 @@ def measure_in_chromium(*, sizes: Sequence[str] = tuple(SIZES), levels: Sequence
                     for order, runtime in enumerate(rotated(["onnxruntime_web_wasm", "onnxruntime_native"], run - 1), 1):
                         row = {**extra, "run": run, "run_order": order, "runtime": runtime, "variant": f"{runtime}_{level}",
                                "size": key, "height": entry["height"], "width": entry["width"], "level": level,
-                               "threads": threads, "warmup": warmup, "repeats": n, "browser": f"Chromium {version}"}
+                               "threads": threads, "warmup": warmup, "repeats": n, "browser": f"Chromium {version}",
+                               "model_file": entry["model"], "model_sha256": entry["model_sha256"]}
                         if runtime == "onnxruntime_native":
                             from . import onnx_utils
 

@@ -255,13 +255,13 @@ function mount(root) {
       const mine = native.figures[key] || {};
       const table = document.createElement('table');
       table.className = 'ortweb-table';
-      table.innerHTML = '<thead><tr><th>level</th><th>this browser (ms)</th><th>build machine, native ONNX Runtime (ms)</th><th>browser / native</th></tr></thead>';
+      table.innerHTML = '<thead><tr><th>level</th><th>this browser, ms</th><th>native, ms</th><th>browser / native</th></tr></thead>';
       const body = document.createElement('tbody');
       for (const level of ['disabled', 'all']) {
         const s = stats[level], n = mine[level];
         const tr = document.createElement('tr');
-        const cells = [level, `${fmt(s.median_ms)} (${fmt(s.min_ms)}-${fmt(s.max_ms)}), ${repeats} calls, ${ep}, ${threads} thread${threads === 1 ? '' : 's'}`,
-          n && n.median_ms ? `${fmt(n.median_ms)} (${fmt(n.min_ms)}-${fmt(n.max_ms)}), ${n.threads} thread${n.threads === 1 ? '' : 's'}` : 'not measured',
+        const cells = [level, `${fmt(s.median_ms)} (${fmt(s.min_ms)}-${fmt(s.max_ms)})`,
+          n && n.median_ms ? `${fmt(n.median_ms)} (${fmt(n.min_ms)}-${fmt(n.max_ms)})` : 'not measured',
           n && n.median_ms ? `${(s.median_ms / n.median_ms).toFixed(1)}x` : 'not available'];
         for (const text of cells) { const td = document.createElement('td'); td.textContent = text; tr.appendChild(td); }
         body.appendChild(tr);
@@ -271,7 +271,10 @@ function mount(root) {
       box.className = 'ortweb-scroll';
       box.appendChild(table);
       const note = document.createElement('p');
-      note.textContent = `Median of ${repeats} calls after ${warmup} warm-up calls per level (min-max in brackets); the native figures come from ${native.machine}.`;
+      const nativeThreads = mine.all ? mine.all.threads : null;
+      note.textContent = `This browser: ${ep === 'webgpu' ? 'WebGPU' : 'WebAssembly'}, ${threads} thread${threads === 1 ? '' : 's'}, ` +
+        `median of ${repeats} calls after ${warmup} warm-up calls per level (min-max in brackets). Native: ONNX Runtime on ` +
+        `${native.machine}${nativeThreads ? `, ${nativeThreads} thread${nativeThreads === 1 ? '' : 's'}` : ''}, the same file and size.`;
       results.replaceChildren(box, note);
       results.dataset.done = 'true';
       const date = new Date().toISOString().replace(/\.\d+Z$/, '+00:00');
