@@ -25,9 +25,11 @@ KEY = browser_runtime.DEFAULT_SIZE
 
 
 def _stand_in():
-    """Nine channels in, three heatmaps out, like BlurBall, in a few kilobytes."""
+    """Nine channels in, three heatmaps out, like BlurBall, in a few tens of kilobytes (a call takes
+    milliseconds, long enough for the stop button to find a run still timing)."""
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(9, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 3, 1)).eval()
+    return nn.Sequential(nn.Conv2d(9, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(32, 3, 1)).eval()
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +178,60 @@ def test_browser_check_fails_when_the_stored_reference_does_not_match(assets, tm
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "the in-browser check did not pass" in proc.stdout and "differs from the stored reference" in proc.stdout
     assert "no time appeared" not in proc.stdout
+
+
+def _open_panel(tmp_path, assets_dir, init_script=None):
+    """A Playwright page on the one-page site, or a skip where Chromium is absent."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = next((c for c in ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+                     if Path(c).exists()), None)
+    if chromium is None:
+        pytest.skip("needs Chromium (scripts/setup_browser.sh installs it; test.sh runs that first)")
+    html, _ = _site(tmp_path, assets_dir)
+    return html, sync_playwright, chromium
+
+
+def test_download_is_one_row_of_the_reader_kind_and_stop_reports_no_time(assets, tmp_path, runtime_installed):
+    html, sync_playwright, chromium = _open_panel(tmp_path, assets[0])
+    with browser_runtime.serve(html) as base, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(accept_downloads=True)
+        page.goto(base + "index.html")
+        page.fill(".ortweb-repeats", "3")
+        page.click(".ortweb-run")
+        page.wait_for_function("document.querySelector('.ortweb-results').dataset.done === 'true'", timeout=120_000)
+        with page.expect_download() as info:
+            page.click(".ortweb-download")
+        download = info.value
+        target = tmp_path / download.suggested_filename
+        download.save_as(target)
+        # stop, pressed while the calls are being timed: no time is shown for the incomplete run
+        page.fill(".ortweb-repeats", "200")
+        page.click(".ortweb-run")
+        page.wait_for_function("document.querySelector('.ortweb-status').textContent.startsWith('Timing')", timeout=60_000)
+        page.click(".ortweb-stop")
+        page.wait_for_function("document.querySelector('.ortweb-status').textContent.startsWith('Stopped')", timeout=60_000)
+        stopped_rows = page.eval_on_selector_all(".ortweb-results tbody tr", "els => els.length")
+        browser.close()
+    assert results.kind_of_file(target.name) == "browser-reader"
+    row = pd.read_csv(target)
+    assert list(row.columns) == list(browser_runtime.READER_COLUMNS) and len(row) == 1
+    assert bool(row.loc[0, "same_output"]) and bool(row.loc[0, "same_peaks"]) and row.loc[0, "threads"] == 1
+    assert row.loc[0, "height"] == 96 and row.loc[0, "model_sha256"] == assets[1]["sizes"][KEY]["model_sha256"]
+    assert 0 < row.loc[0, "min_ms_all"] <= row.loc[0, "median_ms_all"] <= row.loc[0, "max_ms_all"]
+    assert stopped_rows == 0
+
+
+def test_a_browser_without_webassembly_is_told_so_and_nothing_runs(assets, tmp_path, runtime_installed):
+    html, sync_playwright, chromium = _open_panel(tmp_path, assets[0])
+    with browser_runtime.serve(html) as base, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        page.add_init_script("delete globalThis.WebAssembly")
+        page.goto(base + "index.html")
+        page.wait_for_function("document.querySelector('.ortweb-env').textContent.length > 0", timeout=20_000)
+        env_line = page.text_content(".ortweb-env")
+        disabled = page.get_attribute(".ortweb-run", "disabled")
+        browser.close()
+    assert "has no WebAssembly" in env_line and disabled is not None

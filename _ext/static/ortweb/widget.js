@@ -125,9 +125,19 @@ async function prepare(key, ep, threads, levels, say) {
   return { m, entry, ort, feeds, sessions, checks };
 }
 
+// One thread runs on the page's own thread, so a call blocks the page: yield to the browser between calls
+// (outside the timed interval) so that the Stop button and the progress line stay alive.
+const yieldToPage = () => new Promise(resolve => setTimeout(resolve, 0));
+
 async function timeSessions(sessions, feeds, warmup, repeats, stopped, say) {
   const levels = Object.keys(sessions);
-  for (const level of levels) for (let i = 0; i < warmup; i++) await sessions[level].run(feeds);
+  for (const level of levels) {
+    for (let i = 0; i < warmup; i++) {
+      if (stopped()) throw new Stopped('stopped');
+      await sessions[level].run(feeds);
+      await yieldToPage();
+    }
+  }
   const samples = Object.fromEntries(levels.map(l => [l, []]));
   for (let i = 0; i < repeats; i++) {
     const order = i % 2 ? [...levels].reverse() : levels;   // alternate, as the book's harness does
@@ -136,6 +146,7 @@ async function timeSessions(sessions, feeds, warmup, repeats, stopped, say) {
       const t0 = performance.now();
       await sessions[level].run(feeds);
       samples[level].push(performance.now() - t0);
+      await yieldToPage();
     }
     say(`Timing: ${i + 1} of ${repeats} rounds done ...`);
   }
