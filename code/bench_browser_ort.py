@@ -2,7 +2,7 @@
 
 The page script of Chapter 4 (``_ext/static/ortweb/widget.js``: onnxruntime-web's WebAssembly
 provider with 128-bit SIMD) runs the same exported file, at the same size, level and thread count, as
-native ONNX Runtime on this CPU (``graphbook.browser_runtime.measure_in_chromium``). Each side first
+native ONNX Runtime on this CPU (``graphbook.browser_measure.measure_in_chromium``). Each side first
 runs the fixed clip and is compared with the reference stored with the book (the book's tolerance and
 the heatmap peaks); only a passing side is timed (warm-up, then the median of N calls). ``--runs``
 independent runs (at least 3) alternate which side goes first and each measures its own copy
@@ -51,7 +51,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from graphbook import browser_runtime, environment, probes, results
+    from graphbook import browser_measure, browser_runtime, environment, probes, results
 
     try:
         browser_runtime.check_assets()
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="graphbook-ortweb-") as workdir:
         try:
-            rows = browser_runtime.measure_in_chromium(
+            rows = browser_measure.measure_in_chromium(
                 sizes=args.sizes, levels=args.levels, threads=args.threads, runs=args.runs, warmup=args.warmup,
                 repeats=repeats, workdir=workdir, progress=progress, on_run=copy_probe)
         except browser_runtime.BrowserAssetsError as error:

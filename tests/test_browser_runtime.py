@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from graphbook import browser_runtime, environment, results
+from graphbook import browser_measure, browser_runtime, environment, results
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKER = ROOT / "scripts" / "check_rendered_book.py"
@@ -102,7 +102,7 @@ def test_ratio_table_pairs_runs_and_leaves_out_failed_checks():
                  "median_ms": 1.0, "passed": False, "cpu_model": "cpu"})
     rows.append({"run": 4, "runtime": "onnxruntime_native", "size": KEY, "level": "all", "threads": 1,
                  "median_ms": 40.0, "passed": True, "cpu_model": "cpu"})
-    table = browser_runtime.ratio_table(pd.DataFrame(rows))
+    table = browser_measure.ratio_table(pd.DataFrame(rows))
     assert len(table) == 1
     row = table.iloc[0]
     assert row["runs"] == 3 and row["ratio"] == pytest.approx(5.0)
@@ -194,7 +194,7 @@ def _open_panel(tmp_path, assets_dir, init_script=None):
 
 def test_download_is_one_row_of_the_reader_kind_and_stop_reports_no_time(assets, tmp_path, runtime_installed):
     html, sync_playwright, chromium = _open_panel(tmp_path, assets[0])
-    with browser_runtime.serve(html) as base, sync_playwright() as pw:
+    with browser_measure.serve(html) as base, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
         page = browser.new_page(accept_downloads=True)
         page.goto(base + "index.html")
@@ -225,7 +225,7 @@ def test_download_is_one_row_of_the_reader_kind_and_stop_reports_no_time(assets,
 
 def test_a_browser_without_webassembly_is_told_so_and_nothing_runs(assets, tmp_path, runtime_installed):
     html, sync_playwright, chromium = _open_panel(tmp_path, assets[0])
-    with browser_runtime.serve(html) as base, sync_playwright() as pw:
+    with browser_measure.serve(html) as base, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
         page = browser.new_page()
         page.add_init_script("delete globalThis.WebAssembly")

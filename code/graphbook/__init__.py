@@ -27,7 +27,9 @@ checks that both name every module:
 - ``onnx_utils``   -- export, ONNX Runtime sessions, operator counts (Chapter 4)
 - ``int8_matrix``  -- the matrix of ONNX Runtime static INT8 quantization choices (Chapter 4)
 - ``browser_runtime`` -- BlurBall in the reader's browser with onnxruntime-web: the page's files, its
-                      checked clip, native figures beside it, headless Chromium against native (Chapter 4)
+                      checked clip, native figures beside it (Chapter 4)
+- ``browser_measure`` -- the page script in headless Chromium against native ONNX Runtime; the
+                      WASM/native ratio across runs (Chapter 4)
 - ``inductor_tools`` -- generated code, kernel counts, graph-break summaries, ablation settings (Chapter 3)
 - ``diagnostics``  -- the compiler's own diagnostics: TORCH_LOGS, tlparse, a graph break found and fixed (Chapter 3)
 - ``miscompile``   -- the freezing miscompile taken apart: per-torch verdict, the two wrappers, the

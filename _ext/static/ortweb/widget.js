@@ -161,7 +161,7 @@ async function timeSessions(sessions, feeds, warmup, repeats, stopped, say) {
 
 function passed(check) { return check.same_output && check.same_peaks; }
 
-// The same check-then-time as the reader's button, for scripts (graphbook.browser_runtime.browser_benchmark).
+// The same check-then-time as the reader's button, for scripts (graphbook.browser_measure.browser_benchmark).
 export async function benchmark({ size, level = 'all', threads = 1, warmup = 2, repeats = 5, ep = 'wasm' }) {
   const out = { size, level, threads: self.crossOriginIsolated ? threads : 1, error: null };
   let state;
