@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
+bash scripts/setup_web.sh     # onnxruntime-web and the models of Chapter 4's in-browser run
 .venv/bin/python scripts/execute_notebooks.py --all
 rm -rf _build/html
 .venv/bin/jupyter-book build --all -W -n --keep-going .

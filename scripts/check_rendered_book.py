@@ -16,6 +16,9 @@ its own scroll container is fine), and in the theme's dark mode, where text must
 pages: a link from a page into one must resolve to a file of the built site, and the report's
 ``index.html`` must be linked from a page and load without an HTTP error, failed request, console
 error or uncaught exception.
+A page with Chapter 4's in-browser panel (``[data-ortweb-demo]``) is also run the way a reader runs it: the
+check at the default size (96x160) must pass and a time must appear (``check_browser_panel``); a panel whose
+check fails, or that shows no time, fails the page.
 Full-page screenshots of all three views go to
 ``_build/screenshots/`` (``<page>.png``, ``<page>--phone.png``, ``<page>--dark.png``) for a person to
 look at, and the report lists each page's figures. Exit 0 when every page passes, 1 otherwise, 2 on
@@ -252,6 +255,43 @@ def check_dark(page) -> list[str]:
     return [f"in dark mode {len(bad)} text element(s) have contrast below {MIN_DARK_CONTRAST:g}:1: " + "; ".join(bad[:3])]
 
 
+PANEL = "[data-ortweb-demo]"
+PANEL_TIMEOUT_MS = 240_000  # loading the 14 MB runtime, checking two levels and timing a few calls
+PANEL_REPEATS = "3"         # timed calls per level: enough to see a time appear, short for CI
+
+
+def check_browser_panel(page) -> list[str]:
+    """Chapter 4's in-browser panel, clicked: its check must pass and a time must appear.
+
+    The panel runs onnxruntime-web on the book's own model at the default size; nothing is clicked on a
+    page without it. Returns the problems (the panel's own words when its check fails).
+    """
+    if page.query_selector(PANEL) is None:
+        return []
+    text = lambda sel: (page.text_content(f"{PANEL} {sel}") or "").strip()  # noqa: E731
+    try:
+        page.wait_for_function(f"() => !document.querySelector('{PANEL} .ortweb-run').disabled", timeout=20_000)
+    except Exception:
+        return [f"the in-browser panel never became ready: {text('.ortweb-status')!r} {text('.ortweb-env')!r}"]
+    page.fill(f"{PANEL} .ortweb-repeats", PANEL_REPEATS)
+    page.click(f"{PANEL} .ortweb-run")
+    try:
+        page.wait_for_function(
+            f"""() => {{ const r = document.querySelector('{PANEL}');
+                return r.querySelector('.ortweb-results').dataset.done === 'true'
+                    || r.querySelector('.ortweb-check').dataset.state === 'fail'; }}""", timeout=PANEL_TIMEOUT_MS)
+    except Exception:
+        return [f"the in-browser panel did not finish within {PANEL_TIMEOUT_MS // 1000} s: {text('.ortweb-status')!r}"]
+    state = page.get_attribute(f"{PANEL} .ortweb-check", "data-state")
+    if state != "pass":
+        return [f"the in-browser check did not pass: {text('.ortweb-check')}"]
+    cells = page.eval_on_selector_all(f"{PANEL} .ortweb-results tbody tr td:nth-child(2)", "els => els.map(e => e.textContent)")
+    timed = [c for c in cells if re.match(r"^\d+(?:\.\d+)? \(", c)]
+    if len(timed) < 2:
+        return [f"the in-browser check passed but no time appeared: {cells!r}"]
+    return []
+
+
 def check_tables(page) -> list[str]:
     """A table cell must say what is missing ("not reported"), not show pandas' NaN."""
     cells = page.evaluate(f"() => [...{_CONTENT}.querySelectorAll('td, th')].map(c => c.textContent.trim())")
@@ -320,6 +360,7 @@ def check_site(html_dir: Path, screenshots: Path | None = None, notebooks_root: 
                 if landed and (html_dir / unquote(landed)).is_file():
                     page_path = html_dir / unquote(landed)
                 problems += _check_page(page, html_dir, page_path, base, anchors, notebooks_root, linked)
+                problems += check_browser_panel(page)
                 problems += check_tables(page)
                 n_figures, figure_problems = check_figures(page)
                 problems += figure_problems

@@ -15,6 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh || exit 2
+bash scripts/setup_web.sh || exit 2    # onnxruntime-web and the exported models for bench_browser_ort
 PY=.venv/bin/python
 failed=()
 run() {
@@ -31,6 +32,7 @@ run code/bench_ablation.py
 run code/bench_compile_cache.py --server
 run code/bench_restart_paths.py
 run code/bench_serving_load.py
+run code/bench_browser_ort.py           # Chapter 4's WASM/native ratio (headless Chromium, about 2 minutes)
 if [ ${#failed[@]} -gt 0 ]; then
   echo "benchmarks that reported a problem (see above): ${failed[*]}" >&2
   exit 1

@@ -9,6 +9,7 @@ begin=$(date +%s)
 stage_start=$begin
 stage_done() { local now; now=$(date +%s); echo "   ($1: $(( now - stage_start )) s)"; stage_start=$now; }
 bash scripts/setup_env.sh
+bash scripts/setup_web.sh
 bash scripts/setup_browser.sh
 stage_done "set-up"
 echo "== unit tests and book-policy tests"

@@ -31,6 +31,8 @@ BAD_ARGUMENTS = [
     ("bench_blurball_cpu.py", ["--probe-mib", "0"], "positive"), ("bench_blurball_cpu.py", ["--nonsense"], "unrecognized"),
     ("bench_blurball_cpu.py", ["--out-dir", "x"], "unrecognized"),
     ("bench_blurball_cpu.py", ["--results-dir", "{file}"], "not a directory"),
+    ("bench_browser_ort.py", ["--sizes", "100x100"], None), ("bench_browser_ort.py", ["--levels", "fast"], None),
+    ("bench_browser_ort.py", ["--threads", "0"], None), ("bench_browser_ort.py", ["--runs", "2"], None),
     ("bench_compile_cache.py", ["--batch-sizes", "0"], None), ("bench_compile_cache.py", ["--height", "7"], None),
     ("bench_compile_cache.py", ["--model", "resnet"], None), ("bench_compile_cache.py", ["--threads", "zero"], None),
     ("bench_int8.py", ["--repeats", "2"], ">= 3"), ("bench_int8.py", ["--height", "100"], "multiple of 8"),

@@ -170,7 +170,7 @@ FP32_FLOPS_PER_CYCLE = {
 }
 
 
-def flops_per_cycle_from_isa(isa: str) -> int | None:
+def _flops_per_cycle_from_isa(isa: str) -> int | None:
     """FP32 FLOPs per cycle per core implied by the widest vector FMA the CPU offers, two FMA units (Chapter 1).
 
     The fallback when the microarchitecture is unknown (a hypervisor that hides the model number): AVX-512
@@ -192,14 +192,14 @@ def fp32_ceiling(env: dict) -> dict:
 
     ``env`` is a fingerprint (:func:`graphbook.record.environment.fingerprint`): ``threads`` (the cores the
     work may use), ``cpu_microarch`` (FLOPs per cycle from :data:`FP32_FLOPS_PER_CYCLE`, else from the
-    instruction set, :func:`flops_per_cycle_from_isa`) and ``cpu_ghz``. Returns ``gflop_per_s`` (None when a
+    instruction set, :func:`_flops_per_cycle_from_isa`) and ``cpu_ghz``. Returns ``gflop_per_s`` (None when a
     fact is missing), ``flops_per_cycle``, ``ghz``, ``threads`` and ``basis`` (where the FLOPs per cycle came
     from). A measured FP32 rate above this is a bug to find or a kernel that does less work than counted.
     """
     per_cycle = FP32_FLOPS_PER_CYCLE.get(str(env.get("cpu_microarch") or ""))
     basis = f"{env.get('cpu_microarch')} (vendor manuals)" if per_cycle else ""
     if per_cycle is None:
-        per_cycle = flops_per_cycle_from_isa(env.get("cpu_isa"))
+        per_cycle = _flops_per_cycle_from_isa(env.get("cpu_isa"))
         width = {64: "AVX-512", 32: "AVX2", 16: "NEON"}.get(per_cycle, "")
         basis = (f"two {width} FMA units assumed from the instruction set ({env.get('cpu_isa')}): the "
                  "microarchitecture is not identified") if per_cycle else ""

@@ -1,0 +1,235 @@
+"""Chapter 4's in-browser model: its files, its check, and the browser check that clicks it.
+
+The page-level tests build a one-page site with a small stand-in model (exported by the same
+``browser_runtime.export_browser_assets`` as the book's BlurBall) and run ``scripts/check_rendered_book.py``
+on it, as test.sh does on the book: the panel's check passes on intact files, and fails, so the page
+fails, when the model file is missing or the stored reference does not match.
+"""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from graphbook import browser_measure, browser_runtime
+from graphbook.record import environment, results
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKER = ROOT / "scripts" / "check_rendered_book.py"
+KEY = browser_runtime.DEFAULT_SIZE
+
+
+def _stand_in():
+    """Nine channels in, three heatmaps out, like BlurBall, in a few tens of kilobytes (a call takes
+    milliseconds, long enough for the stop button to find a run still timing)."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(9, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(32, 3, 1)).eval()
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ortweb-assets")
+    manifest = browser_runtime.export_browser_assets(out, [KEY], build_model=_stand_in)
+    return out, manifest
+
+
+def test_manifest_names_the_files_the_tolerance_and_the_reader_columns(assets):
+    out, manifest = assets
+    entry = manifest["sizes"][KEY]
+    assert manifest["atol"] == results.SAME_OUTPUT_ATOL
+    assert manifest["columns"] == list(browser_runtime.READER_COLUMNS)
+    assert entry["input_shape"] == [1, 9, 96, 160] and entry["output_shape"] == [1, 3, 96, 160]
+    assert len(entry["peaks"]) == 3 and entry["model_bytes"] <= browser_runtime.MAX_MODEL_BYTES
+    assert browser_runtime.check_assets(out) == manifest
+    # exporting again with nothing changed rewrites nothing
+    before = (out / entry["model"]).stat().st_mtime_ns
+    browser_runtime.export_browser_assets(out, [KEY], build_model=_stand_in)
+    assert (out / entry["model"]).stat().st_mtime_ns == before
+
+
+def test_native_check_passes_on_the_file_and_fails_on_a_changed_reference(assets, tmp_path):
+    out, manifest = assets
+    entry = manifest["sizes"][KEY]
+    clip = browser_runtime.read_tensor(out / entry["clip"], entry["input_shape"])
+    from graphbook import onnx_utils
+
+    output = onnx_utils.run_session(onnx_utils.make_session(out / entry["model"], threads=1), clip)
+    assert browser_runtime.compare(output, out, KEY)["passed"]
+    assert not browser_runtime.compare(output + 0.01, out, KEY)["passed"]  # beyond the tolerance
+    frame = browser_runtime.native_figures(out, sizes=[KEY], threads=1, warmup=1, repeats=3)
+    assert list(frame["level"]) == list(browser_runtime.LEVELS) and frame["passed"].all()
+    assert (frame["min_ms"] <= frame["median_ms"]).all() and (frame["median_ms"] <= frame["max_ms"]).all()
+
+
+def test_a_changed_or_missing_file_is_refused_with_the_command_to_run(assets, tmp_path):
+    out, manifest = assets
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    (copy / manifest["sizes"][KEY]["reference"]).write_bytes(b"\0" * 16)
+    with pytest.raises(browser_runtime.BrowserAssetsError, match="setup_web.sh"):
+        browser_runtime.check_assets(copy)
+    with pytest.raises(browser_runtime.BrowserAssetsError, match="setup_web.sh"):
+        browser_runtime.load_manifest(tmp_path / "nowhere")
+
+
+def test_sizes_and_simd_width():
+    assert browser_runtime._parse_sizes("288x512,96x160,96x160") == ("288x512", "96x160")
+    with pytest.raises(ValueError, match="96x160"):
+        browser_runtime._parse_sizes("100x100")
+    assert browser_runtime._simd_width_bits({"avx512f": True, "avx2": True}) == 512
+    assert browser_runtime._simd_width_bits({"avx512f": False, "avx2": True}) == 256
+    laptop = environment.cpu_features(machine="x86_64", environ={environment.FEATURES_ENV: "avx2"})
+    assert "256-bit" in browser_runtime.simd_sentence(laptop) and "2 times" in browser_runtime.simd_sentence(laptop)
+    assert "cannot tell" in browser_runtime.simd_sentence({"isa": "unknown"})
+
+
+def test_ratio_table_pairs_runs_and_leaves_out_failed_checks():
+    rows = []
+    for run, (web, native) in enumerate([(200.0, 40.0), (180.0, 40.0), (220.0, 40.0)], start=1):
+        for runtime, ms in (("onnxruntime_web_wasm", web), ("onnxruntime_native", native)):
+            rows.append({"run": run, "runtime": runtime, "size": KEY, "level": "all", "threads": 1,
+                         "median_ms": ms, "passed": True, "cpu_model": "cpu"})
+    rows.append({"run": 4, "runtime": "onnxruntime_web_wasm", "size": KEY, "level": "all", "threads": 1,
+                 "median_ms": 1.0, "passed": False, "cpu_model": "cpu"})
+    rows.append({"run": 4, "runtime": "onnxruntime_native", "size": KEY, "level": "all", "threads": 1,
+                 "median_ms": 40.0, "passed": True, "cpu_model": "cpu"})
+    table = browser_measure.ratio_table(pd.DataFrame(rows))
+    assert len(table) == 1
+    row = table.iloc[0]
+    assert row["runs"] == 3 and row["ratio"] == pytest.approx(5.0)
+    assert row["ratio_min"] == pytest.approx(4.5) and row["ratio_max"] == pytest.approx(5.5)
+
+
+def test_widget_html_embeds_the_native_figures_and_marks_a_failed_check():
+    native = pd.DataFrame([{"size": KEY, "level": "all", "threads": 1, "median_ms": 36.0, "min_ms": 35.0,
+                            "max_ms": 40.0, "passed": True},
+                           {"size": KEY, "level": "disabled", "threads": 1, "median_ms": float("nan"),
+                            "min_ms": float("nan"), "max_ms": float("nan"), "passed": False}])
+    panel = browser_runtime.widget_html(native, machine="a test CPU")
+    assert "data-ortweb-demo" in panel and 'disabled>Check, then time' in panel
+    data = json.loads(panel.split('data-native="', 1)[1].split('"', 1)[0].replace("&quot;", '"'))
+    assert data["machine"] == "a test CPU"
+    assert data["figures"][KEY]["all"]["median_ms"] == 36.0 and data["figures"][KEY]["disabled"]["median_ms"] is None
+
+
+# --------------------------------------------------------------------------------------------------
+# The panel in Chromium, judged by the book's own browser check
+# --------------------------------------------------------------------------------------------------
+
+def _site(tmp_path, assets_dir):
+    html = tmp_path / "html"
+    static = html / "_static" / "ortweb"
+    browser_runtime.publish(static, assets_dir, webgpu=False, widget=True)
+    native = pd.DataFrame(columns=["size", "level", "threads", "median_ms", "min_ms", "max_ms", "passed"])
+    panel = browser_runtime.widget_html(native, machine="nowhere", assets_url="_static/ortweb/")
+    (html / "index.html").write_text(
+        '<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>panel</title>'
+        f'</head><body><main>{panel}</main><script type="module" src="_static/ortweb/widget.js"></script>'
+        "</body></html>")
+    return html, static
+
+
+def _check(html, tmp_path):
+    proc = subprocess.run([sys.executable, str(CHECKER), str(html), "--screenshots", str(tmp_path / "shots"),
+                           "--notebooks-root", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    if proc.returncode == 2 and "Chromium is not installed" in proc.stderr:
+        pytest.skip("needs Chromium (scripts/setup_browser.sh installs it; test.sh runs that first)")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def runtime_installed():
+    try:
+        browser_runtime.runtime_dir()
+    except browser_runtime.BrowserAssetsError:
+        pytest.skip("needs onnxruntime-web (scripts/setup_web.sh installs it; test.sh runs that first)")
+
+
+def test_browser_check_passes_the_panel_on_intact_files(assets, tmp_path, runtime_installed):
+    html, _ = _site(tmp_path, assets[0])
+    proc = _check(html, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_browser_check_fails_when_the_model_file_is_missing(assets, tmp_path, runtime_installed):
+    html, static = _site(tmp_path, assets[0])
+    (static / assets[1]["sizes"][KEY]["model"]).unlink()
+    proc = _check(html, tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "the in-browser check did not pass" in proc.stdout and "did not load" in proc.stdout
+    assert "Check failed" in proc.stdout and "The model is not timed" in proc.stdout
+
+
+def test_browser_check_fails_when_the_stored_reference_does_not_match(assets, tmp_path, runtime_installed):
+    html, static = _site(tmp_path, assets[0])
+    entry = assets[1]["sizes"][KEY]
+    reference = browser_runtime.read_tensor(static / entry["reference"], entry["output_shape"])
+    (static / entry["reference"]).write_bytes((reference + np.float32(0.01)).astype("<f4").tobytes())
+    proc = _check(html, tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "the in-browser check did not pass" in proc.stdout and "differs from the stored reference" in proc.stdout
+    assert "no time appeared" not in proc.stdout
+
+
+def _open_panel(tmp_path, assets_dir, init_script=None):
+    """A Playwright page on the one-page site, or a skip where Chromium is absent."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = next((c for c in ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+                     if Path(c).exists()), None)
+    if chromium is None:
+        pytest.skip("needs Chromium (scripts/setup_browser.sh installs it; test.sh runs that first)")
+    html, _ = _site(tmp_path, assets_dir)
+    return html, sync_playwright, chromium
+
+
+def test_download_is_one_row_of_the_reader_kind_and_stop_reports_no_time(assets, tmp_path, runtime_installed):
+    html, sync_playwright, chromium = _open_panel(tmp_path, assets[0])
+    with browser_measure.serve(html) as base, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(accept_downloads=True)
+        page.goto(base + "index.html")
+        page.fill(".ortweb-repeats", "3")
+        page.click(".ortweb-run")
+        page.wait_for_function("document.querySelector('.ortweb-results').dataset.done === 'true'", timeout=120_000)
+        with page.expect_download() as info:
+            page.click(".ortweb-download")
+        download = info.value
+        target = tmp_path / download.suggested_filename
+        download.save_as(target)
+        # stop, pressed while the calls are being timed: no time is shown for the incomplete run
+        page.fill(".ortweb-repeats", "200")
+        page.click(".ortweb-run")
+        page.wait_for_function("document.querySelector('.ortweb-status').textContent.startsWith('Timing')", timeout=60_000)
+        page.click(".ortweb-stop")
+        page.wait_for_function("document.querySelector('.ortweb-status').textContent.startsWith('Stopped')", timeout=60_000)
+        stopped_rows = page.eval_on_selector_all(".ortweb-results tbody tr", "els => els.length")
+        browser.close()
+    assert results.kind("browser-reader").matches(target.name)
+    row = pd.read_csv(target)
+    assert list(row.columns) == list(browser_runtime.READER_COLUMNS) and len(row) == 1
+    assert bool(row.loc[0, "same_output"]) and bool(row.loc[0, "same_peaks"]) and row.loc[0, "threads"] == 1
+    assert row.loc[0, "height"] == 96 and row.loc[0, "model_sha256"] == assets[1]["sizes"][KEY]["model_sha256"]
+    assert 0 < row.loc[0, "min_ms_all"] <= row.loc[0, "median_ms_all"] <= row.loc[0, "max_ms_all"]
+    assert stopped_rows == 0
+
+
+def test_a_browser_without_webassembly_is_told_so_and_nothing_runs(assets, tmp_path, runtime_installed):
+    html, sync_playwright, chromium = _open_panel(tmp_path, assets[0])
+    with browser_measure.serve(html) as base, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        page.add_init_script("delete globalThis.WebAssembly")
+        page.goto(base + "index.html")
+        page.wait_for_function("document.querySelector('.ortweb-env').textContent.length > 0", timeout=20_000)
+        env_line = page.text_content(".ortweb-env")
+        disabled = page.get_attribute(".ortweb-run", "disabled")
+        browser.close()
+    assert "has no WebAssembly" in env_line and disabled is not None
