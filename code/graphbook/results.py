@@ -221,6 +221,9 @@ def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
         day = str(env[DATE])[:10]
     stem = "-".join([k.prefix] + ([tag] if tag else []) + [day])
     path = unique_path(_results_dir(results_dir), stem)
+    if not k.matches(path.name):  # checked before the file exists: a bad name leaves no orphan behind
+        raise ValueError(f"{path.name} does not match kind {k.name!r}'s own pattern "
+                         f"(the date comes from env['date'], got {str((env or {}).get(DATE))[:40]!r})")
     for row in rows:
         if per_run and row.get(RUN) not in (None, ""):
             row.setdefault(RUN_ID, f"{path.stem}/r{int(row[RUN])}")
@@ -233,8 +236,6 @@ def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
         writer.writeheader()
         for row in rows:
             writer.writerow({**(env or {}), **row})
-    if not k.matches(path.name):  # a tag that makes the name ambiguous would be caught here
-        raise RuntimeError(f"{path.name} does not match kind {k.name!r}'s own pattern")
     return path
 
 
