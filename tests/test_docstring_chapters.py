@@ -14,8 +14,9 @@ CHAPTER = re.compile(r"\bChapters? \d|\b[Aa]ppendix\b")
 
 
 def public_helpers():
-    for info in sorted(pkgutil.iter_modules(graphbook.__path__), key=lambda i: i.name):
-        module = pkgutil.resolve_name(f"graphbook.{info.name}")  # imports the module
+    infos = pkgutil.walk_packages(graphbook.__path__, prefix="graphbook.")  # subpackages' modules too
+    for info in sorted(infos, key=lambda i: i.name):
+        module = pkgutil.resolve_name(info.name)  # imports the module
         for name, obj in vars(module).items():
             if name.startswith("_") or not (inspect.isfunction(obj) or inspect.isclass(obj)):
                 continue
@@ -27,6 +28,7 @@ def test_the_walk_finds_the_package_helpers():
     names = dict(public_helpers())
     assert "graphbook.cli.multiple_of_8" in names and "graphbook.miscompile.check_model" in names
     assert "graphbook.cli.Path" not in names  # imported names are not the module's own
+    assert "graphbook.serving.batcher.InferenceService" in names  # a subpackage's modules are walked
 
 
 def test_every_public_helper_names_its_chapter():

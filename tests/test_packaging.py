@@ -42,10 +42,25 @@ def test_pyproject_maps_only_the_package_and_declares_no_dependencies():
     assert "-e ." in (ROOT / "scripts" / "setup_env.sh").read_text()
 
 
+def _modules() -> set[str]:
+    """Every module of the package: ``name`` for a top-level module or subpackage, ``sub.name`` inside one."""
+    names = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    for init in PACKAGE.glob("*/__init__.py"):
+        sub = init.parent.name
+        names |= {sub} | {f"{sub}.{p.stem}" for p in init.parent.glob("*.py") if p.stem != "__init__"}
+    return names
+
+
+def test_subpackages_are_declared_in_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    subpackages = {f"graphbook.{init.parent.name}" for init in PACKAGE.glob("*/__init__.py")}
+    assert subpackages <= set(project["tool"]["setuptools"]["packages"])
+
+
 def test_contributing_lists_every_module():
     text = (ROOT / "CONTRIBUTING.md").read_text()
-    listed = set(re.findall(r"^\s*\| `(\w+)` \|", text, re.M))
-    modules = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    listed = set(re.findall(r"^\s*\| `([\w.]+)` \|", text, re.M))
+    modules = _modules()
     assert not modules - listed, f"CONTRIBUTING.md does not list these graphbook modules: {sorted(modules - listed)}"
     assert not listed - modules, f"CONTRIBUTING.md lists modules that do not exist: {sorted(listed - modules)}"
 
@@ -83,7 +98,7 @@ def test_no_test_edits_the_import_path_or_loads_a_script():
 def test_package_docstring_lists_every_module():
     import graphbook
 
-    listed = set(re.findall(r"^- ``(\w+)``", graphbook.__doc__, re.M))
-    modules = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    listed = set(re.findall(r"^\s*- ``([\w.]+)``", graphbook.__doc__, re.M))
+    modules = _modules()
     assert listed == modules, (f"graphbook/__init__.py's list lacks {sorted(modules - listed)} "
                                f"and names missing modules {sorted(listed - modules)}")

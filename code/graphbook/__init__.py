@@ -38,7 +38,12 @@ checks that both name every module:
 - ``restart_paths`` -- restart paths side by side: time to a fresh process's first correct output (Chapter 6)
 - ``warmup``       -- recompilation counting and the warm-up for batch sizes 1, 2, 3 (Chapter 6)
 - ``correctness``  -- every variant against eager FP32 and the ground truth (Chapter 6)
-- ``serving``      -- the inference server: ready after warm-up, from a model or an artifact, dynamic batching (Chapter 7)
+- ``serving``      -- the inference server: ready after warm-up, from a model or an artifact, dynamic batching (Chapter 7);
+                      a subpackage:
+  - ``serving.runners``  -- the model behind one call, load_artifact (Chapter 7)
+  - ``serving.batcher``  -- warm-up, admission, the bounded queue and the batching worker (Chapter 7)
+  - ``serving.http``     -- request decoding, the handler, InferenceServer and its limits on clients (Chapter 7)
+  - ``serving.loadtest`` -- clients and the bounded loopback load test (Chapter 7)
 - ``provenance``   -- where and when each chapter last executed (appendix)
 - ``plots``        -- the book's plotting helpers
 - ``book``         -- chapter set-up, repository paths, data files

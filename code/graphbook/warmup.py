@@ -154,7 +154,11 @@ def no_recompiles():
 
     Uses ``torch.compiler.set_stance("fail_on_recompile")``: a first compile of a new function is
     still allowed, but a guard failure on an already compiled one is an error, which is the proof
-    that warm-up covered every shape.
+    that warm-up covered every shape. The stance is process-wide: while the block runs, every thread's
+    compiles are under it, and another thread's ``set_stance`` changes it underneath. Use it in a
+    single-threaded check like :func:`serve_random_sequence`; a server's worker thread runs its model
+    with ``torch._dynamo.run`` instead (:class:`graphbook.serving.runners.TorchRunner`), which never
+    compiles and belongs to the calling thread alone.
     """
     with torch.compiler.set_stance("fail_on_recompile"):
         yield
