@@ -44,6 +44,7 @@ checks that both name every module:
   - ``serving.batcher``  -- warm-up, admission, the bounded queue and the batching worker (Chapter 7)
   - ``serving.http``     -- request decoding, the handler, InferenceServer and its limits on clients (Chapter 7)
   - ``serving.loadtest`` -- clients and the bounded loopback load test (Chapter 7)
+  - ``serving.litserve_compare`` -- the same ONNX Runtime session behind LitServe (Chapter 7)
 - ``provenance``   -- where and when each chapter last executed (appendix)
 - ``plots``        -- the book's plotting helpers
 - ``book``         -- chapter set-up, repository paths, data files

@@ -122,6 +122,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("int8-tensor-errors", "cpu-int8-tensor-errors", "code/bench_int8.py"),
     Kind("restart-paths", "cpu-restart-paths", "code/bench_restart_paths.py"),
     Kind("serving-load", "cpu-serving-load", "code/bench_serving_load.py"),
+    Kind("litserve-compare", "cpu-litserve-compare", "code/bench_litserve.py"),
     Kind("freezing-repro", "cpu-freezing-repro", "code/repro_freezing_miscompile.py"),
     Kind("freezing-bisect", "cpu-freezing-bisect", "code/bisect_freezing.py"),
     Kind("tvm", "cpu-tvm", "code/bench_tvm.py"),

@@ -54,8 +54,8 @@ turns ``/livez`` to 500, so an orchestrator restarts the process.
 
 Modules: :mod:`.runners` (the model behind one call, :func:`load_artifact`), :mod:`.batcher` (the
 queue and the batching worker, :class:`InferenceService`), :mod:`.http` (request decoding, the
-handler, :class:`InferenceServer`), and :mod:`.loadtest` (clients and the bounded load
-test).
+handler, :class:`InferenceServer`), :mod:`.loadtest` (clients and the bounded load test)
+and :mod:`.litserve_compare` (the same ONNX Runtime session behind LitServe, for the comparison).
 """
 # Exactly what the chapters and the scripts call; tests and other modules import the submodules.
 from .batcher import InferenceService
