@@ -8,7 +8,9 @@ do is bounded here:
   dropped by one reaper thread (a stalled body is answered 408 first);
 - at most ``max_connections`` connections are served at once; one more is answered 503 and closed;
 - an oversized ``Content-Length`` is refused (413) before a byte of the body is read, and so is a
-  request that finds the queue full (503): a place in the queue is reserved from the headers;
+  request that finds the queue full (503: a place in the queue is reserved from the headers). The
+  503 leaves at once; a body the client sends anyway is then read into a scratch buffer and dropped
+  (never decoded), so the client reads its answer instead of a connection reset;
 - every error answer is JSON, including http.server's own (a garbage request line, an unknown
   method), and a client that vanishes mid-answer costs one counter, never a traceback.
 """
@@ -188,6 +190,19 @@ class _Handler(BaseHTTPRequestHandler):
             left -= len(chunk)
         return b"".join(chunks)
 
+    def _discard_body(self, length: int) -> bool:
+        """Read and drop ``length`` body bytes within the request's deadline; False if they never came."""
+        left = length
+        while left:
+            try:
+                chunk = self.rfile.read1(min(left, 1 << 16))
+            except (TimeoutError, socket.timeout, ConnectionError):
+                return False
+            if not chunk:
+                return False
+            left -= len(chunk)
+        return True
+
     def do_POST(self):  # noqa: N802
         service: InferenceService = self.server.service
         reserved = False
@@ -201,11 +216,17 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             try:
                 length = _content_length(self.headers, service.max_body_bytes)
-                service.reserve()  # a full queue is refused from the headers, before the body is read
-                reserved = True
             except RequestError:
                 self.close_connection = True
                 raise
+            try:
+                service.reserve()  # a full queue is refused from the headers, before the body is read
+                reserved = True
+            except RequestError as exc:
+                self._refuse(exc)  # the answer leaves at once; the body, if the client sends it anyway,
+                if not self._discard_body(length):  # is read into a scratch buffer, never decoded, so
+                    self.close_connection = True    # the client can read its 503 instead of a reset
+                return
             try:
                 body = self._read_body(length)
             except RequestError:
