@@ -186,19 +186,26 @@ def start_server(server: str, onnx_path: Path, input_hw, *, threads: int, max_qu
 
 
 def _stop(proc) -> None:
-    """Stop a server and every process it started (LitServe's workers run in the same session)."""
+    """Stop a server and every process it started (LitServe's workers run in the same session).
+
+    SIGTERM to the whole group, up to 15 s for the leader, then SIGKILL to whatever of the group is
+    left (a LitServe worker can outlive its parent's SIGTERM).
+    """
     import signal
 
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=5)
 
 
 def cpu_identity() -> dict:
