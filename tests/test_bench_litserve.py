@@ -59,3 +59,31 @@ def test_three_alternating_runs_of_both_servers_are_recorded(tmp_path):
     lit_overload = frame[(frame["server"] == "litserve") & frame["overload_level"].astype(bool)]
     assert (lit_overload["overloaded"] == 0).all()
     assert {"copy_gbps", "loadavg_1m", "cpu_family", "cpu_model_number", "ready_s"} <= set(frame.columns)
+
+
+def _fake_recording(book_rps, lit_rps, loadavg=0.5):
+    import pandas as pd
+
+    rows = []
+    for run, (b, l) in enumerate(zip(book_rps, lit_rps), start=1):
+        for server, rps in (("book", b), ("litserve", l)):
+            for clients, overload in ((1, False), (8, False), (24, True)):
+                ok, over = (96, 0) if server == "litserve" or not overload else (10, 86)
+                rows.append({"server": server, "run": run, "concurrency": clients, "overload_level": overload,
+                             "throughput_rps": rps, "p50_ms": 1000 / rps, "p99_ms": 2000 / rps, "sent": ok + over,
+                             "ok": ok, "overloaded": over, "errors": 0, "mean_joined_batch": 1.0, "ready_s": 1.0,
+                             "loadavg_1m": loadavg, "copy_gbps": 10.0, "cpu_cores": 2, "threads": 2,
+                             "cpu_model": "Some CPU", "cpu_family": "6", "cpu_model_number": "143",
+                             "date": "2026-12-01T00:00:00", "input_hw": "96x160",
+                             "max_queue": 8 if server == "book" else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def test_the_sentences_say_who_is_ahead_only_when_the_runs_do_not_overlap():
+    apart = litserve_compare.comparison_sentences(_fake_recording([50, 52, 51], [40, 41, 39]))
+    assert "the book's server 1.2" in apart["levels"] and "family 6 model 143" in apart["conditions"]
+    close = litserve_compare.comparison_sentences(_fake_recording([50, 40, 45], [44, 48, 42]))
+    assert "within each other's spread" in close["levels"]
+    assert "258 of 288 requests (3 runs together) 503 at once" in apart["overload"] and "queue bound of 8" in apart["overload"]
+    shared = litserve_compare.comparison_sentences(_fake_recording([50, 52, 51], [40, 41, 39], loadavg=5.0))
+    assert "shared" in shared["conditions"] and "shared" not in apart["conditions"]

@@ -272,3 +272,88 @@ def compare(onnx_path: Path, input_hw, *, levels, runs: int = 3, threads: int = 
             finally:
                 _stop(proc)
     return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading a recording back: the chapter's table and sentences
+# --------------------------------------------------------------------------------------------------
+LABELS = {"book": "the book's server", "litserve": "LitServe"}
+
+
+def summarize(frame):
+    """One row per (server, level) of a ``litserve-compare`` recording: medians and ranges across runs (Chapter 7)."""
+    import pandas as pd
+
+    rows = []
+    for (server, clients, overload), part in frame.groupby(["server", "concurrency", "overload_level"], sort=True):
+        tp = part["throughput_rps"]
+        rows.append({"server": server, "clients": int(clients), "overload": bool(overload), "runs": int(part["run"].nunique()),
+                     "rps_median": float(tp.median()), "rps_min": float(tp.min()), "rps_max": float(tp.max()),
+                     "p50_ms": float(part["p50_ms"].median()), "p99_ms": float(part["p99_ms"].median()),
+                     "sent": int(part["sent"].sum()), "ok": int(part["ok"].sum()),
+                     "overloaded": int(part["overloaded"].sum()), "errors": int(part["errors"].sum()),
+                     "mean_batch": float(part["mean_joined_batch"].median()),
+                     "ready_s": float(part["ready_s"].median())})
+    return pd.DataFrame(rows)
+
+
+def _level_phrase(book, lit) -> str:
+    ratio = book.rps_median / lit.rps_median
+    apart = book.rps_min > lit.rps_max or lit.rps_min > book.rps_max
+    if apart and ratio > 1:
+        verdict = f"the book's server {ratio:.2f}x LitServe's throughput"
+    elif apart:
+        verdict = f"LitServe {1 / ratio:.2f}x the book's server's throughput"
+    else:
+        verdict = f"throughputs within each other's spread ({ratio:.2f}x)"
+    return (f"{book.clients} client{'s' if book.clients > 1 else ''}: {book.rps_median:.1f} against "
+            f"{lit.rps_median:.1f} requests/s, {verdict}; median latency {book.p50_ms:.0f} and {lit.p50_ms:.0f} ms")
+
+
+def comparison_sentences(frame) -> dict[str, str]:
+    """The chapter's sentences about a recording, generated from its rows (Chapter 7).
+
+    ``conditions`` (machine, runs, load), ``levels`` (each client count: throughput, who is ahead when
+    the ranges across runs do not overlap, median latency), ``overload`` (what each did beyond the
+    book's queue bound) and ``ready`` (launch to ready).
+    """
+    summary = summarize(frame)
+    first = frame.iloc[0]
+    cores = int(first.get("cpu_cores", 0) or 0)
+    load_max = float(frame["loadavg_1m"].max())
+    family = f", family {first['cpu_family']} model {first['cpu_model_number']}" if str(first.get("cpu_family", "")) else ""
+    conditions = (f"Recorded {str(first['date'])[:10]} on {first['cpu_model']}{family} ({int(first['threads'])} ONNX "
+                  f"Runtime threads, {cores} cores) at {first['input_hw']}, {int(frame['run'].nunique())} runs in "
+                  f"alternating order; the copy_ probe read {frame['copy_gbps'].min():.1f}-{frame['copy_gbps'].max():.1f} GB/s "
+                  f"and the load average reached {load_max:.1f}")
+    if cores and load_max > cores:
+        conditions += (f", more than the machine's {cores} cores: it was shared while it measured, so the absolute "
+                       "figures are slower than a quiet machine's, and only the comparison run by run holds")
+    conditions += "."
+    pairs = []
+    for clients in sorted(summary.loc[~summary.overload, "clients"].unique()):
+        rows = summary[(summary.clients == clients) & ~summary.overload].set_index("server")
+        if {"book", "litserve"} <= set(rows.index):
+            pairs.append(_level_phrase(rows.loc["book"], rows.loc["litserve"]))
+    levels = ("Median across runs, the book's server against LitServe, at " + "; at ".join(pairs) + ".") if pairs else ""
+    over = summary[summary.overload].set_index("server")
+    overload = ""
+    if {"book", "litserve"} <= set(over.index):
+        b, lit = over.loc["book"], over.loc["litserve"]
+        bound = frame.loc[frame["server"] == "book", "max_queue"].dropna()
+        bound = f"its queue bound of {int(bound.iloc[0])}" if len(bound) else "its queue bound"
+        overload = (f"At {int(b.clients)} clients, beyond {bound}, "
+                    f"the book's server answered {int(b.overloaded)} of {int(b.sent)} requests ({int(b.runs)} runs together) "
+                    f"503 at once and served "
+                    f"{int(b.ok)} with a p99 of {b.p99_ms:.0f} ms; LitServe, whose queue has no bound, served "
+                    f"{int(lit.ok)} of {int(lit.sent)} with a p99 of {lit.p99_ms:.0f} ms"
+                    + ("" if int(b.errors + lit.errors) == 0 else f"; {int(b.errors + lit.errors)} requests got another answer")
+                    + ".")
+    ready = ""
+    by_server = summary.groupby("server")["ready_s"].median()
+    if {"book", "litserve"} <= set(by_server.index):
+        ready = (f"From launch to ready (median of the runs): {by_server['book']:.1f} s for the book's server, "
+                 f"{by_server['litserve']:.1f} s for LitServe, which starts an HTTP server process and a separate "
+                 "inference worker.")
+    return {"conditions": conditions, "levels": levels, "overload": overload, "ready": ready}
+
