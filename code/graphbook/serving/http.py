@@ -101,7 +101,9 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
 
     def setup(self):
-        self.timeout = self.server.request_timeout_s  # every single send and receive is bounded too
+        # Every single send and receive is bounded too: a backstop at twice the deadline, which the
+        # reaper enforces first.
+        self.timeout = 2 * self.server.request_timeout_s
         super().setup()
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's name
