@@ -191,12 +191,12 @@ def relative_iqr(result: TimingResult) -> float:
 
 def repeated_alternating(fn_a: Callable[[], object], fn_b: Callable[[], object], *, runs: int = 3,
                          warmup: int = 2, repeats: int = 10, names: tuple[str, str] = ("a", "b"),
-                         pause_s: float = 0.0, env: dict | None = None):
+                         env: dict | None = None):
     """``runs`` independent alternated timings of two functions, as a long DataFrame (Chapter 5).
 
     Each run warms both functions up again and times them call by call (:func:`alternating_timing`);
     every second run lets B go first, so neither version always runs in the other's wake.
-    ``pause_s`` sleeps between runs, to let a passing load move on. One row per (run, version):
+    One row per (run, version):
     ``run_id`` ("live-1", ...), ``variant``, ``median_ms``, ``min_ms``, ``max_ms``, ``q1_ms``,
     ``q3_ms``, ``repeats``, ``warmup``, ``went_first``, then the ``env`` fingerprint (default:
     :func:`graphbook.environment.fingerprint`), so :mod:`graphbook.runs` can summarize the runs,
@@ -214,8 +214,6 @@ def repeated_alternating(fn_a: Callable[[], object], fn_b: Callable[[], object],
         env = fingerprint()
     rows = []
     for index in range(runs):
-        if index and pause_s > 0:
-            time.sleep(pause_s)
         if index % 2 == 0:
             result_a, result_b = alternating_timing(fn_a, fn_b, warmup=warmup, repeats=repeats, names=names)
             first = names[0]
