@@ -206,7 +206,7 @@ def test_cli_serves_the_tiny_model_until_terminated():
 
 
 # --------------------------------------------------------------------------------------------------
-# Probes, dynamic batching, the bounded queue, artifacts, the load test (issue 14)
+# Probes, dynamic batching, the bounded queue, artifacts, the load test
 # --------------------------------------------------------------------------------------------------
 class RecordingHeatmaps(FramesAsHeatmaps):
     """FramesAsHeatmaps that records the batch size of every call."""
