@@ -11,17 +11,24 @@ model; the ONNX Runtime path never imports torch). Examples (from the repository
     .venv/bin/python code/serve_blurball.py --artifact blurball.pt2 --batch-sizes 1  # AOTInductor, batch 1
     .venv/bin/python code/serve_blurball.py --artifact dynamic.onnx                # ONNX Runtime, batches 1-3
 
-``GET /livez`` answers 200 while the process serves; ``GET /readyz`` (and ``/healthz``) 503 until the
-warm-up is done; ``POST /predict`` takes clips (see ``graphbook/serving.py`` for the request format).
+``GET /livez`` answers 200 while the process serves (500 when the warm-up failed or a model call hangs); ``GET /readyz`` (and ``/healthz``) 503 until the
+warm-up is done; ``POST /predict`` takes clips (see ``graphbook/serving/__init__.py`` for the request format).
 Concurrent requests are joined into warmed batch sizes (``--no-batching`` turns that off); at most
 ``--max-queue`` wait, beyond that the answer is 503 with ``Retry-After``. The line ``READY <seconds>``
 on stdout marks the moment the server became ready, so scripts can time it.
+
+Exit status: 0 stopped by Ctrl-C or SIGTERM after serving; 1 the warm-up failed (the model cannot run);
+2 bad arguments, including a configuration the model cannot serve (a static-batch artifact asked for
+several batch sizes) and an artifact or ``--load-artifacts`` file that cannot be loaded; one line on
+stderr, never a traceback.
 """
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
+import warnings
 from pathlib import Path
 
 _STARTED = time.perf_counter()
@@ -38,6 +45,10 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {value}")
     return value
+
+
+def _stop_on_sigterm(signum, frame):
+    raise KeyboardInterrupt
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -107,6 +118,28 @@ def build_model(args):
     return build_blurball(weights), (str(weights) if weights else "seeded random weights")
 
 
+def _load_cache_artifacts(torch, path: Path) -> None:
+    """Load torch.compiler cache artifacts, or raise ValueError in one line for a file that holds none.
+
+    torch 2.13 does not raise on a corrupt file: it logs a warning with a traceback and loads nothing.
+    """
+    import logging
+
+    log = logging.getLogger("torch.compiler._cache")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        info = torch.compiler.load_cache_artifacts(path.read_bytes())
+    except Exception as exc:  # older torch versions raise instead
+        info, reason = None, f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
+    else:
+        reason = "no artifact could be read from it"
+    finally:
+        log.setLevel(level)
+    if info is None:
+        raise ValueError(f"--load-artifacts {str(path)!r} is not a torch.compiler cache artifact file ({reason})")
+
+
 def build_service(args):
     """The InferenceService the arguments ask for, and a description of its model."""
     from graphbook import serving
@@ -122,8 +155,14 @@ def build_service(args):
 
     set_threads(args.threads)
     if args.load_artifacts:
-        torch.compiler.load_cache_artifacts(args.load_artifacts.read_bytes())
-    model, source = build_model(args)
+        _load_cache_artifacts(torch, args.load_artifacts)
+    try:
+        with warnings.catch_warnings():  # torch.load's advice on a bad file would be a second line
+            warnings.simplefilter("ignore")
+            model, source = build_model(args)
+    except Exception as exc:  # a corrupt or foreign checkpoint: torch.load raises many kinds
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"the checkpoint cannot be loaded ({type(exc).__name__}: {first[:200]})") from None
     return serving.InferenceService(model, (args.height, args.width), compile=args.compile, **options), source
 
 
@@ -133,8 +172,12 @@ def main(argv=None) -> int:
 
     try:
         service, source = build_service(args)
-    except (ValueError, RuntimeError) as exc:  # e.g. a static-batch artifact asked for batch sizes 1,2,3
-        print(f"serve_blurball.py: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+    except (ValueError, FileNotFoundError) as exc:  # a configuration the model cannot serve, a bad file
+        print(f"serve_blurball.py: error: {(str(exc).splitlines() or ['invalid configuration'])[0]}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # the model itself failed to build
+        print(f"serve_blurball.py: error: {(str(exc).splitlines() or ['the model failed to build'])[0]}",
+              file=sys.stderr)
         return 1
     try:
         server = serving.InferenceServer(service, args.host, args.port, verbose=args.verbose)
@@ -143,6 +186,7 @@ def main(argv=None) -> int:
         return 2
     print(f"serving {args.model if args.artifact is None else 'artifact'} ({source}) on {server.url}; warming up batch sizes "
           f"{','.join(map(str, args.batch_sizes))}{' with torch.compile' if args.compile else ''}", flush=True)
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)  # an orchestrator's stop: shut down cleanly
     server.start()
     try:
         server.wait_until_ready(timeout=3600)

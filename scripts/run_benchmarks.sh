@@ -8,7 +8,7 @@
 # a warm Inductor cache, bench_blurball_cpu, bench_onnxruntime, bench_int8 and bench_ablation took 7
 # minutes together (the three runs add the timed calls, not the builds; the compiled variants of
 # graphbook.variants re-enter Dynamo from its caches in each run's untimed warm-up), the restart paths
-# (3 fresh processes per path, cold compiles included) about 10 and the load test under one; a first
+# (3 fresh processes per path, cold compiles included) about 10, the load test under one and the LitServe comparison a few; a first
 # run on a new machine compiles for several minutes more. A benchmark that
 # finds a variant disagreeing with eager exits 1; the others still run, and this script exits 1 at the
 # end naming it.
@@ -33,6 +33,7 @@ run code/bench_compile_cache.py --server
 run code/bench_restart_paths.py
 run code/bench_serving_load.py
 run code/bench_browser_ort.py           # Chapter 4's WASM/native ratio (headless Chromium, about 2 minutes)
+run code/bench_litserve.py
 if [ ${#failed[@]} -gt 0 ]; then
   echo "benchmarks that reported a problem (see above): ${failed[*]}" >&2
   exit 1

@@ -338,3 +338,10 @@ def test_per_run_ids_and_latest_recording(tmp_path):
     assert runs.summarize_runs(newest[newest["record"] == "variant"])["runs"].tolist() == [3, 3]
     assert results._latest_recording(frame.iloc[:0]).empty
     assert old.name in set(frame[results.SOURCE_FILE])
+
+
+def test_write_run_refuses_a_bad_name_before_writing_anything(tmp_path):
+    # a date that is not YYYY-MM-DD makes a name no reader would find: refused, and no orphan file left
+    with pytest.raises(ValueError, match="does not match"):
+        results.write_run("serving-load", [{"ok": 1}], {"date": "yesterday"}, results_dir=tmp_path)
+    assert list(tmp_path.iterdir()) == []

@@ -12,6 +12,8 @@ import torch
 from torch import nn
 
 from graphbook import serving, warmup
+from graphbook.paths import REPO_ROOT
+from graphbook.serving import batcher, http as serving_http
 
 H, W = 16, 24
 
@@ -147,10 +149,10 @@ def test_service_rejects_bad_configuration():
 
 
 def test_parse_shape_header():
-    assert serving.parse_shape_header("1,9,16,24") == (1, 9, 16, 24)
+    assert serving_http._parse_shape_header("1,9,16,24") == (1, 9, 16, 24)
     for bad in ("", "1,,2", "1,-9"):
-        with pytest.raises(serving.RequestError):
-            serving.parse_shape_header(bad)
+        with pytest.raises(batcher.RequestError):
+            serving_http._parse_shape_header(bad)
 
 
 def test_compiled_server_warms_up_every_batch_size_and_never_recompiles():
@@ -160,7 +162,8 @@ def test_compiled_server_warms_up_every_batch_size_and_never_recompiles():
     service = serving.InferenceService(warmup.tiny_clip_net(hidden=4), (small_h, small_w), compile=True)
     srv = serving.InferenceServer(service).start()
     try:
-        seconds, health = serving.wait_for_ready(srv.url, timeout=300)
+        srv.wait_until_ready(timeout=300)
+        health = serving.request(srv.url + "/readyz")[1]
         assert health["compiled"] is True
         before = warmup.graphs_compiled()
         for batch in (3, 1, 2, 1, 3):
@@ -171,7 +174,7 @@ def test_compiled_server_warms_up_every_batch_size_and_never_recompiles():
         srv.stop()
 
 
-SCRIPT = serving.__file__.replace("graphbook/serving.py", "serve_blurball.py")
+SCRIPT = str(REPO_ROOT / "code" / "serve_blurball.py")
 
 
 def test_cli_serves_the_tiny_model_until_terminated():
@@ -294,7 +297,7 @@ def test_failed_warm_up_makes_livez_and_readyz_500():
     ([1, 1, 1], (1, 3), True, 3), ([1, 1, 1], (1, 2, 3), False, 1), ([], (1, 2, 3), True, 0),
 ])
 def test_plan_batch_takes_a_fifo_prefix_of_a_warmed_size(sizes, allowed, batching, expected):
-    assert serving.plan_batch(sizes, allowed, batching=batching) == expected
+    assert batcher._plan_batch(sizes, allowed, batching=batching) == expected
 
 
 def clip_with_ball_at(col):
@@ -314,7 +317,7 @@ def test_concurrent_requests_are_joined_into_one_warmed_batch(batching, expected
         service.resume()
         for t in threads:
             t.join(timeout=30)
-        assert model.batches == expected_calls == service.calls
+        assert model.batches == expected_calls == list(service.calls)
         for col, answer in zip((4, 10, 16), answers):  # each request gets its own clip's answer back
             assert answer["batch_size"] == 1 and answer["joined_batch_size"] == expected_calls[0]
             assert abs(answer["detections"][0][0]["x"] - col) < 0.5
@@ -350,7 +353,7 @@ def test_a_request_that_waited_too_long_gets_503_not_an_endless_wait():
     service.warm_up()
     service.pause()
     try:
-        threads, answers = in_threads([lambda: pytest.raises(serving.RequestError, service.predict, clip_with_ball())])
+        threads, answers = in_threads([lambda: pytest.raises(batcher.RequestError, service.predict, clip_with_ball())])
         wait_for(lambda: service.queued() == 1)
         time.sleep(0.1)
         service.resume()
@@ -394,7 +397,8 @@ def test_server_starts_from_an_onnx_artifact_and_matches_eager(tiny_onnx):
     service = serving.InferenceService(runner, (H, W))
     srv = serving.InferenceServer(service).start()
     try:
-        _, ready = serving.wait_for_ready(srv.url, timeout=60)
+        srv.wait_until_ready(timeout=60)
+        ready = serving.request(srv.url + "/readyz")[1]
         assert ready["runtime"] == "onnxruntime" and ready["compiled"] is False
         eager = serving.InferenceService(warmup.tiny_clip_net(hidden=4), (H, W))
         eager.warm_up()
@@ -461,3 +465,32 @@ def test_cli_serves_an_onnx_artifact_without_importing_torch(tiny_onnx):
         proc.wait(timeout=30)
 
 
+def _one_line_exit_2(proc):
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-500:])
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr[-500:]
+
+
+def test_cli_a_configuration_the_model_cannot_serve_is_a_usage_error(tmp_path):
+    import subprocess
+    import sys
+
+    from graphbook import onnx_utils
+
+    static = onnx_utils.export_onnx(warmup.tiny_clip_net(hidden=4), torch.randn(1, 9, H, W), tmp_path / "static.onnx")
+    proc = subprocess.run([sys.executable, SCRIPT, "--artifact", str(static), "--height", str(H), "--width", str(W),
+                           "--batch-sizes", "1,2,3", "--port", "0"], capture_output=True, text=True, timeout=120)
+    _one_line_exit_2(proc)
+    assert "static batch" in proc.stderr
+
+
+@pytest.mark.parametrize("option", ["--load-artifacts", "--artifact", "--weights"])
+def test_cli_a_corrupt_input_file_is_one_line_and_exit_2(tmp_path, option):
+    import subprocess
+    import sys
+
+    corrupt = tmp_path / {"--load-artifacts": "cache.bin", "--artifact": "model.onnx", "--weights": "w.pt"}[option]
+    corrupt.write_bytes(b"\x80\x04not what it claims to be" * 10)
+    extra = {"--load-artifacts": ["--compile", "--model", "tiny"], "--artifact": [], "--weights": []}[option]
+    proc = subprocess.run([sys.executable, SCRIPT, option, str(corrupt), *extra, "--height", str(H), "--width", str(W),
+                           "--port", "0", "--threads", "1"], capture_output=True, text=True, timeout=300)
+    _one_line_exit_2(proc)

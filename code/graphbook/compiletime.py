@@ -134,17 +134,44 @@ def seconds_to_ready(cmd: Sequence[str], *, env: dict | None = None, timeout: fl
     """Start ``cmd`` and return the seconds from launch to its first ``READY`` line, then stop it (Chapter 2).
 
     Raises ``error("<what> did not become ready: ...")`` with the end of its stderr (or ``timeout``)
-    when it exits or runs past ``timeout`` s without that line.
+    when it exits or runs past ``timeout`` s without that line. The deadline holds whether or not the
+    child writes anything: stdout is read by one thread, and stderr is drained by another into its last
+    lines only, so a child that goes quiet, or floods stderr with warnings, cannot hang the caller.
     """
+    import collections
+    import threading
+
     t0 = time.perf_counter()
-    proc = subprocess.Popen(list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    proc = subprocess.Popen(list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            errors="replace")
+    ready = threading.Event()
+    ready_at: list[float] = []
+    tail: collections.deque[str] = collections.deque(maxlen=40)
+
+    def watch_stdout():
         for line in proc.stdout:
             if line.startswith("READY"):
-                return time.perf_counter() - t0
-            if time.perf_counter() - t0 > timeout:
-                break
-        raise error(f"{what} did not become ready: "
-                    f"{proc.stderr.read()[-800:] if proc.poll() is not None else 'timeout'}")
+                ready_at.append(time.perf_counter())
+                ready.set()
+        ready.set()  # EOF: the child closed stdout (exited); the caller looks at ready_at
+
+    def drain_stderr():
+        for line in proc.stderr:
+            tail.append(line)
+
+    readers = [threading.Thread(target=f, daemon=True) for f in (watch_stdout, drain_stderr)]
+    for thread in readers:
+        thread.start()
+    try:
+        ready.wait(timeout)
+        if ready_at:
+            return ready_at[0] - t0
+        exited = ready.is_set()  # stdout ended before a READY line: the child is exiting
+        if exited:
+            readers[1].join(timeout=5)
+        reason = ("".join(tail)[-800:] or "it exited") if exited else f"timeout after {timeout:g} s"
+        raise error(f"{what} did not become ready: {reason}")
     finally:
         stop_process(proc)
+        for thread in readers:
+            thread.join(timeout=5)

@@ -11,7 +11,7 @@ fails a guard means a new compile on the request path. Three policies differ:
 
 The cure is the same for all of them: call every batch size the server will see once, before it
 reports ready (:func:`warm_up`), then prove that traffic compiles nothing more with recompilation
-turned into an error (:func:`no_recompiles`, :func:`serve_random_sequence`).
+turned into an error (:func:`_no_recompiles`, :func:`serve_random_sequence`).
 """
 from __future__ import annotations
 
@@ -149,12 +149,16 @@ def warm_up(compiled, input_chw, batch_sizes=(1, 2, 3), *, calls_per_size: int =
 
 
 @contextlib.contextmanager
-def no_recompiles():
+def _no_recompiles():
     """Inside this block any recompilation raises ``RuntimeError`` instead of compiling (Chapter 6).
 
     Uses ``torch.compiler.set_stance("fail_on_recompile")``: a first compile of a new function is
     still allowed, but a guard failure on an already compiled one is an error, which is the proof
-    that warm-up covered every shape.
+    that warm-up covered every shape. The stance is process-wide: while the block runs, every thread's
+    compiles are under it, and another thread's ``set_stance`` changes it underneath. Use it in a
+    single-threaded check like :func:`serve_random_sequence`; a server's worker thread runs its model
+    with ``torch._dynamo.run`` instead (:class:`graphbook.serving.runners.TorchRunner`), which never
+    compiles and belongs to the calling thread alone.
     """
     with torch.compiler.set_stance("fail_on_recompile"):
         yield
@@ -162,7 +166,7 @@ def no_recompiles():
 
 def serve_random_sequence(compiled, input_chw, batch_sizes=(1, 2, 3), *, requests: int = 20,
                           seed: int = 0) -> dict:
-    """Serve ``requests`` calls with random batch sizes under :func:`no_recompiles` (Chapter 6).
+    """Serve ``requests`` calls with random batch sizes under :func:`_no_recompiles` (Chapter 6).
 
     Returns ``{"requests", "sizes_seen", "new_graphs"}``; ``new_graphs`` is 0 after a complete warm-up
     (a recompile would have raised before it could be counted).
@@ -173,7 +177,7 @@ def serve_random_sequence(compiled, input_chw, batch_sizes=(1, 2, 3), *, request
     rng = random.Random(seed)
     sequence = [rng.choice(sizes) for _ in range(requests)]
     before = graphs_compiled()
-    with no_recompiles(), torch.no_grad():
+    with _no_recompiles(), torch.no_grad():
         for b in sequence:
             compiled(torch.randn(b, *input_chw))
     return {"requests": len(sequence), "sizes_seen": sorted(set(sequence)),

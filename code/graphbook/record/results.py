@@ -100,6 +100,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("int8-tensor-errors", "cpu-int8-tensor-errors", "code/bench_int8.py"),
     Kind("restart-paths", "cpu-restart-paths", "code/bench_restart_paths.py"),
     Kind("serving-load", "cpu-serving-load", "code/bench_serving_load.py"),
+    Kind("litserve-compare", "cpu-litserve-compare", "code/bench_litserve.py"),
     Kind("freezing-repro", "cpu-freezing-repro", "code/repro_freezing_miscompile.py"),
     Kind("freezing-bisect", "cpu-freezing-bisect", "code/bisect_freezing.py"),
     Kind("tvm", "cpu-tvm", "code/bench_tvm.py"),
@@ -192,6 +193,9 @@ def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
         day = str(env[DATE])[:10]
     stem = "-".join([k.prefix] + ([tag] if tag else []) + [day])
     path = _unique_path(_results_dir(results_dir), stem)
+    if not k.matches(path.name):  # checked before the file exists: a bad name leaves no orphan behind
+        raise ValueError(f"{path.name} does not match kind {k.name!r}'s own pattern "
+                         f"(the date comes from env['date'], got {str((env or {}).get(DATE))[:40]!r})")
     for row in rows:
         if per_run and row.get(RUN) not in (None, ""):
             row.setdefault(RUN_ID, f"{path.stem}/r{int(row[RUN])}")
@@ -204,8 +208,6 @@ def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
         writer.writeheader()
         for row in rows:
             writer.writerow({**(env or {}), **row})
-    if not k.matches(path.name):  # a tag that makes the name ambiguous would be caught here
-        raise RuntimeError(f"{path.name} does not match kind {k.name!r}'s own pattern")
     return path
 
 

@@ -1,0 +1,360 @@
+"""The same ONNX Runtime session behind LitServe, beside the book's server (Chapter 7).
+
+Introduced in Chapter 7. LitServe (``litserve``, pinned in requirements.txt) is a production serving
+library built on FastAPI and uvicorn: its ``LitAPI`` has ``max_batch_size`` and ``batch_timeout`` for
+dynamic batching, ``/health`` answers 503 until the inference workers finished ``setup``, and the HTTP
+server and the inference worker are separate processes. :class:`BlurBallOrtAPI` serves the same
+``.onnx`` file with the same :class:`graphbook.serving.runners.OrtRunner` (the same session options and
+threads) that ``code/serve_blurball.py --artifact`` uses, and answers in the book's format
+(``joined_batch_size``, ``inference_ms``, ``detections``), so :func:`graphbook.serving.load_test`
+measures both with the same clients. LitServe takes JSON bodies, so a clip travels as base64 of its
+float32 bytes (:func:`_base64_json_request`); the book's server takes the raw bytes.
+
+:func:`compare` runs the recorded comparison behind ``code/bench_litserve.py``: for each run (at least
+3) both servers start in fresh processes, in an order that alternates between runs, and face the same
+levels of loopback clients. :data:`OPERATOR_FEATURES` says what each gives an operator.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SERVERS = ("book", "litserve")
+
+#: What each server gives the person who runs it, as the chapter's table shows it.
+OPERATOR_FEATURES = {
+    "readiness": ("GET /readyz: 503 until every batch size ran once, then 200 with the warm-up times; "
+                  "GET /livez separate (500 when the warm-up failed or a model call hangs)",
+                  "GET /health: 503 until every worker's setup() returned, then 200 'ok'; no separate "
+                  "liveness probe, and no warm-up unless setup() runs one"),
+    "batching": ("joins waiting requests into a warmed-up batch size (1, 2 or 3), waiting at most "
+                 "max_wait_ms for company",
+                 "LitAPI(max_batch_size, batch_timeout): any size up to max_batch_size, waiting at most "
+                 "batch_timeout"),
+    "back-pressure": ("bounded queue: 503 with Retry-After beyond max_queue, decided from the headers; "
+                      "connection cap; per-request deadline; 504 when a model call hangs",
+                      "no queue bound: every request waits; 504 after the request timeout (30 s by "
+                      "default); max_payload_size refuses large bodies (413)"),
+    "metrics": ("per answer: queue_ms, inference_ms, joined_batch_size; /readyz: queue length, calls "
+                "per batch size",
+                "callbacks and loggers (a Prometheus exporter is a user's Logger); nothing exported by "
+                "default"),
+}
+
+
+def _base64_json_request(array: np.ndarray) -> tuple[bytes, dict]:
+    """Body and headers of a LitServe ``/predict`` request: ``{"clips": base64, "shape": [...]}`` (Chapter 7)."""
+    array = np.ascontiguousarray(array, dtype="<f4")
+    body = json.dumps({"clips": base64.b64encode(array.tobytes()).decode("ascii"), "shape": list(array.shape)})
+    return body.encode(), {"Content-Type": "application/json"}
+
+
+def _decode_clip(payload: dict, input_chw: tuple[int, int, int]) -> np.ndarray:
+    shape = tuple(int(d) for d in payload["shape"])
+    if len(shape) != 4 or shape[1:] != tuple(input_chw):
+        raise ValueError(f"clips must have shape (N, {', '.join(map(str, input_chw))}), got {shape}")
+    return np.frombuffer(base64.b64decode(payload["clips"]), dtype="<f4").reshape(shape)
+
+
+try:  # pinned in requirements.txt; imported here because LitServe pickles the API into its worker
+    import litserve as _ls
+except ImportError:  # pragma: no cover - a reader's environment without it can still import the rest
+    _ls = None
+
+if _ls is not None:
+    class BlurBallOrtAPI(_ls.LitAPI):
+        """The book's ONNX Runtime runner as a LitServe API: same session, same warm-up (Chapter 7)."""
+
+        def __init__(self, onnx_path: str, input_chw, threads: int, threshold: float = 0.5, **lit_kwargs):
+            super().__init__(**lit_kwargs)
+            self.onnx_path, self.input_chw = str(onnx_path), tuple(int(d) for d in input_chw)
+            self.threads, self.threshold = int(threads), float(threshold)
+
+        def setup(self, device):
+            from .runners import OrtRunner
+
+            self.runner = OrtRunner(self.onnx_path, threads=self.threads)
+            rng = np.random.default_rng(0)
+            for b in (1, 2, 3):  # the same warm-up as the book's server, before /health says ok
+                self.runner(rng.standard_normal((b, *self.input_chw), dtype=np.float32))
+
+        def decode_request(self, request):
+            return _decode_clip(request, self.input_chw)
+
+        def batch(self, inputs):
+            return np.concatenate(inputs) if len(inputs) > 1 else inputs[0]
+
+        def predict(self, x):
+            started = time.perf_counter()
+            logits = self.runner(np.ascontiguousarray(x, dtype=np.float32))
+            ms = (time.perf_counter() - started) * 1e3
+            if self.max_batch_size > 1:  # batched: one entry per request (each a single clip here)
+                return [(logits[i:i + 1], len(x), ms) for i in range(len(x))]
+            return logits, len(x), ms
+
+        def unbatch(self, output):
+            return output
+
+        def encode_response(self, output):
+            from ..decoding import decode_batch
+            from .batcher import _detection_json
+
+            logits, joined, ms = output
+            decoded = decode_batch(logits, self.threshold)
+            return {"joined_batch_size": int(joined), "inference_ms": float(ms),
+                    "detections": [[_detection_json(frame.best) for frame in clip] for clip in decoded]}
+
+
+def _run_litserve(onnx_path: str, input_chw, *, port: int, threads: int, max_batch_size: int,
+                 batch_timeout_s: float) -> None:
+    """Serve ``onnx_path`` with LitServe on 127.0.0.1:``port`` until stopped: the child :func:`compare` starts (Chapter 7)."""
+    if _ls is None:
+        raise ImportError("litserve is not installed: pip install -r requirements.txt")
+    api = BlurBallOrtAPI(onnx_path, input_chw, threads, max_batch_size=max_batch_size,
+                           batch_timeout=batch_timeout_s)
+    server = _ls.LitServer(api, accelerator="cpu", devices=1, workers_per_device=1)
+    server.run(host="127.0.0.1", port=port, num_api_servers=1, generate_client_file=False, log_level="warning")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_health(url: str, path: str, proc, timeout: float) -> float:
+    from .loadtest import request
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with status {proc.returncode} before it was ready")
+        try:
+            if request(url + path, timeout=5)[0] == 200:
+                return time.perf_counter() - t0
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"the server was not ready after {timeout:.0f} s")
+
+
+def start_server(server: str, onnx_path: Path, input_hw, *, threads: int, max_queue: int, max_wait_ms: float,
+                 timeout: float = 300.0):
+    """Start one server in a fresh process; return ``(process, url, seconds from launch to ready)`` (Chapter 7).
+
+    ``book``: ``code/serve_blurball.py --artifact`` (batching on, ``max_queue``, ``max_wait_ms``);
+    ``litserve``: :func:`_run_litserve` with ``max_batch_size=3`` and ``batch_timeout=max_wait_ms``.
+    Readiness is the server's own: the book's READY line after ``/readyz``'s warm-up, LitServe's
+    ``/health`` answering 200.
+    """
+    from ..paths import REPO_ROOT
+
+    height, width = (int(v) for v in input_hw)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.perf_counter()
+    if server == "book":
+        cmd = [sys.executable, str(REPO_ROOT / "code" / "serve_blurball.py"), "--artifact", str(onnx_path),
+               "--port", str(port), "--height", str(height), "--width", str(width), "--threads", str(threads),
+               "--max-queue", str(max_queue), "--max-wait-ms", str(max_wait_ms)]
+        health = "/readyz"
+    elif server == "litserve":
+        spec = dict(onnx_path=str(onnx_path), input_chw=[9, height, width], port=port, threads=threads,
+                    max_batch_size=3, batch_timeout_s=max_wait_ms / 1e3)
+        cmd = [sys.executable, "-c", "import json, sys; from graphbook.serving.litserve_compare import _run_litserve; "
+               "s = json.loads(sys.argv[1]); _run_litserve(s.pop('onnx_path'), s.pop('input_chw'), **s)", json.dumps(spec)]
+        health = "/health"
+    else:
+        raise ValueError(f"unknown server {server!r}; choose one of {', '.join(SERVERS)}")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait_for_health(url, health, proc, timeout)
+    except Exception:
+        _stop(proc)
+        raise
+    return proc, url, time.perf_counter() - t0
+
+
+def _stop(proc) -> None:
+    """Stop a server and every process it started (LitServe's workers run in the same session).
+
+    SIGTERM to the whole group, up to 15 s for the leader, then SIGKILL to whatever of the group is
+    left (a LitServe worker can outlive its parent's SIGTERM).
+    """
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=5)
+
+
+def cpu_identity() -> dict:
+    """CPU vendor, family, model and stepping from ``/proc/cpuinfo`` (empty where absent; Chapter 7)."""
+    wanted = {"vendor_id": "cpu_vendor", "cpu family": "cpu_family", "model": "cpu_model_number",
+              "stepping": "cpu_stepping"}
+    found: dict = {}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {v: "" for v in wanted.values()}
+    for line in text.splitlines():
+        match = re.match(r"^([^:]+?)\s*:\s*(.*)$", line)
+        if match and match.group(1) in wanted and wanted[match.group(1)] not in found:
+            found[wanted[match.group(1)]] = match.group(2).strip()
+        if not line.strip() and found:
+            break
+    return {v: found.get(v, "") for v in wanted.values()}
+
+
+def compare(onnx_path: Path, input_hw, *, levels, runs: int = 3, threads: int = 2, max_queue: int = 8,
+            max_wait_ms: float = 5.0, requests: int = 24, time_limit_s: float = 60.0, probe_mib: int = 64,
+            log=print, rows: list | None = None) -> list[dict]:
+    """Both servers, ``runs`` times in alternating order, at every ``(clients, overload)`` level (Chapter 7).
+
+    One row per (run, server, level): :func:`graphbook.serving.load_test`'s report plus ``server``,
+    ``run``, ``run_order``, ``ready_s`` (launch to ready), the run's ``copy_gbps`` probe and the 1-minute
+    load average, so a run taken under load can be flagged. Rows are appended to ``rows`` when given,
+    so a caller keeps what was measured before a server failed to start (RuntimeError).
+    """
+    from .. import probes
+    from ..record import results
+    from .loadtest import binary_request, load_test
+
+    if runs < 3:
+        raise ValueError(f"a comparison needs at least 3 runs, got {runs}")
+    height, width = (int(v) for v in input_hw)
+    clip = np.random.default_rng(0).standard_normal((1, 9, height, width)).astype(np.float32)
+    encodings = {"book": ("float32 bytes", binary_request(clip)), "litserve": ("base64 in JSON", _base64_json_request(clip))}
+    rows = [] if rows is None else rows
+    for run in range(1, runs + 1):
+        order = list(SERVERS) if run % 2 else list(reversed(SERVERS))
+        copy_gbps = probes.copy_bandwidth(nbytes=probe_mib * probes.MIB, repeats=5)["gb_per_s"]
+        log(f"run {run}/{runs}: copy_ {copy_gbps:.1f} GB/s, order {', '.join(order)}")
+        for position, server in enumerate(order, start=1):
+            proc, url, ready_s = start_server(server, onnx_path, (height, width), threads=threads,
+                                              max_queue=max_queue, max_wait_ms=max_wait_ms)
+            encoding, encoded = encodings[server]
+            try:
+                for clients, overload in levels:
+                    n = max(requests, 4 * clients)
+                    report = load_test(url, clip, concurrency=clients, requests=n, time_limit_s=time_limit_s,
+                                       encoded=encoded, health_path="/readyz" if server == "book" else "/health")
+                    rows.append({"server": server, results.RUN: run, results.RUN_ORDER: position,
+                                 "overload_level": overload, **report, "requests_planned": n,
+                                 "ready_s": ready_s, "body_encoding": encoding, "body_bytes": len(encoded[0]),
+                                 "max_batch_size": 3, "max_wait_ms": max_wait_ms,
+                                 "max_queue": max_queue if server == "book" else "",
+                                 "input_hw": f"{height}x{width}", "model": Path(onnx_path).name,
+                                 results.COPY_GBPS: copy_gbps, "loadavg_1m": os.getloadavg()[0]})
+                    log(f"  {server:>8} clients {clients:>2}: {report['ok']:>3}/{report['sent']} ok, "
+                        f"{report['overloaded']} x 503, {report['errors']} other, "
+                        f"{report['throughput_rps']:6.1f} req/s, p50 {report['p50_ms']:7.1f} ms, "
+                        f"p99 {report['p99_ms']:7.1f} ms, joined batch {report['mean_joined_batch']:.2f}")
+            finally:
+                _stop(proc)
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading a recording back: the chapter's table and sentences
+# --------------------------------------------------------------------------------------------------
+LABELS = {"book": "the book's server", "litserve": "LitServe"}
+
+
+def summarize(frame):
+    """One row per (server, level) of a ``litserve-compare`` recording: medians and ranges across runs (Chapter 7)."""
+    import pandas as pd
+
+    rows = []
+    for (server, clients, overload), part in frame.groupby(["server", "concurrency", "overload_level"], sort=True):
+        tp = part["throughput_rps"]
+        rows.append({"server": server, "clients": int(clients), "overload": bool(overload), "runs": int(part["run"].nunique()),
+                     "rps_median": float(tp.median()), "rps_min": float(tp.min()), "rps_max": float(tp.max()),
+                     "p50_ms": float(part["p50_ms"].median()), "p99_ms": float(part["p99_ms"].median()),
+                     "sent": int(part["sent"].sum()), "ok": int(part["ok"].sum()),
+                     "overloaded": int(part["overloaded"].sum()), "errors": int(part["errors"].sum()),
+                     "mean_batch": float(part["mean_joined_batch"].median()),
+                     "ready_s": float(part["ready_s"].median())})
+    return pd.DataFrame(rows)
+
+
+def _level_phrase(book, lit) -> str:
+    ratio = book.rps_median / lit.rps_median
+    apart = book.rps_min > lit.rps_max or lit.rps_min > book.rps_max
+    if apart and ratio > 1:
+        verdict = f"the book's server {ratio:.2f}x LitServe's throughput"
+    elif apart:
+        verdict = f"LitServe {1 / ratio:.2f}x the book's server's throughput"
+    else:
+        verdict = f"throughputs within each other's spread ({ratio:.2f}x)"
+    return (f"{book.clients} client{'s' if book.clients > 1 else ''}: {book.rps_median:.1f} against "
+            f"{lit.rps_median:.1f} requests/s, {verdict}; median latency {book.p50_ms:.0f} and {lit.p50_ms:.0f} ms")
+
+
+def comparison_sentences(frame) -> dict[str, str]:
+    """The chapter's sentences about a recording, generated from its rows (Chapter 7).
+
+    ``conditions`` (machine, runs, load), ``levels`` (each client count: throughput, who is ahead when
+    the ranges across runs do not overlap, median latency), ``overload`` (what each did beyond the
+    book's queue bound) and ``ready`` (launch to ready).
+    """
+    summary = summarize(frame)
+    first = frame.iloc[0]
+    cores = int(first.get("cpu_cores", 0) or 0)
+    load_max = float(frame["loadavg_1m"].max())
+    family = f", family {first['cpu_family']} model {first['cpu_model_number']}" if str(first.get("cpu_family", "")) else ""
+    conditions = (f"Recorded {str(first['date'])[:10]} on {first['cpu_model']}{family} ({int(first['threads'])} ONNX "
+                  f"Runtime threads, {cores} cores) at {first['input_hw']}, {int(frame['run'].nunique())} runs in "
+                  f"alternating order; the copy_ probe read {frame['copy_gbps'].min():.1f}-{frame['copy_gbps'].max():.1f} GB/s "
+                  f"and the load average reached {load_max:.1f}")
+    if cores and load_max > cores:
+        conditions += (f", more than the machine's {cores} cores: it was shared while it measured, so the absolute "
+                       "figures are slower than a quiet machine's, and only the comparison run by run holds")
+    conditions += "."
+    pairs = []
+    for clients in sorted(summary.loc[~summary.overload, "clients"].unique()):
+        rows = summary[(summary.clients == clients) & ~summary.overload].set_index("server")
+        if {"book", "litserve"} <= set(rows.index):
+            pairs.append(_level_phrase(rows.loc["book"], rows.loc["litserve"]))
+    levels = ("Median across runs, the book's server against LitServe, at " + "; at ".join(pairs) + ".") if pairs else ""
+    over = summary[summary.overload].set_index("server")
+    overload = ""
+    if {"book", "litserve"} <= set(over.index):
+        b, lit = over.loc["book"], over.loc["litserve"]
+        bound = frame.loc[frame["server"] == "book", "max_queue"].dropna()
+        bound = f"its queue bound of {int(bound.iloc[0])}" if len(bound) else "its queue bound"
+        overload = (f"At {int(b.clients)} clients, beyond {bound}, "
+                    f"the book's server answered {int(b.overloaded)} of {int(b.sent)} requests ({int(b.runs)} runs together) "
+                    f"503 at once and served "
+                    f"{int(b.ok)} with a p99 of {b.p99_ms:.0f} ms; LitServe, whose queue has no bound, served "
+                    f"{int(lit.ok)} of {int(lit.sent)} with a p99 of {lit.p99_ms:.0f} ms"
+                    + ("" if int(b.errors + lit.errors) == 0 else f"; {int(b.errors + lit.errors)} requests got another answer")
+                    + ".")
+    ready = ""
+    by_server = summary.groupby("server")["ready_s"].median()
+    if {"book", "litserve"} <= set(by_server.index):
+        ready = (f"From launch to ready (median of the runs): {by_server['book']:.1f} s for the book's server, "
+                 f"{by_server['litserve']:.1f} s for LitServe, which starts an HTTP server process and a separate "
+                 "inference worker.")
+    return {"conditions": conditions, "levels": levels, "overload": overload, "ready": ready}
+

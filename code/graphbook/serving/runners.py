@@ -1,0 +1,129 @@
+"""Runners: a model behind one call, NumPy in, NumPy logits out (Chapter 7).
+
+Introduced in Chapter 7. A runner is what the batching worker calls: a PyTorch module (eager or
+``torch.compile``), an AOTInductor ``.pt2`` package, or an ONNX Runtime session on a ``.onnx`` / ``.ort``
+file (that path never imports torch). Each has ``runtime``, ``compiled``, ``description`` and ``arm()``,
+which the service calls once the warm-up is done.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+ARTIFACT_SUFFIXES = (".pt2", ".onnx", ".ort")
+
+
+class TorchRunner:
+    """A PyTorch module (eager or ``torch.compile``) as a NumPy-in, NumPy-out callable (Chapter 7).
+
+    With ``compile=True`` the module is wrapped in ``torch.compile`` (automatic dynamic shapes), and the
+    warm-up's calls are the compile. :meth:`arm` then switches the runner to ``torch._dynamo.run``:
+    the graphs compiled during the warm-up run, and nothing is ever compiled again on the request path.
+    That mode belongs to the calling thread only, unlike ``torch.compiler.set_stance``, which is
+    process-wide and would also change every other compile running in the process.
+    """
+
+    runtime = "torch"
+
+    def __init__(self, model, *, compile: bool = False):
+        import torch
+
+        self.model = model.eval()
+        self.compiled = bool(compile)
+        self.fn = torch.compile(model) if compile else self.model
+        self.description = "torch.compile" if compile else "eager PyTorch"
+
+    def arm(self) -> None:
+        """From now on run only the code compiled so far (per thread; see the class docstring)."""
+        if self.compiled:
+            import torch
+
+            self.fn = torch._dynamo.run(self.model)
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        import torch
+
+        from ..warmup import logits_of
+
+        with torch.no_grad():
+            out = self.fn(torch.from_numpy(batch))
+        return logits_of(out).numpy()
+
+
+class AotiRunner(TorchRunner):
+    """An AOTInductor ``.pt2`` package loaded with ``torch._inductor.aoti_load_package`` (Chapter 7).
+
+    The kernels were compiled when the package was built; a static package serves only the batch
+    size it was exported with, a dynamic one the range it was exported for.
+    """
+
+    runtime = "aoti"
+
+    def __init__(self, path):
+        import torch
+
+        self.path = str(path)
+        self.model = None
+        self.fn = torch._inductor.aoti_load_package(self.path)
+        self.compiled = False
+        self.description = f"AOTInductor package {Path(path).name}"
+
+
+class OrtRunner:
+    """An ONNX Runtime session on a ``.onnx`` or ``.ort`` model, CPU provider (Chapter 7; no torch).
+
+    ``level`` is the graph optimization level (a model ONNX Runtime saved after optimizing needs
+    ``"disabled"``; optimizing it again is wasted start-up time).
+    """
+
+    runtime = "onnxruntime"
+    compiled = False
+
+    def __init__(self, path, *, threads: int = 2, level: str = "all"):
+        import onnxruntime as ort
+
+        from ..onnx_utils import session_options
+
+        self.path = str(path)
+        options = session_options(level=level, threads=threads)
+        self.session = ort.InferenceSession(self.path, options, providers=["CPUExecutionProvider"])
+        inp = self.session.get_inputs()[0]
+        self.input_name = inp.name
+        self.input_shape = list(inp.shape)
+        self.description = f"ONNX Runtime {Path(path).name} (level {level})"
+
+    def arm(self) -> None:
+        """Nothing to switch: a session never compiles on the request path."""
+
+    def static_batch(self) -> int | None:
+        """The model's fixed batch size, or None when dimension 0 is symbolic."""
+        first = self.input_shape[0] if self.input_shape else None
+        return first if isinstance(first, int) else None
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        return self.session.run(None, {self.input_name: batch})[0]
+
+
+def load_artifact(path, *, threads: int = 2, level: str | None = None):
+    """A runner for a deployment artifact, chosen by suffix (Chapter 7).
+
+    ``.pt2`` -> :class:`AotiRunner`; ``.onnx`` / ``.ort`` -> :class:`OrtRunner` (``level`` defaults to
+    ``"all"`` for ``.onnx`` and ``"disabled"`` for ``.ort``, which holds an already optimized graph).
+    Raises FileNotFoundError for a missing file, ValueError for another suffix and ValueError (with the
+    runtime's first line) for a file the runtime cannot load.
+    """
+    path = Path(path)
+    if path.suffix not in ARTIFACT_SUFFIXES:
+        raise ValueError(f"artifact must end in {', '.join(ARTIFACT_SUFFIXES)}, got {str(path)!r}")
+    if not path.is_file():
+        raise FileNotFoundError(f"artifact {str(path)!r} does not exist")
+    try:
+        if path.suffix == ".pt2":
+            return AotiRunner(path)
+        return OrtRunner(path, threads=threads, level=level or ("disabled" if path.suffix == ".ort" else "all"))
+    except (ImportError, MemoryError):
+        raise
+    except Exception as exc:  # a corrupt or truncated file: the runtimes raise many kinds
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"cannot load artifact {path.name!r}: {first[:300]}") from None
