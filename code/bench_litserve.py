@@ -20,25 +20,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphbook.record.cli import EXIT_CHECK_FAILED, EXIT_OK, make_parser, multiple_of_8, positive_int, positive_int_list, resource_absent
+from graphbook.record.cli import EXIT_CHECK_FAILED, EXIT_OK, add_load_test_options, make_parser, positive_int, resource_absent
 
 PROG = "bench_litserve.py"
 
 
 def parse_args(argv=None):
     p = make_parser(PROG, __doc__.splitlines()[0])
-    p.add_argument("--height", type=multiple_of_8, default=96)
-    p.add_argument("--width", type=multiple_of_8, default=160)
-    p.add_argument("--concurrency", type=positive_int_list, default="1,2,4,8",
-                   help="client counts, as in bench_serving_load.py (default 1,2,4,8)")
-    p.add_argument("--overload-clients", type=int, default=24,
-                   help="clients of the last level, beyond the book's queue bound (0 skips it; default 24)")
-    p.add_argument("--requests", type=positive_int, default=24, help="requests per level, at least 4 per client")
+    add_load_test_options(p)
     p.add_argument("--runs", type=positive_int, default=3, help="runs, alternating the order (at least 3)")
-    p.add_argument("--time-limit", type=positive_int, default=60, help="seconds per level at most (default 60)")
-    p.add_argument("--max-queue", type=positive_int, default=8, help="the book server's queue bound (default 8)")
-    p.add_argument("--max-wait-ms", type=float, default=5.0, help="both batchers' wait for company (default 5)")
-    p.add_argument("--threads", type=positive_int, default=2, help="ONNX Runtime intra-op threads (default 2)")
     p.add_argument("--model", choices=("blurball", "tiny"), default="blurball",
                    help="'tiny' serves the two-layer stand-in (for tests); default the trained BlurBall")
     args = p.parse_args(argv)

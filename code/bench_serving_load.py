@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from graphbook.record.cli import OneLineParser, comma_choices, multiple_of_8, positive_int, positive_int_list
+from graphbook.record.cli import OneLineParser, add_load_test_options, comma_choices
 
 SCRIPT = Path(__file__).resolve().parent / "serve_blurball.py"
 RUNTIMES = ("eager", "onnxruntime")
@@ -31,18 +31,7 @@ RUNTIMES = ("eager", "onnxruntime")
 
 def parse_args(argv=None):
     p = OneLineParser(prog="bench_serving_load.py", description=__doc__.splitlines()[0])
-    p.add_argument("--height", type=multiple_of_8, default=96)
-    p.add_argument("--width", type=multiple_of_8, default=160)
-    p.add_argument("--concurrency", type=positive_int_list, default="1,2,4,8",
-                   help="client counts to try (default 1,2,4,8)")
-    p.add_argument("--requests", type=positive_int, default=24,
-                   help="requests per level, at least 4 per client (default 24)")
-    p.add_argument("--time-limit", type=positive_int, default=60, help="seconds per level at most (default 60)")
-    p.add_argument("--max-queue", type=positive_int, default=8, help="the server's queue bound (default 8)")
-    p.add_argument("--max-wait-ms", type=float, default=5.0, help="the batcher's wait for company (default 5)")
-    p.add_argument("--overload-clients", type=int, default=24,
-                   help="clients of the last level, beyond the queue bound (0 skips it; default 24)")
-    p.add_argument("--threads", type=positive_int, default=2)
+    add_load_test_options(p)
     p.add_argument("--runtimes", type=comma_choices(RUNTIMES, "runtime"), default=RUNTIMES,
                    help="comma-separated: eager (the checkpoint in PyTorch), onnxruntime (its dynamic-batch "
                         "ONNX export); default both")

@@ -5,11 +5,5 @@ set -euo pipefail
 for candidate in /usr/bin/chromium /usr/bin/chromium-browser /usr/bin/google-chrome; do
   [ -x "$candidate" ] && exit 0
 done
-if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
-  echo "installing Debian's chromium for the browser test ..."
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-else
-  echo "error: the browser test needs Chromium: install it (e.g. 'sudo apt-get install chromium') and re-run" >&2
-  exit 2
-fi
+source "$(dirname "$0")/lib.sh"
+need_debian_package chromium "the browser test"

@@ -8,14 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 WEB=_ext/ortweb
 if ! command -v npm >/dev/null; then
-  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
-    echo "installing Debian's npm for the in-browser model ..."
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
-  else
-    echo "error: the in-browser model needs Node.js's npm: install it (e.g. 'sudo apt-get install npm') and re-run" >&2
-    exit 2
-  fi
+  source scripts/lib.sh
+  need_debian_package npm "the in-browser model"
 fi
 # npm ci again only when the lock file changed since the last install (its sum is kept beside node_modules).
 lock_sum=$(sha256sum "$WEB/package-lock.json" | cut -d' ' -f1)

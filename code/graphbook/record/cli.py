@@ -141,6 +141,23 @@ def add_input_size(parser: argparse.ArgumentParser, *, height: int, width: int, 
     parser.add_argument("--width", type=multiple_of_8, default=width, help=f"input width (default {width})")
 
 
+def add_load_test_options(parser: argparse.ArgumentParser) -> None:
+    """Add the options of a bounded loopback load test on the book's server (Chapter 7): the input size,
+    ``--concurrency``, ``--requests``, ``--time-limit``, ``--max-queue``, ``--max-wait-ms``,
+    ``--overload-clients`` and ``--threads``, with the same defaults wherever a load test runs."""
+    add_input_size(parser, height=96, width=160)
+    parser.add_argument("--concurrency", type=positive_int_list, default="1,2,4,8",
+                        help="client counts to try (default 1,2,4,8)")
+    parser.add_argument("--requests", type=positive_int, default=24,
+                        help="requests per level, at least 4 per client (default 24)")
+    parser.add_argument("--time-limit", type=positive_int, default=60, help="seconds per level at most (default 60)")
+    parser.add_argument("--max-queue", type=positive_int, default=8, help="the book server's queue bound (default 8)")
+    parser.add_argument("--max-wait-ms", type=float, default=5.0, help="the batcher's wait for company (default 5)")
+    parser.add_argument("--overload-clients", type=int, default=24,
+                        help="clients of the last level, beyond the queue bound (0 skips it; default 24)")
+    parser.add_argument("--threads", type=positive_int, default=2, help="intra-op threads (default 2)")
+
+
 def positive_int_list(text: str) -> tuple[int, ...]:
     """An argparse type for batch sizes and the like: comma-separated positive integers, e.g. ``1,2,3``.
 
