@@ -150,7 +150,7 @@ def test_tiny_eager_run_writes_a_new_file_each_time(tmp_path):
 
     frame = results.load("cpu-blurball", tmp_path / "results")
     assert set(frame[results.SOURCE_FILE]) == {f.name for f in files} and frame[results.SAME_OUTPUT].dropna().all()
-    newest = results._latest_recording(frame)  # every run of the newest file, not only its last run
+    newest = results.latest_recording(frame)  # every run of the newest file, not only its last run
     assert set(newest[results.SOURCE_FILE]) == {files[1].name}
     assert results.latest_run(frame)[results.RUN_ID].unique().tolist() == [files[1].stem + "/r3"]
     timed_newest = newest[newest["record"] == "variant"]

@@ -35,7 +35,7 @@ def test_positive_int_list():
 
 def test_make_parser_takes_results_dir(tmp_path):
     parser = cli.make_parser("demo", "a demo")
-    assert parser.parse_args([]).results_dir is None  # the writer then uses book.RESULTS_DIR
+    assert parser.parse_args([]).results_dir is None  # the writer then uses paths.RESULTS_DIR
     target = tmp_path / "new" / "deeper"
     assert parser.parse_args(["--results-dir", str(target)]).results_dir == target
     assert not target.exists(), "parsing must not create the folder"

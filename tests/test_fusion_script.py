@@ -98,7 +98,7 @@ def test_tiny_end_to_end_run(tmp_path):
     assert set(frame["part"]) == {"bn_folding", "chain"}
     from graphbook.record import results, runs
 
-    newest = results._latest_recording(results.load("fusion-demo", results_dir))
+    newest = results.latest_recording(results.load("fusion-demo", results_dir))
     stem = newest[results.SOURCE_FILE].iloc[0].removesuffix(".csv")
     assert sorted(newest[results.RUN_ID].unique()) == [f"{stem}/r{k}" for k in (1, 2, 3)]
     chain = newest[(newest["part"] == "chain") & (newest["variant"] != "copy_ (bandwidth probe)")]

@@ -170,7 +170,7 @@ def test_bench_ablation_records_three_rotated_runs_without_recompiling(tmp_path)
                            "--results-dir", str(tmp_path)],
                           capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    frame = results._latest_recording(results.load("ablation", tmp_path))
+    frame = results.latest_recording(results.load("ablation", tmp_path))
     stem = frame[results.SOURCE_FILE].iloc[0].removesuffix(".csv")
     assert sorted(frame[results.RUN_ID].unique()) == [f"{stem}/r{k}" for k in (1, 2, 3)]
     first = frame[frame[results.RUN_ORDER] == 1].sort_values(results.RUN)["variant"].tolist()

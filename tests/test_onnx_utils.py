@@ -377,7 +377,7 @@ def test_bench_script_records_three_rotated_runs(tmp_path):
                            "--repeats", "2", "--warmup", "1", "--no-compile", "--no-quantize", "--probe-mib", "4",
                            "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    frame = results._latest_recording(results.load("cpu-onnxruntime", tmp_path))
+    frame = results.latest_recording(results.load("cpu-onnxruntime", tmp_path))
     stem = frame[results.SOURCE_FILE].iloc[0].removesuffix(".csv")
     assert sorted(frame[results.RUN_ID].unique()) == [f"{stem}/r{k}" for k in (1, 2, 3)]
     firsts = frame[frame[results.RUN_ORDER] == 1].sort_values(results.RUN)["variant"].tolist()

@@ -318,7 +318,7 @@ def test_committed_variant_names_are_the_registrys():
     assert names <= set(variants.REGISTRY)
 
 
-def test_per_run_ids_and_latest_recording(tmp_path):
+def test_per_run_ids_andlatest_recording(tmp_path):
     """A benchmark invocation writes several runs to one file: each gets <stem>/r<run>; rows measured once
     keep the stem; latest_run is one run, latest_recording every run of the newest file."""
     from graphbook.record import runs
@@ -333,10 +333,10 @@ def test_per_run_ids_and_latest_recording(tmp_path):
     ids = frame.loc[frame[results.SOURCE_FILE] == new.name, results.RUN_ID].tolist()
     assert ids == [new.stem] + [f"{new.stem}/r{k}" for k in (1, 1, 2, 2, 3, 3)]
     assert results.latest_run(frame)[results.RUN_ID].unique().tolist() == [f"{new.stem}/r3"]
-    newest = results._latest_recording(frame)
+    newest = results.latest_recording(frame)
     assert set(newest[results.SOURCE_FILE]) == {new.name} and len(newest) == 7
     assert runs.summarize_runs(newest[newest["record"] == "variant"])["runs"].tolist() == [3, 3]
-    assert results._latest_recording(frame.iloc[:0]).empty
+    assert results.latest_recording(frame.iloc[:0]).empty
     assert old.name in set(frame[results.SOURCE_FILE])
 
 

@@ -56,7 +56,7 @@ def directory(text: str) -> Path:
 def make_parser(prog: str, description: str, *, results_dir: bool = True) -> OneLineParser:
     """The book's parser for one script, with ``--results-dir DIR`` unless ``results_dir=False`` (Chapter 2).
 
-    ``--results-dir`` defaults to ``None``, which the results writer reads as ``book.RESULTS_DIR``
+    ``--results-dir`` defaults to ``None``, which the results writer reads as ``paths.RESULTS_DIR``
     (``data/results``, or the folder named by the environment variable ``GRAPHBOOK_RESULTS_DIR``).
     """
     parser = OneLineParser(prog=prog, description=description)

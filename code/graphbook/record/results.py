@@ -128,7 +128,7 @@ def _results_dir(results_dir) -> Path:
 
 
 def files(kind_name: str, results_dir: str | Path | None = None) -> list[Path]:
-    """Every file of one kind under ``results_dir`` (default ``book.RESULTS_DIR``), in name order (Chapter 2)."""
+    """Every file of one kind under ``results_dir`` (default ``paths.RESULTS_DIR``), in name order (Chapter 2)."""
     k = kind(kind_name)
     root = _results_dir(results_dir)
     if not root.is_dir():
@@ -168,7 +168,7 @@ def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
     """Write one run's ``rows`` to a NEW file of kind ``kind_name``; returns its path (Chapter 2).
 
     The file is ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv`` under ``results_dir`` (default
-    ``book.RESULTS_DIR``, which honours ``GRAPHBOOK_RESULTS_DIR``); ``-N`` is added when a file of that
+    ``paths.RESULTS_DIR``, which honours ``GRAPHBOOK_RESULTS_DIR``); ``-N`` is added when a file of that
     name exists, so nothing is ever overwritten or appended to. Each row is merged with ``env`` (the
     environment fingerprint; a row's own value wins) and gets a ``run_id`` (the file's stem) unless it
     has one. The date in the name is the UTC date of ``env["date"]`` when given, else today (UTC).
@@ -389,7 +389,7 @@ def latest_run(frame):
     return frame[frame[RUN_ID] == newest].reset_index(drop=True)
 
 
-def _latest_recording(frame):
+def latest_recording(frame):
     """Every run written by the newest invocation of a script: the rows of the newest run's file (Chapter 5).
 
     A benchmark invocation records several independent runs in one file (``run_id`` ``<stem>/r1``,
