@@ -67,7 +67,7 @@ def main(argv=None) -> int:
             model = load_trained_blurball()
         except FileNotFoundError as exc:
             return resource_absent(PROG, str(exc))
-    env = {**fingerprint(args.threads), **litserve_compare.cpu_identity()}
+    env = fingerprint(args.threads)
     levels = [(c, False) for c in args.concurrency] + ([(args.overload_clients, True)] if args.overload_clients else [])
     rows, failure = [], None
     with tempfile.TemporaryDirectory(prefix="graphbook-litserve-") as tmp:

@@ -22,11 +22,6 @@ def test_the_json_body_carries_the_exact_float32_bytes():
         litserve_compare._decode_clip(json.loads(body), (9, 16, 8))
 
 
-def test_cpu_identity_names_family_and_model_where_the_kernel_says():
-    identity = litserve_compare.cpu_identity()
-    assert set(identity) == {"cpu_vendor", "cpu_family", "cpu_model_number", "cpu_stepping"}
-
-
 def test_every_operator_feature_is_described_for_both_servers():
     assert set(litserve_compare.OPERATOR_FEATURES) == {"readiness", "batching", "back-pressure", "metrics"}
     assert all(len(pair) == 2 and all(pair) for pair in litserve_compare.OPERATOR_FEATURES.values())

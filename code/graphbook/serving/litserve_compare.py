@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -208,24 +207,6 @@ def _stop(proc) -> None:
     proc.wait(timeout=5)
 
 
-def cpu_identity() -> dict:
-    """CPU vendor, family, model and stepping from ``/proc/cpuinfo`` (empty where absent; Chapter 7)."""
-    wanted = {"vendor_id": "cpu_vendor", "cpu family": "cpu_family", "model": "cpu_model_number",
-              "stepping": "cpu_stepping"}
-    found: dict = {}
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return {v: "" for v in wanted.values()}
-    for line in text.splitlines():
-        match = re.match(r"^([^:]+?)\s*:\s*(.*)$", line)
-        if match and match.group(1) in wanted and wanted[match.group(1)] not in found:
-            found[wanted[match.group(1)]] = match.group(2).strip()
-        if not line.strip() and found:
-            break
-    return {v: found.get(v, "") for v in wanted.values()}
-
-
 def compare(onnx_path: Path, input_hw, *, levels, runs: int = 3, threads: int = 2, max_queue: int = 8,
             max_wait_ms: float = 5.0, requests: int = 24, time_limit_s: float = 60.0, probe_mib: int = 64,
             log=print, rows: list | None = None) -> list[dict]:
@@ -322,7 +303,8 @@ def comparison_sentences(frame) -> dict[str, str]:
     first = frame.iloc[0]
     cores = int(first.get("cpu_cores", 0) or 0)
     load_max = float(frame["loadavg_1m"].max())
-    family = f", family {first['cpu_family']} model {first['cpu_model_number']}" if str(first.get("cpu_family", "")) else ""
+    model_id = first.get("cpu_model_id", first.get("cpu_model_number", ""))  # older rows: the first spelling
+    family = f", family {first['cpu_family']} model {model_id}" if str(first.get("cpu_family", "")) else ""
     conditions = (f"Recorded {str(first['date'])[:10]} on {first['cpu_model']}{family} ({int(first['threads'])} ONNX "
                   f"Runtime threads, {cores} cores) at {first['input_hw']}, {int(frame['run'].nunique())} runs in "
                   f"alternating order; the copy_ probe read {frame['copy_gbps'].min():.1f}-{frame['copy_gbps'].max():.1f} GB/s "
