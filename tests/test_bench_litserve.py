@@ -44,7 +44,7 @@ def test_three_alternating_runs_of_both_servers_are_recorded(tmp_path):
     # LitServe has no queue bound: at the overload level it answers everything (200), later
     lit_overload = frame[(frame["server"] == "litserve") & frame["overload_level"].astype(bool)]
     assert (lit_overload["overloaded"] == 0).all()
-    assert {"copy_gbps", "loadavg_1m", "cpu_family", "cpu_model_number", "ready_s"} <= set(frame.columns)
+    assert {"copy_gbps", "loadavg_1m", "cpu_family", "cpu_model_id", "ready_s"} <= set(frame.columns)
 
 
 def _fake_recording(book_rps, lit_rps, loadavg=0.5):
@@ -59,7 +59,7 @@ def _fake_recording(book_rps, lit_rps, loadavg=0.5):
                              "throughput_rps": rps, "p50_ms": 1000 / rps, "p99_ms": 2000 / rps, "sent": ok + over,
                              "ok": ok, "overloaded": over, "errors": 0, "mean_joined_batch": 1.0, "ready_s": 1.0,
                              "loadavg_1m": loadavg, "copy_gbps": 10.0, "cpu_cores": 2, "threads": 2,
-                             "cpu_model": "Some CPU", "cpu_family": "6", "cpu_model_number": "143",
+                             "cpu_model": "Some CPU", "cpu_family": "6", "cpu_model_id": "143",
                              "date": "2026-12-01T00:00:00", "input_hw": "96x160",
                              "max_queue": 8 if server == "book" else float("nan")})
     return pd.DataFrame(rows)

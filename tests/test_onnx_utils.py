@@ -384,7 +384,7 @@ def test_bench_script_records_three_rotated_runs(tmp_path):
     assert len(firsts) == 3 and len(set(firsts)) == 3  # round-robin: a different variant first in each run
     assert firsts[0] == "eager_fp32" and (frame[results.COPY_GBPS] > 0).all()
     summary = runs.summarize_runs(frame)
-    assert (summary["runs"] == 3).all() and len(summary) == 7
+    assert (summary["runs"] == 3).all() and len(summary) == 8  # eager, 5 levels, all without NCHWc, exporter's file
     eager = frame[frame["variant"] == "eager_fp32"]
     assert (eager[results.SPEEDUP_VS_EAGER] == 1.0).all()  # against eager of the same run
     assert frame[results.SAME_OUTPUT].all()

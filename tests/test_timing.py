@@ -146,3 +146,12 @@ def test_rotated_is_round_robin():
     assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
     assert {order[0] for order in orders[:3]} == set(names)  # every name goes first once in len(names) runs
     assert timing.rotated([], 2) == [] and names == ["a", "b", "c"]
+
+
+def test_repeated_runs_rotates_each_group_on_its_own():
+    calls = {name: (lambda: None) for name in ("a", "b", "x", "y", "z")}
+    rows = timing.repeated_runs(calls, runs=3, warmup=0, repeats=1, probe_bytes=None, groups=[["a", "b"], ["x", "y", "z"]])
+    orders = [[r["variant"] for r in rows if r["run"] == k] for k in (1, 2, 3)]
+    assert orders == [["a", "b", "x", "y", "z"], ["b", "a", "y", "z", "x"], ["a", "b", "z", "x", "y"]]
+    with pytest.raises(ValueError, match="every name"):
+        timing.repeated_runs(calls, runs=1, groups=[["a", "b"]])

@@ -212,7 +212,8 @@ def measure_runs(feature_map=DEFAULT_FEATURE_MAP, n_elements: int = DEFAULT_SIZE
 
     with torch.no_grad():
         rows = timing.repeated_runs(calls, runs=runs, warmup=2, repeats=repeats, probe_bytes=None,
-                                    probes=copy_probe, log=progress)
+                                    probes=copy_probe, log=progress,
+                                    groups=[list(_FOLDING_NAMES.values()), [v["variant"] for v in chain_state["versions"]]])
     folding_runs, chain_runs = [], []
     for number in range(1, runs + 1):
         this_run = sorted((r for r in rows if r["run"] == number), key=lambda r: r["run_order"])

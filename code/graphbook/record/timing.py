@@ -183,6 +183,7 @@ def repeated_runs(calls: Mapping[str, Callable[[], object]], *, runs: int = 3, w
                   repeats: int = 10, interleave: bool = False, probe_bytes: int | None = 64 * 2**20,
                   probes: Callable[[], dict] | None = None, threads: Mapping[str, int] | None = None,
                   measure: Callable[[str, int], dict] | None = None,
+                  groups: Sequence[Sequence[str]] | None = None,
                   log: Callable[[str], object] | None = None) -> list[dict]:
     """The book's run protocol: ``runs`` independent runs of named callables, one row per run and name (Chapter 2).
 
@@ -197,6 +198,9 @@ def repeated_runs(calls: Mapping[str, Callable[[], object]], *, runs: int = 3, w
     3. ``measure(name, run_index)``, when given, replaces step 2's timing of one name (the ablation times
        each configuration against eager in alternated pairs) and returns that row's columns.
 
+    ``groups`` splits the names into comparisons that rotate each on its own within a run (the fusion demo's
+    BN pair and its chain versions), so every group's members take turns going first.
+
     Rows carry ``run`` (1, 2 ...), ``run_count``, ``run_started`` (UTC), ``run_order`` (1 = went first),
     ``went_first``, ``copy_gbps`` (unless ``probe_bytes`` is None), the probes' columns, ``variant``
     and the timing fields (``median_ms``, ``min_ms``, ``max_ms``, ``q1_ms``, ``q3_ms``, ``repeats``, ``warmup``).
@@ -210,9 +214,12 @@ def repeated_runs(calls: Mapping[str, Callable[[], object]], *, runs: int = 3, w
         raise ValueError("repeated_runs needs at least one named callable")
     _check_counts(warmup, repeats)
     names = list(calls)
+    groups = [list(g) for g in groups] if groups is not None else [names]
+    if sorted(n for g in groups for n in g) != sorted(names):
+        raise ValueError("groups must hold every name of calls exactly once")
     rows: list[dict] = []
     for index in range(runs):
-        order = rotated(names, index)
+        order = [name for group in groups for name in rotated(group, index)]
         per_run = {"run": index + 1, "run_count": runs,
                    "run_started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                    "went_first": order[0]}

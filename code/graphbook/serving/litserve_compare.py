@@ -303,8 +303,14 @@ def comparison_sentences(frame) -> dict[str, str]:
     first = frame.iloc[0]
     cores = int(first.get("cpu_cores", 0) or 0)
     load_max = float(frame["loadavg_1m"].max())
+    def whole(value):  # a CSV number read back as 167.0 is model 167
+        try:
+            return str(int(float(value)))
+        except (TypeError, ValueError):
+            return str(value)
+
     model_id = first.get("cpu_model_id", first.get("cpu_model_number", ""))  # older rows: the first spelling
-    family = f", family {first['cpu_family']} model {model_id}" if str(first.get("cpu_family", "")) else ""
+    family = f", family {whole(first['cpu_family'])} model {whole(model_id)}" if str(first.get("cpu_family", "")) else ""
     conditions = (f"Recorded {str(first['date'])[:10]} on {first['cpu_model']}{family} ({int(first['threads'])} ONNX "
                   f"Runtime threads, {cores} cores) at {first['input_hw']}, {int(frame['run'].nunique())} runs in "
                   f"alternating order; the copy_ probe read {frame['copy_gbps'].min():.1f}-{frame['copy_gbps'].max():.1f} GB/s "
