@@ -1,4 +1,4 @@
-"""Tests of graphbook.record.runs (decisions across recorded runs) and timing.repeated_alternating, on synthetic
+"""Tests of graphbook.record.runs (decisions across recorded runs) and timing.live_runs, on synthetic
 frames: two machines, three runs each, one variant that fails its check, one run under load."""
 
 import pandas as pd
