@@ -91,3 +91,11 @@ def test_every_rung_matches_eager():
         reference = model(x)
     for name, runner in attribution.build_rungs(model, x).items():
         assert correctness.compare_to_reference(runner(x), reference)["same_output"], name
+
+
+def test_the_same_ladder_reads_onnx_runtimes_levels():
+    rows = [{"run_id": f"o/r{run}", "variant": v, "median_ms": ms, **MACHINE_A}
+            for run in (1, 2, 3) for v, ms in zip(attribution.ORT_RUNGS, (600, 300, 280, 250, 150, 150))]
+    steps, total = attribution.ladder(pd.DataFrame(rows), rungs=attribution.ORT_RUNGS)
+    assert [s.cause for s in steps[1:]][2] == attribution.ORT_CAUSES["ort_extended"]
+    assert total["total"] == pytest.approx(4.0) and total["residual"] == pytest.approx(1.0)

@@ -137,34 +137,47 @@ class Step:
     cumulative: float  # product of the steps so far
 
 
-def ladder(frame, machine: str | None = None) -> tuple[list[Step], dict]:
-    """The steps of the ladder from recorded runs of one machine, and how they add up (Chapter 5).
+#: ONNX Runtime's optimization levels as a ladder (Chapter 4): each level adds its rewrites to the one before.
+ORT_RUNGS = ("eager_fp32", "ort_disabled", "ort_basic", "ort_extended", "ort_layout", "ort_all")
+ORT_CAUSES = {"ort_disabled": "ORT's own kernels (no rewrite)", "ort_basic": "basic: BN folded, constants",
+              "ort_extended": "extended: activations fused", "ort_layout": "layout: NCHWc convolutions",
+              "ort_all": "all: the rest"}
+
+
+def ladder(frame, machine: str | None = None, *, rungs=RUNGS, causes=None, value: str = "median_ms",
+           run: str = "run_id") -> tuple[list[Step], dict]:
+    """The steps of a ladder from recorded runs of one machine, and how they add up (Chapters 4, 5).
 
     ``frame`` holds rows of :func:`graphbook.record.results.load` ``("attribution")`` (or live runs):
-    ``run_id``, ``variant`` (a rung) and ``median_ms``. With several machines in it, ``machine`` (a label
+    ``run_id``, ``variant`` (a rung) and ``median_ms``; ``rungs`` are the variants in ladder order (default
+    BlurBall's :data:`RUNGS`; :data:`ORT_RUNGS` for ONNX Runtime's levels) and ``causes`` label each step
+    (default :data:`CAUSES` or :data:`ORT_CAUSES`). With several machines in it, ``machine`` (a label
     of :func:`graphbook.record.runs.add_machine`) must say which; a ladder never mixes machines.
-    Returns the steps and a summary: ``total`` (median over runs of eager / Inductor, measured directly),
+    Returns the steps and a summary: ``total`` (median over runs of first rung / last rung, measured directly),
     ``product`` (the product of the median steps), ``residual`` (total / product: 1 when the rungs
     account for the total), ``runs`` and ``machine``.
     """
     from .record import runs as runs_mod
 
+    rungs = list(rungs)
+    causes = causes if causes is not None else (ORT_CAUSES if rungs == list(ORT_RUNGS) else CAUSES)
     data = runs_mod.single_machine(frame, machine)
-    pivot = data.pivot_table(index="run_id", columns="variant", values="median_ms", aggfunc="median")
-    missing = [r for r in RUNGS if r not in pivot.columns]
+    pivot = data.pivot_table(index=run, columns="variant", values=value, aggfunc="median")
+    missing = [r for r in rungs if r not in pivot.columns]
     if missing:
         raise ValueError(f"the runs have no rung(s) {missing}; they have {list(pivot.columns)}")
-    pivot = pivot[list(RUNGS)].dropna()
+    pivot = pivot[rungs].dropna()
     if pivot.empty:
         raise ValueError("no run measured every rung")
-    steps, cumulative = [Step(EAGER, "baseline", float(pivot[EAGER].median()), 1.0, 1.0, 1.0, 1.0)], 1.0
-    for before, rung in zip(RUNGS, RUNGS[1:]):
+    first, last = rungs[0], rungs[-1]
+    steps, cumulative = [Step(first, "baseline", float(pivot[first].median()), 1.0, 1.0, 1.0, 1.0)], 1.0
+    for before, rung in zip(rungs, rungs[1:]):
         per_run = list(pivot[before] / pivot[rung])
         middle = statistics.median(per_run)
         cumulative *= middle
-        steps.append(Step(rung, CAUSES[rung], float(pivot[rung].median()), middle, min(per_run), max(per_run),
-                          cumulative))
-    totals = list(pivot[EAGER] / pivot[INDUCTOR])
+        steps.append(Step(rung, causes.get(rung, rung), float(pivot[rung].median()), middle, min(per_run),
+                          max(per_run), cumulative))
+    totals = list(pivot[first] / pivot[last])
     total = statistics.median(totals)
     return steps, {"total": total, "total_min": min(totals), "total_max": max(totals), "product": cumulative,
                    "residual": total / cumulative, "runs": len(pivot),
