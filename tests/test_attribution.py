@@ -99,3 +99,19 @@ def test_the_same_ladder_reads_onnx_runtimes_levels():
     steps, total = attribution.ladder(pd.DataFrame(rows), rungs=attribution.ORT_RUNGS)
     assert [s.cause for s in steps[1:]][2] == attribution.ORT_CAUSES["ort_extended"]
     assert total["total"] == pytest.approx(4.0) and total["residual"] == pytest.approx(1.0)
+
+
+def test_the_recorded_ladder_keeps_one_machine_and_leaves_loaded_runs_out(tmp_path):
+    from graphbook.record import results
+
+    quiet = ladder_rows([[400, 200, 160, 150, 100]] * 3)
+    loaded = ladder_rows([[4000, 2000, 1600, 1500, 500]], prefix="z")  # every rung slow: a loaded run
+    other = ladder_rows([[800, 400, 320, 300, 100]] * 3, MACHINE_B, prefix="g")
+    for name, frame in (("a", quiet), ("b", loaded), ("c", other)):
+        frame = frame.assign(height=288, run=1)
+        frame.to_csv(tmp_path / f"cpu-attribution-2026-12-0{'abc'.index(name) + 1}.csv", index=False)
+    assert results.load("attribution", tmp_path)["run_id"].nunique() == 7
+    steps, summary, rows = attribution.recorded_ladder(here=MACHINE_A, results_dir=tmp_path)
+    assert summary["machine"] == runs.machine_label(MACHINE_A)
+    assert summary["total"] == pytest.approx(4.0) and summary["runs"] == 3
+    assert attribution.recorded_ladder(here=MACHINE_A, height=96, results_dir=tmp_path) is None

@@ -182,3 +182,38 @@ def ladder(frame, machine: str | None = None, *, rungs=RUNGS, causes=None, value
     return steps, {"total": total, "total_min": min(totals), "total_max": max(totals), "product": cumulative,
                    "residual": total / cumulative, "runs": len(pivot),
                    "machine": str(data[runs_mod.MACHINE].iloc[0])}
+
+
+def recorded_ladder(*, here=None, height: int = 288, results_dir=None):
+    """The ladder from the recorded attribution runs of the machine that decides (Chapters 3, 5).
+
+    Reads ``results.load("attribution")`` at ``height``, flags the runs taken under load
+    (:func:`graphbook.record.runs.flag_under_load`), picks the machine with
+    :func:`graphbook.record.runs.deciding_machine` (``here``: this machine's fingerprint or label) and
+    builds the ladder from its quiet runs. Returns ``(steps, summary, quiet_rows)``, or None when nothing
+    is recorded at that height. ``summary`` also has ``switches``: the median time of every variant
+    timed in those runs, the two Inductor switches included.
+    """
+    from .record import results
+    from .record import runs as runs_mod
+
+    recorded = results.load("attribution", results_dir)
+    if not len(recorded) or not (recorded["height"] == height).any():
+        return None
+    flagged = runs_mod.flag_under_load(recorded[recorded["height"] == height])
+    machine = runs_mod.deciding_machine(flagged, here=here)
+    if machine is None:
+        return None
+    quiet = runs_mod.single_machine(flagged[~flagged[runs_mod.UNDER_LOAD]], machine)
+    steps, summary = ladder(quiet, machine)
+    summary["switches"] = runs_mod.summarize_runs(quiet).set_index("variant")["median"].to_dict()
+    return steps, summary, quiet
+
+
+def draw_ladder(steps: list[Step], summary: dict, ax=None, title: str = ""):
+    """:func:`graphbook.plots.speedup_waterfall` of a ladder: one bar per cause, the total beside them (Chapters 3-5)."""
+    from .plots import speedup_waterfall
+
+    return speedup_waterfall([s.cause for s in steps[1:]], [s.step for s in steps[1:]], summary["total"],
+                             step_ranges=[(s.step_min, s.step_max) for s in steps[1:]],
+                             total_range=(summary["total_min"], summary["total_max"]), ax=ax, title=title)
