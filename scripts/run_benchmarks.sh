@@ -29,6 +29,7 @@ run code/bench_blurball_cpu.py
 run code/bench_onnxruntime.py
 run code/bench_int8.py
 run code/bench_ablation.py
+run code/bench_attribution.py          # the causes of the compile speed-up (about five minutes at 288x512)
 run code/bench_compile_cache.py --server
 run code/bench_restart_paths.py
 run code/bench_serving_load.py

@@ -19,6 +19,8 @@ BAD_ARGUMENTS = [
     ("03_fusion.py", ["--results-dir", "{file}/sub"], "--results-dir"),
     ("03_fusion.py", ["--results-dir", "{file}"], "not a directory"), ("03_fusion.py", ["--out", "x"], "unrecognized"),
     ("03_fusion.py", ["--results-csv", "x.csv"], "unrecognized"),
+    ("bench_attribution.py", ["--height", "100"], None), ("bench_attribution.py", ["--runs", "2"], None),
+    ("bench_attribution.py", ["--repeats", "0"], None), ("bench_attribution.py", ["--results-dir", "{file}"], None),
     ("bench_ablation.py", ["--height", "100"], None), ("bench_ablation.py", ["--variants", "no such variant"], None),
     ("bench_ablation.py", ["--repeats", "0"], None), ("bench_ablation.py", ["--out", "ablation.csv"], None),
     ("bench_ablation.py", ["--results-dir", "{file}"], None), ("bench_ablation.py", ["--runs", "2"], None),

@@ -17,7 +17,7 @@ RESTART_NAMES = (("a cold compile", "compile-cold"), ("a warm cache", "compile-w
                  ("ONNX Runtime", "ort-raw"))
 
 
-def fp32_runs_of_one_machine(cpu_frame, *, here: Mapping | str | None = None):
+def _fp32_runs_of_one_machine(cpu_frame, *, here: Mapping | str | None = None):
     """The FP32 variant rows of the CPU matrix, flagged for load, of the one machine that decides (Chapter 7).
 
     Returns ``(rows, machine)``: the machine's quiet and flagged rows (flags kept, for the sentence) and its
@@ -54,7 +54,7 @@ def cpu_worker(cpu_frame, restart_frame, freezing_verdict: dict, *, here: Mappin
     from .. import miscompile
     from ..record import runs
 
-    rows, machine = fp32_runs_of_one_machine(cpu_frame, here=here)
+    rows, machine = _fp32_runs_of_one_machine(cpu_frame, here=here)
     if machine is None:
         return "undecided: no quiet CPU BlurBall run recorded"
     best = runs.choose_best(rows, skip_under_load=True).iloc[0]
@@ -87,7 +87,7 @@ def phones_and_browsers(cpu_frame, *, here: Mapping | str | None = None) -> str:
     """The portable export and what its CPU check does and does not say, on one machine (Chapter 7)."""
     from ..record import runs
 
-    rows, machine = fp32_runs_of_one_machine(cpu_frame, here=here)
+    rows, machine = _fp32_runs_of_one_machine(cpu_frame, here=here)
     onnx = rows[rows["variant"] == "ort_exporter_optimized_all"] if machine else rows
     text = "export to ONNX (one portable file)"
     if machine and len(onnx) and onnx["same_output"].fillna(False).astype(bool).all():
