@@ -93,3 +93,18 @@ def test_draw_clip_detection_draws_truth_and_detection_on_four_panels():
         plots.draw_clip_detection(clip.frames[1][..., 0], clip.targets[1], logits)
     with pytest.raises(ValueError):
         plots.draw_clip_detection(clip.frames[1], clip.targets[1], logits, axes=[None, None])
+
+
+def test_flow_diagram_draws_every_box_and_refuses_an_arrow_to_nowhere():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pytest
+
+    from graphbook import plots
+
+    ax = plots.flow_diagram({"a": (0, 0, "bytecode"), "b": (3, 0, "FX graph", "#fde")}, [("a", "b", "Dynamo")])
+    assert [t.get_text() for t in ax.texts if t.get_text()] == ["bytecode", "FX graph", "Dynamo"]
+    assert len(ax.patches) == 2
+    with pytest.raises(KeyError, match="not drawn"):
+        plots.flow_diagram({"a": (0, 0, "x")}, [("a", "z")])

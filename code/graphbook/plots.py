@@ -6,6 +6,7 @@
 - :func:`speedup_waterfall` -- an attribution ladder as a waterfall: each cause's step on a log axis,
   the product of the steps beside the total measured directly (Chapter 5; steps from
   :func:`graphbook.attribution.ladder`).
+- :func:`flow_diagram` -- boxes and labelled arrows, for the pipelines and maps the chapters draw (Chapters 3, 6).
 - :func:`draw_fusion_groups` -- a small FX graph with its TVM operator classes and fusion groups
   (Chapter 3; the classes and groups come from :mod:`graphbook.fusion_rules`).
 - :func:`draw_clip_detection` -- one frame of a synthetic clip, its target heatmap, the model's heatmap
@@ -104,6 +105,52 @@ def speedup_waterfall(labels: Sequence[str], steps: Sequence[float], total: floa
     ax.set_ylabel("speed-up over eager (log scale)")
     if title:
         ax.set_title(title)
+    return ax
+
+
+def flow_diagram(boxes: dict, arrows: Sequence[tuple], *, ax=None, title: str = "", width: float = 2.3,
+                 height: float = 0.9):
+    """Boxes at given centres joined by arrows, each arrow with an optional label (Chapters 3, 6).
+
+    ``boxes`` maps a key to ``(x, y, text)`` or ``(x, y, text, colour)``; ``arrows`` are ``(from, to)`` or
+    ``(from, to, label)`` or ``(from, to, label, style)`` with ``style`` ``"dashed"`` for a path taken only
+    sometimes (a graph break's way back to Python). Raises ``KeyError`` for an arrow to an unknown box.
+    """
+    from matplotlib.patches import FancyBboxPatch
+
+    ax = _axes(ax)
+    for key, spec in boxes.items():
+        x, y, text = spec[:3]
+        colour = spec[3] if len(spec) > 3 else "#e8eef7"
+        ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height, boxstyle="round,pad=0.05",
+                                    facecolor=colour, edgecolor="#445", linewidth=0.8))
+        ax.text(x, y, text, ha="center", va="center", fontsize=7.5, wrap=True)
+    for arrow in arrows:
+        source, target = arrow[0], arrow[1]
+        if source not in boxes or target not in boxes:
+            raise KeyError(f"arrow {source!r} -> {target!r} names a box that is not drawn")
+        label = arrow[2] if len(arrow) > 2 else ""
+        style = arrow[3] if len(arrow) > 3 else "solid"
+        (x0, y0), (x1, y1) = boxes[source][:2], boxes[target][:2]
+        dx, dy = x1 - x0, y1 - y0
+        shrink_x = (width / 2 + 0.08) if abs(dx) >= abs(dy) * width / height else 0
+        shrink_y = 0 if shrink_x else height / 2 + 0.08
+        sx = shrink_x * (1 if dx > 0 else -1) if dx else 0
+        sy = shrink_y * (1 if dy > 0 else -1) if dy else 0
+        ax.annotate("", xy=(x1 - sx, y1 - sy), xytext=(x0 + sx, y0 + sy),
+                    arrowprops=dict(arrowstyle="->", color="#334", lw=0.9,
+                                    linestyle="--" if style == "dashed" else "-",
+                                    connectionstyle="arc3,rad=0.25" if style == "dashed" else "arc3"))
+        if label:
+            ax.text((x0 + x1) / 2, (y0 + y1) / 2 + 0.12, label, ha="center", va="bottom", fontsize=6.5,
+                    color="#334")
+    xs = [b[0] for b in boxes.values()]
+    ys = [b[1] for b in boxes.values()]
+    ax.set_xlim(min(xs) - width, max(xs) + width)
+    ax.set_ylim(min(ys) - 1.2 * height, max(ys) + 1.2 * height)
+    ax.set_axis_off()
+    if title:
+        ax.set_title(title, fontsize=9)
     return ax
 
 
