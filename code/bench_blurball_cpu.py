@@ -199,6 +199,13 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
                 continue
             check = correctness.compare_to_reference(one.run(x), reference)
             note = one.note
+            if variant.family == "openvino":  # what OpenVINO really executed: a bf16 hint is not a bf16 run
+                from graphbook.openvino_runtime import describe_runtime
+
+                graph = describe_runtime(one.run.compiled)
+                note += (f"; executed {graph['layers']} layers ("
+                         + ", ".join(f"{p} {n}" for p, n in graph["by_precision"].items())
+                         + f"), {graph['fused_layers']} of them fused from {graph['fused_ops']} operations")
             if variant.expected_to_match_eager and not check[SAME_OUTPUT]:
                 note = (note + "; " if note else "") + "output differs from eager FP32"
                 failed.append(name)

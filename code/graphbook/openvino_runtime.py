@@ -10,7 +10,7 @@ AMX). A Q/DQ model (Chapter 4's INT8) is run in integer arithmetic by its low-pr
 - :func:`compile_model` -- the compiled model for one ``.onnx`` (CPU plugin, precision hint, the book's
   thread count, the latency hint, optionally a model cache folder);
 - :func:`runner` -- ``x -> logits`` as a float torch tensor, for :mod:`graphbook.variants`;
-- :func:`runtime_layers` / :func:`describe_runtime` -- the executed graph read back from OpenVINO's own
+- :func:`describe_runtime` -- the executed graph read back from OpenVINO's own
   runtime model (``compiled_model.get_runtime_model()``): each executed layer's type, the original
   operations fused into it (``originalLayersNames``) and the precision it runs in.
 """
@@ -44,7 +44,7 @@ def version() -> str:
     return openvino.__version__.split("-")[0]
 
 
-def cpu_capabilities() -> list[str]:
+def _cpu_capabilities() -> list[str]:
     """What OpenVINO's CPU plugin says this processor can run (``OPTIMIZATION_CAPABILITIES``; Chapter 4)."""
     import openvino as ov
 
@@ -63,7 +63,7 @@ def bf16_native() -> tuple[bool, str]:
     ok, why = available()
     if not ok:
         return False, why
-    if "BF16" not in cpu_capabilities():
+    if "BF16" not in _cpu_capabilities():
         return False, "OpenVINO's CPU plugin lists no BF16 capability on this CPU"
     native, reason = probes.bf16_support()
     if not native:
@@ -130,7 +130,7 @@ def _rt_value(info: Mapping, key: str, default: str = "") -> str:
     return str(value.astype(str) if hasattr(value, "astype") else value)
 
 
-def runtime_layers(compiled) -> list[dict]:
+def _runtime_layers(compiled) -> list[dict]:
     """Every layer of OpenVINO's executed graph, in execution order (Chapter 4).
 
     Read from ``compiled.get_runtime_model()``: ``name``, ``layer_type`` (what the CPU plugin executes,
@@ -153,29 +153,30 @@ def runtime_layers(compiled) -> list[dict]:
     return layers
 
 
+def _precision_by_type(layers: list[dict]) -> dict[str, dict[str, int]]:
+    table: dict[str, Counter] = {}
+    for layer in layers:
+        table.setdefault(layer["layer_type"], Counter())[layer["precision"]] += 1
+    return {kind: dict(counts) for kind, counts in table.items()}
+
+
 def describe_runtime(compiled) -> dict:
     """What OpenVINO did to the graph, counted (Chapter 4).
 
     Returns plain Python values: ``layers`` (executed layers), ``by_type`` (layer type -> count),
     ``by_precision`` (runtime precision -> count), ``fused_layers`` (layers that hold two or more original
     operations), ``fused_ops`` (original operations inside those), ``reorders`` (layout or precision
-    conversions OpenVINO inserted), and ``largest_fusions``: the five layers with the most original
-    operations, each ``(layer type, [original names])``.
+    conversions OpenVINO inserted), ``precision_by_type`` (layer type -> runtime precision -> count:
+    which layers run in bf16 or int8 and which stay f32), and ``largest_fusions``: the five layers with the
+    most original operations, each ``(layer type, [original names])``.
     """
-    layers = runtime_layers(compiled)
+    layers = _runtime_layers(compiled)
     fused = [layer for layer in layers if len(layer["fused"]) > 1]
     return {"layers": len(layers),
             "by_type": dict(Counter(layer["layer_type"] for layer in layers).most_common()),
             "by_precision": dict(Counter(layer["precision"] for layer in layers).most_common()),
             "fused_layers": len(fused), "fused_ops": sum(len(layer["fused"]) for layer in fused),
             "reorders": sum(layer["layer_type"] == "Reorder" for layer in layers),
+            "precision_by_type": _precision_by_type(layers),
             "largest_fusions": [(layer["layer_type"], layer["fused"])
                                 for layer in sorted(fused, key=lambda layer: -len(layer["fused"]))[:5]]}
-
-
-def precision_by_type(compiled) -> dict[str, dict[str, int]]:
-    """Layer type -> runtime precision -> count: which layers run in bf16 or int8 and which stay f32 (Chapter 4)."""
-    table: dict[str, Counter] = {}
-    for layer in runtime_layers(compiled):
-        table.setdefault(layer["layer_type"], Counter())[layer["precision"]] += 1
-    return {kind: dict(counts) for kind, counts in table.items()}
