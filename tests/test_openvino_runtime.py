@@ -94,6 +94,8 @@ def test_runner_matches_and_the_runtime_model_shows_the_fusion_and_precisions(co
     assert described["by_type"]["Convolution"] == 1 and described["fused_layers"] >= 1
     assert described["by_precision"].get("f32", 0) >= 1 and sum(described["by_precision"].values()) == len(layers)
     assert described["precision_by_type"]["Convolution"] == {"f32": 1}
+    assert "fusion_patterns" not in described
+    assert openvino_runtime.describe_runtime(run.compiled, run.onnx_path)["fusion_patterns"] == {"Convolution + Relu": 1}
     cached = openvino_runtime.compile_model(path, threads=1, cache_dir=tmp_path / "cache")
     assert np.allclose(openvino_runtime.run_compiled(cached, np.zeros(SHAPE, np.float32)), out.numpy())
     assert any((tmp_path / "cache").iterdir())

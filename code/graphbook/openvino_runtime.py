@@ -111,7 +111,8 @@ def run_compiled(compiled, array):
 def runner(path: str | Path, *, precision: str = "f32", threads: int = 2):
     """``x -> logits`` (float torch tensors) for the ``.onnx`` at ``path`` compiled by OpenVINO (Chapter 4).
 
-    The compiled model is kept on the runner as ``run.compiled`` (for :func:`describe_runtime`).
+    The compiled model and its file are kept on the runner as ``run.compiled`` and ``run.onnx_path``
+    (for :func:`describe_runtime`).
     """
     import torch
 
@@ -120,6 +121,7 @@ def runner(path: str | Path, *, precision: str = "f32", threads: int = 2):
     def run(x):
         return torch.from_numpy(run_compiled(compiled, x.detach().cpu().numpy()))
     run.compiled = compiled
+    run.onnx_path = Path(path)
     return run
 
 
@@ -160,7 +162,36 @@ def _precision_by_type(layers: list[dict]) -> dict[str, dict[str, int]]:
     return {kind: dict(counts) for kind, counts in table.items()}
 
 
-def describe_runtime(compiled) -> dict:
+def _onnx_op_types(onnx_path) -> dict[str, str]:
+    """ONNX node name -> operator type, to name what OpenVINO folded into each executed layer."""
+    import onnx
+
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    # OpenVINO names a layer that produces a graph output after that output, so outputs map too
+    types = {out: node.op_type for node in graph.node for out in node.output}
+    types.update({node.name: node.op_type for node in graph.node if node.name})
+    return types
+
+
+def _fusion_patterns(layers: list[dict], op_types: Mapping[str, str]) -> dict[str, int]:
+    """"Convolution + BatchNormalization + Relu" -> how many executed layers hold those ONNX operators.
+
+    Names OpenVINO made up on the way (a BatchNorm decomposed into ``Multiply_123``, a bias split off as
+    ``.../WithoutBiases``) are not ONNX nodes and are left out; the executed layer's own type leads.
+    """
+    patterns: Counter = Counter()
+    for layer in layers:
+        if len(layer["fused"]) < 2:
+            continue
+        names = {name.split("/")[0] for name in layer["fused"]}
+        kinds = {op_types[name] for name in names if name in op_types}
+        if layer["layer_type"] == "Convolution":
+            kinds.discard("Conv")
+        patterns[" + ".join([layer["layer_type"], *sorted(kinds)])] += 1
+    return dict(patterns.most_common())
+
+
+def describe_runtime(compiled, onnx_path: str | Path | None = None) -> dict:
     """What OpenVINO did to the graph, counted (Chapter 4).
 
     Returns plain Python values: ``layers`` (executed layers), ``by_type`` (layer type -> count),
@@ -168,7 +199,9 @@ def describe_runtime(compiled) -> dict:
     operations), ``fused_ops`` (original operations inside those), ``reorders`` (layout or precision
     conversions OpenVINO inserted), ``precision_by_type`` (layer type -> runtime precision -> count:
     which layers run in bf16 or int8 and which stay f32), and ``largest_fusions``: the five layers with the
-    most original operations, each ``(layer type, [original names])``.
+    most original operations, each ``(layer type, [original names])``. With ``onnx_path`` (the file it
+    compiled), also ``fusion_patterns``: "Convolution + BatchNormalization + Relu" -> how many executed
+    layers hold those ONNX operators, the counterpart of ONNX Runtime's ``FusedConv`` count.
     """
     layers = _runtime_layers(compiled)
     fused = [layer for layer in layers if len(layer["fused"]) > 1]
@@ -179,4 +212,5 @@ def describe_runtime(compiled) -> dict:
             "reorders": sum(layer["layer_type"] == "Reorder" for layer in layers),
             "precision_by_type": _precision_by_type(layers),
             "largest_fusions": [(layer["layer_type"], layer["fused"])
-                                for layer in sorted(fused, key=lambda layer: -len(layer["fused"]))[:5]]}
+                                for layer in sorted(fused, key=lambda layer: -len(layer["fused"]))[:5]],
+            **({"fusion_patterns": _fusion_patterns(layers, _onnx_op_types(onnx_path))} if onnx_path else {})}
