@@ -158,9 +158,11 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     # lower precisions are judged where it matters: the trained model's decoded ball on clips it never saw
     ball_clips = (synthetic_clips.held_out_clips(args.ball_clips, args.height, args.width, max_speed=MAX_SPEED)
                   if args.ball_clips and weights is not None else [])
-    calibration = [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor(
-        [synthetic_clips.training_clip(0, k, args.height, args.width, max_speed=MAX_SPEED)]))
-        for k in range(args.calibration_clips)]
+    calibration = None  # training clips, never the held-out ones; made only when an INT8 variant is asked for
+    if any(registry.get(name).needs_calibration for name in args.variants):
+        calibration = [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor(
+            [synthetic_clips.training_clip(0, k, args.height, args.width, max_speed=MAX_SPEED)]))
+            for k in range(args.calibration_clips)]
     cost = model_cost.model_cost(model, x)
     reference_run = registry.build(REFERENCE, model, x, warm=False).run
     reference = reference_run(x)
