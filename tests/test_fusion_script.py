@@ -160,3 +160,20 @@ def test_allocator_ablation_removes_the_page_faults_of_a_fresh_tensor():
     # kept memory never does (a 16 MiB one would not fault even by default: the threshold grows past it)
     assert default["faults_per_new_tensor"] > 0.5 * pages and kept["faults_per_new_tensor"] < 0.01 * pages
     assert all(kept[k] > 0 for k in ("eager chain", "x * 2, new tensor", "x * 2, out=", "chain into out="))
+
+
+def test_cache_levels_read_the_fingerprint_and_skip_what_it_lacks():
+    from graphbook import fusion_demo
+
+    assert fusion_demo.cache_levels({"cpu_l1d_kib": 48, "cpu_l2_kib": 2048, "cpu_l3_kib": ""}) == {
+        "L1d": 48 * 1024, "L2": 2048 * 1024}
+    assert fusion_demo.cache_levels({}) == {}
+
+
+def test_the_size_sweep_checks_and_times_every_size():
+    from graphbook import fusion_demo
+
+    sweep = fusion_demo.chain_size_sweep((8, 10), runs=3)
+    assert list(sweep.elements) == [256, 1024]
+    assert (sweep.speedup_min <= sweep.speedup).all() and (sweep.speedup <= sweep.speedup_max).all()
+    assert (sweep.model_speedup == 4.0).all()

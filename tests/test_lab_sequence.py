@@ -4,7 +4,8 @@ A lab engineer runs ``code/gpu_blurball.py`` and ``code/gpu_tensorrt.py`` on a G
 the chapters. Here the scripts' row builders and writers (``graphbook.lab.gpu_measure``, ``graphbook.lab.gpu_runtimes``)
 produce result files from fake measurements in a scratch results folder (beside copies of the committed
 ``data/results`` files); then copies of
-chapters 4, 5 and 7 are executed with ``GRAPHBOOK_RESULTS_DIR`` pointing at that folder. Chapter 4 must
+chapters 4, 5 and 7 are executed with ``GRAPHBOOK_RESULTS_DIR`` pointing at that folder: their set-up and the
+cells that read lab results, tagged ``lab-path`` (nbval executes every cell already). Chapter 4 must
 show the TensorRT run, chapter 5 the BlurBall run beside the article's numbers (and not the TensorRT
 file), and chapter 7's GPU decision must use the recorded run. The chapters themselves are never written.
 """
@@ -70,12 +71,21 @@ def write_fake_tensorrt_run(results_dir):
     return trt.write_results(trt._finish_rows(rows + [skipped]), fake_env(), results_dir, FAKE_GPU)
 
 
+LAB_TAG = "lab-path"
+
+
+def lab_cells(nb):
+    """The cells of a chapter a lab re-execution depends on: its set-up and its readers of GPU results."""
+    return [cell for cell in nb.cells if LAB_TAG in cell.get("metadata", {}).get("tags", [])]
+
+
 def execute_copy(chapter, results_dir):
-    """Execute a copy of a chapter in memory (the file is never written); returns (notebook, error)."""
+    """Execute a copy of a chapter's lab-path cells in memory (the file is never written); returns (notebook, error)."""
     import nbclient
     import nbformat
 
     nb = nbformat.read(ROOT / "chapters" / chapter, as_version=4)
+    nb.cells = lab_cells(nb)
     client = nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
                                      resources={"metadata": {"path": str(ROOT / "chapters")}})
     try:
@@ -94,6 +104,17 @@ def output_text(nb):
                 if mime.startswith("text/") or "papermill" in mime:
                     parts.append(str(value))
     return "\n".join(parts)
+
+
+@pytest.mark.parametrize("chapter", ["04_onnx_and_runtimes.ipynb", "05_blurball_measurements.ipynb",
+                                     "07_serving.ipynb"])
+def test_each_lab_chapter_tags_its_set_up_and_its_gpu_readers(chapter):
+    import nbformat
+
+    cells = lab_cells(nbformat.read(ROOT / "chapters" / chapter, as_version=4))
+    sources = ["".join(cell.source) for cell in cells]
+    assert cells and "setup_chapter" in sources[0], "the first lab-path cell must be the chapter's set-up"
+    assert any("gpu" in source for source in sources[1:]), "no lab-path cell reads the GPU results"
 
 
 @pytest.mark.slow

@@ -317,6 +317,52 @@ def allocator_ablation(n_elements: int = 2 ** 24, threads: int = 2, repeats: int
     return rows
 
 
+# ---------------------------------------------------------------- the chain from in-cache to DRAM
+def cache_levels(env: dict) -> dict[str, int]:
+    """The CPU's data caches from a fingerprint, in bytes: ``L1d``, ``L2``, ``L3`` (those it recorded) (Chapter 2)."""
+    levels = {}
+    for name, column in (("L1d", "cpu_l1d_kib"), ("L2", "cpu_l2_kib"), ("L3", "cpu_l3_kib")):
+        try:
+            kib = int(env.get(column) or 0)
+        except (TypeError, ValueError):
+            kib = 0
+        if kib > 0:
+            levels[name] = kib * 1024
+    return levels
+
+
+def chain_size_sweep(exponents=(10, 12, 14, 16, 18, 20, 22, 24, 26), *, runs: int = 3, env: dict | None = None):
+    """Eager against compiled on the chain at sizes from in-cache to far beyond it, with the run protocol (Chapter 2).
+
+    For each ``n = 2**e`` floats: the compiled chain is checked against eager, then both are timed in
+    ``runs`` alternated runs (:func:`graphbook.record.timing.live_runs`). Returns a DataFrame with
+    ``elements``, ``array_bytes`` (one array), ``eager_ms``, ``compiled_ms`` (medians across runs),
+    ``speedup`` (median of the per-run ratios), ``speedup_min``, ``speedup_max`` and ``model_speedup``
+    (what the bytes-moved model predicts: the same factor at every size).
+    """
+    import pandas as pd
+
+    from .record import runs as runs_lib
+
+    compiled = torch.compile(chain)
+    rows = []
+    for exponent in exponents:
+        n = 2 ** int(exponent)
+        x = torch.randn(n)
+        if not torch.allclose(compiled(x), chain(x), rtol=1e-6, atol=1e-6):
+            raise AssertionError(f"the compiled chain differs from eager at n = 2^{exponent}")
+        repeats = 30 if n <= 2 ** 18 else 10 if n <= 2 ** 22 else 4
+        pair = timing.live_runs({"eager": lambda: chain(x), "compiled": lambda: compiled(x)}, runs=runs,
+                                warmup=3, repeats=repeats, env=env)
+        ratios = next(iter(runs_lib.paired_ratios(pair, "compiled", "eager").values()))
+        medians = runs_lib.summarize_runs(pair).set_index("variant")["median"]
+        rows.append({"elements": n, "array_bytes": n * FLOAT_BYTES, "eager_ms": float(medians["eager"]),
+                     "compiled_ms": float(medians["compiled"]), "speedup": statistics.median(ratios),
+                     "speedup_min": min(ratios), "speedup_max": max(ratios),
+                     "model_speedup": bytes_moved(n) / bytes_moved(n, fused=True)})
+    return pd.DataFrame(rows)
+
+
 # ---------------------------------------------------------------- (c) compile time, cold and warm
 def measure_compile_time(n_elements: int = DEFAULT_SIZE, threads: int = 1,
                          cache_dir: str | Path | None = None) -> dict:

@@ -3,6 +3,9 @@
 - :func:`bar_with_spread` -- medians as bars, min..max as error bars (the harness's spread).
 - :func:`_roofline_attainable` and :func:`roofline` -- the roofline model: attainable throughput
   ``min(peak_flops, bandwidth * intensity)`` on log-log axes, with operations placed on it.
+- :func:`speedup_waterfall` -- an attribution ladder as a waterfall: each cause's step on a log axis,
+  the product of the steps beside the total measured directly (Chapter 5; steps from
+  :func:`graphbook.attribution.ladder`).
 - :func:`draw_fusion_groups` -- a small FX graph with its TVM operator classes and fusion groups
   (Chapter 3; the classes and groups come from :mod:`graphbook.fusion_rules`).
 - :func:`draw_clip_detection` -- one frame of a synthetic clip, its target heatmap, the model's heatmap
@@ -56,6 +59,49 @@ def bar_with_spread(labels: Sequence[str], medians: Sequence[float], lows: Seque
             ax.annotate(f"{value:.3g}", (bar.get_x() + bar.get_width() / 2, value), ha="center",
                         va="bottom", xytext=(0, 3), textcoords="offset points", fontsize=8)
     ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def speedup_waterfall(labels: Sequence[str], steps: Sequence[float], total: float, *, step_ranges=None,
+                      total_range=None, ax=None, title: str = ""):
+    """A waterfall of speed-ups: each bar rises (or falls) by one cause's step, on a log axis (Chapter 5).
+
+    ``steps`` are factors (>1 faster); the bars start where the previous one ended, so the last ends at
+    their product. A final bar shows ``total``, the speed-up measured directly, and the gap between the two
+    is written as the residual: causes that do not account for the total are shown, never hidden.
+    ``step_ranges``/``total_range``: (min, max) per step and for the total, drawn as whiskers.
+    """
+    import math
+
+    labels, steps = list(labels), [float(s) for s in steps]
+    if len(labels) != len(steps) or not steps or any(s <= 0 for s in steps) or total <= 0:
+        raise ValueError("need one positive step per label and a positive total")
+    ax = _axes(ax)
+    level = 1.0
+    for i, (label, step) in enumerate(zip(labels, steps)):
+        top = level * step
+        color = "tab:green" if step >= 1 else "tab:red"
+        ax.bar(i, math.log10(max(top, level)) - math.log10(min(top, level)), bottom=math.log10(min(top, level)),
+               color=color, width=0.6)
+        if step_ranges is not None:
+            lo, hi = step_ranges[i]
+            ax.plot([i, i], [math.log10(level * lo), math.log10(level * hi)], color="black", lw=1)
+        ax.annotate(f"{step:.2f}x", (i, math.log10(max(top, level))), ha="center", va="bottom", xytext=(0, 3),
+                    textcoords="offset points", fontsize=8)
+        level = top
+    n = len(steps)
+    ax.bar(n, math.log10(total), bottom=0, color="tab:blue", width=0.6)
+    if total_range is not None:
+        ax.plot([n, n], [math.log10(total_range[0]), math.log10(total_range[1])], color="black", lw=1)
+    ax.annotate(f"{total:.2f}x measured\n(rungs: {level:.2f}x, residual {total / level:.2f})", (n, math.log10(total)),
+                ha="center", va="bottom", xytext=(0, 3), textcoords="offset points", fontsize=8)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xticks(range(n + 1), labels + ["total"], rotation=20, ha="right")
+    ticks = [t for t in (0.5, 1, 1.5, 2, 3, 4, 6, 8, 12) if t <= max(level, total, 1) * 1.6]
+    ax.set_yticks([math.log10(t) for t in ticks], [f"{t:g}x" for t in ticks])
+    ax.set_ylabel("speed-up over eager (log scale)")
     if title:
         ax.set_title(title)
     return ax

@@ -222,3 +222,38 @@ def profile_operators(path: str | Path, inputs, *, level="all", threads: int = 2
         run_session(session, inputs)
     profile_file = session.end_profiling()
     return _read_profile(profile_file, runs=runs)
+
+
+#: FP32 variants allowed above their machine's ceiling, each with the measured reason (none so far: a
+#: rate above the ceiling means the work was miscounted, or an algorithm did fewer multiplications).
+EXPLAINED_ABOVE_CEILING: dict[str, str] = {}
+
+
+def executed_rates(frame):
+    """Recorded BlurBall rows with the rate of the work each variant really executes, against its ceiling (Chapter 5).
+
+    ``frame``: variant rows of ``results.load("cpu-blurball")`` (``variant``, ``median_ms``, ``macs``,
+    ``dead_macs`` and the fingerprint). Eager executes every MAC, the never-read stage-4 outputs included;
+    every other family (Inductor, ONNX Runtime and the rest) runs a graph from which they are gone, so
+    its rate counts the live MACs only. Adds ``executed_macs``, ``executed_gflop_per_s``,
+    ``ceiling_gflop_per_s`` (:func:`graphbook.probes.fp32_ceiling` of the row's own machine; empty when
+    the file did not record the CPU's identity and clock) and ``share_of_ceiling``.
+    """
+    from .probes import fp32_ceiling
+    from .variants import REGISTRY
+
+    out = frame.copy()
+    eager = out["variant"].map(lambda v: getattr(REGISTRY.get(v), "family", "") == "eager")
+    out["executed_macs"] = out["macs"] - out["dead_macs"].where(~eager, 0)
+    out["executed_gflop_per_s"] = 2 * out["executed_macs"] / (out["median_ms"] * 1e-3) / 1e9
+    out["ceiling_gflop_per_s"] = [fp32_ceiling(row)["gflop_per_s"] for row in out.to_dict("records")]
+    out["share_of_ceiling"] = out["executed_gflop_per_s"] / out["ceiling_gflop_per_s"].astype(float)
+    return out
+
+
+def above_ceiling(frame):
+    """The FP32 rows of :func:`executed_rates` faster than their machine's ceiling, less the explained ones (Chapter 5)."""
+    rated = executed_rates(frame) if "share_of_ceiling" not in frame.columns else frame
+    fp32 = rated["precision"].astype(str).eq("fp32") if "precision" in rated.columns else True
+    over = rated[fp32 & (rated["share_of_ceiling"].astype(float) > 1.0)]
+    return over[~over["variant"].isin(list(EXPLAINED_ABOVE_CEILING))]

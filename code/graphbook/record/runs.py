@@ -90,6 +90,29 @@ def add_machine(frame, columns: Sequence[str] = MACHINE_COLUMNS):
     return out
 
 
+class MixedMachines(ValueError):
+    """A number was asked of runs from more than one machine (Chapter 5)."""
+
+
+def single_machine(frame, machine: str | None = None):
+    """The rows of one machine, with a ``machine`` column: the only door to a number a chapter states (Chapter 5).
+
+    ``machine`` is a label of :func:`machine_label`; without it the frame must hold one machine only.
+    Raises :class:`MixedMachines` when it holds several and none was named (a median over two CPUs
+    describes neither), and ``ValueError`` when the named machine has no rows.
+    """
+    data = add_machine(frame) if MACHINE not in frame.columns else frame
+    present = list(dict.fromkeys(data[MACHINE]))
+    if machine is None:
+        if len(present) > 1:
+            raise MixedMachines(f"the rows come from {len(present)} machines ({'; '.join(present)}): "
+                                "name the one to quote")
+        return data
+    if machine not in present:
+        raise ValueError(f"no rows of machine {machine!r}; the frame has {present}")
+    return data[data[MACHINE] == machine]
+
+
 def _check_columns(frame, *names) -> None:
     missing = [n for n in names if n not in frame.columns]
     if missing:

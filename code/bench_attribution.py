@@ -1,0 +1,77 @@
+"""Where BlurBall's CPU speed-up comes from: the attribution ladder of Chapter 5, recorded.
+
+    .venv/bin/python code/bench_attribution.py                        # 288x512, batch 1, 2 threads, 3 runs
+    .venv/bin/python code/bench_attribution.py --height 96 --width 160 --runs 5
+
+The rungs and the two Inductor switches of ``graphbook.attribution`` (eager; dead stage-4 outputs
+skipped; channels-last; batch norm folded; Inductor's defaults; Inductor without layout optimization;
+Inductor without generated code) are built once and each checked against eager FP32
+(``graphbook.correctness.compare_to_reference``: every rung is FP32 and must match). Then ``--runs``
+independent runs (default and minimum 3) time them call by call in turn (interleaved, in an order that
+rotates between runs), each run with its own ``copy_`` bandwidth probe, so every step of the ladder is
+a ratio of medians taken under the same load. Rows carry ``run_id`` ``<file stem>/r<run>``, the check
+(``max_abs_diff``, ``same_output``, ``same_peaks``) and the build time; they go to a new file
+``cpu-attribution-<date>[-N].csv`` under ``--results-dir`` (never an existing file). Exit status
+(``graphbook.record.cli``): 0 ok; 1 a rung's output differs from eager (the rows are still written);
+2 bad arguments. On 2 cores at 288x512 it takes about five minutes, most of it three compiles.
+"""
+from __future__ import annotations
+
+import sys
+
+from graphbook.record import cli
+from graphbook.record.cli import int_at_least, positive_int
+
+
+def parse_args(argv=None):
+    parser = cli.make_parser("bench_attribution.py", __doc__.splitlines()[0])
+    cli.add_input_size(parser, height=288, width=512)
+    parser.add_argument("--threads", type=positive_int, default=2, help="torch intra-op threads")
+    parser.add_argument("--repeats", type=positive_int, default=8, help="timed calls per rung and run")
+    parser.add_argument("--warmup", type=positive_int, default=2, help="untimed calls per rung and run")
+    parser.add_argument("--runs", type=int_at_least(3), default=3,
+                        help="independent timed runs, rungs interleaved call by call (default 3, at least 3)")
+    return parser.parse_args(argv)
+
+
+def run(args) -> tuple[list[dict], list[str]]:
+    """Build and check every rung once, time them in ``args.runs`` interleaved runs, write one new file."""
+    import torch
+
+    from graphbook import attribution, blurball, correctness
+    from graphbook.record import results, timing
+    from graphbook.record.environment import fingerprint, set_threads
+    from graphbook.record.results import COMPILE_S, MAX_ABS_DIFF, SAME_OUTPUT, SAME_PEAKS
+
+    set_threads(args.threads)
+    env = fingerprint(args.threads)
+    model = blurball.build_blurball()
+    x = blurball.example_input(height=args.height, width=args.width)
+    with torch.no_grad():
+        reference = model(x)
+    torch._dynamo.reset()
+    runners, checks, failed = attribution.build_rungs(model, x), {}, []
+    for name, runner in runners.items():  # the first call compiles the compiled rungs: that is their build
+        clock = timing.Stopwatch()
+        check = correctness.compare_to_reference(runner(x), reference)
+        checks[name] = {COMPILE_S: round(clock.seconds(), 3), MAX_ABS_DIFF: check[MAX_ABS_DIFF],
+                        SAME_OUTPUT: check[SAME_OUTPUT], SAME_PEAKS: check[SAME_PEAKS]}
+        if not check[SAME_OUTPUT]:
+            failed.append(name)
+        print(f"{name:40s} first call {clock.seconds():6.1f} s  diff {check[MAX_ABS_DIFF]:.1e}", flush=True)
+    rows = timing.repeated_runs({name: (lambda r=runner: r(x)) for name, runner in runners.items()},
+                                runs=args.runs, warmup=args.warmup, repeats=args.repeats, interleave=True,
+                                log=lambda line: print(line, flush=True))
+    for row in rows:
+        row.update(checks[row["variant"]], height=args.height, width=args.width, batch=1)
+    path = results.write_run("attribution", rows, env, results_dir=args.results_dir, per_run=True)
+    steps, total = attribution.ladder(results.load("attribution", path.parent).query("source_file == @path.name"))
+    for step in steps:
+        print(f"  {step.rung:24s} {step.median_ms:8.1f} ms  step {step.step:5.2f}x  cumulative {step.cumulative:5.2f}x")
+    print(f"total {total['total']:.2f}x measured, rungs multiply to {total['product']:.2f}x "
+          f"(residual {total['residual']:.2f}); wrote {len(rows)} rows ({args.runs} runs) to {path}")
+    return rows, failed
+
+
+if __name__ == "__main__":
+    sys.exit(cli.run_checked("bench_attribution.py", parse_args, run))

@@ -1,0 +1,99 @@
+"""The deployment decisions of Chapter 7, each from one machine's recorded runs (Chapter 7).
+
+Introduced in Chapter 7. Every decision states numbers, and a number over runs of two CPUs describes
+neither, so each comes from one machine: the CPU worker from the machine that decides the CPU matrix
+(:func:`graphbook.record.runs.deciding_machine`, quiet runs only), the restart costs from the newest
+restart-paths recording (one file, one machine). Each function returns the decision as one sentence.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+#: Lower precisions are judged by a different check (peaks and decoded balls, not the FP32 tolerance).
+_NOT_FP32 = "bf16|int8|fp16|matmul"
+#: The restart paths a CPU worker could take, as the decision names them.
+RESTART_NAMES = (("a cold compile", "compile-cold"), ("a warm cache", "compile-warm"),
+                 ("the .pt2 from Python", "aoti-static"), ("the .pt2 from C++", "aoti-cpp"),
+                 ("ONNX Runtime", "ort-raw"))
+
+
+def fp32_runs_of_one_machine(cpu_frame, *, here: Mapping | str | None = None):
+    """The FP32 variant rows of the CPU matrix, flagged for load, of the one machine that decides (Chapter 7).
+
+    Returns ``(rows, machine)``: the machine's quiet and flagged rows (flags kept, for the sentence) and its
+    label, or an empty frame and None when nothing is recorded.
+    """
+    from ..record import runs
+
+    if cpu_frame is None or not len(cpu_frame):
+        return cpu_frame, None
+    variants = cpu_frame[(cpu_frame["record"] == "variant") & ~cpu_frame["variant"].str.contains(_NOT_FP32)]
+    flagged = runs.flag_under_load(variants)
+    machine = runs.deciding_machine(flagged, here=here)
+    if machine is None:
+        return flagged.iloc[0:0], None
+    return runs.single_machine(flagged, machine), machine
+
+
+def _restart_medians(restart_frame) -> tuple[dict[str, float], str | None]:
+    """path -> median seconds to the first correct output in the newest recording, and its machine."""
+    from ..record import results, runs
+
+    if restart_frame is None or not len(restart_frame):
+        return {}, None
+    newest = runs.single_machine(results.latest_run(restart_frame))
+    found = {}
+    for path, rows in newest.groupby("path"):
+        if rows["same_output"].astype(bool).all():
+            found[path] = float(rows["first_output_s"].median())
+    return found, str(newest[runs.MACHINE].iloc[0])
+
+
+def cpu_worker(cpu_frame, restart_frame, freezing_verdict: dict, *, here: Mapping | str | None = None) -> str:
+    """Which CPU variant to serve, from one machine's quiet runs, with what a restart costs (Chapter 7)."""
+    from .. import miscompile
+    from ..record import runs
+
+    rows, machine = fp32_runs_of_one_machine(cpu_frame, here=here)
+    if machine is None:
+        return "undecided: no quiet CPU BlurBall run recorded"
+    best = runs.choose_best(rows, skip_under_load=True).iloc[0]
+    medians = runs.summarize_runs(rows[~rows[runs.UNDER_LOAD]]).set_index("variant")["median"]
+    flagged = rows.loc[rows[runs.UNDER_LOAD], "run_id"].nunique()
+    text = (f"serve {best.best}: median {best.best_median:.0f} ms per clip over {best.runs} quiet runs"
+            + (f" (eager {medians['eager_fp32']:.0f} ms)" if "eager_fp32" in medians else "")
+            + f", ahead of {best.runner_up} by {best.margin:.2f}x"
+            + ("" if best.decided else ", but not ahead in every run, so the two are interchangeable"))
+    if best.excluded:
+        text += f"; excluded for a failed check: {', '.join(best.excluded)}"
+        if any("freezing" in v for v in best.excluded):
+            text += (" (freezing: the miscompile of Chapter 3, " if freezing_verdict["present"] else
+                     " (freezing, although the reproducer says its miscompile is ")
+            text += miscompile.verdict_sentence(freezing_verdict) + ")"
+    if "ort_exporter_optimized_all" in medians and best.best != "ort_exporter_optimized_all":
+        text += f"; ONNX Runtime's median was {medians['ort_exporter_optimized_all']:.0f} ms"
+    restarts, restart_machine = _restart_medians(restart_frame)
+    costs = [f"{name} {restarts[path]:.1f} s" for name, path in RESTART_NAMES if path in restarts]
+    if costs:
+        where = "the same machine" if restart_machine == machine else restart_machine
+        text += f"; a restart to the first correct output costs ({where}): " + ", ".join(costs)
+    text += f". Evidence: FP32 outputs checked against eager, recorded CPU runs on {machine}"
+    if flagged:
+        text += f" ({flagged} more run{'s' if flagged != 1 else ''} flagged as taken under load, left out)"
+    return text
+
+
+def phones_and_browsers(cpu_frame, *, here: Mapping | str | None = None) -> str:
+    """The portable export and what its CPU check does and does not say, on one machine (Chapter 7)."""
+    from ..record import runs
+
+    rows, machine = fp32_runs_of_one_machine(cpu_frame, here=here)
+    onnx = rows[rows["variant"] == "ort_exporter_optimized_all"] if machine else rows
+    text = "export to ONNX (one portable file)"
+    if machine and len(onnx) and onnx["same_output"].fillna(False).astype(bool).all():
+        median = runs.summarize_runs(onnx)["median"].iloc[0]
+        text += f"; it matched eager in every recorded run on {machine} (median {median:.0f} ms per clip)"
+    else:
+        text += "; its CPU check is not recorded"
+    return text + (". Unchecked: the device's execution provider (NNAPI, Core ML, WebGPU) and any FP16 or INT8 "
+                   "conversion on it; verify on the device against eager FP32 before shipping")

@@ -1,0 +1,117 @@
+"""The attribution ladder: rungs that keep the output, steps that multiply, one machine per ladder."""
+import pandas as pd
+import pytest
+import torch
+
+from graphbook import attribution, blurball, plots
+from graphbook.record import runs
+
+MACHINE_A = {"cpu_model": "CPU A", "cpu_family": 6, "cpu_model_id": 1, "cpu_isa": "avx2", "threads": 2}
+MACHINE_B = {**MACHINE_A, "cpu_model_id": 2}
+
+
+def ladder_rows(times_per_run, machine=MACHINE_A, prefix="f"):
+    rows = []
+    for run, times in enumerate(times_per_run, start=1):
+        for rung, ms in zip(attribution.RUNGS, times):
+            rows.append({"run_id": f"{prefix}/r{run}", "variant": rung, "median_ms": ms, **machine})
+    return pd.DataFrame(rows)
+
+
+def test_dead_outputs_skipped_keep_the_logits_and_drop_three_fuse_layers():
+    model = blurball.build_blurball()
+    x = blurball.example_input(height=32, width=64)
+    pruned = attribution.skip_dead_outputs(model)
+    with torch.no_grad():
+        assert torch.equal(pruned(x), model(x))
+    dead = [name for name, _ in pruned.named_modules() if name.startswith(blurball.DEAD_MODULE_PREFIXES)]
+    assert dead == []
+    assert any(name.startswith(blurball.DEAD_MODULE_PREFIXES) for name, _ in model.named_modules())
+
+
+def test_steps_telescope_to_the_total_and_the_residual_is_one_when_runs_agree():
+    steps, total = attribution.ladder(ladder_rows([[400, 200, 160, 150, 100]] * 3))
+    assert [s.rung for s in steps] == list(attribution.RUNGS)
+    assert [round(s.step, 3) for s in steps[1:]] == [2.0, 1.25, round(160 / 150, 3), 1.5]
+    assert total["total"] == pytest.approx(4.0)
+    assert total["product"] == pytest.approx(4.0)
+    assert total["residual"] == pytest.approx(1.0)
+    assert total["runs"] == 3
+
+
+def test_a_residual_appears_when_the_runs_disagree():
+    # medians of the steps need not multiply to the median of the totals: the gap is shown, not hidden
+    _, total = attribution.ladder(ladder_rows([[400, 200, 160, 150, 100], [400, 400, 160, 150, 100],
+                                               [400, 400, 320, 150, 100]]))
+    assert total["product"] == pytest.approx(2.0)
+    assert total["residual"] == pytest.approx(2.0)
+    assert total["total"] == pytest.approx(4.0)
+
+
+def test_a_ladder_never_mixes_machines():
+    frame = pd.concat([ladder_rows([[400, 200, 160, 150, 100]] * 3),
+                       ladder_rows([[800, 400, 320, 300, 100]] * 3, MACHINE_B, prefix="g")])
+    with pytest.raises(runs.MixedMachines, match="2 machines"):
+        attribution.ladder(frame)
+    label = runs.machine_label(MACHINE_B)
+    _, total = attribution.ladder(frame, machine=label)
+    assert total["total"] == pytest.approx(8.0) and total["machine"] == label
+    with pytest.raises(ValueError, match="no rows of machine"):
+        attribution.ladder(frame, machine="a CPU nobody recorded")
+
+
+def test_a_missing_rung_is_named():
+    frame = ladder_rows([[400, 200, 160, 150, 100]] * 3)
+    with pytest.raises(ValueError, match="BN folded"):
+        attribution.ladder(frame[frame.variant != attribution.BN_FOLDED])
+
+
+def test_waterfall_ends_at_the_product_and_refuses_bad_steps():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ax = plots.speedup_waterfall(["a", "b"], [2.0, 0.5], 1.2)
+    texts = [t.get_text() for t in ax.texts]
+    assert "2.00x" in texts and "0.50x" in texts
+    assert any("residual 1.20" in t for t in texts)
+    with pytest.raises(ValueError):
+        plots.speedup_waterfall(["a"], [0.0], 1.0)
+    with pytest.raises(ValueError):
+        plots.speedup_waterfall(["a", "b"], [1.0], 1.0)
+
+
+@pytest.mark.slow
+def test_every_rung_matches_eager():
+    from graphbook import correctness
+
+    torch._dynamo.reset()
+    model = blurball.build_blurball()
+    x = blurball.example_input(height=32, width=64)
+    with torch.no_grad():
+        reference = model(x)
+    for name, runner in attribution.build_rungs(model, x).items():
+        assert correctness.compare_to_reference(runner(x), reference)["same_output"], name
+
+
+def test_the_same_ladder_reads_onnx_runtimes_levels():
+    rows = [{"run_id": f"o/r{run}", "variant": v, "median_ms": ms, **MACHINE_A}
+            for run in (1, 2, 3) for v, ms in zip(attribution.ORT_RUNGS, (600, 300, 280, 250, 150, 150))]
+    steps, total = attribution.ladder(pd.DataFrame(rows), rungs=attribution.ORT_RUNGS)
+    assert [s.cause for s in steps[1:]][2] == attribution.ORT_CAUSES["ort_extended"]
+    assert total["total"] == pytest.approx(4.0) and total["residual"] == pytest.approx(1.0)
+
+
+def test_the_recorded_ladder_keeps_one_machine_and_leaves_loaded_runs_out(tmp_path):
+    from graphbook.record import results
+
+    quiet = ladder_rows([[400, 200, 160, 150, 100]] * 3)
+    loaded = ladder_rows([[4000, 2000, 1600, 1500, 500]], prefix="z")  # every rung slow: a loaded run
+    other = ladder_rows([[800, 400, 320, 300, 100]] * 3, MACHINE_B, prefix="g")
+    for name, frame in (("a", quiet), ("b", loaded), ("c", other)):
+        frame = frame.assign(height=288, run=1)
+        frame.to_csv(tmp_path / f"cpu-attribution-2026-12-0{'abc'.index(name) + 1}.csv", index=False)
+    assert results.load("attribution", tmp_path)["run_id"].nunique() == 7
+    steps, summary, rows = attribution.recorded_ladder(here=MACHINE_A, results_dir=tmp_path)
+    assert summary["machine"] == runs.machine_label(MACHINE_A)
+    assert summary["total"] == pytest.approx(4.0) and summary["runs"] == 3
+    assert attribution.recorded_ladder(here=MACHINE_A, height=96, results_dir=tmp_path) is None

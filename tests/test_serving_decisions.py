@@ -1,0 +1,61 @@
+"""Chapter 7's decisions quote one machine's quiet runs, never a median over two CPUs."""
+import json
+import re
+
+import pandas as pd
+
+from graphbook import paths
+from graphbook.record import runs
+from graphbook.serving import decisions
+
+A = {"cpu_model": "CPU", "cpu_family": 25, "cpu_model_id": 17, "cpu_isa": "avx512", "threads": 2}
+B = {**A, "cpu_model_id": 97}
+VERDICT = {"present": True, "torch": "2.13.0", "max_abs_diff": 1.0}
+
+
+def matrix(machine, eager_ms, ort_ms, prefix, runs_n=3):
+    rows = []
+    for run in range(1, runs_n + 1):
+        for variant, ms in (("eager_fp32", eager_ms), ("ort_exporter_optimized_all", ort_ms),
+                            ("compile_default", (eager_ms + ort_ms) / 2)):
+            rows.append({"record": "variant", "variant": variant, "median_ms": ms, "q1_ms": ms * 0.99,
+                         "q3_ms": ms * 1.01, "same_output": True, "run_id": f"{prefix}/r{run}", **machine})
+    return pd.DataFrame(rows)
+
+
+def test_the_cpu_worker_quotes_only_the_deciding_machine():
+    frame = pd.concat([matrix(A, 500, 150, "a"), matrix(B, 1000, 300, "b")])
+    text = decisions.cpu_worker(frame, None, VERDICT, here=A)
+    assert "median 150 ms" in text and "eager 500 ms" in text and runs.machine_label(A) in text
+    assert "1000" not in text and "300 ms" not in text
+    other = decisions.cpu_worker(frame, None, VERDICT, here=B)
+    assert "median 300 ms" in other and "eager 1000 ms" in other
+
+
+def test_a_pooled_median_would_differ_so_the_test_can_fail():
+    frame = pd.concat([matrix(A, 500, 150, "a"), matrix(B, 1000, 300, "b")])
+    pooled = frame[frame.variant == "eager_fp32"].median_ms.median()
+    assert f"eager {pooled:.0f} ms" not in decisions.cpu_worker(frame, None, VERDICT, here=A)
+
+
+def test_no_machine_with_quiet_runs_means_no_decision():
+    assert decisions.cpu_worker(matrix(A, 500, 150, "a").iloc[0:0], None, VERDICT).startswith("undecided")
+
+
+def test_phones_and_browsers_names_its_machine():
+    frame = pd.concat([matrix(A, 500, 150, "a"), matrix(B, 1000, 300, "b")])
+    text = decisions.phones_and_browsers(frame, here=B)
+    assert "median 300 ms" in text and runs.machine_label(B) in text
+
+
+POOLED_MEDIAN = re.compile(r"""(\.median_ms|\[["']median_ms["']\])\.median\(\)""")
+
+
+def test_no_chapter_takes_a_median_of_recorded_times_outside_the_runs_layer():
+    # a bare .median() over recorded rows pools every machine; graphbook.record.runs keys on the machine
+    found = []
+    for notebook in sorted((paths.REPO_ROOT / "chapters").glob("*.ipynb")):
+        for index, cell in enumerate(json.loads(notebook.read_text())["cells"]):
+            if cell["cell_type"] == "code" and POOLED_MEDIAN.search("".join(cell["source"])):
+                found.append(f"{notebook.name} cell {index}")
+    assert not found, found
