@@ -259,6 +259,10 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     flagged = frame.loc[frame[runs_lib.UNDER_LOAD], [results.RUN_ID, runs_lib.LOAD_REASON]].drop_duplicates()
     for row in flagged.itertuples(index=False):
         print(f"  {row[0]} looks taken under load: {row[1]}")
+    if ball_clips:  # what these runs alone say about a lower precision (Chapter 7 decides on every recorded run)
+        from graphbook.serving.decisions import lower_precision_worker
+
+        print(f"lower precision, from these runs: {lower_precision_worker(frame, here=env)}")
     print(f"\nMACs per forward {cost.macs / 1e9:.2f} G ({cost.dead_macs / 1e9:.2f} G in never-read "
           f"stage-4 outputs); peaks (last run): " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()))
     print(f"bf16: {bf16_reason}")
