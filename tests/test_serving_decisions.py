@@ -67,6 +67,9 @@ def test_the_lower_precision_worker_is_judged_on_the_decoded_ball():
     assert "2.0x the best FP32 variant (ort_exporter_optimized_all)" in text and "openvino_int8" in text
     assert "% of the machine's FP32 ceiling" in text and runs.machine_label(A) in text
     assert decisions.lower_precision_worker(lower_matrix(A, "a", int8_ball=True), here=A).startswith("serve openvino_int8")
+    slow = lower_matrix(A, "a")
+    slow.loc[slow.variant == "openvino_bf16", ["median_ms", "q1_ms", "q3_ms"]] = [400, 396, 404]
+    assert decisions.lower_precision_worker(slow, here=A).startswith("keep FP32: the fastest lower precision")
 
 
 def test_without_the_decoded_ball_check_no_lower_precision_is_decided():

@@ -142,6 +142,9 @@ def lower_precision_worker(cpu_frame, *, here: Mapping | str | None = None) -> s
     fp32_rows, fp32_machine = fp32_runs_of_one_machine(cpu_frame, here=machine)
     if fp32_machine == machine:
         fp32 = runs.choose_best(fp32_rows, skip_under_load=True).iloc[0]
+        if fp32.best is not None and fp32.best_median <= best.best_median:  # rounding bought nothing here
+            return (f"keep FP32: the fastest lower precision that kept the decoded ball, {best.best} "
+                    f"({best.best_median:.0f} ms), is not faster than {fp32.best} ({fp32.best_median:.0f} ms) on {machine}")
         if fp32.best is not None:
             text += f" and {fp32.best_median / best.best_median:.1f}x the best FP32 variant ({fp32.best})"
     if share == share:
