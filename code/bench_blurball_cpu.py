@@ -4,10 +4,17 @@
     .venv/bin/python code/bench_blurball_cpu.py --variants eager_fp32,compile_freezing --repeats 5
     .venv/bin/python code/bench_blurball_cpu.py --runs 5                   # five runs instead of three
 
-Batch 1, explicit threads. Variants come from ``graphbook.variants`` (any registered name may be
-given to ``--variants``). Each is first checked against eager FP32 with
+Batch 1, explicit threads, the book's trained checkpoint (``--weights random`` for seeded random
+weights; the time of a forward does not depend on the weights, the decoded ball does). Variants come
+from ``graphbook.variants`` (any registered name may be given to ``--variants``; the default set
+includes the lower precisions: compiled bf16 without freezing, ONNX Runtime's INT8 Q/DQ model, and
+OpenVINO in FP32, BF16 and INT8). Each is first checked against eager FP32 with
 ``graphbook.correctness.compare_to_reference`` (max abs diff under the one tolerance, and the per-frame
-heatmap peak positions), then timed with the book's harness (warm-up, median, spread).
+heatmap peak positions) and, on ``--ball-clips`` held-out clips, with
+``graphbook.correctness.ball_check`` (the decoded ball of every frame in eager FP32's place: the check a
+lower precision must pass, column ``same_ball``), then timed with the book's harness (warm-up, median,
+spread). The INT8 model is calibrated on ``--calibration-clips`` training clips, never the held-out
+ones. A variant this machine cannot build (no OpenVINO wheel, no native BF16) is a row whose note says why.
 
 Every variant is built (and compiled) once; then ``--runs`` independent runs (default and minimum 3)
 each time every variant once (``--warmup`` untimed calls, then ``--repeats`` timed ones), in an order
@@ -24,9 +31,10 @@ Achieved GFLOP/s (2 x MACs counted by hooks / median time) is compared with the 
 measured in the same run, and one eager forward is profiled (once per invocation) and grouped like the article's GPU
 profile (convolution, batch norm, cast/copy, element-wise, other; by the innermost op, the rule of the
 GPU profile too: ``graphbook.profiling``). All rows go to a new file ``cpu-blurball-<date>[-N].csv``
-under ``--results-dir`` (default ``data/results/``; never an existing file) and a table is printed. Exit status (``graphbook.record.cli``): 0 ok; 1 a variant expected to match eager
-differs from it by more than the tolerance (the results are still written; the variants are named on stderr); 2 bad
-arguments.
+under ``--results-dir`` (default ``data/results/``; never an existing file) and a table is printed. Exit
+status (``graphbook.record.cli``): 0 ok; 1 a variant expected to match eager differs from it by more than the
+tolerance (the results are still written; the variants are named on stderr); 2 bad arguments; 3 the
+checkpoint is missing.
 """
 from __future__ import annotations
 
@@ -37,12 +45,15 @@ from pathlib import Path
 from graphbook.record import cli
 from graphbook import variants as registry
 from graphbook.record.cli import int_at_least, positive_int, multiple_of_8
-from graphbook.record.results import (COMPILE_S, EXPECTED_TO_MATCH, MAX_ABS_DIFF, SAME_OUTPUT, SAME_PEAKS,
-                               SPEEDUP_VS_EAGER)
+from graphbook.record.results import (BALL_AGREE_FRAMES, BALL_FRAMES, COMPILE_S, EXPECTED_TO_MATCH, MAX_ABS_DIFF,
+                                     SAME_BALL, SAME_OUTPUT, SAME_PEAKS, SPEEDUP_VS_EAGER)
 
 #: The variants measured by default (any name of graphbook.variants.REGISTRY may be asked for).
 DEFAULT_VARIANTS = ("eager_fp32", "eager_fp32_channels_last", "eager_bf16_autocast", "compile_default",
-                    "compile_freezing", "compile_freezing_bf16", "ort_exporter_optimized_all")
+                    "compile_freezing", "compile_bf16", "compile_freezing_bf16", "ort_exporter_optimized_all",
+                    "ort_int8_qdq_all", "openvino_fp32", "openvino_bf16", "openvino_int8")
+#: Fastest ball (px per frame) of the clips the trained checkpoint was trained and scored on (as bench_int8.py).
+MAX_SPEED = 30.0
 VARIANTS = {name: registry.get(name).description for name in DEFAULT_VARIANTS}
 REFERENCE = registry.REFERENCE
 
@@ -75,7 +86,18 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="independent runs, each timing every variant once in a rotated order (default 3, at least 3)")
     parser.add_argument("--probe-mib", type=positive_int, default=64,
                         help="MiB per buffer of the copy_ bandwidth probe measured in every run (default 64)")
-    return parser.parse_args(argv)
+    parser.add_argument("--weights", default=None,
+                        help="BlurBall checkpoint, or 'random' for seeded random weights (default: the book's "
+                             "trained checkpoint, so the decoded ball means something)")
+    parser.add_argument("--ball-clips", type=int_at_least(0), default=4,
+                        help="held-out clips on which every variant's decoded ball is compared with eager FP32's "
+                             "(default 4; 0 skips the check)")
+    parser.add_argument("--calibration-clips", type=positive_int, default=16,
+                        help="training clips the INT8 Q/DQ model is calibrated on (default 16, as bench_int8.py)")
+    args = parser.parse_args(argv)
+    if args.weights not in (None, "random") and not Path(args.weights).is_file():
+        parser.error(f"--weights file {args.weights!r} does not exist")
+    return args
 
 
 def format_table(rows: list[dict]) -> str:
@@ -94,6 +116,24 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _weights(args: argparse.Namespace) -> Path | None:
+    """The checkpoint the matrix runs (None: seeded random weights)."""
+    from graphbook.paths import TRAINED_CHECKPOINT
+
+    return None if args.weights == "random" else Path(args.weights or TRAINED_CHECKPOINT)
+
+
+def main(argv=None) -> int:
+    """Parse, refuse when the checkpoint is absent (exit 3), run, and the exit status of ``graphbook.record.cli``."""
+    args = parse_args(argv)
+    weights = _weights(args)
+    if weights is not None and not weights.is_file():
+        return cli.resource_absent("bench_blurball_cpu.py", f"checkpoint {weights} is missing; recreate it with "
+                                   "`python code/train_blurball.py --seed 0`, or pass --weights random")
+    _, failed = run(args)
+    return cli.exit_status_for("bench_blurball_cpu.py", failed)
+
+
 def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     """Build every requested variant once, then time them all in ``args.runs`` rotated runs; write the
     rows to a new CSV. Returns its path and the FP32 variants that failed their check against eager."""
@@ -107,16 +147,38 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     from graphbook.profiling import profile_eager, variant_rows
     from graphbook.record.timing import repeated_runs
 
+    from graphbook import synthetic_clips
+    from graphbook.variants import VariantUnavailable
+
     set_threads(args.threads)
     env = fingerprint(args.threads)
-    model = blurball.build_blurball()
+    weights = _weights(args)
+    model = blurball.build_blurball(weights)
     x = blurball.example_input(height=args.height, width=args.width)
+    # lower precisions are judged where it matters: the trained model's decoded ball on clips it never saw
+    ball_clips = []
+    if args.ball_clips and weights is not None:
+        try:
+            ball_clips = synthetic_clips.held_out_clips(args.ball_clips, args.height, args.width, max_speed=MAX_SPEED)
+        except ValueError as why:  # a frame too small for a synthetic ball: the matrix still runs, unchecked on clips
+            print(f"decoded-ball check skipped at {args.height}x{args.width}: {why}", flush=True)
+    calibration = None  # training clips, never the held-out ones; made only when an INT8 variant is asked for
+    if any(registry.get(name).needs_calibration for name in args.variants):
+        calibration = [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor(
+            [synthetic_clips.training_clip(0, k, args.height, args.width, max_speed=MAX_SPEED)]))
+            for k in range(args.calibration_clips)]
     cost = model_cost.model_cost(model, x)
-    reference = registry.build(REFERENCE, model, x, warm=False).run(x)
+    reference_run = registry.build(REFERENCE, model, x, warm=False).run
+    reference = reference_run(x)
+
+    def built_reference(clip):
+        return reference_run(blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([clip])))
     margin = blurball.peak_margin(reference)
     bf16_ok, bf16_reason = probes.bf16_support()
     common = {"batch": 1, "height": args.height, "width": args.width, "macs": cost.macs,
-              "dead_macs": cost.dead_macs, "parameters": cost.parameters, "peak_margin": margin}
+              "dead_macs": cost.dead_macs, "parameters": cost.parameters, "peak_margin": margin,
+              "weights": "trained" if weights is not None else "random"}
+    reference_logits = None
     rows: list[dict] = []
     if not args.no_profile:  # once per invocation (not a timing): these rows keep the file's own run id
         for group in profile_eager(model, x):
@@ -124,7 +186,7 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
                          "category": group["category"], "ops": group["ops"],
                          "profile_ms": group["ms"], "share": group["share"]})
     bases, skipped, built, failed = {}, {}, {}, []
-    with registry.BuildContext(threads=args.threads) as context:
+    with registry.BuildContext(threads=args.threads, calibration=calibration) as context:
         for name in args.variants:  # build and check each variant ONCE; the runs reuse it
             variant = registry.get(name)
             bases[name] = {"record": "variant", "variant": name, "description": variant.description,
@@ -135,12 +197,32 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
                 print(f"{name}: skipped ({bf16_reason})", flush=True)
                 continue
             print(f"{name}: building and checking ...", flush=True)
-            one = registry.build(name, model, x, context)
+            try:
+                one = registry.build(name, model, x, context)
+            except VariantUnavailable as why:  # a missing package or CPU feature: a skipped row says why
+                skipped[name] = f"unavailable: {why}"
+                print(f"{name}: unavailable ({why})", flush=True)
+                continue
             check = correctness.compare_to_reference(one.run(x), reference)
             note = one.note
+            if variant.family == "openvino":  # what OpenVINO really executed: a bf16 hint is not a bf16 run
+                from graphbook.openvino_runtime import describe_runtime
+
+                graph = describe_runtime(one.run.compiled)
+                note += (f"; executed {graph['layers']} layers ("
+                         + ", ".join(f"{p} {n}" for p, n in graph["by_precision"].items())
+                         + f"), {graph['fused_layers']} of them fused from {graph['fused_ops']} operations")
             if variant.expected_to_match_eager and not check[SAME_OUTPUT]:
                 note = (note + "; " if note else "") + "output differs from eager FP32"
                 failed.append(name)
+            if ball_clips:
+                if reference_logits is None:  # eager's logits once, for every variant's comparison
+                    reference_logits = [built_reference(c) for c in ball_clips]
+                check.update(correctness.ball_check(one.run, ball_clips, reference_logits))
+                if not check[SAME_BALL]:
+                    note = (note + "; " if note else "") + (
+                        f"decoded ball differs from eager FP32 on {check[BALL_FRAMES] - check[BALL_AGREE_FRAMES]} "
+                        f"of {check[BALL_FRAMES]} held-out frames")
             built[name] = one
             bases[name].update({**check, COMPILE_S: one.compile_s,
                                 "note": note or (bf16_reason if variant.precision == "bf16" else "")})
@@ -181,6 +263,10 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     flagged = frame.loc[frame[runs_lib.UNDER_LOAD], [results.RUN_ID, runs_lib.LOAD_REASON]].drop_duplicates()
     for row in flagged.itertuples(index=False):
         print(f"  {row[0]} looks taken under load: {row[1]}")
+    if ball_clips:  # what these runs alone say about a lower precision (Chapter 7 decides on every recorded run)
+        from graphbook.serving.decisions import lower_precision_worker
+
+        print(f"lower precision, from these runs: {lower_precision_worker(frame, here=env)}")
     print(f"\nMACs per forward {cost.macs / 1e9:.2f} G ({cost.dead_macs / 1e9:.2f} G in never-read "
           f"stage-4 outputs); peaks (last run): " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()))
     print(f"bf16: {bf16_reason}")
@@ -189,4 +275,4 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
 
 
 if __name__ == "__main__":
-    sys.exit(cli.run_checked("bench_blurball_cpu.py", parse_args, run))
+    sys.exit(main())

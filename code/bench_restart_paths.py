@@ -3,7 +3,8 @@
 For every path of :mod:`graphbook.restart_paths` (cold compile, warm disk cache, saved cache artifacts,
 AOTInductor ``.pt2`` static and dynamic batch, with and without ``TORCHINDUCTOR_VEC_ISA_OK=1``, ONNX
 Runtime from the raw and the saved optimized model in ``.onnx`` and ORT format, a dynamic-batch ONNX
-model): the one-time build cost, the fresh-process time to the first output checked against eager
+model, OpenVINO compiling the same ``.onnx`` with and without its model cache; skipped where OpenVINO
+has no wheel): the one-time build cost, the fresh-process time to the first output checked against eager
 FP32, the steady latency, the artifact's size and what it is tied to. ``--repeats`` fresh starts per
 path (default 3), interleaved by round. One new results file of kind ``restart-paths`` per run, and
 one of kind ``serving-ready``: ``serve_blurball.py`` started from the ``.pt2``, ``.onnx`` and ``.ort``

@@ -161,3 +161,21 @@ def test_tiny_eager_run_writes_a_new_file_each_time(tmp_path):
     profile = {r["category"]: int(r["ops"]) for r in rows if r["record"] == "profile"}
     assert profile["convolution"] == 72 and profile["batch_norm"] == 71
     assert rows[0]["threads"] == "1" and rows[0]["torch"]
+
+
+@pytest.mark.slow
+def test_lower_precision_rows_carry_the_decoded_ball_and_what_openvino_ran(tmp_path):
+    pytest.importorskip("openvino")
+    argv = ["--variants", "eager_bf16_autocast,openvino_fp32", "--height", "32", "--width", "64", "--repeats", "2",
+            "--warmup", "1", "--threads", "1", "--peak-n", "64", "--probe-mib", "4", "--ball-clips", "1",
+            "--no-profile", "--results-dir", str(tmp_path)]
+    proc = _run(*argv, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    with next(tmp_path.glob("cpu-blurball-*.csv")).open() as handle:
+        rows = {r["variant"]: r for r in csv.DictReader(handle) if r["record"] == "variant" and r["run"] == "1"}
+    assert all(r["weights"] == "trained" and r["ball_frames"] == "3" for r in rows.values())
+    assert rows["eager_bf16_autocast"]["same_ball"] == "True" and rows["eager_bf16_autocast"]["same_output"] == "False"
+    assert rows["openvino_fp32"]["same_output"] == "True" and "executed" in rows["openvino_fp32"]["note"]
+    # a lower precision is served only when it kept the ball and beats the best FP32 variant of the same runs
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("lower precision, from these runs:"))
+    assert "eager_bf16_autocast" in line and ("serve" in line or "keep FP32" in line)

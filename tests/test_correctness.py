@@ -22,6 +22,28 @@ def test_detections_agree_counts_empty_and_shifted_frames():
     assert correctness._detections_agree([[frame()]], [[frame(1, 1)]]) == (0, 1, 0.0)
 
 
+def test_ball_check_passes_itself_and_catches_a_moved_ball():
+    from graphbook import blurball
+    from graphbook.paths import TRAINED_CHECKPOINT
+
+    torch.set_num_threads(1)
+    model = blurball.build_blurball(TRAINED_CHECKPOINT)
+    clips = synthetic_clips.held_out_clips(1, 32, 64, max_speed=30.0)
+
+    def run(x):
+        with torch.no_grad():
+            return model(x)
+    same = correctness.ball_check(run, clips, run)
+    assert same["same_ball"] and same["ball_agree_frames"] == same["ball_frames"] == 3
+    assert same["ball_max_shift_px"] == 0.0
+    moved = correctness.ball_check(lambda x: torch.roll(run(x), shifts=4, dims=-1), clips, [run(
+        correctness.blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([clips[0]])))])
+    if moved["ball_frames"] and same["ball_detection_rate"] > 0:  # the trained model finds the ball here
+        assert not moved["same_ball"] and moved["ball_max_shift_px"] == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="held-out clip"):
+        correctness.ball_check(run, [], run)
+
+
 @pytest.mark.slow
 def test_table_on_tiny_model_with_onnx_and_int8(tmp_path):
     torch.set_num_threads(1)

@@ -17,7 +17,7 @@ SCRIPT = paths.script("bench_restart_paths.py")
 def test_path_registry_names_are_unique_and_say_what_they_are_tied_to():
     assert len(set(restart_paths.PATH_NAMES)) == len(restart_paths.PATHS)
     for path in restart_paths.PATHS:
-        assert path.runtime in ("eager", "compile", "aoti", "aoti-cpp", "ort") and path.tied_to
+        assert path.runtime in ("eager", "compile", "aoti", "aoti-cpp", "ort", "openvino") and path.tied_to
         assert path.batch_sizes[0] == 1
     assert restart_paths._path_by_name("ort-raw").level == "all"
     assert restart_paths._path_by_name("ort-optimized-ort").level == "disabled"
@@ -63,6 +63,29 @@ def test_onnx_runtime_paths_are_correct_and_never_import_torch(tmp_path):
         assert row["torch_imported"] is (name == "eager")
     assert by_path["ort-dynamic"]["batch_sizes"] == "1,2,3"
     assert by_path["ort-optimized-ort"]["nchwc_ops"] >= 0 and by_path["ort-raw"]["artifact_bytes"] > 1e6
+
+
+@pytest.mark.slow
+def test_openvino_paths_are_correct_never_import_torch_and_the_cache_is_used(tmp_path):
+    pytest.importorskip("openvino")
+    rows = restart_paths.run_restart_paths(TRAINED_CHECKPOINT, input_hw=(32, 64), repeats=1, threads=1,
+                                           paths=("openvino", "openvino-cached"), steady_runs=1, workdir=tmp_path)
+    by_path = {r["path"]: r for r in rows}
+    assert set(by_path) == {"openvino", "openvino-cached"}
+    for name, row in by_path.items():
+        assert row[results.SAME_OUTPUT] and row["first_output_s"] > 0 and not row["torch_imported"], name
+    assert any((tmp_path / "caches" / "openvino").iterdir()), "OpenVINO wrote nothing to its model cache"
+
+
+def test_openvino_paths_are_skipped_where_openvino_is_absent(tmp_path, monkeypatch):
+    from graphbook import openvino_runtime
+
+    monkeypatch.setattr(openvino_runtime, "available", lambda: (False, "no wheel here"))
+    said = []
+    # only OpenVINO paths asked for: after skipping them nothing is left to start, so nothing is built
+    with pytest.raises(ValueError, match="repeats"):
+        restart_paths.run_restart_paths("x.pt", paths=("openvino",), repeats=0, workdir=tmp_path, progress=said.append)
+    assert said == ["skipping the OpenVINO paths: no wheel here"]
 
 
 @pytest.mark.slow

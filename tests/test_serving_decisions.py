@@ -48,6 +48,37 @@ def test_phones_and_browsers_names_its_machine():
     assert "median 300 ms" in text and runs.machine_label(B) in text
 
 
+def lower_matrix(machine, prefix, *, int8_ball=False, runs_n=3):
+    rows = []
+    for run in range(1, runs_n + 1):
+        for variant, precision, ms, same_output, same_ball in (
+                ("eager_fp32", "fp32", 1000, True, True), ("ort_exporter_optimized_all", "fp32", 300, True, True),
+                ("openvino_bf16", "bf16", 150, False, True), ("openvino_int8", "int8", 100, False, int8_ball)):
+            rows.append({"record": "variant", "variant": variant, "precision": precision, "median_ms": ms,
+                         "q1_ms": ms * 0.99, "q3_ms": ms * 1.01, "same_output": same_output, "same_ball": same_ball,
+                         "macs": 28e9, "dead_macs": 1e9, "run_id": f"{prefix}/r{run}", "cpu_ghz": 3.0, **machine})
+    return pd.DataFrame(rows)
+
+
+def test_the_lower_precision_worker_is_judged_on_the_decoded_ball():
+    text = decisions.lower_precision_worker(lower_matrix(A, "a"), here=A)
+    # INT8 is faster but moved the ball: the bf16 variant is served, the INT8 one named as left out
+    assert text.startswith("serve openvino_bf16") and "median 150 ms" in text and "6.7x eager FP32" in text
+    assert "2.0x the best FP32 variant (ort_exporter_optimized_all)" in text and "openvino_int8" in text
+    assert "% of the machine's FP32 ceiling" in text and runs.machine_label(A) in text
+    assert decisions.lower_precision_worker(lower_matrix(A, "a", int8_ball=True), here=A).startswith("serve openvino_int8")
+    slow = lower_matrix(A, "a")
+    slow.loc[slow.variant == "openvino_bf16", ["median_ms", "q1_ms", "q3_ms"]] = [400, 396, 404]
+    assert decisions.lower_precision_worker(slow, here=A).startswith("keep FP32: the fastest lower precision")
+
+
+def test_without_the_decoded_ball_check_no_lower_precision_is_decided():
+    old = lower_matrix(A, "a").drop(columns=["same_ball"])
+    assert decisions.lower_precision_worker(old, here=A).startswith("undecided")
+    assert decisions.lower_precision_worker(None).startswith("undecided")
+    assert ("OpenVINO", "openvino") in decisions.RESTART_NAMES
+
+
 POOLED_MEDIAN = re.compile(r"""(\.median_ms|\[["']median_ms["']\])\.median\(\)""")
 
 

@@ -21,14 +21,15 @@ def test_registry_names_and_labels_are_unique_and_reference_first():
     assert len(set(labels)) == len(labels)
     assert all(name == v.name for name, v in variants.REGISTRY.items())
     for v in variants.REGISTRY.values():
-        assert v.family in ("eager", "compile", "onnxruntime") and v.precision in ("fp32", "bf16", "int8")
+        assert v.family in ("eager", "compile", "onnxruntime", "openvino") and v.precision in ("fp32", "bf16", "int8")
         assert isinstance(v.expected_to_match_eager, bool) and v.description
         # only full precision is expected to give eager's output
         assert v.expected_to_match_eager == (v.precision == "fp32")
     # the book reports the freezing miscompile as a failure of a variant that should match
     assert variants.get("compile_freezing").expected_to_match_eager is True
     assert {"ort_disabled", "ort_all", "ort_exporter_optimized_all", "ort_int8_qdq_all",
-            "compile_bf16", "compile_freezing_bf16"} <= set(variants.REGISTRY)
+            "compile_bf16", "compile_freezing_bf16", "openvino_fp32", "openvino_bf16",
+            "openvino_int8"} <= set(variants.REGISTRY)
 
 
 def test_unknown_names_are_clear_errors():
@@ -38,7 +39,7 @@ def test_unknown_names_are_clear_errors():
         variants.by_label("warp")
     assert variants.by_label("compile + freezing").name == "compile_freezing"
     assert variants.names(families=["compile"])[0] == "compile_default"
-    assert variants.names(precisions=["int8"]) == ["ort_int8_qdq_all"]
+    assert variants.names(precisions=["int8"]) == ["ort_int8_qdq_all", "openvino_int8"]
 
 
 @pytest.mark.parametrize("name", ["eager_fp32", "eager_fp32_channels_last", "eager_bf16_autocast"])

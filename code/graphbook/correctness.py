@@ -142,6 +142,33 @@ def all_variants(model: torch.nn.Module, example_clip, *, onnx: bool = True, cal
     return runners
 
 
+def ball_check(run: Callable, clips: list, reference: Callable | list, *, threshold: float = 0.5,
+               agree_px: float = DEFAULT_AGREE_PX) -> dict:
+    """Does ``run`` put the ball where eager FP32 does, on held-out clips? (Chapter 5)
+
+    The check of a lower precision: its logits differ from eager's by design, so what must hold is the
+    decoded ball. Each clip goes through ``run`` at batch 1 (the shape a variant was built for);
+    ``reference`` is eager FP32's runner, or its logits per clip (a list, computed once for several
+    variants). Returns plain Python values: ``ball_agree_frames``, ``ball_frames``, ``ball_max_shift_px``
+    (:func:`_detections_agree`), ``same_ball`` (every frame agrees) and, against the clips' ground
+    truth, ``ball_detection_rate`` and ``ball_median_error_px``.
+    """
+    if not clips:
+        raise ValueError("need at least one held-out clip")
+    inputs = [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([clip])) for clip in clips]
+    with torch.no_grad():
+        outputs = [run(x).float() for x in inputs]
+        ref = reference if isinstance(reference, list) else [reference(x).float() for x in inputs]
+    decoded = [d for out in outputs for d in decoding.decode_batch(out, threshold)]
+    decoded_ref = [d for out in ref for d in decoding.decode_batch(out, threshold)]
+    agree, frames, shift = _detections_agree(decoded, decoded_ref, agree_px)
+    truth = scoring.summarize_matches(scoring.match_detections(decoded, clips))
+    return {results.BALL_AGREE_FRAMES: int(agree), results.BALL_FRAMES: int(frames),
+            results.BALL_SHIFT_PX: float(shift), results.SAME_BALL: bool(agree == frames),
+            "ball_detection_rate": float(truth["detection_rate"]),
+            "ball_median_error_px": float(truth["median_error_px"])}
+
+
 def compare_to_reference(output, reference, *, atol: float = SAME_OUTPUT_ATOL) -> dict:
     """How far ``output`` is from ``reference`` (eager FP32's output), the book's one rule (Chapter 3).
 

@@ -24,9 +24,12 @@ parent then checks that output against eager FP32 with :func:`graphbook.correctn
 ``ort-optimized-onnx``      the model ONNX Runtime saved after optimizing (level ``disabled``)
 ``ort-optimized-ort``       the same in ORT format (FlatBuffers; level ``disabled``)
 ``ort-dynamic``             a dynamic-batch ``.onnx`` serving batches 1, 2, 3 from one session
+``openvino``                OpenVINO reads the same ``.onnx`` and compiles it for this CPU (FP32)
+``openvino-cached``         the same with OpenVINO's model cache (``CACHE_DIR``) that one untimed
+                            start filled: the compiled blob is loaded, the ONNX graph is not read
 ==========================  =====================================================================
 
-The ONNX Runtime children never import torch (each row records ``torch_imported``). The one-time
+The ONNX Runtime and OpenVINO children never import torch (each row records ``torch_imported``). The one-time
 build of every artifact (export, AOTInductor compile, ORT optimization) also runs in a fresh
 process with its own empty cache directory, so its cost is what a build machine pays.
 
@@ -44,7 +47,7 @@ Python or Inductor and never probes, so its start is libtorch's shared libraries
 
 The child is this module run as ``python -m graphbook.restart_paths --child SPEC_JSON``; it prints one
 line ``GRAPHBOOK_RESULT {...}``. This module imports only the standard library at the top, so an ONNX
-Runtime child stays free of torch.
+Runtime or OpenVINO child stays free of torch.
 """
 from __future__ import annotations
 
@@ -69,7 +72,8 @@ KIND = "restart-paths"
 class RestartPath:
     """One way to get a model running in a new process (Introduced in Chapter 6).
 
-    ``runtime``: ``eager``, ``compile``, ``aoti`` (Python loader), ``aoti-cpp`` (C++ loader) or ``ort``.
+    ``runtime``: ``eager``, ``compile``, ``aoti`` (Python loader), ``aoti-cpp`` (C++ loader), ``ort`` or
+    ``openvino``.
     ``artifact``: the build output it loads (a key of :func:`_build_artifacts`' result, or None). ``cache``: for ``compile``, which Inductor cache
     directory the child gets (``empty``, ``warm`` or ``artifacts``). ``env``: extra environment
     variables. ``batch_sizes``: called in order; the first one's output is "the first output".
@@ -120,6 +124,10 @@ PATHS: tuple[RestartPath, ...] = (
                 tied_to="ORT format version (ORT >= 1.14 reads v5) and this CPU (NCHWc layout)"),
     RestartPath("ort-dynamic", "ort", "onnx-dynamic", level="all", batch_sizes=(1, 2, 3),
                 tied_to="ONNX opset; portable; batch 1..3 from one session"),
+    RestartPath("openvino", "openvino", "onnx-raw",
+                tied_to="ONNX opset (any OpenVINO that reads it); portable; compiled for this CPU at every start"),
+    RestartPath("openvino-cached", "openvino", "onnx-raw", cache="openvino",
+                tied_to="OpenVINO version and this CPU (the cached blob is compiled for it; a mismatch recompiles)"),
 )
 PATH_NAMES = tuple(p.name for p in PATHS)
 
@@ -282,6 +290,8 @@ def _measure_path(path: RestartPath, work: Path, repeat: int, *, checkpoint, art
             cache_dir = work / "caches" / "warm"
         elif path.cache == "artifacts":
             spec["load_artifacts"] = str(work / "cache-artifacts.bin")
+    if path.cache == "openvino":  # one folder for every start: the first (untimed) start filled it
+        spec["openvino_cache_dir"] = str(work / "caches" / "openvino")
     if path.runtime == "aoti-cpp":
         result = _run_cpp_child(spec, artifacts["cpp-loader"]["path"], timeout=timeout)
     else:
@@ -311,12 +321,18 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
     from .record import results
     from . import correctness
 
+    from .openvino_runtime import available as openvino_available
+
+    say = progress or (lambda msg: None)
     chosen = [_path_by_name(n) for n in paths]
+    ov_ok, ov_why = openvino_available() if any(p.runtime == "openvino" for p in chosen) else (True, "")
+    if not ov_ok:  # no wheel for this platform: the other paths still run, and the rows show which are absent
+        say(f"skipping the OpenVINO paths: {ov_why}")
+        chosen = [p for p in chosen if p.runtime != "openvino"]
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if any(p.cache in ("warm", "artifacts") for p in chosen) and "compile-cold" not in paths:
         raise ValueError("compile-warm and compile-artifacts need compile-cold (it fills the cache they load)")
-    say = progress or (lambda msg: None)
     own_tmp = tempfile.TemporaryDirectory(prefix="graphbook-restart-") if workdir is None else None
     work = Path(own_tmp.name if own_tmp else workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -324,10 +340,10 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
         say(f"reference: eager FP32 at {input_hw[0]}x{input_hw[1]}")
         refs = _prepare_reference(work, checkpoint, input_hw)
         artifacts = {}
-        if any(p.runtime in ("aoti", "aoti-cpp", "ort") for p in chosen):
+        if any(p.runtime in ("aoti", "aoti-cpp", "ort", "openvino") for p in chosen):
             say("building artifacts (ONNX export + ORT optimization, AOTInductor static and dynamic)")
-            which = {"onnx" if p.runtime == "ort" else p.artifact for p in chosen
-                     if p.runtime in ("aoti", "aoti-cpp", "ort")}
+            which = {"onnx" if p.runtime in ("ort", "openvino") else p.artifact for p in chosen
+                     if p.runtime in ("aoti", "aoti-cpp", "ort", "openvino")}
             artifacts = _build_artifacts(work, checkpoint, threads, timeout, which=tuple(which))
             if any(p.runtime == "aoti-cpp" for p in chosen):
                 artifacts["cpp-loader"] = build_cpp_loader(work)
@@ -337,6 +353,10 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
             say("priming an Inductor cache directory with the vector-ISA probe (untimed)")
             _measure_path(_path_by_name("aoti-static-probe-cached"), work, -1, checkpoint=checkpoint,
                          artifacts=artifacts, threads=threads, steady_runs=1, timeout=timeout)
+        if any(p.cache == "openvino" for p in chosen):  # one untimed start leaves the compiled blob in the cache
+            say("filling OpenVINO's model cache (untimed)")
+            _measure_path(_path_by_name("openvino-cached"), work, -1, checkpoint=checkpoint, artifacts=artifacts,
+                         threads=threads, steady_runs=1, timeout=timeout)
         rows = []
         for repeat in range(repeats):
             for path in _order(chosen):

@@ -1,8 +1,8 @@
 """The BlurBall variants the book measures, in one registry (Chapters 3-7).
 
 Introduced in Chapter 5. Every script and chapter that runs "eager FP32 against channels-last, bf16,
-torch.compile with and without freezing, ONNX Runtime..." builds the variant here, so a name means the
-same thing everywhere:
+torch.compile with and without freezing, ONNX Runtime, OpenVINO..." builds the variant here, so a name
+means the same thing everywhere:
 
 - :data:`REGISTRY` -- name -> :class:`Variant` (human label, description, precision, family, whether it
   is expected to give eager FP32's output, and the builder);
@@ -69,7 +69,8 @@ class BuildContext:
     """What the builders share (Chapter 5): a folder for exported files, threads, calibration frames.
 
     ``workdir=None`` makes a temporary folder that is deleted when the context is closed (use it as a
-    ``with`` block; ONNX Runtime sessions keep their model in memory, so runners still work after).
+    ``with`` block; ONNX Runtime sessions and OpenVINO compiled models keep their model in memory, so
+    runners still work after).
     Exports are cached per model and input shape, so every ONNX Runtime level reuses one export.
     """
 
@@ -108,7 +109,7 @@ class Variant:
     label: str
     description: str
     precision: str                  # "fp32", "bf16", "int8"
-    family: str                     # "eager", "compile", "onnxruntime"
+    family: str                     # "eager", "compile", "onnxruntime", "openvino"
     expected_to_match_eager: bool
     builder: Callable[[torch.nn.Module, torch.Tensor, BuildContext], Runner] = field(repr=False)
     needs_calibration: bool = False
@@ -236,6 +237,25 @@ def _ort(model, example, context, *, export: str, level: str, disabled: Sequence
     return run
 
 
+def _openvino(model, example, context, *, export: str, precision: str) -> Runner:
+    """OpenVINO's CPU plugin on the book's ONNX file: the same file ONNX Runtime runs, another compiler."""
+    from . import openvino_runtime
+
+    available, why = openvino_runtime.available()
+    if not available:
+        raise VariantUnavailable(why)
+    if precision == "bf16":  # without native BF16 the hint would time an emulation, not the CPU's bf16
+        native, why = openvino_runtime.bf16_native()
+        if not native:
+            raise VariantUnavailable(why)
+    return openvino_runtime.runner(onnx_file(model, example, context, export), precision=precision,
+                                   threads=context.threads)
+
+
+#: The ONNX file each ONNX-based variant runs (the others run the raw export).
+_EXPORTS = {"ort_exporter_optimized_all": "optimized", "ort_int8_qdq_all": "int8", "openvino_int8": "int8"}
+
+
 def _registry() -> dict[str, Variant]:
     from .onnx_utils import LEVEL_NAMES
 
@@ -274,6 +294,16 @@ def _registry() -> dict[str, Variant]:
         Variant("ort_int8_qdq_all", "onnxruntime int8 q/dq",
                 "ONNX Runtime, INT8 Q/DQ (static, min-max), level all", "int8", "onnxruntime", False,
                 lambda m, x, c: _ort(m, x, c, export="int8", level="all"), needs_calibration=True),
+        # OpenVINO from the same files: FP32 and BF16 from the raw export (OpenVINO folds BN itself), INT8
+        # from the Q/DQ model ONNX Runtime runs, so the two runtimes are compared on one quantized graph.
+        Variant("openvino_fp32", "openvino fp32", "OpenVINO CPU plugin, raw export, f32 inference precision",
+                "fp32", "openvino", True, lambda m, x, c: _openvino(m, x, c, export="raw", precision="f32")),
+        Variant("openvino_bf16", "openvino bf16",
+                "OpenVINO CPU plugin, raw export, bf16 inference precision (native BF16 only)", "bf16", "openvino",
+                False, lambda m, x, c: _openvino(m, x, c, export="raw", precision="bf16")),
+        Variant("openvino_int8", "openvino int8 q/dq", "OpenVINO CPU plugin, the INT8 Q/DQ model (static, min-max)",
+                "int8", "openvino", False, lambda m, x, c: _openvino(m, x, c, export="int8", precision="f32"),
+                needs_calibration=True),
     ]
     return {v.name: v for v in entries}
 
@@ -327,11 +357,16 @@ def build(name: str, model: torch.nn.Module, example: torch.Tensor, context: Bui
             run(example)
         seconds = time.perf_counter() - start
         note, artifact = _NOTES.get(name, ""), None
-        if variant.family == "onnxruntime":
-            import onnxruntime as ort
+        if variant.family in ("onnxruntime", "openvino"):
+            if variant.family == "onnxruntime":
+                import onnxruntime as ort
 
-            note = f"ORT {ort.__version__}"
-            export = {"ort_exporter_optimized_all": "optimized", "ort_int8_qdq_all": "int8"}.get(name, "raw")
+                note = f"ORT {ort.__version__}"
+            else:
+                from . import openvino_runtime
+
+                note = f"OpenVINO {openvino_runtime.version()}"
+            export = _EXPORTS.get(name, "raw")
             artifact = None if own_context else context.cache.get((id(model), tuple(example.shape), export))
     finally:
         if own_context:  # a session keeps its model in memory: the files can go
@@ -344,8 +379,8 @@ def runners(model: torch.nn.Module, example: torch.Tensor, selected: Sequence[st
             warm: bool = False) -> dict[str, Runner]:
     """Runners for several variants, keyed by label (default) or name, reference first (Chapter 6).
 
-    Variants this machine cannot build (no ONNX packages, no calibration frames) are left out when
-    ``skip_unavailable``; the caller can tell from the keys.
+    Variants this machine cannot build (no ONNX or OpenVINO packages, no native BF16, no calibration
+    frames) are left out when ``skip_unavailable``; the caller can tell from the keys.
     """
     selected = list(selected) if selected is not None else list(REGISTRY)
     if REFERENCE not in selected:

@@ -14,7 +14,10 @@ _NOT_FP32 = "bf16|int8|fp16|matmul"
 #: The restart paths a CPU worker could take, as the decision names them.
 RESTART_NAMES = (("a cold compile", "compile-cold"), ("a warm cache", "compile-warm"),
                  ("the .pt2 from Python", "aoti-static"), ("the .pt2 from C++", "aoti-cpp"),
-                 ("ONNX Runtime", "ort-raw"))
+                 ("ONNX Runtime", "ort-raw"), ("OpenVINO", "openvino"),
+                 ("OpenVINO with its model cache", "openvino-cached"))
+#: The lower precisions a CPU worker could serve, judged on the decoded ball (Chapter 5), never on logits.
+LOWER_PRECISIONS = ("bf16", "int8")
 
 
 def _fp32_runs_of_one_machine(cpu_frame, *, here: Mapping | str | None = None):
@@ -97,3 +100,57 @@ def phones_and_browsers(cpu_frame, *, here: Mapping | str | None = None) -> str:
         text += "; its CPU check is not recorded"
     return text + (". Unchecked: the device's execution provider (NNAPI, Core ML, WebGPU) and any FP16 or INT8 "
                    "conversion on it; verify on the device against eager FP32 before shipping")
+
+
+def lower_precision_worker(cpu_frame, *, here: Mapping | str | None = None) -> str:
+    """Whether to serve a bf16 or INT8 variant on the CPU, from one machine's quiet runs (Chapter 7).
+
+    A lower precision cannot give eager's logits, so it counts only where the trained checkpoint's decoded
+    ball on held-out clips stayed where eager FP32 put it in every recorded run (``same_ball``, Chapter 5);
+    runs without that check (older, random-weight files) decide nothing here. The sentence gives the best
+    such variant's median, its speed-up over eager FP32 and over the best FP32 variant of the same machine,
+    and its share of the machine's FP32 ceiling (:func:`graphbook.profiling.executed_rates`).
+    """
+    from ..profiling import executed_rates
+    from ..record import results, runs
+
+    if cpu_frame is None or not len(cpu_frame) or results.SAME_BALL not in cpu_frame.columns:
+        return "undecided: no lower-precision run with the decoded-ball check recorded"
+    rows = cpu_frame[(cpu_frame["record"] == "variant") & cpu_frame["precision"].isin(LOWER_PRECISIONS)
+                     & cpu_frame[results.SAME_BALL].notna()]
+    if not len(rows):
+        return "undecided: no lower-precision run with the decoded-ball check recorded"
+    # every variant of the runs that carry the check: eager FP32 is the reference of the speed-up
+    checked = cpu_frame[(cpu_frame["record"] == "variant") & cpu_frame["run_id"].isin(set(rows["run_id"]))]
+    flagged = runs.flag_under_load(checked)
+    machine = runs.deciding_machine(flagged, here=here)
+    if machine is None:
+        return "undecided: every lower-precision run with the decoded-ball check was taken under load"
+    mine = runs.single_machine(flagged, machine)
+    low = mine[mine["variant"].isin(set(rows["variant"])) & mine[results.SAME_BALL].notna()]
+    best = runs.choose_best(low, correct=results.SAME_BALL, skip_under_load=True).iloc[0]
+    if best.best is None:
+        return (f"keep FP32: no bf16 or INT8 variant kept the decoded ball on {machine}"
+                + (f" (moved: {', '.join(best.excluded)})" if best.excluded else ""))
+    quiet = mine[~mine[runs.UNDER_LOAD]]
+    medians = runs.summarize_runs(quiet).set_index("variant")["median"]
+    share = executed_rates(quiet[quiet["variant"] == best.best])["share_of_ceiling"].astype(float).median()
+    text = (f"serve {best.best} where its rounding is acceptable: median {best.best_median:.0f} ms per clip over "
+            f"{best.runs} quiet runs")
+    if "eager_fp32" in medians:
+        text += f", {medians['eager_fp32'] / best.best_median:.1f}x eager FP32 ({medians['eager_fp32']:.0f} ms)"
+    fp32_rows, fp32_machine = fp32_runs_of_one_machine(cpu_frame, here=machine)
+    if fp32_machine == machine:
+        fp32 = runs.choose_best(fp32_rows, skip_under_load=True).iloc[0]
+        if fp32.best is not None and fp32.best_median <= best.best_median:  # rounding bought nothing here
+            return (f"keep FP32: the fastest lower precision that kept the decoded ball, {best.best} "
+                    f"({best.best_median:.0f} ms), is not faster than {fp32.best} ({fp32.best_median:.0f} ms) on {machine}")
+        if fp32.best is not None:
+            text += f" and {fp32.best_median / best.best_median:.1f}x the best FP32 variant ({fp32.best})"
+    if share == share:
+        text += f"; {100 * share:.0f}% of the machine's FP32 ceiling"
+    text += ("" if best.decided else f"; not ahead of {best.runner_up} in every run, so the two are interchangeable")
+    if best.excluded:
+        text += f"; left out, decoded ball moved: {', '.join(best.excluded)}"
+    return text + (f". Evidence: the trained checkpoint's decoded ball on held-out clips agreed with eager FP32's in "
+                   f"every recorded run on {machine}; its logits differ by design")
