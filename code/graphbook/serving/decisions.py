@@ -139,7 +139,7 @@ def lower_precision_worker(cpu_frame, *, here: Mapping | str | None = None) -> s
             f"{best.runs} quiet runs")
     if "eager_fp32" in medians:
         text += f", {medians['eager_fp32'] / best.best_median:.1f}x eager FP32 ({medians['eager_fp32']:.0f} ms)"
-    fp32_rows, fp32_machine = fp32_runs_of_one_machine(cpu_frame, here=machine)
+    fp32_rows, fp32_machine = _fp32_runs_of_one_machine(cpu_frame, here=machine)
     if fp32_machine == machine:
         fp32 = runs.choose_best(fp32_rows, skip_under_load=True).iloc[0]
         if fp32.best is not None and fp32.best_median <= best.best_median:  # rounding bought nothing here
