@@ -84,7 +84,8 @@ def main(argv=None) -> int:
                                              budget=args.budget, log=log, phases=args.phases)
     except ValueError as error:
         return cli.resource_absent("minimize_freezing.py", str(error))
-    start = str(args.start) if args.start else f"code/repro_freezing_miscompile.py at {args.height}x{args.width}"
+    start = (f"an earlier run's smallest program ({program.describe()})" if args.start
+             else f"code/repro_freezing_miscompile.py at {args.height}x{args.width}")
     rows = [{**vars(step), "start": start, "final": step.program == smallest.describe() and step.still_failing}
             for step in steps]
     if args.write_repro is not None:
