@@ -97,7 +97,8 @@ def capture(model: nn.Module, example: torch.Tensor) -> Program:
         if fx.op == "placeholder":
             continue
         if fx.op == "output":
-            output = (fx.args[0].name,)
+            returned = fx.args[0] if isinstance(fx.args[0], (tuple, list)) else (fx.args[0],)
+            output = tuple(r.name for r in returned)
             continue
         if fx.op == "call_module":
             module = modules[fx.target]
@@ -153,10 +154,10 @@ def _refs(args) -> list[str]:
     return []
 
 
-def _expr(node: Node, fields: dict) -> str:
+def _expr(node: Node, fields: dict, inline: dict | None = None) -> str:
     def fmt(a):
         if isinstance(a, tuple) and len(a) == 2 and a[0] == "ref":
-            return a[1]
+            return (inline or {}).get(a[1], a[1])
         if isinstance(a, slice):
             return ":" if a == slice(None) else repr(a)
         if isinstance(a, tuple):
@@ -183,17 +184,29 @@ def to_source(program: Program, *, threads: int = 2, atol: float = 1e-4, doc: st
     ``doc`` becomes its docstring and its ``--help``; it takes no options (any other: exit 2)."""
     fields = {n.name: f"m{i}" for i, n in enumerate(n for n in program.nodes if n.kind == "module")}
     init = [f"        self.{fields[n.name]} = {n.target}" for n in program.nodes if n.kind == "module"]
-    body = [f"        {n.name} = {_expr(n, fields)}" for n in program.nodes]
+    body, inline = [], {}
+    uses = {}
+    for n in program.nodes:
+        for r in _refs(n.args):
+            uses[r] = uses.get(r, 0) + 1
+    for n, after in zip(program.nodes, [*program.nodes[1:], None]):
+        text = _expr(n, fields, inline)
+        # a value used once, by the very next line as its first input, is written inside that line:
+        # Python evaluates it at the same point, so the traced graph (and Inductor's order) is unchanged
+        if after is not None and uses.get(n.name) == 1 and n.name not in program.outputs \
+                and _refs(after.args)[:1] == [n.name]:
+            inline[n.name] = f"({text})" if n.target in ("add", "mul") else text
+        else:
+            body.append(f"        {n.name} = {text}")
     shape = ", ".join(map(str, program.input_shape))
     usage = [] if not doc else [
         "if __name__ == \"__main__\" and sys.argv[1:]:  # no options; --help prints the docstring",
         "    asked = sys.argv[1:] in (['-h'], ['--help'])",
-        "    print('usage: ' + __doc__ if asked else 'error: this script takes no options', file=sys.stdout if asked else sys.stderr)",
-        "    sys.exit(0 if asked else 2)"]
+        "    sys.exit(print('usage: ' + __doc__ if asked else 'error: no options', file=sys.stdout if asked else sys.stderr) or 2 - 2 * asked)"]
     return "\n".join([
         *([f'"""{doc}"""'] if doc else []),
         "import sys", "import torch", "from torch import nn", "", *usage, *([""] if doc else []),
-        f"torch.set_num_threads({threads})", "torch.manual_seed(0)", "", "",
+        f"torch.set_num_threads({threads}); torch.manual_seed(0)", "", "",
         "class M(nn.Module):", "    def __init__(self):", "        super().__init__()", *init, "",
         "    def forward(self, x):", *body, f"        return {', '.join(program.outputs)}", "", "",
         f"model, x = M().eval(), torch.randn({shape})",
