@@ -25,10 +25,8 @@ from graphbook.record.cli import make_parser, multiple_of_8, positive_float, pos
 
 #: The docstring (and ``--help``) of the reproducer ``--write-repro`` writes.
 REPRO_DOC = """Inductor CPU, freezing=True: a fused kernel reads a buffer before the in-place oneDNN conv + add into it.
-
-Standalone reproducer (imports only torch), reduced by delta debugging (code/minimize_freezing.py) from
-code/repro_freezing_miscompile.py; every step is in data/results/cpu-freezing-minimize-*.csv.
-Run: python repro_freezing_minimal.py. Exit 1 while the compiled output differs from eager, 0 once fixed."""
+Torch only; reduced by code/minimize_freezing.py from code/repro_freezing_miscompile.py. Exit 1 while the
+compiled output differs from eager, 0 once fixed."""
 PHASES = ("tail", "output", "summand", "node", "channels", "size")
 
 

@@ -111,6 +111,16 @@ def test_fresh_process_check_reads_the_exit_status_and_enforces_the_time_limit(s
     assert mm._check_in_fresh_process(source, timeout=2)[0] == outcome
 
 
+def test_the_committed_minimal_reproducer_is_the_minimizers_own_output():
+    from graphbook import miscompile
+
+    source = miscompile.MINIMAL_SCRIPT.read_text()
+    imports = {line.split()[1] for line in source.splitlines() if line.startswith(("import ", "from "))}
+    assert imports == {"sys", "torch"}
+    program = mm.load_program(miscompile.MINIMAL_SCRIPT)    # it parses back into a program
+    assert source.startswith('"""') and mm.to_source(program).count("nn.") == source.count("nn.")
+
+
 @pytest.mark.slow
 def test_minimal_reproducer_exits_1_while_the_bug_is_present():
     """The standalone minimal reproducer still fails on this torch (exit 1); 0 would mean a fixed torch."""

@@ -456,7 +456,7 @@ def minimize(program: Program, *, check: Check = _check_in_fresh_process, candid
             else:
                 while True:
                     candidate = _apply(program, [Reduction(phase)])
-                    if candidate.input_shape == program.input_shape or not run(candidate, phase, f"halve {phase}"):
+                    if candidate == program or not run(candidate, phase, f"halve {phase}"):   # nothing left to halve
                         break
                     program = candidate
             program = best[0]
@@ -479,4 +479,7 @@ def _cut_tail(program: Program, run) -> Program:
 
 
 def _size(program: Program) -> tuple:
-    return (len(program.nodes), math.prod(program.input_shape))
+    import re
+
+    widths = sum(int(d) for n in program.nodes if n.kind == "module" for d in re.findall(r"\d+", n.target))
+    return (len(program.nodes), math.prod(program.input_shape), widths)   # fewer nodes, then a smaller input, then narrower
