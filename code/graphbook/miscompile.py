@@ -59,8 +59,11 @@ def run_minimal(config: dict | None = None, *, wrapper: bool = False, timeout: f
     match = _DIFF_LINE.search(proc.stdout)
     if proc.returncode not in (0, 1) or match is None:
         raise RuntimeError(f"the reproducer failed (exit {proc.returncode}): {(proc.stdout + proc.stderr)[-800:]}")
+    # every line of the log carries its logging prefix: keep the code after it
+    code = "\n".join(line.split("[__output_code]", 1)[1][1:] for line in proc.stderr.splitlines()
+                     if "[__output_code]" in line) if wrapper else ""
     return {"present": proc.returncode == 1, "max_abs_diff": float(match.group(1)), "seconds": round(seconds, 1),
-            "code": proc.stderr if wrapper else ""}
+            "code": code}
 
 
 def _run_reproducer(timeout: float, threads: int) -> dict:
