@@ -305,9 +305,9 @@ def launch_order(diff: dict, kernel: str):
         lines = diff[key]
         position = lambda needle: next((i for i, line in enumerate(lines) if needle in line), None)  # noqa: E731
         k_at, ip_at = position(kernel if key == "fused" else "cpp_fused"), position("_convolution_pointwise_.binary(")
-        number = lambda i: lines[i].split()[0] if i is not None else "?"  # noqa: E731
+        number = lambda i: "#" + lines[i][1:].split()[0] if i is not None else "?"  # noqa: E731
         events = sorted([(ip_at if ip_at is not None else 0, "in-place oneDNN call:\na += conv(x)  (adds b)", number(ip_at)),
-                         (k_at if k_at is not None else 1, "generated kernel:\nrelu(a + c)", number(k_at))])
+                         (k_at if k_at is not None else 1, "generated kernel:\nrelu(buffer a + c)", number(k_at))])
         late = (k_at or 0) < (ip_at or 0)
         for row, (_, text, launch) in enumerate([(None, "convolution:\nwrites a", "")] + events):
             y = 2 - row
@@ -316,10 +316,10 @@ def launch_order(diff: dict, kernel: str):
             if "kernel" in text:
                 for j, name in enumerate("abc"):
                     missing = late and name == "b"
-                    ax.add_patch(plt.Circle((0.70 + 0.1 * j, y), 0.04, color=colours[name], alpha=0.3 if missing else 1))
+                    ax.scatter([0.70 + 0.1 * j], [y], s=260, color=colours[name], alpha=0.3 if missing else 1)
                     ax.text(0.70 + 0.1 * j, y, name, ha="center", va="center", fontsize=8, color="white")
                     if missing:
-                        ax.plot([0.76 + 0.1 * (j - 1), 0.84 + 0.1 * (j - 1)], [y - 0.1, y + 0.1], color="#c44e52", lw=2)
+                        ax.plot([0.77, 0.83], [y - 0.15, y + 0.15], color="#c44e52", lw=2)
         ax.annotate("", xy=(0.02, -0.3), xytext=(0.02, 2.3), arrowprops={"arrowstyle": "->", "color": "grey"})
         ax.set_xlim(0, 1.05), ax.set_ylim(-0.6, 2.6), ax.axis("off")
         ax.set_title(f"{title}: {'b is lost' if late else 'a + b + c'}", fontsize=9)
