@@ -145,3 +145,17 @@ def test_bisect_freezing_keeps_no_copy_and_no_path_setup(tmp_path):
                            "m, (x,) = miscompile.check_model('repro', 8, 8)\nprint(tuple(x.shape))"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "(1, 9, 8, 8)", proc.stderr[-500:]
+
+
+def test_run_minimal_sets_inductor_config_first_and_reads_the_verdict(monkeypatch, tmp_path):
+    fake = tmp_path / "fake_repro.py"
+    fake.write_text("import sys, torch._inductor.config as c\n"
+                    "print(f'max abs diff, freezing: {0.5 if c.max_fusion_size > 1 else 0.0}')\n"
+                    "sys.exit(1 if c.max_fusion_size > 1 else 0)\n")
+    monkeypatch.setattr(mc, "MINIMAL_SCRIPT", fake)
+    default, unfused = mc.run_minimal(), mc.run_minimal({"max_fusion_size": 1})
+    assert default["present"] and default["max_abs_diff"] == 0.5 and default["code"] == ""
+    assert not unfused["present"] and unfused["max_abs_diff"] == 0.0
+    fake.write_text("raise SystemExit(3)\n")
+    with pytest.raises(RuntimeError, match="exit 3"):
+        mc.run_minimal()

@@ -7,8 +7,10 @@ the generated kernel that finishes an HRNet fuse layer's three-branch sum reads 
 *before* that call adds into it, so one summand is dropped (a lost read-after-write on a mutated
 buffer). This module gives a chapter:
 
-* :func:`freezing_bug_verdict` -- whether ``code/repro_freezing_miscompile.py`` still fails with this
-  torch, run once per torch version in a fresh process and remembered (see its docstring);
+* :func:`freezing_bug_verdict` -- whether the minimal reproducer ``code/repro_freezing_minimal.py``
+  (the appendix "Anatomy of a miscompile" shows how it was reduced from the model-scale
+  ``code/repro_freezing_miscompile.py``) still fails with this torch, run once per torch version in a
+  fresh process and remembered (see its docstring);
 * :func:`_inplace_binary_calls`, :func:`lost_reads` and :func:`_call_order` -- the in-place calls in a
   wrapper, the generated kernels that read their buffer too early, and the order of the calls around
   them, for the two wrappers side by side (fusion on and off);
@@ -30,7 +32,8 @@ import torch
 
 from .paths import CODE_DIR
 
-REPRO_SCRIPT = CODE_DIR / "repro_freezing_miscompile.py"
+REPRO_SCRIPT = CODE_DIR / "repro_freezing_miscompile.py"      # model scale: a small HRNet
+MINIMAL_SCRIPT = CODE_DIR / "repro_freezing_minimal.py"      # the same bug in a few convolutions
 #: Where verdicts are remembered between chapter runs, one file per torch version (not a measurement, so
 #: not in data/results; ``record_verdict`` files a run there when a recorded one is wanted).
 CACHE_DIR = Path(os.environ.get("GRAPHBOOK_CACHE_DIR", Path.home() / ".cache" / "graphbook"))
@@ -39,24 +42,42 @@ _DIFF_LINE = re.compile(r"max abs diff, freezing:\s+([0-9.eE+-]+|nan|inf)")
 
 
 # ----------------------------------------------------------------------------------------- verdict
-def _run_reproducer(timeout: float, threads: int) -> dict:
+def run_minimal(config: dict | None = None, *, wrapper: bool = False, timeout: float = 300) -> dict:
+    """The minimal reproducer in a fresh process, with extra Inductor ``config`` set first (appendix).
+
+    ``{"present", "max_abs_diff", "seconds", "code"}``: ``present`` is its exit status 1 (the bug);
+    ``code`` is the generated wrapper when ``wrapper=True`` (Inductor's ``output_code`` log), else "".
+    Raises ``RuntimeError`` when the script neither passes nor fails (a crash is not a verdict).
+    """
+    settings = "".join(f"c.{key} = {value!r}; " for key, value in (config or {}).items())
+    program = (f"import runpy, torch._inductor.config as c; {settings}"
+               f"runpy.run_path({str(MINIMAL_SCRIPT)!r}, run_name='__main__')")
+    env = {**os.environ, **({"TORCH_LOGS": "output_code"} if wrapper else {})}
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(REPRO_SCRIPT), "--threads", str(threads), "--skip-control"],
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=timeout, env=env)
     seconds = time.perf_counter() - start
     match = _DIFF_LINE.search(proc.stdout)
     if proc.returncode not in (0, 1) or match is None:
         raise RuntimeError(f"the reproducer failed (exit {proc.returncode}): {(proc.stdout + proc.stderr)[-800:]}")
-    return {"present": proc.returncode == 1, "torch": torch.__version__, "max_abs_diff": float(match.group(1)),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "seconds": round(seconds, 1),
-            "output": proc.stdout}
+    # every line of the log carries its logging prefix: keep the code after it
+    code = "\n".join(line.split("[__output_code]", 1)[1][1:] for line in proc.stderr.splitlines()
+                     if "[__output_code]" in line) if wrapper else ""
+    return {"present": proc.returncode == 1, "max_abs_diff": float(match.group(1)), "seconds": round(seconds, 1),
+            "code": code}
+
+
+def _run_reproducer(timeout: float, threads: int) -> dict:
+    run = run_minimal(timeout=timeout)   # the reproducer sets its own threads (two)
+    return {"present": run["present"], "torch": torch.__version__, "max_abs_diff": run["max_abs_diff"],
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "seconds": run["seconds"],
+            "script": MINIMAL_SCRIPT.name}
 
 
 def _cache_file() -> Path:
     # keyed like the recorded lookup: Inductor's generated code, and so the bug, can differ per vector ISA
     # (ATEN_CPU_CAPABILITY caps it), so a verdict found on AVX-512 must not answer for a capped run
     capability = torch.backends.cpu.get_cpu_capability().lower()
-    return CACHE_DIR / f"freezing-repro-torch-{torch.__version__.replace('+', '_')}-{capability}.json"
+    return CACHE_DIR / f"freezing-minimal-torch-{torch.__version__.replace('+', '_')}-{capability}.json"
 
 
 def freezing_bug_verdict(*, refresh: bool = False, timeout: float = 900, threads: int = 2) -> dict:
@@ -66,9 +87,9 @@ def freezing_bug_verdict(*, refresh: bool = False, timeout: float = 900, threads
     Looked up in this order, so a chapter compiles the reproducer at most once per torch version and CPU
     capability: a recorded run in ``data/results`` (kind ``freezing-repro``, :func:`record_verdict`) with
     this torch version and CPU capability; then
-    ``~/.cache/graphbook/freezing-repro-torch-<version>-<capability>.json``
-    (``GRAPHBOOK_CACHE_DIR`` moves it); else the reproducer runs in a fresh process (under a minute on
-    two cores, once the Inductor cache is warm) and the answer is cached. ``source`` says which.
+    ``~/.cache/graphbook/freezing-minimal-torch-<version>-<capability>.json``
+    (``GRAPHBOOK_CACHE_DIR`` moves it); else the minimal reproducer runs in a fresh process (seconds on
+    two cores) and the answer is cached. ``source`` says which.
     ``refresh=True`` always runs it.
     """
     if not refresh:

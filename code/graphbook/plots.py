@@ -12,6 +12,8 @@
 - :func:`draw_clip_detection` -- one frame of a synthetic clip, its target heatmap, the model's heatmap
   and the decoded ball with its blur direction (Chapter 5; clips from :mod:`graphbook.synthetic_clips`,
   detections from :mod:`graphbook.decoding`).
+- :func:`launch_order` -- the freezing miscompile's three summands and two launches, in the correct and
+  the miscompiled order (the appendix "Anatomy of a miscompile"; a figure of its own, not an ``ax``).
 
 Each helper draws on an ``ax`` it is given (or a new one) and returns the ``ax``; none calls
 ``plt.show()``, so chapters control their own figures.
@@ -378,3 +380,41 @@ def draw_clip_detection(frame, target, heatmap, label=None, detection=None, *, c
     if handles:
         axes[-1].legend(handles, names, loc="lower right", fontsize=7, framealpha=0.8)
     return axes
+
+
+def launch_order(diff: dict, kernel: str):
+    """The fuse layer's three summands and the two launches that combine them, in the order of the wrapper
+    with fusion off (left) and on (right), from ``miscompile.side_by_side``'s launch lists (appendix).
+
+    Summand *a* is the buffer the in-place oneDNN call adds into, *b* the convolution that call adds, *c*
+    the term the generated ``kernel`` adds before its ReLU. Where the kernel runs before the in-place call
+    it reads *a* without *b*: the panel crosses *b* out of the sum.
+    """
+    import matplotlib.pyplot as plt
+
+    colours = {"a": "#4c72b0", "b": "#dd8452", "c": "#55a868"}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for ax, key, title in zip(axes, ("unfused", "fused"), ("fusion off (max_fusion_size=1)", "fusion on (default)")):
+        lines = diff[key]
+        position = lambda needle: next((i for i, line in enumerate(lines) if needle in line), None)  # noqa: E731
+        k_at, ip_at = position(kernel if key == "fused" else "cpp_fused"), position("_convolution_pointwise_.binary(")
+        number = lambda i: "#" + lines[i][1:].split()[0] if i is not None else "?"  # noqa: E731
+        events = sorted([(ip_at if ip_at is not None else 0, "in-place oneDNN call:\na += conv(x)  (adds b)", number(ip_at)),
+                         (k_at if k_at is not None else 1, "generated kernel:\nrelu(buffer a + c)", number(k_at))])
+        late = (k_at or 0) < (ip_at or 0)
+        for row, (_, text, launch) in enumerate([(None, "convolution:\nwrites a", "")] + events):
+            y = 2 - row
+            ax.add_patch(plt.Rectangle((0.05, y - 0.35), 0.55, 0.7, fill=False, lw=1.2))
+            ax.text(0.08, y, f"{launch}  {text}" if launch else text, va="center", fontsize=8)
+            if "kernel" in text:
+                for j, name in enumerate("abc"):
+                    missing = late and name == "b"
+                    ax.scatter([0.70 + 0.1 * j], [y], s=260, color=colours[name], alpha=0.3 if missing else 1)
+                    ax.text(0.70 + 0.1 * j, y, name, ha="center", va="center", fontsize=8, color="white")
+                    if missing:
+                        ax.plot([0.77, 0.83], [y - 0.15, y + 0.15], color="#c44e52", lw=2)
+        ax.annotate("", xy=(0.02, -0.3), xytext=(0.02, 2.3), arrowprops={"arrowstyle": "->", "color": "grey"})
+        ax.set_xlim(0, 1.05), ax.set_ylim(-0.6, 2.6), ax.axis("off")
+        ax.set_title(f"{title}: {'b is lost' if late else 'a + b + c'}", fontsize=9)
+    fig.tight_layout()
+    return fig

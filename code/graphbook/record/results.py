@@ -108,6 +108,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("litserve-compare", "cpu-litserve-compare", "code/bench_litserve.py"),
     Kind("freezing-repro", "cpu-freezing-repro", "code/repro_freezing_miscompile.py"),
     Kind("freezing-bisect", "cpu-freezing-bisect", "code/bisect_freezing.py"),
+    Kind("freezing-minimize", "cpu-freezing-minimize", "code/minimize_freezing.py"),
     Kind("tvm", "cpu-tvm", "code/bench_tvm.py"),
     Kind("browser-ort", "cpu-browser-ort", "code/bench_browser_ort.py"),
     Kind("browser-reader", "browser-reader", "Chapter 4's in-browser panel (a reader's download)"),

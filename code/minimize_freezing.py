@@ -1,0 +1,98 @@
+"""Reduce the freezing miscompile by delta debugging, from the reproducer's HRNet to a few convolutions.
+
+The appendix "Anatomy of a miscompile" shows what this script recorded (it compiles dozens of candidates,
+each in a fresh process, so no page runs it). The model is the small HRNet of
+``code/repro_freezing_miscompile.py`` at ``--height`` x ``--width``, captured as an FX graph by
+``graphbook.miscompile_minimizer.capture``; ``minimize`` then cuts the graph's tail, drops outputs and summands,
+bypasses nodes and halves channels and sizes while eager and ``torch.compile`` with ``freezing=True`` still disagree. One row per
+candidate goes to a new ``cpu-freezing-minimize-<date>.csv`` (kind ``freezing-minimize``); the smallest
+failing program is written as a standalone script to ``--write-repro`` when given.
+
+Usage::
+
+    python code/minimize_freezing.py                                  # 30 minutes at most
+    python code/minimize_freezing.py --budget 600 --write-repro /tmp/smallest.py
+    python code/minimize_freezing.py --start /tmp/smallest.py --phases node,size   # continue a search
+
+Exit status: 0 recorded; 2 bad arguments; 3 the captured model does not show the bug with this torch.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from graphbook.record.cli import make_parser, multiple_of_8, positive_float, positive_int
+
+#: The docstring (and ``--help``) of the reproducer ``--write-repro`` writes.
+REPRO_DOC = """Inductor CPU, freezing=True: a fused kernel reads a buffer before the in-place oneDNN conv + add into it.
+Torch only; reduced by code/minimize_freezing.py from code/repro_freezing_miscompile.py. Exit 1 while the
+compiled output differs from eager, 0 once fixed."""
+PHASES = ("tail", "output", "summand", "node", "channels", "size")
+
+
+def parse_args(argv=None):
+    parser = make_parser("minimize_freezing.py", __doc__.splitlines()[0])
+    parser.add_argument("--height", type=multiple_of_8, default=32, help="input height (default 32)")
+    parser.add_argument("--width", type=multiple_of_8, default=64, help="input width (default 64)")
+    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--candidate-timeout", type=positive_float, default=180,
+                        help="seconds one candidate may take in its fresh process (default 180)")
+    parser.add_argument("--budget", type=positive_float, default=1800,
+                        help="seconds for the whole search; it stops with what it has (default 1800)")
+    parser.add_argument("--phases", default=",".join(PHASES),
+                        help=f"comma-separated, in order, from {', '.join(PHASES)} (default: all)")
+    parser.add_argument("--start", type=Path, default=None, metavar="FILE",
+                        help="continue from a program an earlier run wrote with --write-repro")
+    parser.add_argument("--write-repro", type=Path, default=None, metavar="FILE",
+                        help="write the smallest failing program there as a standalone script")
+    args = parser.parse_args(argv)
+    args.phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
+    unknown = [p for p in args.phases if p not in PHASES]
+    if unknown or not args.phases:
+        parser.error(f"--phases: unknown phase(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(PHASES)}")
+    if args.start is not None and not args.start.is_file():
+        parser.error(f"--start: {args.start} is not a file")
+    if args.write_repro is not None and not args.write_repro.parent.is_dir():
+        parser.error(f"--write-repro: folder {args.write_repro.parent} does not exist")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    from graphbook import miscompile, miscompile_minimizer as minimizer
+    from graphbook.record import cli, environment, results
+
+    torch.set_num_threads(args.threads)
+    if args.start is not None:
+        try:
+            program = minimizer.load_program(args.start)
+        except (ValueError, SyntaxError) as error:
+            print(f"minimize_freezing.py: error: --start: {error}", file=sys.stderr)
+            return cli.EXIT_USAGE
+    else:
+        model, (x,) = miscompile.check_model("repro", args.height, args.width)
+        program = minimizer.capture(model, x)
+    print(f"captured: {program.describe()}", flush=True)
+    log = lambda s: print(f"step {s.step:3d} [{s.phase}] {s.outcome:>9} {s.seconds:6.1f} s  {s.program}; "  # noqa: E731
+                          f"removed {s.removed[:90]}", flush=True)
+    try:
+        smallest, steps = minimizer.minimize(program, candidate_timeout=args.candidate_timeout,
+                                             budget=args.budget, log=log, phases=args.phases)
+    except ValueError as error:
+        return cli.resource_absent("minimize_freezing.py", str(error))
+    start = (f"an earlier run's smallest program ({program.describe()})" if args.start
+             else f"code/repro_freezing_miscompile.py at {args.height}x{args.width}")
+    rows = [{**vars(step), "start": start, "final": step.program == smallest.describe() and step.still_failing}
+            for step in steps]
+    if args.write_repro is not None:
+        args.write_repro.write_text(minimizer.to_source(smallest, threads=args.threads, doc=REPRO_DOC))
+        print(f"wrote the smallest failing program to {args.write_repro}")
+    print(f"smallest failing program: {smallest.describe()}")
+    return results.write_and_report("freezing-minimize", rows, environment.fingerprint(args.threads),
+                                    results_dir=args.results_dir, wrote="wrote {path} ({n} steps)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
