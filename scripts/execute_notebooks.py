@@ -73,8 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.timeout < 1:
         parser.error("--timeout must be at least 1 second")
 
+    import os
+
+    from graphbook.record.environment import EXECUTION_COMMIT_VARIABLE, git_commit
     from graphbook.record.results import append_rows
 
+    # every page records the commit this run started from: the pages it writes do not make the next "dirty"
+    os.environ[EXECUTION_COMMIT_VARIABLE] = git_commit()
     failed = []
     for path in paths:
         rel = path.relative_to(ROOT)

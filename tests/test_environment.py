@@ -178,3 +178,12 @@ def test_cpu_identity_on_arm_and_with_nothing_to_read(tmp_path):
 def test_the_fingerprint_carries_the_identity_and_a_measured_clock():
     env = environment.fingerprint(1)
     assert {"cpu_vendor", "cpu_family", "cpu_model_id", "cpu_microarch", "cpu_l2_kib", "cpu_ghz"} <= set(env)
+
+
+def test_a_run_of_the_executor_records_the_commit_it_started_from(monkeypatch):
+    from graphbook.record import environment
+
+    monkeypatch.setenv(environment.EXECUTION_COMMIT_VARIABLE, "0123456789ab")
+    assert environment.git_commit() == "0123456789ab"
+    monkeypatch.delenv(environment.EXECUTION_COMMIT_VARIABLE)
+    assert environment.git_commit() != "0123456789ab"

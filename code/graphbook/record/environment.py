@@ -333,8 +333,19 @@ def inductor_cache_dir_for_caps(environ=None) -> str | None:
     return default + "_" + re.sub(r"[^A-Za-z0-9]+", "_", label).strip("_").lower()
 
 
+#: Set by ``scripts/execute_notebooks.py`` for the pages it executes: the commit the whole run started
+#: from. The pages it writes in turn would otherwise make every later page read "+dirty".
+EXECUTION_COMMIT_VARIABLE = "GRAPHBOOK_EXECUTION_COMMIT"
+
+
 def git_commit(root: Path = REPO_ROOT) -> str:
-    """Short commit hash of the book's repository, with ``+dirty`` if files changed. Chapter 1."""
+    """Short commit hash of the book's repository, with ``+dirty`` if files changed. Chapter 1.
+
+    Inside a run of ``scripts/execute_notebooks.py`` it is the commit that run started from
+    (:data:`EXECUTION_COMMIT_VARIABLE`), dirty only if the tree was dirty when it started.
+    """
+    if os.environ.get(EXECUTION_COMMIT_VARIABLE):
+        return os.environ[EXECUTION_COMMIT_VARIABLE]
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
                              text=True, timeout=10).stdout.strip()
