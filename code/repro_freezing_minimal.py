@@ -5,30 +5,20 @@ import sys
 import torch
 from torch import nn
 
-if __name__ == "__main__" and sys.argv[1:]:  # no options; --help prints the docstring
-    asked = sys.argv[1:] in (['-h'], ['--help'])
-    sys.exit(print('usage: ' + __doc__ if asked else 'error: no options', file=sys.stdout if asked else sys.stderr) or 2 - 2 * asked)
-
+if __name__ == "__main__" and sys.argv[1:]:  # no options: --help prints the docstring, anything else exits 2
+    sys.exit(print(__doc__) if sys.argv[1:] in (['-h'], ['--help']) else print('error: no options', file=sys.stderr) or 2)
 torch.set_num_threads(2); torch.manual_seed(0)
-
 
 class M(nn.Module):
     def __init__(self):
         super().__init__()
-        self.m0 = nn.Conv2d(1, 2, 3, 1, 1, bias=False)
-        self.m1 = nn.Conv2d(2, 4, 1, 1, 0, bias=False)
-        self.m2 = nn.Conv2d(4, 1, 3, 2, 1, bias=False)
-        self.m3 = nn.Conv2d(1, 1, 1, 1, 0, bias=False)
-        self.m4 = nn.Upsample(scale_factor=2.0)
-        self.m5 = nn.Conv2d(1, 2, 3, 2, 1, bias=False)
-        self.m6 = nn.Linear(2, 1, bias=False)
-        self.m7 = nn.Linear(1, 2, bias=False)
-        self.m8 = nn.Conv2d(2, 1, 1, 1, 0, bias=False)
-        self.m9 = nn.Upsample(scale_factor=2.0)
-        self.m10 = nn.Conv2d(1, 1, 3, 2, 1, bias=False)
-        self.m11 = nn.Conv2d(1, 2, 3, 2, 1, bias=False)
-        self.m12 = nn.Conv2d(1, 2, 3, 2, 1, bias=False)
-        self.m13 = nn.Conv2d(2, 4, 3, 2, 1, bias=False)
+        self.m0, self.m1 = nn.Conv2d(1, 2, 3, 1, 1, bias=False), nn.Conv2d(2, 4, 1, 1, 0, bias=False)
+        self.m2, self.m3 = nn.Conv2d(4, 1, 3, 2, 1, bias=False), nn.Conv2d(1, 1, 1, 1, 0, bias=False)
+        self.m4, self.m5 = nn.Upsample(scale_factor=2.0), nn.Conv2d(1, 2, 3, 2, 1, bias=False)
+        self.m6, self.m7 = nn.Linear(2, 1, bias=False), nn.Linear(1, 2, bias=False)
+        self.m8, self.m9 = nn.Conv2d(2, 1, 1, 1, 0, bias=False), nn.Upsample(scale_factor=2.0)
+        self.m10, self.m11 = nn.Conv2d(1, 1, 3, 2, 1, bias=False), nn.Conv2d(1, 2, 3, 2, 1, bias=False)
+        self.m12, self.m13 = nn.Conv2d(1, 2, 3, 2, 1, bias=False), nn.Conv2d(2, 4, 3, 2, 1, bias=False)
 
     def forward(self, x):
         m2 = self.m2(self.m1(self.m0(x)))
@@ -41,7 +31,6 @@ class M(nn.Module):
         m12 = self.m12(m2)
         m13 = self.m13(((m11 + m12) + mul))
         return m9, m13
-
 
 model, x = M().eval(), torch.randn(1, 1, 4, 8)
 with torch.no_grad():

@@ -183,7 +183,10 @@ def to_source(program: Program, *, threads: int = 2, atol: float = 1e-4, doc: st
     ``torch.compile`` under ``freezing=True`` and exits 1 while they differ, 0 when they agree (appendix).
     ``doc`` becomes its docstring and its ``--help``; it takes no options (any other: exit 2)."""
     fields = {n.name: f"m{i}" for i, n in enumerate(n for n in program.nodes if n.kind == "module")}
-    init = [f"        self.{fields[n.name]} = {n.target}" for n in program.nodes if n.kind == "module"]
+    modules = [n for n in program.nodes if n.kind == "module"]
+    # two modules per line, created left to right: the same order of seeded weights as one per line
+    init = ["        " + ", ".join(f"self.{fields[n.name]}" for n in modules[i:i + 2]) + " = "
+            + ", ".join(n.target for n in modules[i:i + 2]) for i in range(0, len(modules), 2)]
     body, inline = [], {}
     uses = {}
     for n in program.nodes:
@@ -200,15 +203,14 @@ def to_source(program: Program, *, threads: int = 2, atol: float = 1e-4, doc: st
             body.append(f"        {n.name} = {text}")
     shape = ", ".join(map(str, program.input_shape))
     usage = [] if not doc else [
-        "if __name__ == \"__main__\" and sys.argv[1:]:  # no options; --help prints the docstring",
-        "    asked = sys.argv[1:] in (['-h'], ['--help'])",
-        "    sys.exit(print('usage: ' + __doc__ if asked else 'error: no options', file=sys.stdout if asked else sys.stderr) or 2 - 2 * asked)"]
+        "if __name__ == \"__main__\" and sys.argv[1:]:  # no options: --help prints the docstring, anything else exits 2",
+        "    sys.exit(print(__doc__) if sys.argv[1:] in (['-h'], ['--help']) else print('error: no options', file=sys.stderr) or 2)"]
     return "\n".join([
         *([f'"""{doc}"""'] if doc else []),
-        "import sys", "import torch", "from torch import nn", "", *usage, *([""] if doc else []),
-        f"torch.set_num_threads({threads}); torch.manual_seed(0)", "", "",
+        "import sys", "import torch", "from torch import nn", "", *usage,
+        f"torch.set_num_threads({threads}); torch.manual_seed(0)", "",
         "class M(nn.Module):", "    def __init__(self):", "        super().__init__()", *init, "",
-        "    def forward(self, x):", *body, f"        return {', '.join(program.outputs)}", "", "",
+        "    def forward(self, x):", *body, f"        return {', '.join(program.outputs)}", "",
         f"model, x = M().eval(), torch.randn({shape})",
         "with torch.no_grad():",
         "    expected = model(x)",
