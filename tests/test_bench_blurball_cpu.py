@@ -179,3 +179,15 @@ def test_lower_precision_rows_carry_the_decoded_ball_and_what_openvino_ran(tmp_p
     # a lower precision is served only when it kept the ball and beats the best FP32 variant of the same runs
     line = next(line for line in proc.stdout.splitlines() if line.startswith("lower precision, from these runs:"))
     assert "eager_bf16_autocast" in line and ("serve" in line or "keep FP32" in line)
+
+
+def test_the_profiler_banner_is_silenced_and_stderr_restored(capfd):
+    import os
+
+    from graphbook import profiling
+
+    with profiling.without_profiler_banner():
+        os.write(2, b"USDT: profiler_start\n")
+    os.write(2, b"after\n")
+    err = capfd.readouterr().err
+    assert "USDT" not in err and "after" in err

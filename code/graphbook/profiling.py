@@ -136,6 +136,31 @@ def _group_profile(ops: Iterable[tuple[str, float]]) -> list[dict]:
              "share": totals[c]["us"] / all_us} for c in CATEGORIES]
 
 
+import contextlib
+
+
+@contextlib.contextmanager
+def without_profiler_banner():
+    """Silence the native log lines the profiler writes on start and stop ("USDT: ... profiler_start") (Chapter 5).
+
+    Kineto prints them on file descriptor 2 from C++, outside Python's ``sys.stderr``, and no switch turns them
+    off, so the descriptor is pointed at ``/dev/null`` while the block runs and restored after it, even on an
+    error. Python's own warnings and exceptions are unaffected: only the block's native stderr is dropped.
+    """
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as sink:
+            os.dup2(sink.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def profile_eager(model, x, autocast_dtype=None) -> list[dict]:
     """Profile one eager forward on the CPU; group its op units (:func:`cpu_op_units`) by category (Chapter 5).
 
@@ -155,7 +180,7 @@ def profile_eager(model, x, autocast_dtype=None) -> list[dict]:
 
     with torch.no_grad():
         forward()
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with without_profiler_banner(), profile(activities=[ProfilerActivity.CPU]) as prof:
             with record_function(FORWARD_LABEL):
                 forward()
     return _group_profile((u["name"], u["us"]) for u in cpu_op_units(prof.events()))
