@@ -63,10 +63,10 @@ def lower_matrix(machine, prefix, *, int8_ball=False, runs_n=3):
 def test_the_lower_precision_worker_is_judged_on_the_decoded_ball():
     text = decisions.lower_precision_worker(lower_matrix(A, "a"), here=A)
     # INT8 is faster but moved the ball: the bf16 variant is served, the INT8 one named as left out
-    assert text.startswith("serve openvino_bf16") and "median 150 ms" in text and "6.7x eager FP32" in text
-    assert "2.0x the best FP32 variant (ort_exporter_optimized_all)" in text and "openvino_int8" in text
+    assert text.startswith("serve openvino bf16") and "median 150 ms" in text and "6.7x eager FP32" in text
+    assert "2.0x the best FP32 variant (onnxruntime exporter-optimized)" in text and "openvino int8" in text
     assert "% of the machine's FP32 ceiling" in text and runs.machine_label(A) in text
-    assert decisions.lower_precision_worker(lower_matrix(A, "a", int8_ball=True), here=A).startswith("serve openvino_int8")
+    assert decisions.lower_precision_worker(lower_matrix(A, "a", int8_ball=True), here=A).startswith("serve openvino int8")
     slow = lower_matrix(A, "a")
     slow.loc[slow.variant == "openvino_bf16", ["median_ms", "q1_ms", "q3_ms"]] = [400, 396, 404]
     assert decisions.lower_precision_worker(slow, here=A).startswith("keep FP32: the fastest lower precision")

@@ -20,6 +20,13 @@ RESTART_NAMES = (("a cold compile", "compile-cold"), ("a warm cache", "compile-w
 LOWER_PRECISIONS = ("bf16", "int8")
 
 
+def _label(variant) -> str:
+    """A variant as the chapters name it (its registry label), its identifier only when it is not registered."""
+    from .. import variants
+
+    return variants.REGISTRY[variant].label if variant in variants.REGISTRY else str(variant)
+
+
 def _fp32_runs_of_one_machine(cpu_frame, *, here: Mapping | str | None = None):
     """The FP32 variant rows of the CPU matrix, flagged for load, of the one machine that decides (Chapter 7).
 
@@ -63,12 +70,12 @@ def cpu_worker(cpu_frame, restart_frame, freezing_verdict: dict, *, here: Mappin
     best = runs.choose_best(rows, skip_under_load=True).iloc[0]
     medians = runs.summarize_runs(rows[~rows[runs.UNDER_LOAD]]).set_index("variant")["median"]
     flagged = rows.loc[rows[runs.UNDER_LOAD], "run_id"].nunique()
-    text = (f"serve {best.best}: median {best.best_median:.0f} ms per clip over {best.runs} quiet runs"
+    text = (f"serve {_label(best.best)}: median {best.best_median:.0f} ms per clip over {best.runs} quiet runs"
             + (f" (eager {medians['eager_fp32']:.0f} ms)" if "eager_fp32" in medians else "")
-            + f", ahead of {best.runner_up} by {best.margin:.2f}x"
+            + f", ahead of {_label(best.runner_up)} by {best.margin:.2f}x"
             + ("" if best.decided else ", but not ahead in every run, so the two are interchangeable"))
     if best.excluded:
-        text += f"; excluded for a failed check: {', '.join(best.excluded)}"
+        text += f"; excluded for a failed check: {', '.join(map(_label, best.excluded))}"
         if any("freezing" in v for v in best.excluded):
             text += (" (freezing: the miscompile of Chapter 3, " if freezing_verdict["present"] else
                      " (freezing, although the reproducer says its miscompile is ")
@@ -131,11 +138,11 @@ def lower_precision_worker(cpu_frame, *, here: Mapping | str | None = None) -> s
     best = runs.choose_best(low, correct=results.SAME_BALL, skip_under_load=True).iloc[0]
     if best.best is None:
         return (f"keep FP32: no bf16 or INT8 variant kept the decoded ball on {machine}"
-                + (f" (moved: {', '.join(best.excluded)})" if best.excluded else ""))
+                + (f" (moved: {', '.join(map(_label, best.excluded))})" if best.excluded else ""))
     quiet = mine[~mine[runs.UNDER_LOAD]]
     medians = runs.summarize_runs(quiet).set_index("variant")["median"]
     share = executed_rates(quiet[quiet["variant"] == best.best])["share_of_ceiling"].astype(float).median()
-    text = (f"serve {best.best} where its rounding is acceptable: median {best.best_median:.0f} ms per clip over "
+    text = (f"serve {_label(best.best)} where its rounding is acceptable: median {best.best_median:.0f} ms per clip over "
             f"{best.runs} quiet runs")
     if "eager_fp32" in medians:
         text += f", {medians['eager_fp32'] / best.best_median:.1f}x eager FP32 ({medians['eager_fp32']:.0f} ms)"
@@ -143,14 +150,14 @@ def lower_precision_worker(cpu_frame, *, here: Mapping | str | None = None) -> s
     if fp32_machine == machine:
         fp32 = runs.choose_best(fp32_rows, skip_under_load=True).iloc[0]
         if fp32.best is not None and fp32.best_median <= best.best_median:  # rounding bought nothing here
-            return (f"keep FP32: the fastest lower precision that kept the decoded ball, {best.best} "
-                    f"({best.best_median:.0f} ms), is not faster than {fp32.best} ({fp32.best_median:.0f} ms) on {machine}")
+            return (f"keep FP32: the fastest lower precision that kept the decoded ball, {_label(best.best)} "
+                    f"({best.best_median:.0f} ms), is not faster than {_label(fp32.best)} ({fp32.best_median:.0f} ms) on {machine}")
         if fp32.best is not None:
-            text += f" and {fp32.best_median / best.best_median:.1f}x the best FP32 variant ({fp32.best})"
+            text += f" and {fp32.best_median / best.best_median:.1f}x the best FP32 variant ({_label(fp32.best)})"
     if share == share:
         text += f"; {100 * share:.0f}% of the machine's FP32 ceiling"
-    text += ("" if best.decided else f"; not ahead of {best.runner_up} in every run, so the two are interchangeable")
+    text += ("" if best.decided else f"; not ahead of {_label(best.runner_up)} in every run, so the two are interchangeable")
     if best.excluded:
-        text += f"; left out, decoded ball moved: {', '.join(best.excluded)}"
+        text += f"; left out, decoded ball moved: {', '.join(map(_label, best.excluded))}"
     return text + (f". Evidence: the trained checkpoint's decoded ball on held-out clips agreed with eager FP32's in "
                    f"every recorded run on {machine}; its logits differ by design")
