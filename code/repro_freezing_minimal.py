@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 if __name__ == "__main__" and sys.argv[1:]:  # no options: --help prints the docstring, anything else exits 2
-    sys.exit(print(__doc__) if sys.argv[1:] in (['-h'], ['--help']) else print('error: no options', file=sys.stderr) or 2)
+    sys.exit(print('usage: ' + __doc__) if sys.argv[1:] in (['-h'], ['--help']) else print('error: no options', file=sys.stderr) or 2)
 torch.set_num_threads(2); torch.manual_seed(0)
 
 class M(nn.Module):

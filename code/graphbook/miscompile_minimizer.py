@@ -204,7 +204,7 @@ def to_source(program: Program, *, threads: int = 2, atol: float = 1e-4, doc: st
     shape = ", ".join(map(str, program.input_shape))
     usage = [] if not doc else [
         "if __name__ == \"__main__\" and sys.argv[1:]:  # no options: --help prints the docstring, anything else exits 2",
-        "    sys.exit(print(__doc__) if sys.argv[1:] in (['-h'], ['--help']) else print('error: no options', file=sys.stderr) or 2)"]
+        "    sys.exit(print('usage: ' + __doc__) if sys.argv[1:] in (['-h'], ['--help']) else print('error: no options', file=sys.stderr) or 2)"]
     return "\n".join([
         *([f'"""{doc}"""'] if doc else []),
         "import sys", "import torch", "from torch import nn", "", *usage,
