@@ -12,6 +12,7 @@ the share of the matmul peak of the same precision.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Iterable
@@ -135,8 +136,6 @@ def _group_profile(ops: Iterable[tuple[str, float]]) -> list[dict]:
     return [{"category": c, "ops": totals[c]["count"], "ms": totals[c]["us"] / 1e3,
              "share": totals[c]["us"] / all_us} for c in CATEGORIES]
 
-
-import contextlib
 
 
 @contextlib.contextmanager
