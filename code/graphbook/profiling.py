@@ -167,8 +167,6 @@ def profile_eager(model, x, autocast_dtype=None) -> list[dict]:
     ``autocast_dtype`` (e.g. ``torch.bfloat16``) runs both forwards under CPU autocast; its weight casts
     then count as "cast/copy". Returns :func:`_group_profile`'s list.
     """
-    import contextlib
-
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
