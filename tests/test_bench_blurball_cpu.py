@@ -178,7 +178,9 @@ def test_lower_precision_rows_carry_the_decoded_ball_and_what_openvino_ran(tmp_p
     assert rows["openvino_fp32"]["same_output"] == "True" and "executed" in rows["openvino_fp32"]["note"]
     # a lower precision is served only when it kept the ball and beats the best FP32 variant of the same runs
     line = next(line for line in proc.stdout.splitlines() if line.startswith("lower precision, from these runs:"))
-    assert "eager_bf16_autocast" in line and ("serve" in line or "keep FP32" in line)
+    # the sentence names variants by their labels, never by their IDs
+    assert "bf16 autocast" in line and "eager_bf16_autocast" not in line
+    assert "serve" in line or "keep FP32" in line
 
 
 def test_the_profiler_banner_is_silenced_and_stderr_restored(capfd):

@@ -1,5 +1,6 @@
 """Rules of the book as a story: a generated paragraph appears once, where the prose uses it."""
 import json
+import re
 
 import pytest
 
@@ -48,3 +49,64 @@ def test_the_rule_catches_a_paragraph_printed_and_glued():
     notebook["cells"][1]["source"] = "As measured: {glue:md}`s`"
     notebook["cells"][0]["outputs"].pop(0)
     assert printed_twice(notebook) == []
+
+
+CHAPTERS = sorted((paths.REPO_ROOT / "chapters").glob("*.ipynb"))
+DATED_FILE = re.compile(r"[\w.-]*\d{4}-\d{2}-\d{2}[\w.-]*\.(?:csv|json|txt)")
+RUN_ID = re.compile(r"\b[\w-]+-\d{4}-\d{2}-\d{2}[\w-]*/r\d+\b")
+
+
+def identifiers_in_prose(notebook: dict, variant_ids) -> list[str]:
+    """Variant IDs, dated result files and run IDs in what the reader reads as prose: markdown cells and the
+    generated paragraphs they glue. Tables and code may name them; a sentence uses the variant's label."""
+    prose = [("".join(c.get("source", "")), f"markdown cell {i}") for i, c in enumerate(notebook["cells"])
+             if c.get("cell_type") == "markdown"]
+    used = set(re.findall(r"\{glue:(?:md|text)\}`([\w-]+)", " ".join(text for text, _ in prose)))
+    for index, cell in enumerate(notebook["cells"]):
+        for output in cell.get("outputs", []):
+            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
+            value = output.get("data", {}).get(GLUED[0])
+            if value is not None and name in used:
+                prose.append((_text(value), f"the paragraph cell {index} glues as {name}"))
+    found = []
+    for text, where in prose:
+        text = re.sub(r"```.*?```", " ", text, flags=re.S)
+        text = re.sub(r"\]\([^)]*\)", "]", text)  # link targets are addresses, not prose
+        words = set(re.findall(r"[A-Za-z][\w-]*", text))
+        found += [f"{where}: variant ID {v}" for v in sorted(variant_ids) if v in words and ("_" in v or "-" in v)]
+        found += [f"{where}: file {m}" for m in DATED_FILE.findall(text)]
+        found += [f"{where}: run ID {m}" for m in RUN_ID.findall(text)]
+    return found
+
+
+def recorded_identifiers() -> set[str]:
+    """Every variant and restart-path ID the book records: the registry's, the restart paths' and any
+    snake_case variant name in a recorded file (TVM's, the browser's)."""
+    import csv
+
+    from graphbook import restart_paths, variants
+    found = set(variants.names()) | {p.name for p in restart_paths.PATHS if "-" in p.name}
+    for path in (paths.REPO_ROOT / "data" / "results").rglob("*.csv"):
+        with path.open(newline="") as handle:
+            found |= {row["variant"] for row in csv.DictReader(handle)
+                      if re.fullmatch(r"[a-z0-9]+(?:_[a-z0-9]+)+", row.get("variant") or "")}
+    return found
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.name)
+def test_chapter_prose_names_no_variant_id_file_or_run_id(notebook):
+    found = identifiers_in_prose(json.loads(notebook.read_text()), recorded_identifiers())
+    assert not found, found
+
+
+def test_the_identifier_rule_catches_ids_files_and_run_ids():
+    ids = ["compile_default", "eager_fp32"]
+    glued = {"output_type": "display_data", "data": {GLUED[0]: "compile_default was fastest"},
+             "metadata": {"scrapbook": {"name": "s"}}}
+    notebook = {"cells": [{"cell_type": "code", "outputs": [glued]},
+                          {"cell_type": "markdown", "source": "As measured: {glue:md}`s`"}]}
+    assert identifiers_in_prose(notebook, ids) == ["the paragraph cell 0 glues as s: variant ID compile_default"]
+    notebook["cells"][1]["source"] = "See cpu-blurball-2026-12-01.csv, run cpu-blurball-2026-12-01/r2, and `eager_fp32`."
+    assert len(identifiers_in_prose(notebook, ids)) == 3
+    notebook["cells"][1]["source"] = "The default compile was fastest ([data](../data/results/cpu-blurball-2026-12-01.csv))."
+    assert identifiers_in_prose(notebook, ids) == []
