@@ -1,0 +1,59 @@
+"""Tests of graphbook.cpu_matrix (the recorded BlurBall CPU matrix as Chapter 5 and the appendix read it),
+on a synthetic recording: one machine, three runs, a variant that fails its check, one run under load."""
+import pandas as pd
+
+from graphbook import cpu_matrix
+from graphbook.record import runs
+
+ZEN4 = {"cpu_model": "AMD EPYC", "cpu_family": 25, "cpu_model_id": 17, "cpu_microarch": "Zen 4",
+        "cpu_isa": "avx512_vnni", "torch_isa": "AVX512", "threads": 2, "torch": "2.13.0+cpu"}
+
+
+def _recording(eager_ms=(500.0, 510.0, 505.0), ort_ms=(150.0, 160.0, 155.0), *, size=(288, 512), ball=True):
+    rows = []
+    for run, (eager, ort) in enumerate(zip(eager_ms, ort_ms), start=1):
+        common = {"record": "variant", "height": size[0], "width": size[1], "run_id": f"cpu-blurball-x/r{run}",
+                  "source_file": "cpu-blurball-x.csv", "date": f"2026-12-0{run}T10:00:00", **ZEN4}
+        for variant, ms, same, diff in (("eager_fp32", eager, True, 0.0), ("ort_exporter_optimized_all", ort, True, 2e-5),
+                                        ("compile_freezing", ort / 2, False, 4.1),
+                                        ("eager_bf16_autocast", eager / 2, False, 0.37)):
+            rows.append({**common, "variant": variant, "median_ms": ms, "q1_ms": ms * 0.99, "q3_ms": ms * 1.01,
+                         "same_output": same, "same_peaks": True, "max_abs_diff": diff,
+                         "same_ball": ball if variant == "eager_bf16_autocast" else None,
+                         "ball_frames": 12, "ball_agree_frames": 12 if ball else 9})
+    return pd.DataFrame(rows)
+
+
+def test_verdicts_judge_fp32_on_logits_and_lower_precision_on_the_decoded_ball():
+    rows, verdicts = cpu_matrix.full_size_rows(_recording())
+    assert verdicts.check_passed.to_dict() == {"eager_fp32": True, "ort_exporter_optimized_all": True,
+                                               "compile_freezing": False, "eager_bf16_autocast": True}
+    assert verdicts.check["eager_bf16_autocast"] == "passed: decoded ball kept on 12 held-out frames"
+    assert verdicts.max_abs_diff["compile_freezing"] == 4.1
+    assert rows.check_passed.dtype == bool
+    moved = cpu_matrix.check_verdicts(cpu_matrix.full_size_rows(_recording(ball=False))[0])
+    assert moved.check["eager_bf16_autocast"] == "FAILED: decoded ball moved on 3 of 12 held-out frames"
+
+
+def test_only_the_full_size_counts_and_nothing_recorded_is_none():
+    assert cpu_matrix.full_size_rows(_recording(size=(96, 160))) == (None, None)
+    assert cpu_matrix.full_size_rows(pd.DataFrame()) == (None, None)
+
+
+def test_a_machine_with_three_quiet_runs_decides_and_names_what_failed():
+    rows, _ = cpu_matrix.full_size_rows(_recording())
+    machine = rows[runs.MACHINE].iloc[0]
+    sentence, best = cpu_matrix.machine_verdict(rows, machine)
+    assert best == "ort_exporter_optimized_all"   # the faster compile + freezing does not count: it failed
+    assert "3 recorded run(s)." in sentence and "ahead in 3 of 3" in sentence
+    assert "Left out because they failed their check: compile + freezing." in sentence
+    assert "ort_exporter_optimized_all" not in sentence   # labels, never IDs
+
+
+def test_a_run_under_load_is_listed_and_then_too_few_quiet_runs_decide_nothing():
+    rows, _ = cpu_matrix.full_size_rows(_recording(eager_ms=(500.0, 3000.0, 505.0), ort_ms=(150.0, 900.0, 155.0)))
+    table = cpu_matrix.run_table(rows)
+    assert list(table["under load?"].str.startswith("yes")) == [False, True, False]
+    assert list(table["eager FP32 (ms)"]) == [500, 3000, 505]
+    sentence, best = cpu_matrix.machine_verdict(rows, rows[runs.MACHINE].iloc[0])
+    assert best is None and "1 flagged under load" in sentence and "Fewer than 3 quiet runs" in sentence
