@@ -22,10 +22,24 @@ def pytest_configure(config):
 
 
 #: Fixtures that export a model with the Dynamo ONNX exporter: every test that takes one is slow.
-EXPORTING_FIXTURES = {"exported", "tiny_onnx"}
+EXPORTING_FIXTURES = {"exported", "tiny_onnx", "blurball_dynamic_onnx"}
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if EXPORTING_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def blurball_dynamic_onnx(tmp_path_factory):
+    """BlurBall (seeded weights) exported once with a dynamic batch at 32x64: ``(model, path)``. A Dynamo
+    export of BlurBall takes tens of seconds, so the tests that only read such a file share this one."""
+    import torch
+
+    from graphbook import blurball, onnx_utils
+
+    model = blurball.build_blurball()
+    path = onnx_utils.export_dynamic_batch(model, torch.randn(2, 9, 32, 64),
+                                           tmp_path_factory.mktemp("export") / "blurball-dyn.onnx")
+    return model, path

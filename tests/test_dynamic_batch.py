@@ -51,12 +51,8 @@ def test_dynamic_batch_export_refuses_an_empty_range(tmp_path):
                                         min_batch=3, max_batch=2)
 
 
-@pytest.mark.slow
-def test_blurball_dynamic_batch_matches_eager_for_each_batch(tmp_path):
-    from graphbook.blurball import build_blurball
-
-    model = build_blurball()
-    path = onnx_utils.export_dynamic_batch(model, torch.randn(2, 9, 32, 64), tmp_path / "blurball-dyn.onnx")
+def test_blurball_dynamic_batch_matches_eager_for_each_batch(blurball_dynamic_onnx):
+    model, path = blurball_dynamic_onnx
     check_one_session_serves_batches(model, path, 32, 64)
 
 

@@ -156,8 +156,9 @@ def test_compile_and_get_code_without_reset_keeps_earlier_compiles():
 
 @pytest.mark.slow
 def test_bench_ablation_records_three_rotated_runs_without_recompiling(tmp_path):
-    """Three configurations at 16x32 (one a non-Inductor backend), compiled once each, timed in three runs (the default): own run ids,
-    a rotated order, a copy_ probe per run, no recompile in the runs; runs.summarize_runs counts 3."""
+    """Two configurations at 16x32 (one a non-Inductor backend, which compiles in seconds), compiled once each, timed
+    in three runs (the default): own run ids, a rotated order, a copy_ probe per run, no recompile in the runs;
+    runs.summarize_runs counts 3."""
     import subprocess
     import sys
 
@@ -166,7 +167,7 @@ def test_bench_ablation_records_three_rotated_runs_without_recompiling(tmp_path)
     script = paths.script("bench_ablation.py")
     proc = subprocess.run([sys.executable, str(script), "--height", "16", "--width", "32", "--threads", "1",
                            "--repeats", "2", "--warmup", "1", "--probe-mib", "4",
-                           "--variants", "without freezing,without fusion and freezing,decomposed op by op (aot_eager)",
+                           "--variants", "without freezing,decomposed op by op (aot_eager)",
                            "--results-dir", str(tmp_path)],
                           capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -174,14 +175,14 @@ def test_bench_ablation_records_three_rotated_runs_without_recompiling(tmp_path)
     stem = frame[results.SOURCE_FILE].iloc[0].removesuffix(".csv")
     assert sorted(frame[results.RUN_ID].unique()) == [f"{stem}/r{k}" for k in (1, 2, 3)]
     first = frame[frame[results.RUN_ORDER] == 1].sort_values(results.RUN)["variant"].tolist()
-    assert first == ["without freezing", "without fusion and freezing", "decomposed op by op (aot_eager)"]
+    assert first == ["without freezing", "decomposed op by op (aot_eager)", "without freezing"]
     # the non-Inductor backend row: checked like the others, no generated code
     backend = frame[frame["variant"] == "decomposed op by op (aot_eager)"]
     assert backend[results.SAME_OUTPUT].all() and (backend["generated_launches"] == 0).all()
     assert (frame["recompiles"] == 0).all() and (frame[results.COPY_GBPS] > 0).all()
     assert frame.groupby("variant")[results.COMPILE_S].nunique().eq(1).all()  # one build per configuration
     summary = runs.summarize_runs(frame.rename(columns={"compiled_median_ms": "median_ms"}))
-    assert summary["runs"].tolist() == [3, 3, 3]
+    assert summary["runs"].tolist() == [3, 3]
 
 
 def test_the_cause_ablation_turns_layout_optimization_off():

@@ -103,7 +103,7 @@ def test_cli_refuses_a_folder_without_a_built_book(tmp_path):
     assert proc.returncode == 2 and "no built book" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("body, expected", [
+BROKEN_PAGES = [
     # the page body is wider than a phone: a fixed-width block outside any scroll box
     ('<p>Text.</p><div style="width: 700px">a wide block</div>', "at 390 px the page is 7"),
     # a long unbreakable word sticks out even where the body is clipped
@@ -124,12 +124,36 @@ def test_cli_refuses_a_folder_without_a_built_book(tmp_path):
     ('<figure><img src="fig.png" alt="a plot"><figcaption><p>A plot.</p></figcaption></figure>',
      "1 figures without a numbered caption"),
     (FIGURE.format(alt="fig.png", n=1), "1 figures without real alt text"),
-])
-def test_each_new_check_fails_on_a_broken_page(tmp_path, body, expected):
-    html = _site(tmp_path, {"index.html": body})
-    proc = _check(html, "--screenshots", tmp_path / "shots", "--notebooks-root", tmp_path)
-    assert proc.returncode == 1 and proc.stdout.startswith("FAIL index.html"), proc.stdout + proc.stderr
-    assert expected in _problems(proc), proc.stdout
+]
+
+
+def _problems_by_page(proc) -> dict[str, str]:
+    pages, page = {}, None
+    for line in proc.stdout.splitlines():
+        if line.startswith(("FAIL ", "ok   ")):
+            page = line[5:].split(" (")[0]
+            pages[page] = ""
+        elif line.startswith("       - ") and page is not None:
+            pages[page] += " | " + line.strip()
+    return pages
+
+
+@pytest.fixture(scope="module")
+def broken_site_report(tmp_path_factory):
+    """Every broken page of BROKEN_PAGES in one site, checked by one browser session (a launch costs seconds)."""
+    root = tmp_path_factory.mktemp("broken")
+    pages = {"index.html": "<p>Book.</p>", **{f"page{i}.html": body for i, (body, _) in enumerate(BROKEN_PAGES)}}
+    html = _site(root, pages)
+    proc = _check(html, "--screenshots", root / "shots", "--notebooks-root", root)
+    return proc, _problems_by_page(proc)
+
+
+@pytest.mark.parametrize("index", range(len(BROKEN_PAGES)), ids=[e[:40] for _, e in BROKEN_PAGES])
+def test_each_new_check_fails_on_a_broken_page(broken_site_report, index):
+    proc, pages = broken_site_report
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert any(line.startswith(f"FAIL page{index}.html") for line in proc.stdout.splitlines()), proc.stdout
+    assert BROKEN_PAGES[index][1] in pages[f"page{index}.html"], proc.stdout
 
 
 def test_figures_are_counted_per_page(tmp_path):
