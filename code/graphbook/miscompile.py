@@ -5,7 +5,7 @@ cause is in the generated wrapper: freezing turns ``conv(x) + other`` into the i
 ``torch.ops.mkldnn._convolution_pointwise_.binary(other, x, ..., 'add', ...)``; with scheduler fusion on,
 the generated kernel that finishes an HRNet fuse layer's three-branch sum reads ``other``'s buffer
 *before* that call adds into it, so one summand is dropped (a lost read-after-write on a mutated
-buffer). This module gives a chapter:
+buffer). This module gives Chapter 3 its verdict and the appendix "Anatomy of a miscompile" the rest:
 
 * :func:`freezing_bug_verdict` -- whether the minimal reproducer ``code/repro_freezing_minimal.py``
   (the appendix "Anatomy of a miscompile" shows how it was reduced from the model-scale
@@ -215,7 +215,7 @@ class LostRead:
 
 def lost_reads(source: str) -> list[LostRead]:
     """Generated kernels launched between a buffer's creation and the in-place add into it that take the
-    buffer as an argument: they read it before the add (Chapter 3). Empty for a correct wrapper."""
+    buffer as an argument: they read it before the add (appendix). Empty for a correct wrapper."""
     lines = _call_lines(source)
     found = []
     for call in _inplace_binary_calls(source):
@@ -259,7 +259,7 @@ def _shorten(text: str, width: int = 150) -> str:
 
 
 def side_by_side(fused_source: str, unfused_source: str) -> dict:
-    """For the buffer the fused wrapper reads too early: its events in both wrappers (Chapter 3).
+    """For the buffer the fused wrapper reads too early: its events in both wrappers (appendix).
 
     Returns ``{"buffer", "kernel", "fused": [...], "unfused": [...], "unfused_buffer"}``; the unfused
     wrapper's buffer is found as the ``other`` of the in-place call with the same convolution weights.
@@ -306,7 +306,7 @@ class SummandCheck:
 
 
 def dropped_summand(model, x: torch.Tensor, compiled_output: torch.Tensor) -> list[SummandCheck]:
-    """Left out in turn, which fuse-layer summand makes eager BlurBall equal the compiled output (Chapter 3)?
+    """Left out in turn, which fuse-layer summand makes eager BlurBall equal the compiled output (appendix)?
 
     Runs ``model`` (a BlurBall) in eager mode once per (stage, fuse output, branch) with that one term
     removed from the sum and compares with ``compiled_output``; returns every omission that matches to
@@ -349,7 +349,7 @@ def dropped_summand(model, x: torch.Tensor, compiled_output: torch.Tensor) -> li
 
 def frozen_wrappers(model, x: torch.Tensor, fused=None) -> dict:
     """BlurBall compiled with freezing, scheduler fusion on and off: ``{"fused": GeneratedCode, "unfused":
-    GeneratedCode}`` (Chapter 3).
+    GeneratedCode}`` (appendix).
 
     Pass the chapter's own freezing compile as ``fused`` (a ``GeneratedCode`` from
     ``inductor_tools.compile_and_get_code``) to compile only the unfused one (``max_fusion_size=1``).
