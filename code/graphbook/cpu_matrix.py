@@ -4,7 +4,7 @@
 correctness check, in ``cpu-blurball`` files. This module reads them the one way both pages need:
 
 - :func:`full_size_rows`: the variant rows at the article's input size, flagged for load, each joined with
-  its variant's verdict over every recorded run (:func:`check_verdicts`);
+  its variant's verdict over every recorded run (:func:`_check_verdicts`);
 - :func:`run_table`: one row per recorded run (file, date, machine, eager FP32, load flag);
 - :func:`machine_verdict`: what one machine's quiet runs allow the book to say, as a sentence.
 """
@@ -18,7 +18,7 @@ from graphbook.record import results, runs
 FULL_SIZE = (288, 512)   #: the article's input size (height, width); the matrix decides only there
 
 
-def check_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
+def _check_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
     """Per variant: did it pass its correctness check in every recorded run (``check_passed``), a phrase
     saying which check and why (``check``), and its largest difference from eager FP32 (``max_abs_diff``).
 
@@ -60,7 +60,7 @@ def full_size_rows(recorded: pd.DataFrame | None = None) -> tuple[pd.DataFrame |
     if not full.any():
         return None, None
     rows = runs.flag_under_load(recorded[full])
-    verdicts = check_verdicts(rows)
+    verdicts = _check_verdicts(rows)
     return rows.join(verdicts[["check_passed"]], on="variant"), verdicts
 
 
