@@ -110,3 +110,39 @@ def test_the_identifier_rule_catches_ids_files_and_run_ids():
     assert len(identifiers_in_prose(notebook, ids)) == 3
     notebook["cells"][1]["source"] = "The default compile was fastest ([data](../data/results/cpu-blurball-2026-12-01.csv))."
     assert identifiers_in_prose(notebook, ids) == []
+
+
+def prose_words(notebook: dict) -> int:
+    """Words of Markdown a reader reads; a glue or cross-reference role counts as one word."""
+    text = " ".join("".join(c.get("source", "")) for c in notebook["cells"] if c.get("cell_type") == "markdown")
+    return len(re.sub(r"\{[^}]*\}`[^`]*`", "X", text).split())
+
+
+def visible_code_lines(notebook: dict) -> int:
+    """Non-blank lines of the code cells shown open on the page (collapsed and removed cells do not count)."""
+    hidden = {"hide-input", "remove-input", "remove-cell"}
+    return sum(len([line for line in "".join(c.get("source", "")).splitlines() if line.strip()])
+               for c in notebook["cells"]
+               if c.get("cell_type") == "code" and not hidden & set(c.get("metadata", {}).get("tags", [])))
+
+
+MAX_CHAPTER_WORDS, MAX_BOOK_WORDS, MAX_VISIBLE_CODE = 3200, 14000, 200
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.name)
+def test_a_chapter_stays_short_enough_to_finish(notebook):
+    nb = json.loads(notebook.read_text())
+    assert prose_words(nb) <= MAX_CHAPTER_WORDS, f"{prose_words(nb)} words: move a deep dive to an appendix page"
+    assert visible_code_lines(nb) <= MAX_VISIBLE_CODE, f"{visible_code_lines(nb)} open code lines: collapse plumbing"
+
+
+def test_the_seven_chapters_stay_within_the_books_word_budget():
+    total = sum(prose_words(json.loads(p.read_text())) for p in CHAPTERS)
+    assert total <= MAX_BOOK_WORDS, f"{total} words of chapter prose"
+
+
+def test_the_length_rules_count_what_the_reader_sees():
+    notebook = {"cells": [{"cell_type": "markdown", "source": "Eager took {glue:text}`ms:.1f` ms, see {doc}`x`."},
+                          {"cell_type": "code", "source": "a = 1\n\nb = 2\n", "metadata": {}},
+                          {"cell_type": "code", "source": "plot()\n", "metadata": {"tags": ["hide-input"]}}]}
+    assert prose_words(notebook) == 6 and visible_code_lines(notebook) == 2
