@@ -72,7 +72,7 @@ def run_table(rows: pd.DataFrame) -> pd.DataFrame:
         return float(eager.median_ms.iloc[0]) if len(eager) else float("nan")
 
     out = []
-    for run_id, group in rows.groupby("run_id", sort=False):
+    for _, group in rows.groupby("run_id", sort=False):
         first = group.iloc[0]
         loaded = bool(first[runs.UNDER_LOAD])
         out.append({"recorded file": first.source_file, "date (UTC)": str(first.date)[:16].replace("T", " "),
