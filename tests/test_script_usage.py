@@ -1,12 +1,11 @@
 """Every script's command line on bad input: exit status 2, one stderr line naming the error, nothing on stdout,
 never a traceback (README, "The scripts' command lines"; graphbook.record.cli). One table for every script in
 code/, so a new script or a new refusal is one row here."""
-import subprocess
-import sys
+import functools
 
 import pytest
 
-from cli_checks import assert_usage_error
+from cli_checks import assert_usage_error, run_cases
 from graphbook import paths
 
 # (script, arguments, text the error line must contain or None); {file} is an existing file, {dir} a fresh folder
@@ -90,18 +89,45 @@ BAD_ARGUMENTS = [
     ("train_blurball.py", ["--checkpoint-dir", "{file}"], "not a directory"),
 ]
 SCRIPTS = sorted(p.name for p in paths.CODE_DIR.glob("*.py"))
+HELP = ["--help"]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """A folder per case (the script's working folder) holding ``a_file``, a file where a folder is expected."""
+    root = tmp_path_factory.mktemp("usage")
+    folders = {}
+    for number, (script, args, _) in enumerate(BAD_ARGUMENTS):
+        folder = root / f"case{number}"
+        folder.mkdir()
+        (folder / "a_file").write_text("not a directory")
+        folders[(script, tuple(args))] = folder
+    return root, folders
+
+
+def _argv(args, folder):
+    return [arg.format(file=folder / "a_file", dir=folder) for arg in args]
+
+
+@functools.cache
+def _outcomes(script: str, root: str) -> dict:
+    """Every case of ``script`` (its refusals and ``--help``) run in one fresh Python: case -> CompletedProcess."""
+    import pathlib
+
+    root = pathlib.Path(root)
+    keys = [tuple(args) for s, args, _ in BAD_ARGUMENTS if s == script]
+    folders = [root / f"case{i}" for i, (s, _, _) in enumerate(BAD_ARGUMENTS) if s == script]
+    cases = [(_argv(args, folder), str(folder)) for args, folder in zip(keys, folders)] + [(HELP, str(root))]
+    done = run_cases(str(paths.script(script)), cases)
+    return dict(zip([*keys, tuple(HELP)], done))
 
 
 @pytest.mark.parametrize("script, args, message", BAD_ARGUMENTS,
                          ids=[f"{s}:{' '.join(a)}" for s, a, _ in BAD_ARGUMENTS])
-def test_bad_arguments_exit_2_with_one_line(script, args, message, tmp_path):
-    a_file = tmp_path / "a_file"
-    a_file.write_text("not a directory")
-    argv = [arg.format(file=a_file, dir=tmp_path) for arg in args]
-    proc = subprocess.run([sys.executable, str(paths.script(script)), *argv], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
-    assert_usage_error(proc, message)
-    assert not (tmp_path / "out").exists(), "a refused command must write nothing"
+def test_bad_arguments_exit_2_with_one_line(script, args, message, work):
+    root, folders = work
+    assert_usage_error(_outcomes(script, str(root))[tuple(args)], message)
+    assert not (folders[(script, tuple(args))] / "out").exists(), "a refused command must write nothing"
 
 
 def test_every_script_has_its_refusals_in_the_table():
@@ -109,7 +135,15 @@ def test_every_script_has_its_refusals_in_the_table():
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_help_exits_0(script):
-    proc = subprocess.run([sys.executable, str(paths.script(script)), "--help"], capture_output=True, text=True,
-                          timeout=120)
+def test_help_exits_0(script, work):
+    proc = _outcomes(script, str(work[0]))[tuple(HELP)]
     assert proc.returncode == 0 and "usage" in proc.stdout.lower() and proc.stderr == "", proc.stderr
+
+
+def test_the_batch_reports_a_traceback_as_a_crash(tmp_path):
+    crash = tmp_path / "crash.py"
+    crash.write_text("raise ValueError('boom')\n")
+    proc, = run_cases(str(crash), [(["--x"], str(tmp_path))])
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "boom" in proc.stderr
+    with pytest.raises(AssertionError):
+        assert_usage_error(proc)
