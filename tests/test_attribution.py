@@ -80,17 +80,53 @@ def test_waterfall_ends_at_the_product_and_refuses_bad_steps():
         plots.speedup_waterfall(["a", "b"], [1.0], 1.0)
 
 
-@pytest.mark.slow
-def test_every_rung_matches_eager():
-    from graphbook import correctness
+@pytest.fixture(scope="module")
+def rungs():
+    """BlurBall at 32x64, its eager output, every rung's runner, and the Inductor settings each compiled rung
+    ran under: ``torch.compile`` is replaced by a stand-in that records them (the real compiles, and their
+    check against eager, are what bench_attribution.py does before it times anything)."""
+    import torch._inductor.config as config
 
-    torch._dynamo.reset()
+    seen = {}
+
+    def fake_compile(module):
+        def call(x):
+            seen.setdefault(id(module), []).append((config.freezing, config.layout_optimization,
+                                                    config.fallback_by_default))
+            return module(x)
+        return call
+
     model = blurball.build_blurball()
     x = blurball.example_input(height=32, width=64)
     with torch.no_grad():
         reference = model(x)
-    for name, runner in attribution.build_rungs(model, x).items():
-        assert correctness.compare_to_reference(runner(x), reference)["same_output"], name
+    return x, reference, attribution.build_rungs(model, x, compile=fake_compile), seen
+
+
+def test_every_hand_made_rung_matches_eager(rungs):
+    from graphbook import correctness
+
+    x, reference, runners, _ = rungs
+    for name in [r for r in attribution.RUNGS if r != attribution.INDUCTOR]:
+        assert correctness.compare_to_reference(runners[name](x), reference)["same_output"], name
+
+
+def test_each_compiled_rung_runs_under_its_own_inductor_settings(rungs):
+    import torch._inductor.config as config
+
+    x, _, runners, seen = rungs
+    assert list(runners)[:len(attribution.RUNGS)] == list(attribution.RUNGS)
+    settings = {}
+    for name in [attribution.INDUCTOR, *attribution.INDUCTOR_WITHOUT]:
+        before = {key: len(calls) for key, calls in seen.items()}
+        runners[name](x)
+        (key,) = [k for k, calls in seen.items() if len(calls) != before.get(k, 0)]
+        settings[name] = seen[key][-1]
+    default_layout = config.layout_optimization
+    assert settings == {attribution.INDUCTOR: (False, default_layout, False),
+                        "Inductor without layout optimization": (False, False, False),
+                        "Inductor without generated code": (False, default_layout, True)}
+    assert len(seen) == 3  # one compiled copy per setting, never a shared cache entry
 
 
 def test_the_same_ladder_reads_onnx_runtimes_levels():

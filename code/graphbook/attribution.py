@@ -93,10 +93,10 @@ def _plain_runner(module: nn.Module) -> Callable:
     return run
 
 
-def _compiled_runner(model: nn.Module, options: dict) -> Callable:
+def _compiled_runner(model: nn.Module, options: dict, compile: Callable) -> Callable:
     from .variants import own_code
 
-    compiled = torch.compile(own_code(model))
+    compiled = compile(own_code(model))
 
     def run(x):
         with torch.no_grad(), torch._inductor.config.patch(options):
@@ -104,12 +104,13 @@ def _compiled_runner(model: nn.Module, options: dict) -> Callable:
     return run
 
 
-def build_rungs(model: nn.Module, example: torch.Tensor) -> dict[str, Callable]:
+def build_rungs(model: nn.Module, example: torch.Tensor, *, compile: Callable = torch.compile) -> dict[str, Callable]:
     """Runners ``x -> logits`` for every rung and every Inductor switch, in ladder order (Chapter 5).
 
     ``model`` is a :class:`graphbook.blurball.BlurBallHeatmap` in eval mode and ``example`` an input (the
     folding traces the dataflow with it). Compiled runners compile
-    on their first call; call each once (that is the correctness check) before timing.
+    on their first call; call each once (that is the correctness check) before timing. ``compile`` wraps
+    each compiled rung's own copy of the model (``torch.compile``; a test passes a stand-in).
     """
     from .folding import fold_all_conv_bn
 
@@ -118,9 +119,9 @@ def build_rungs(model: nn.Module, example: torch.Tensor) -> dict[str, Callable]:
     runners = {EAGER: _plain_runner(model), DEAD_SKIPPED: _plain_runner(pruned),
                CHANNELS_LAST: _channels_last_runner(copy.deepcopy(pruned)),
                BN_FOLDED: _channels_last_runner(folded),
-               INDUCTOR: _compiled_runner(model, {"freezing": False})}
+               INDUCTOR: _compiled_runner(model, {"freezing": False}, compile)}
     for name, options in INDUCTOR_WITHOUT.items():
-        runners[name] = _compiled_runner(model, {"freezing": False, **options})
+        runners[name] = _compiled_runner(model, {"freezing": False, **options}, compile)
     return runners
 
 
