@@ -35,3 +35,10 @@ def test_no_recorded_fp32_variant_exceeds_its_machines_ceiling():
     assert over.empty, over[["source_file", "variant", "executed_gflop_per_s", "ceiling_gflop_per_s"]].to_string()
     judged = profiling.executed_rates(frame)["ceiling_gflop_per_s"].notna().sum()
     assert judged > 0, "no recorded CPU matrix carries the identity and clock that give its ceiling"
+
+
+def test_a_lower_precision_row_is_rated_against_its_own_ceiling_and_the_fp32_one():
+    bf16 = profiling.executed_rates(rows(5.0, precision="bf16", variant="compile_bf16")).iloc[0]
+    assert bf16.ceiling_gflop_per_s == 384.0 and bf16.fp32_ceiling_gflop_per_s == 192.0  # Zen 4: bf16 dot products
+    assert round(bf16.share_of_ceiling, 3) == round(320 / 384, 3)
+    assert round(bf16.share_of_fp32_ceiling, 3) == round(320 / 192, 3)

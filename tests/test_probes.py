@@ -60,3 +60,18 @@ def test_gemm_rates_measures_each_installed_library():
     assert all(r["gflop_per_s"] > 0 for r in rates)
     with pytest.raises(ValueError, match="n must be"):
         probes.gemm_rates(n=0)
+
+
+def test_lower_precision_ceilings_follow_the_instructions_the_cpu_has():
+    zen5 = {"cpu_microarch": "Zen 5", "cpu_isa": "avx512_vnni", "cpu_ghz": 3.0, "threads": 2}
+    fp32 = probes.precision_ceiling(zen5, "fp32")["gflop_per_s"]
+    assert fp32 == probes.fp32_ceiling(zen5)["gflop_per_s"] == 384.0
+    assert probes.precision_ceiling(zen5, "bf16")["gflop_per_s"] == 2 * fp32
+    assert probes.precision_ceiling(zen5, "int8")["gflop_per_s"] == 4 * fp32
+    amx = {"cpu_microarch": "unknown", "cpu_isa": "amx", "cpu_ghz": 2.0, "threads": 2}
+    assert probes.precision_ceiling(amx, "bf16")["gflop_per_s"] == 2 * 1024 * 2.0
+    assert probes.precision_ceiling(amx, "int8")["gflop_per_s"] == 2 * 2048 * 2.0
+    unknown = {"cpu_microarch": "unknown", "cpu_isa": "avx2", "cpu_ghz": 3.0, "threads": 2}
+    assert probes.precision_ceiling(unknown, "int8")["gflop_per_s"] is None
+    with pytest.raises(ValueError, match="fp32, bf16 or int8"):
+        probes.precision_ceiling(zen5, "fp16")

@@ -65,7 +65,10 @@ def test_the_lower_precision_worker_is_judged_on_the_decoded_ball():
     # INT8 is faster but moved the ball: the bf16 variant is served, the INT8 one named as left out
     assert text.startswith("serve openvino bf16") and "median 150 ms" in text and "6.7x eager FP32" in text
     assert "2.0x the best FP32 variant (onnxruntime exporter-optimized)" in text and "openvino int8" in text
-    assert "% of the machine's FP32 ceiling" in text and runs.machine_label(A) in text
+    assert "% of the machine's FP32 ceiling (no bf16 ceiling is known for this CPU)" in text
+    assert runs.machine_label(A) in text
+    zen5 = decisions.lower_precision_worker(lower_matrix({**A, "cpu_microarch": "Zen 5"}, "a"), here=A)
+    assert "% of the machine's bf16 ceiling (" in zen5 and "% of its FP32 one)" in zen5
     assert decisions.lower_precision_worker(lower_matrix(A, "a", int8_ball=True), here=A).startswith("serve openvino int8")
     slow = lower_matrix(A, "a")
     slow.loc[slow.variant == "openvino_bf16", ["median_ms", "q1_ms", "q3_ms"]] = [400, 396, 404]

@@ -203,12 +203,52 @@ def fp32_ceiling(env: dict) -> dict:
         width = {64: "AVX-512", 32: "AVX2", 16: "NEON"}.get(per_cycle, "")
         basis = (f"two {width} FMA units assumed from the instruction set ({env.get('cpu_isa')}): the "
                  "microarchitecture is not identified") if per_cycle else ""
+    return _ceiling(env, per_cycle, basis)
+
+
+def _ceiling(env: dict, per_cycle, basis: str) -> dict:
     ghz, threads = env.get("cpu_ghz"), env.get("threads")
     try:
         value = float(threads) * per_cycle * float(ghz) if per_cycle and ghz and threads else None
     except (TypeError, ValueError):
         value = None
     return {"gflop_per_s": value, "flops_per_cycle": per_cycle, "ghz": ghz, "threads": threads, "basis": basis}
+
+
+#: Microarchitectures whose vector units multiply bf16 pairs into FP32 sums (AVX512-BF16 ``vdpbf16ps``): two
+#: products per FP32 lane, so twice the FP32 FMA rate on the same units.
+_BF16_DOT_ARCHS = {"Zen 4", "Zen 5", "Cooper Lake"}
+#: Microarchitectures with AVX512-VNNI (``vpdpbusd``): four u8 x s8 products per 32-bit lane, four times the FP32
+#: rate. Intel's AMX cores have it too, but their tile unit is far faster (below).
+_VNNI_ARCHS = {"Cascade Lake", "Cooper Lake", "Ice Lake-SP", "Tiger Lake", "Rocket Lake", "Zen 4", "Zen 5"}
+#: AMX tile multiply per core and cycle (Intel's optimization manual): 1,024 bf16 FLOPs, 2,048 int8 operations.
+_AMX_PER_CYCLE = {"bf16": 1024, "int8": 2048}
+
+
+def precision_ceiling(env: dict, precision: str) -> dict:
+    """The machine's theoretical peak for ``precision`` ("fp32", "bf16" or "int8"), like :func:`fp32_ceiling` (Chapter 5).
+
+    bf16 and int8 have their own ceilings because the CPU has instructions that do more products per cycle in
+    the narrower type: AVX512-BF16's dot products twice the FP32 FMA rate, AVX512-VNNI four times (int8
+    operations, a multiply and an add each), Intel's AMX tiles far more (:data:`_AMX_PER_CYCLE`). Where the
+    CPU has none of these, or its microarchitecture is unknown, the ceiling is None: the narrow type then runs
+    through wider instructions and no honest peak can be stated. Same keys as :func:`fp32_ceiling`.
+    """
+    if precision == "fp32":
+        return fp32_ceiling(env)
+    if precision not in _AMX_PER_CYCLE:
+        raise ValueError(f"precision must be fp32, bf16 or int8, got {precision!r}")
+    fp32 = fp32_ceiling(env)
+    arch = str(env.get("cpu_microarch") or "")
+    if str(env.get("cpu_isa") or "") == "amx" or arch in ("Sapphire Rapids", "Emerald Rapids", "Granite Rapids"):
+        per_cycle, basis = _AMX_PER_CYCLE[precision], f"AMX tiles ({precision}, Intel's optimization manual)"
+    elif precision == "bf16" and arch in _BF16_DOT_ARCHS and fp32["flops_per_cycle"]:
+        per_cycle, basis = 2 * fp32["flops_per_cycle"], f"{arch}: AVX512-BF16 dot products, twice the FP32 rate"
+    elif precision == "int8" and arch in _VNNI_ARCHS and fp32["flops_per_cycle"]:
+        per_cycle, basis = 4 * fp32["flops_per_cycle"], f"{arch}: VNNI dot products, four times the FP32 rate"
+    else:
+        per_cycle, basis = None, f"no {precision} instructions known for this CPU ({arch or 'unknown'})"
+    return _ceiling(env, per_cycle, basis)
 
 
 def gemm_rates(n: int = 2048, threads: int = 2, repeats: int = 5) -> list[dict]:

@@ -255,21 +255,28 @@ def executed_rates(frame):
     """Recorded BlurBall rows with the rate of the work each variant really executes, against its ceiling (Chapter 5).
 
     ``frame``: variant rows of ``results.load("cpu-blurball")`` (``variant``, ``median_ms``, ``macs``,
-    ``dead_macs`` and the fingerprint). Eager executes every MAC, the never-read stage-4 outputs included;
-    every other family (Inductor, ONNX Runtime and the rest) runs a graph from which they are gone, so
-    its rate counts the live MACs only. Adds ``executed_macs``, ``executed_gflop_per_s``,
-    ``ceiling_gflop_per_s`` (:func:`graphbook.probes.fp32_ceiling` of the row's own machine; empty when
-    the file did not record the CPU's identity and clock) and ``share_of_ceiling``.
+    ``dead_macs``, ``precision`` and the fingerprint). Eager executes every MAC, the never-read stage-4 outputs
+    included; every other family (Inductor, ONNX Runtime and the rest) runs a graph from which they are gone,
+    so its rate counts the live MACs only. Adds ``executed_macs``, ``executed_gflop_per_s`` (operations per
+    second for int8), ``ceiling_gflop_per_s`` (:func:`graphbook.probes.precision_ceiling` of the row's own
+    machine in the row's own precision; empty when the file did not record the CPU's identity and clock, or
+    the CPU has no instructions for that precision), ``share_of_ceiling``, ``fp32_ceiling_gflop_per_s`` and
+    ``share_of_fp32_ceiling``.
     """
-    from .probes import fp32_ceiling
+    from .probes import fp32_ceiling, precision_ceiling
     from .variants import REGISTRY
 
     out = frame.copy()
     eager = out["variant"].map(lambda v: getattr(REGISTRY.get(v), "family", "") == "eager")
     out["executed_macs"] = out["macs"] - out["dead_macs"].where(~eager, 0)
     out["executed_gflop_per_s"] = 2 * out["executed_macs"] / (out["median_ms"] * 1e-3) / 1e9
-    out["ceiling_gflop_per_s"] = [fp32_ceiling(row)["gflop_per_s"] for row in out.to_dict("records")]
+    records = out.to_dict("records")
+    precisions = [str(r.get("precision") or "fp32") for r in records]
+    out["ceiling_gflop_per_s"] = [precision_ceiling(r, p if p in ("bf16", "int8") else "fp32")["gflop_per_s"]
+                                  for r, p in zip(records, precisions)]
     out["share_of_ceiling"] = out["executed_gflop_per_s"] / out["ceiling_gflop_per_s"].astype(float)
+    out["fp32_ceiling_gflop_per_s"] = [fp32_ceiling(r)["gflop_per_s"] for r in records]
+    out["share_of_fp32_ceiling"] = out["executed_gflop_per_s"] / out["fp32_ceiling_gflop_per_s"].astype(float)
     return out
 
 

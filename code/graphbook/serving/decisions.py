@@ -116,7 +116,7 @@ def lower_precision_worker(cpu_frame, *, here: Mapping | str | None = None) -> s
     ball on held-out clips stayed where eager FP32 put it in every recorded run (``same_ball``, Chapter 5);
     runs without that check (older, random-weight files) decide nothing here. The sentence gives the best
     such variant's median, its speed-up over eager FP32 and over the best FP32 variant of the same machine,
-    and its share of the machine's FP32 ceiling (:func:`graphbook.profiling.executed_rates`).
+    and its share of the machine's ceiling in that precision and in FP32 (:func:`graphbook.profiling.executed_rates`).
     """
     from ..profiling import executed_rates
     from ..record import results, runs
@@ -141,7 +141,10 @@ def lower_precision_worker(cpu_frame, *, here: Mapping | str | None = None) -> s
                 + (f" (moved: {', '.join(map(_label, best.excluded))})" if best.excluded else ""))
     quiet = mine[~mine[runs.UNDER_LOAD]]
     medians = runs.summarize_runs(quiet).set_index("variant")["median"]
-    share = executed_rates(quiet[quiet["variant"] == best.best])["share_of_ceiling"].astype(float).median()
+    rated = executed_rates(quiet[quiet["variant"] == best.best])
+    share = rated["share_of_ceiling"].astype(float).median()
+    fp32_share = rated["share_of_fp32_ceiling"].astype(float).median()
+    precision = str(rated["precision"].iloc[0])
     text = (f"serve {_label(best.best)} where its rounding is acceptable: median {best.best_median:.0f} ms per clip over "
             f"{best.runs} quiet runs")
     if "eager_fp32" in medians:
@@ -155,7 +158,11 @@ def lower_precision_worker(cpu_frame, *, here: Mapping | str | None = None) -> s
         if fp32.best is not None:
             text += f" and {fp32.best_median / best.best_median:.1f}x the best FP32 variant ({_label(fp32.best)})"
     if share == share:
-        text += f"; {100 * share:.0f}% of the machine's FP32 ceiling"
+        text += f"; {100 * share:.0f}% of the machine's {precision} ceiling"
+        if fp32_share == fp32_share:
+            text += f" ({100 * fp32_share:.0f}% of its FP32 one)"
+    elif fp32_share == fp32_share:
+        text += f"; {100 * fp32_share:.0f}% of the machine's FP32 ceiling (no {precision} ceiling is known for this CPU)"
     text += ("" if best.decided else f"; not ahead of {_label(best.runner_up)} in every run, so the two are interchangeable")
     if best.excluded:
         text += f"; left out, decoded ball moved: {', '.join(map(_label, best.excluded))}"
