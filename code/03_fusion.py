@@ -15,6 +15,9 @@ writes a report with the machine's fingerprint to ``code/03_fusion.out.txt``:
     as a share of the ``copy_`` bandwidth measured in the same run.
 (c) **Compile time** of the chain in a fresh process, first with an empty Inductor cache (cold), then,
     in another fresh process, with the cache the first one filled (warm: a restart).
+(d) **The allocator**, removed as a cause: the eager chain in fresh processes with glibc's default
+    allocator and with glibc keeping freed memory (no new pages to fault in), once per run, the two in
+    alternating order, with the page faults of one fresh tensor (glibc systems only).
 
 (a) and (b) are built (and compiled) once, then timed in ``--runs`` independent runs (default and
 minimum 3): each run times the folding pair and every chain version once (2 warm-up calls, then
@@ -57,6 +60,8 @@ def _parse(argv):
                         help="folder for the text report 03_fusion.out.txt (default code/)")
     parser.add_argument("--no-compile", action="store_true",
                         help="skip torch.compile (the compiled chain and the compile-time part)")
+    parser.add_argument("--no-allocator", action="store_true",
+                        help="skip part (d), the allocator experiment in fresh processes")
     args = parser.parse_args(argv)
     if args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
@@ -73,7 +78,7 @@ def main(argv=None) -> int:
     """Run parts (a)-(c), write the report and the results; return the exit status (Chapter 2)."""
     args = _parse(argv)  # before importing torch, so that a typo fails in a fraction of a second
     from graphbook.record import environment, results
-    from graphbook import fusion_demo
+    from graphbook import allocation, fusion_demo
 
     environment.set_threads(args.threads)
     env = environment.fingerprint(args.threads)
@@ -85,8 +90,12 @@ def main(argv=None) -> int:
     print("  (a) BN folding and (b) chain done", flush=True)
     compile_result = None if args.no_compile else fusion_demo.measure_compile_time(args.size, args.threads)
     print("  (c) compile time " + ("skipped" if compile_result is None else "done"), flush=True)
+    allocator = ("--no-allocator" if args.no_allocator else
+                 allocation.allocator_runs(args.size, args.threads, runs=args.runs, repeats=args.repeats))
+    print("  (d) allocator " + (f"skipped: {allocator}" if isinstance(allocator, str) else "done"), flush=True)
     report = fusion_demo.write_report(args.report_dir, env, folding, chain_result, compile_result)
-    rows = fusion_demo.csv_rows(folding, chain_result, compile_result)
+    rows = fusion_demo.csv_rows(folding, chain_result, compile_result,
+                                allocator=None if isinstance(allocator, str) else allocator)
     results_csv = results.write_run("fusion-demo", rows, env, results_dir=args.results_dir, per_run=True)
     print(report.read_text())
     print(f"wrote {report} and {results_csv}")

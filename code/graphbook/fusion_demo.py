@@ -9,7 +9,7 @@ thin command line over this module; Chapter 2 and Chapter 3 import it directly. 
     (one fused loop), manual in-place, into a preallocated output, and the compiled loop into a
     preallocated output; each against the bytes-moved model (:func:`bytes_moved`) and the ``copy_``
     bandwidth of the same run. (a) and (b) are timed together by :func:`measure_runs`, in the book's run
-    protocol; :func:`minor_page_faults` counts what the bytes model leaves out, the first touch of fresh pages.
+    protocol; :mod:`graphbook.allocation` measures what the bytes model leaves out, the first touch of fresh pages.
 (c) **Compile time** of the chain in fresh processes, cold then warm cache -- :func:`measure_compile_time`.
 
 :func:`csv_rows` turns the results into rows of ``CSV_COLUMNS``; :func:`_format_report` and
@@ -41,7 +41,8 @@ DEFAULT_RUNS = 3               # independent runs per invocation (the book decid
 CSV_COLUMNS = ["run_id", "part", "variant", "run", "size_elements", "feature_map", "median_ms",
                "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats", "model_bytes", "gb_per_s",
                "share_of_copy", "speedup_vs_eager", "max_abs_diff", "change_pct", "compile_s",
-               "fxgraph_cache_hit", "fxgraph_cache_miss", "run_order", "went_first", "copy_gbps", "run_count"]
+               "fxgraph_cache_hit", "fxgraph_cache_miss", "run_order", "went_first", "copy_gbps", "run_count",
+               "faults_per_new_tensor"]
 
 
 # ---------------------------------------------------------------- the element-wise chain, four ways
@@ -241,82 +242,6 @@ def measure_runs(feature_map=DEFAULT_FEATURE_MAP, n_elements: int = DEFAULT_SIZE
 _TIMING_KEYS = ("median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats", "warmup", "device")
 
 
-def minor_page_faults(fn, calls: int = 3, trials: int = 5) -> float | None:
-    """Minor page faults per call of ``fn`` after one untimed call; None where not measurable (Chapter 2).
-
-    A minor fault is the operating system mapping a page on its first touch. Counted with
-    ``resource.getrusage``, which exists on Linux and macOS only. The count covers the whole process,
-    so other threads (a notebook kernel's, a busy machine's page migration) can only add faults:
-    the smallest per-call count of ``trials`` rounds of ``calls`` calls is the one that belongs to ``fn``.
-    """
-    try:
-        import resource
-    except ImportError:  # Windows
-        return None
-    fn()
-    counts = []
-    for _ in range(trials):
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        for _ in range(calls):
-            fn()
-        counts.append((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls)
-    return min(counts)
-
-
-# ---------------------------------------------------------------- the allocator, removed as a cause
-#: glibc's malloc serves a block above its mmap threshold (128 KiB, growing with the blocks freed, to at most
-#: 32 MiB on 64-bit) with an mmap of its own and returns it to the kernel on free, so every fresh 64 MiB tensor
-#: gets new pages that fault on first touch.
-#: These switches make it serve every block from its heap and keep what is freed: no mmap, no trimming.
-GLIBC_MMAP_THRESHOLD_DEFAULT = 128 * 1024              #: bytes: glibc's starting mmap threshold (mallopt(3))
-GLIBC_MMAP_THRESHOLD_MAX = 4 * 1024 * 1024 * 8          #: bytes: the largest it grows to on a 64-bit system
-KEEP_FREED_MEMORY = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2 ** 40)}
-_ALLOCATION_TAG = "GRAPHBOOK_ALLOCATION "
-
-
-def _allocation_child(n_elements: int, repeats: int) -> dict:
-    """In a fresh process: the eager chain, ``x * 2`` into a new tensor and into ``out=``, and page faults."""
-    x, out = torch.randn(n_elements), torch.zeros(n_elements)
-    with torch.no_grad():
-        times = timing.interleaved({"eager chain": lambda: chain(x), "x * 2, new tensor": lambda: x * 2,
-                                    "x * 2, out=": lambda: torch.mul(x, 2, out=out),
-                                    "chain into out=": lambda: chain_into(x, out)}, warmup=2, repeats=repeats)
-        faults = minor_page_faults(lambda: x * 2)
-    return {**{name: result.median_ms for name, result in times.items()}, "faults_per_new_tensor": faults}
-
-
-def allocator_ablation(n_elements: int = 2 ** 24, threads: int = 2, repeats: int = 7,
-                       timeout: float = 300.0) -> list[dict] | str:
-    """The fresh-tensor cost removed at its cause: the same eager code with glibc told to keep freed memory
-    (Chapter 2).
-
-    Two fresh processes time the eager chain, ``x * 2`` into a new tensor and into ``out=``, and the chain into
-    ``out=``: one with the default allocator, one with :data:`KEEP_FREED_MEMORY`. Returns one row per
-    process (``allocator``, the medians in ms, ``faults_per_new_tensor``), or a sentence saying why the
-    experiment does not apply here (it needs glibc, whose switches these are).
-    """
-    import os
-    import platform
-    import sys
-
-    if platform.libc_ver()[0] != "glibc":
-        return (f"the allocator experiment needs glibc's malloc (this system's C library is "
-                f"{platform.libc_ver()[0] or 'not glibc'}), whose switches it uses")
-    code = ("import json, torch; from graphbook import fusion_demo; torch.set_num_threads(%d); "
-            "print(%r + json.dumps(fusion_demo._allocation_child(%d, %d)))" % (threads, _ALLOCATION_TAG, n_elements,
-                                                                             repeats))
-    rows = []
-    for label, extra in (("glibc default", {}), ("glibc keeping freed memory", KEEP_FREED_MEMORY)):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-        env.update(extra, OMP_NUM_THREADS=str(threads))
-        result, _ = compiletime.run_tagged_child(
-            [sys.executable, "-c", code], _ALLOCATION_TAG, env=env, timeout=timeout,
-            timeout_message=f"the allocation child ({label}) exceeded {timeout:.0f} s",
-            failure_message=lambda proc: f"the allocation child ({label}) failed: {(proc.stderr or '')[-800:]}")
-        rows.append({"allocator": label, **result})
-    return rows
-
-
 # ---------------------------------------------------------------- the chain from in-cache to DRAM
 def cache_levels(env: dict) -> dict[str, int]:
     """The CPU's data caches from a fingerprint, in bytes: ``L1d``, ``L2``, ``L3`` (those it recorded) (Chapter 2)."""
@@ -383,8 +308,12 @@ def measure_compile_time(n_elements: int = DEFAULT_SIZE, threads: int = 1,
 
 
 # ---------------------------------------------------------------- report and records
-def csv_rows(folding: dict, chain_result: dict, compile_result: dict | None, run_id: str | None = None) -> list[dict]:
+def csv_rows(folding: dict, chain_result: dict, compile_result: dict | None, run_id: str | None = None,
+             allocator: list[dict] | None = None) -> list[dict]:
     """One CSV row per measurement, all with the columns of ``CSV_COLUMNS`` (Chapter 2).
+
+    ``allocator`` (rows of :func:`graphbook.allocation.allocator_runs`) adds part ``allocator``: per run and allocator, the eager
+    chain's median (``median_ms``) and ``faults_per_new_tensor``.
 
     Rows of run ``k`` carry ``run`` = k, ``run_order`` (1 = timed first in its part), ``went_first``
     and ``copy_gbps`` (that run's ``copy_`` probe of part (b)); ``results.write_run(..., per_run=True)``
@@ -424,6 +353,11 @@ def csv_rows(folding: dict, chain_result: dict, compile_result: dict | None, run
             rows.append({**per_run, "run_order": order.index(variant["variant"]) + 1,
                          **{k: variant[k] for k in ("variant", *timing_keys, "model_bytes", "gb_per_s",
                                                     "share_of_copy", "speedup_vs_eager", "max_abs_diff")}})
+    for row in allocator or []:
+        rows.append({"part": "allocator", "variant": row["allocator"], "run": row["run"],
+                     "run_order": row["run_order"], "size_elements": chain_result["n_elements"],
+                     "median_ms": row["eager chain"], "faults_per_new_tensor": row["faults_per_new_tensor"],
+                     "run_count": count})
     columns = CSV_COLUMNS if run_id is not None else [c for c in CSV_COLUMNS if c != "run_id"]
     return [{column: row.get(column) for column in columns} | ({"run_id": run_id} if run_id else {}) for row in rows]
 
