@@ -52,7 +52,7 @@ def _stop_on_sigterm(signum, frame):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = OneLineParser(prog="serve_blurball.py", description="Serve BlurBall over HTTP (GET /healthz, POST /predict).")
+    p = OneLineParser(prog="serve_blurball.py", description="Serve BlurBall over HTTP (GET /livez, GET /readyz or /healthz, POST /predict).")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     p.add_argument("--port", type=_port, default=8080, help="port (0 picks a free one; default 8080)")
     p.add_argument("--weights", type=Path, default=None,

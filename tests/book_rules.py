@@ -316,3 +316,48 @@ def _reason_beside(lines: list[str], first: int, last: int) -> bool:
             return True
         row -= 1
     return False
+
+
+#: Calls that reduce recorded rows to one machine's: the deciding machine, one machine's rows, one run, one file.
+ONE_MACHINE_CALLS = {"deciding_machine", "single_machine", "latest_run", "latest_recording"}
+
+
+def _call_names(tree) -> list:
+    import ast
+
+    return [(node, node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", ""))
+            for node in ast.walk(tree) if isinstance(node, ast.Call)]
+
+
+def pooled_recorded_loads(nb: dict) -> list[str]:
+    """Cells that read recorded CPU results without reducing them to one machine (the book's rule 6).
+
+    A code cell that calls ``results.load("<kind>")`` for a CPU kind must, in the same cell or the next code
+    cell, go through one of :data:`ONE_MACHINE_CALLS`; and ``latest_run``/``latest_recording`` taken per group
+    of a ``groupby`` loop (each group's newest run, possibly from different machines) does not count unless the
+    cell also names the machine with ``deciding_machine`` or ``single_machine``.
+    """
+    import ast
+
+    code = [("".join(c.get("source", "")), _parse_cell("".join(c.get("source", ""))))
+            for c in nb.get("cells", []) if c.get("cell_type") == "code"]
+    found = []
+    for index, (source, tree) in enumerate(code):
+        if tree is None:
+            continue
+        loads = [n.args[0].value for n, name in _call_names(tree) if name == "load" and n.args
+                 and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str)
+                 and isinstance(n.func, ast.Attribute) and getattr(n.func.value, "id", "") == "results"]
+        loads = [kind for kind in loads if not kind.startswith("gpu-")]
+        if not loads:
+            continue
+        window = [tree] + ([code[index + 1][1]] if index + 1 < len(code) and code[index + 1][1] is not None else [])
+        names = {name for t in window for _, name in _call_names(t)}
+        per_group = any(isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)
+                        and getattr(loop.iter.func, "attr", "") == "groupby"
+                        and any(name in ("latest_run", "latest_recording") for _, name in _call_names(loop))
+                        for t in window for loop in ast.walk(t))
+        named = names & {"deciding_machine", "single_machine"}
+        if not names & ONE_MACHINE_CALLS or (per_group and not named):
+            found.append(f"code cell {index} reads {', '.join(loads)} without reducing it to one machine")
+    return found

@@ -317,3 +317,25 @@ def test_nbval_with_the_sanitizer_ignores_a_glued_float_that_changes(tmp_path):
 
     assert nbval(old_cfg) != 0
     assert nbval(ROOT / "tests" / "nbval_sanitize.cfg") == 0
+
+
+@pytest.mark.parametrize("path", sorted((paths.REPO_ROOT / "chapters").glob("*.ipynb")), ids=lambda p: p.name)
+def test_a_chapter_reduces_recorded_runs_to_one_machine(path):
+    assert rules.pooled_recorded_loads(json.loads(path.read_text())) == []
+
+
+def test_the_one_machine_rule_catches_pooled_and_per_group_reads():
+    def nb(*sources):
+        return {"cells": [{"cell_type": "code", "source": s} for s in sources]}
+
+    pooled = 'frame = results.load("cpu-blurball")\nprint(frame.median_ms.median())'
+    assert rules.pooled_recorded_loads(nb(pooled)) == [
+        "code cell 0 reads cpu-blurball without reducing it to one machine"]
+    per_group = ('ready = results.load("serving-ready")\nfor name, g in ready.groupby("server"):\n'
+                 '    rows.append(results.latest_run(g).time_to_ready_s.median())')
+    assert len(rules.pooled_recorded_loads(nb(per_group))) == 1
+    named = 'ready = runs.single_machine(results.load("serving-ready"), m)\n' + per_group.split("\n", 1)[1]
+    assert rules.pooled_recorded_loads(nb(named)) == []
+    later = ('rows, v = cpu_matrix.full_size_rows(results.load("cpu-blurball"))', 'm = runs.deciding_machine(rows)')
+    assert rules.pooled_recorded_loads(nb(*later)) == []
+    assert rules.pooled_recorded_loads(nb('gpu = results.load("gpu-blurball")')) == []

@@ -34,24 +34,32 @@ from .paths import CODE_DIR
 
 REPRO_SCRIPT = CODE_DIR / "repro_freezing_miscompile.py"      # model scale: a small HRNet
 MINIMAL_SCRIPT = CODE_DIR / "repro_freezing_minimal.py"      # the same bug in a few convolutions
-#: Where verdicts are remembered between chapter runs, one file per torch version (not a measurement, so
-#: not in data/results; ``record_verdict`` files a run there when a recorded one is wanted).
+#: Where verdicts are remembered between chapter runs, one file per torch version and CPU capability (a
+#: verdict, not a measurement, so not in data/results).
 CACHE_DIR = Path(os.environ.get("GRAPHBOOK_CACHE_DIR", Path.home() / ".cache" / "graphbook"))
 
 _DIFF_LINE = re.compile(r"max abs diff, freezing:\s+([0-9.eE+-]+|nan|inf)")
 
 
 # ----------------------------------------------------------------------------------------- verdict
-def run_minimal(config: dict | None = None, *, wrapper: bool = False, timeout: float = 300) -> dict:
+def run_minimal(config: dict | None = None, *, wrapper: bool = False, replace: dict[str, str] | None = None,
+                timeout: float = 300) -> dict:
     """The minimal reproducer in a fresh process, with extra Inductor ``config`` set first (appendix).
 
-    ``{"present", "max_abs_diff", "seconds", "code"}``: ``present`` is its exit status 1 (the bug);
-    ``code`` is the generated wrapper when ``wrapper=True`` (Inductor's ``output_code`` log), else "".
-    Raises ``RuntimeError`` when the script neither passes nor fails (a crash is not a verdict).
+    ``replace`` edits the program before it runs: each key must occur exactly once in the script's source and
+    is replaced by its value (another input shape, an extra use of a value). ``{"present", "max_abs_diff",
+    "seconds", "code"}``: ``present`` is its exit status 1 (the bug); ``code`` is the generated wrapper when
+    ``wrapper=True`` (Inductor's ``output_code`` log), else "". Raises ``RuntimeError`` when the script neither
+    passes nor fails (a crash is not a verdict), ``ValueError`` when an edit does not apply.
     """
+    source = MINIMAL_SCRIPT.read_text()
+    for old, new in (replace or {}).items():
+        if source.count(old) != 1:
+            raise ValueError(f"the edit {old!r} must match the reproducer exactly once, it matches {source.count(old)}")
+        source = source.replace(old, new)
     settings = "".join(f"c.{key} = {value!r}; " for key, value in (config or {}).items())
-    program = (f"import runpy, torch._inductor.config as c; {settings}"
-               f"runpy.run_path({str(MINIMAL_SCRIPT)!r}, run_name='__main__')")
+    program = (f"import torch._inductor.config as c; {settings}"
+               f"exec(compile({source!r}, {MINIMAL_SCRIPT.name!r}, 'exec'), {{'__name__': '__main__'}})")
     env = {**os.environ, **({"TORCH_LOGS": "output_code"} if wrapper else {})}
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=timeout, env=env)
@@ -66,6 +74,16 @@ def run_minimal(config: dict | None = None, *, wrapper: bool = False, timeout: f
             "code": code}
 
 
+def run_minimal_variants(variants: dict[str, dict], workers: int = 2) -> dict[str, dict]:
+    """:func:`run_minimal` for each named variant (keyword arguments: ``config``, ``replace``), ``workers`` fresh
+    processes at a time, since each is one compile (appendix). Returns name -> result, in the given order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {name: pool.submit(run_minimal, **kwargs) for name, kwargs in variants.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
 def _run_reproducer(timeout: float, threads: int) -> dict:
     run = run_minimal(timeout=timeout)   # the reproducer sets its own threads (two)
     return {"present": run["present"], "torch": torch.__version__, "max_abs_diff": run["max_abs_diff"],
@@ -74,7 +92,7 @@ def _run_reproducer(timeout: float, threads: int) -> dict:
 
 
 def _cache_file() -> Path:
-    # keyed like the recorded lookup: Inductor's generated code, and so the bug, can differ per vector ISA
+    # keyed by the vector ISA too: Inductor's generated code, and so the bug, can differ per ISA
     # (ATEN_CPU_CAPABILITY caps it), so a verdict found on AVX-512 must not answer for a capped run
     capability = torch.backends.cpu.get_cpu_capability().lower()
     return CACHE_DIR / f"freezing-minimal-torch-{torch.__version__.replace('+', '_')}-{capability}.json"
@@ -84,18 +102,12 @@ def freezing_bug_verdict(*, refresh: bool = False, timeout: float = 900, threads
     """Whether the freezing miscompile is present in this torch: ``{present, torch, max_abs_diff, ...}``
     (Chapter 3).
 
-    Looked up in this order, so a chapter compiles the reproducer at most once per torch version and CPU
-    capability: a recorded run in ``data/results`` (kind ``freezing-repro``, :func:`record_verdict`) with
-    this torch version and CPU capability; then
-    ``~/.cache/graphbook/freezing-minimal-torch-<version>-<capability>.json``
-    (``GRAPHBOOK_CACHE_DIR`` moves it); else the minimal reproducer runs in a fresh process (seconds on
-    two cores) and the answer is cached. ``source`` says which.
-    ``refresh=True`` always runs it.
+    The minimal reproducer (:data:`MINIMAL_SCRIPT`) answers, in a fresh process (seconds on two cores); the
+    answer is remembered in ``~/.cache/graphbook/freezing-minimal-torch-<version>-<capability>.json``
+    (``GRAPHBOOK_CACHE_DIR`` moves it), so the chapters that ask run it at most once per torch version and CPU
+    capability. ``source`` says whether it ran now or came from that file; ``refresh=True`` always runs it.
     """
     if not refresh:
-        recorded = _recorded_verdict()
-        if recorded is not None:
-            return recorded
         cache = _cache_file()
         if cache.exists():
             try:
@@ -109,25 +121,6 @@ def freezing_bug_verdict(*, refresh: bool = False, timeout: float = 900, threads
     except OSError:
         pass  # a read-only home: the verdict is still returned
     return {**verdict, "source": "run now"}
-
-
-def _recorded_verdict() -> dict | None:
-    from .record import results
-
-    try:
-        frame = results.load("freezing-repro")
-    except Exception:
-        return None
-    if frame.empty or "torch" not in frame or "cpu_capability" not in frame:
-        return None
-    mine = frame[(frame["torch"].astype(str) == torch.__version__)
-                 & (frame["cpu_capability"].astype(str) == torch.backends.cpu.get_cpu_capability())]
-    if mine.empty:
-        return None
-    row = results.latest_run(mine).iloc[0]
-    return {"present": bool(row["present"]), "torch": str(row["torch"]), "max_abs_diff": float(row["max_abs_diff"]),
-            "cpu_capability": str(row["cpu_capability"]), "seconds": float(row.get("seconds", float("nan"))),
-            "source": f"recorded {row['source_file']}"}
 
 
 def verdict_sentence(verdict: dict) -> str:

@@ -280,6 +280,20 @@ def executed_rates(frame):
     return out
 
 
+def share_of_ceiling(median_ms: float, executed_macs: float, precision: str, env: dict) -> dict:
+    """One timing's rate and its share of the machine's ceiling in that precision (Chapter 4).
+
+    ``executed_macs`` are the multiply-accumulates the timed graph really runs (two operations each);
+    ``precision`` is "fp32", "bf16" or "int8" (:func:`graphbook.probes.precision_ceiling`); ``env`` a
+    fingerprint. Returns ``gflop_per_s``, ``ceiling_gflop_per_s`` and ``share`` (None without a ceiling).
+    """
+    from .probes import precision_ceiling
+
+    rate = 2 * executed_macs / (median_ms * 1e-3) / 1e9
+    ceiling = precision_ceiling(env, precision)["gflop_per_s"]
+    return {"gflop_per_s": rate, "ceiling_gflop_per_s": ceiling, "share": rate / ceiling if ceiling else None}
+
+
 def above_ceiling(frame):
     """The FP32 rows of :func:`executed_rates` faster than their machine's ceiling, less the explained ones (Chapter 5)."""
     rated = executed_rates(frame) if "share_of_ceiling" not in frame.columns else frame
