@@ -207,7 +207,7 @@ def to_source(program: Program, *, threads: int = 2, atol: float = 1e-4, doc: st
         "    sys.exit(print('usage: ' + __doc__) if sys.argv[1:] in (['-h'], ['--help']) else print('error: no options', file=sys.stderr) or 2)"]
     return "\n".join([
         *([f'"""{doc}"""'] if doc else []),
-        "import sys", "import torch", "from torch import nn", "", *usage,
+        "import sys, torch", "from torch import nn", *(usage or [""]),
         f"torch.set_num_threads({threads}); torch.manual_seed(0)", "",
         "class M(nn.Module):", "    def __init__(self):", "        super().__init__()", *init, "",
         "    def forward(self, x):", *body, f"        return {', '.join(program.outputs)}", "",
