@@ -5,13 +5,10 @@ Measures, for batch sizes 1, 2, 3 called in order after start-up:
   warm       the on-disk cache the cold run filled
   artifacts  a new empty cache dir, after torch.compiler.load_cache_artifacts() of the cold run's bytes
 and writes one row per (path, batch size) to a new results file of kind ``compile-cache`` with
-environment columns. With --server it also starts code/serve_blurball.py (eager, compiled cold, compiled
-from artifacts) and writes its time to ready to a new file of kind ``serving-ready``. The paths that
-skip the compile (AOTInductor, ONNX Runtime) are measured by code/bench_restart_paths.py.
+environment columns. The paths that skip the compile (AOTInductor, ONNX Runtime, OpenVINO), and the
+server's time to ready from each start (kind ``serving-ready``), are measured by code/bench_restart_paths.py.
 
     .venv/bin/python code/bench_compile_cache.py                    # BlurBall 288x512 (minutes on 2 cores)
-    .venv/bin/python code/bench_compile_cache.py --server           # plus the server's time to ready
-    .venv/bin/python code/bench_compile_cache.py --server-only      # only the server's time to ready
     .venv/bin/python code/bench_compile_cache.py --model tiny --height 32 --width 48   # quick check
 
 It prints each cache path's restart time and how many times faster it is than the cold compile of the same run.
@@ -27,8 +24,6 @@ from graphbook.record.cli import OneLineParser, positive_int, positive_int_list
 FACTORIES = {"blurball": "graphbook.blurball:build_blurball", "tiny": "graphbook.warmup:tiny_clip_net"}
 
 
-
-
 def parse_args(argv=None):
     p = OneLineParser(prog="bench_compile_cache.py", description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=sorted(FACTORIES), default="blurball")
@@ -37,24 +32,12 @@ def parse_args(argv=None):
     p.add_argument("--batch-sizes", type=positive_int_list, default="1,2,3")
     p.add_argument("--threads", type=positive_int, default=2)
     p.add_argument("--mode", default=None, help="torch.compile mode (default: the default mode)")
-    p.add_argument("--server", action="store_true", help="also time code/serve_blurball.py to ready")
-    p.add_argument("--server-only", action="store_true", help="only the server's time to ready (implies --server)")
     p.add_argument("--results-dir", type=Path, default=None, help="where the results files go (default data/results)")
     p.add_argument("--timeout", type=positive_int, default=3600, help="seconds per fresh process")
     args = p.parse_args(argv)
-    args.server = args.server or args.server_only
     if args.model == "blurball" and (args.height % 8 or args.width % 8):
         p.error(f"BlurBall needs height and width divisible by 8, got {args.height}x{args.width}")
     return args
-
-
-def _server_ready(extra: list[str], cache_dir: Path, args) -> float:
-    from graphbook import compile_cache
-
-    return compile_cache.time_server_to_ready(
-        ["--model", args.model, "--height", args.height, "--width", args.width,
-         "--batch-sizes", ",".join(map(str, args.batch_sizes)), *extra],
-        threads=args.threads, cache_dir=cache_dir, timeout=args.timeout)
 
 
 def measure_cache_paths(args, work: str, env: dict) -> int:
@@ -79,45 +62,13 @@ def measure_cache_paths(args, work: str, env: dict) -> int:
     return 0
 
 
-def measure_server_paths(args, work: Path, env: dict) -> int:
-    """Time serve_blurball.py to READY: eager, compiled cold, compiled from saved artifacts."""
-    from graphbook.record import results
-
-    artifacts = work / "server-artifacts.bin"
-    try:
-        ready = {
-            "eager": _server_ready([], work / "server-eager", args),
-            "compile cold": _server_ready(["--compile", "--save-artifacts", str(artifacts)],
-                                                 work / "server-cold", args, args.timeout),
-            "compile from artifacts": _server_ready(["--compile", "--load-artifacts", str(artifacts)],
-                                                           work / "server-artifacts", args, args.timeout),
-        }
-    except RuntimeError as exc:
-        print(f"bench_compile_cache.py: error: {str(exc).splitlines()[-1] if str(exc) else exc}", file=sys.stderr)
-        return 1
-    server_rows = [{"model": args.model, "input_chw": f"9x{args.height}x{args.width}",
-                    "batch_sizes": ",".join(map(str, args.batch_sizes)), "server": name,
-                    "time_to_ready_s": seconds} for name, seconds in ready.items()]
-    server_out = results.write_run("serving-ready", server_rows, env, results_dir=args.results_dir)
-    for name, seconds in ready.items():
-        print(f"server {name:>23}: ready after {seconds:7.2f} s")
-    print(f"wrote {len(server_rows)} rows to {server_out}")
-    return 0
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     from graphbook.record.environment import fingerprint
 
     env = fingerprint(args.threads)
     with tempfile.TemporaryDirectory(prefix="graphbook-bench-cache-") as work:
-        if not args.server_only:
-            status = measure_cache_paths(args, work, env)
-            if status:
-                return status
-        if args.server:
-            return measure_server_paths(args, Path(work), env)
-    return 0
+        return measure_cache_paths(args, work, env)
 
 
 if __name__ == "__main__":

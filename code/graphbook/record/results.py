@@ -98,7 +98,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("ablation", "cpu-ablation", "code/bench_ablation.py"),
     Kind("attribution", "cpu-attribution", "code/bench_attribution.py"),
     Kind("compile-cache", "cpu-compile-cache", "code/bench_compile_cache.py"),
-    Kind("serving-ready", "cpu-serving-ready", "code/bench_compile_cache.py"),
+    Kind("serving-ready", "cpu-serving-ready", "code/bench_restart_paths.py"),
     Kind("gpu-blurball", "gpu-blurball", "code/gpu_blurball.py", tagged=True),
     Kind("gpu-tensorrt", "gpu-tensorrt", "code/gpu_tensorrt.py", tagged=True),
     Kind("int8-matrix", "cpu-int8-matrix", "code/bench_int8.py"),
