@@ -1,10 +1,8 @@
 """Inductor CPU, freezing=True: a fused kernel reads a buffer before the in-place oneDNN conv + add into it.
 Torch only; reduced by code/minimize_freezing.py from code/repro_freezing_miscompile.py. Exit 1 while the
 compiled output differs from eager, 0 once fixed."""
-import sys
-import torch
+import sys, torch
 from torch import nn
-
 if __name__ == "__main__" and sys.argv[1:]:  # no options: --help prints the docstring, anything else exits 2
     sys.exit(print('usage: ' + __doc__) if sys.argv[1:] in (['-h'], ['--help']) else print('error: no options', file=sys.stderr) or 2)
 torch.set_num_threads(2); torch.manual_seed(0)
