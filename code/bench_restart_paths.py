@@ -7,8 +7,9 @@ model, OpenVINO compiling the same ``.onnx`` with and without its model cache; s
 has no wheel): the one-time build cost, the fresh-process time to the first output checked against eager
 FP32, the steady latency, the artifact's size and what it is tied to. ``--repeats`` fresh starts per
 path (default 3), interleaved by round. One new results file of kind ``restart-paths`` per run, and
-one of kind ``serving-ready``: ``serve_blurball.py`` started from the ``.pt2``, ``.onnx`` and ``.ort``
-artifacts, seconds to ready (``--server-repeats``).
+one of kind ``serving-ready``: seconds to ready of ``serve_blurball.py`` started eager, compiling cold
+(saving Inductor's cache artifacts), compiling from those artifacts, and from the ``.pt2``, ``.onnx`` and
+``.ort`` artifacts the paths built (``--server-repeats`` times each).
 
     .venv/bin/python code/bench_restart_paths.py                      # 288x512, 3 starts (about 15 min)
     .venv/bin/python code/bench_restart_paths.py --paths eager,ort-raw --height 32 --width 64 --repeats 1
@@ -23,9 +24,6 @@ import sys
 from pathlib import Path
 
 from graphbook.record.cli import OneLineParser, comma_choices, multiple_of_8, positive_int
-
-# How much sooner than a cold compile a restart should reach its first correct output, per documented
-# loading path: aoti-cpp is PyTorch's C++ loader, aoti-static its Python one, ort-raw ONNX Runtime.
 
 
 def parse_args(argv=None):

@@ -330,34 +330,48 @@ def _call_names(tree) -> list:
 
 
 def pooled_recorded_loads(nb: dict) -> list[str]:
-    """Cells that read recorded CPU results without reducing them to one machine (the book's rule 6).
+    """Cells that compute from recorded CPU results without reducing them to one machine (the book's rule 6).
 
-    A code cell that calls ``results.load("<kind>")`` for a CPU kind must, in the same cell or the next code
-    cell, go through one of :data:`ONE_MACHINE_CALLS`; and ``latest_run``/``latest_recording`` taken per group
-    of a ``groupby`` loop (each group's newest run, possibly from different machines) does not count unless the
-    cell also names the machine with ``deciding_machine`` or ``single_machine``.
+    A name bound to ``results.load("<kind>")`` (a CPU kind) is recorded rows of every machine. A code cell that
+    uses such a name and aggregates (``summarize_runs``, ``choose_best``, ``paired_ratios``, ``.median()``,
+    ``.mean()``, ``.loc``/``.iloc`` of a summary) must go through one of :data:`ONE_MACHINE_CALLS` in the same
+    cell, or in the next code cell when the cell only loads. ``latest_run``/``latest_recording`` taken per
+    group of a ``groupby`` loop (each group's newest run, possibly from different machines) does not count
+    unless the cell also names the machine with ``deciding_machine`` or ``single_machine``.
     """
     import ast
 
     code = [("".join(c.get("source", "")), _parse_cell("".join(c.get("source", ""))))
             for c in nb.get("cells", []) if c.get("cell_type") == "code"]
+    aggregates = {"summarize_runs", "choose_best", "paired_ratios", "median", "mean", "phrase_comparison"}
+    recorded_names: set[str] = set()
     found = []
     for index, (source, tree) in enumerate(code):
         if tree is None:
             continue
-        loads = [n.args[0].value for n, name in _call_names(tree) if name == "load" and n.args
-                 and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str)
-                 and isinstance(n.func, ast.Attribute) and getattr(n.func.value, "id", "") == "results"]
-        loads = [kind for kind in loads if not kind.startswith("gpu-")]
-        if not loads:
+        loads = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                call = node.value
+                if (getattr(call.func, "attr", "") == "load" and getattr(getattr(call.func, "value", None), "id", "")
+                        == "results" and call.args and isinstance(call.args[0], ast.Constant)
+                        and not str(call.args[0].value).startswith("gpu-")):
+                    loads.append(str(call.args[0].value))
+                    recorded_names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        names = {name for _, name in _call_names(tree)}
+        window_names = set(names)
+        if loads and index + 1 < len(code) and code[index + 1][1] is not None:
+            window_names |= {name for _, name in _call_names(code[index + 1][1])}
+        reads = bool(loads) or bool(used & recorded_names and names & aggregates)
+        if not reads:
             continue
-        window = [tree] + ([code[index + 1][1]] if index + 1 < len(code) and code[index + 1][1] is not None else [])
-        names = {name for t in window for _, name in _call_names(t)}
         per_group = any(isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)
                         and getattr(loop.iter.func, "attr", "") == "groupby"
                         and any(name in ("latest_run", "latest_recording") for _, name in _call_names(loop))
-                        for t in window for loop in ast.walk(t))
-        named = names & {"deciding_machine", "single_machine"}
-        if not names & ONE_MACHINE_CALLS or (per_group and not named):
-            found.append(f"code cell {index} reads {', '.join(loads)} without reducing it to one machine")
+                        for loop in ast.walk(tree))
+        named = window_names & {"deciding_machine", "single_machine"}
+        if not window_names & ONE_MACHINE_CALLS or (per_group and not named):
+            what = ", ".join(loads) or ", ".join(sorted(used & recorded_names))
+            found.append(f"code cell {index} reads {what} without reducing it to one machine")
     return found

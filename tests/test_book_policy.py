@@ -338,4 +338,9 @@ def test_the_one_machine_rule_catches_pooled_and_per_group_reads():
     assert rules.pooled_recorded_loads(nb(named)) == []
     later = ('rows, v = cpu_matrix.full_size_rows(results.load("cpu-blurball"))', 'm = runs.deciding_machine(rows)')
     assert rules.pooled_recorded_loads(nb(*later)) == []
+    # a frame loaded in one cell and summarized in a later one is caught in the later one
+    reused = ('recorded = results.load("fusion-demo")\nm = runs.deciding_machine(recorded)',
+              'x = 1', 'summary = runs.summarize_runs(recorded[recorded.part == "chain"])')
+    assert rules.pooled_recorded_loads(nb(*reused)) == [
+        "code cell 2 reads recorded without reducing it to one machine"]
     assert rules.pooled_recorded_loads(nb('gpu = results.load("gpu-blurball")')) == []

@@ -281,17 +281,40 @@ ARTIFACT_SERVERS = {
 }
 
 
-def server_readiness(artifacts: dict, work: Path, input_hw, *, repeats: int = 3, threads: int = 2,
-                     timeout: float = 600.0, progress=None, error: type[Exception] = CompileCacheError) -> list[dict]:
-    """Time the server to ready from each built artifact of :data:`ARTIFACT_SERVERS`, ``repeats`` times (Chapter 7).
+#: Server variants started from the model itself, batch sizes 1-3: name -> extra arguments ({saved} is the file
+#: of Inductor cache artifacts the cold compile saves and the next start loads).
+MODEL_SERVERS = {
+    "eager": (),
+    "compile cold": ("--compile", "--save-artifacts", "{saved}"),
+    "compile from saved cache artifacts": ("--compile", "--load-artifacts", "{saved}"),
+}
 
-    ``artifacts`` maps an artifact key to ``{"path", "bytes"}`` (what the restart paths built). Each start
-    gets an empty Inductor cache directory. Rows have the columns of the ``serving-ready`` results kind:
-    ``model``, ``input_chw``, ``batch_sizes``, ``server``, ``time_to_ready_s``, plus ``repeat`` and ``artifact_bytes``.
+
+def server_readiness(artifacts: dict, work: Path, input_hw, *, repeats: int = 3, threads: int = 2,
+                     timeout: float = 600.0, progress=None, error: type[Exception] = CompileCacheError,
+                     model_servers=tuple(MODEL_SERVERS)) -> list[dict]:
+    """Time the server to ready from the model (:data:`MODEL_SERVERS`) and from each built artifact of
+    :data:`ARTIFACT_SERVERS`, ``repeats`` times (Chapter 7).
+
+    ``artifacts`` maps an artifact key to ``{"path", "bytes"}`` (what the restart paths built; servers whose
+    artifact is absent are left out); ``model_servers`` names the starts from the model to time. Each start gets
+    an empty Inductor cache directory. Rows have the columns
+    of the ``serving-ready`` results kind: ``model``, ``input_chw``, ``batch_sizes``, ``server``,
+    ``time_to_ready_s``, plus ``repeat`` and ``artifact_bytes``.
     """
     say = progress or (lambda msg: None)
     rows = []
+    size_args = ["--height", input_hw[0], "--width", input_hw[1], "--batch-sizes", "1,2,3"]
     for repeat in range(repeats):
+        saved = work / f"server-cache-artifacts-{repeat}.bin"
+        for name, extra in ((n, MODEL_SERVERS[n]) for n in model_servers):
+            seconds = time_server_to_ready([*size_args, *(a.format(saved=saved) for a in extra)], threads=threads,
+                                           cache_dir=work / "caches" / f"server-{name.replace(' ', '-')}-{repeat}",
+                                           timeout=timeout, error=error)
+            rows.append({"model": "blurball", "input_chw": f"9x{input_hw[0]}x{input_hw[1]}", "batch_sizes": "1,2,3",
+                         "server": name, "time_to_ready_s": seconds, "repeat": repeat,
+                         "artifact_bytes": saved.stat().st_size if "artifacts" in name and saved.exists() else None})
+            say(f"  [{repeat}] server {name}: ready after {seconds:.2f} s")
         for name, (key, sizes, env_extra) in ARTIFACT_SERVERS.items():
             if key not in artifacts:
                 continue

@@ -313,8 +313,8 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
     Starts are interleaved by round (every path once, then again), so a slow phase of a shared
     machine spreads over all paths instead of hitting one. Every first output is compared with eager
     FP32 (:func:`graphbook.correctness.compare_to_reference`). Returns one row per (path, repeat).
-    With ``server_repeats > 0`` the server is also started from the artifacts
-    (:func:`server_readiness`) and its rows are appended to the list ``server_rows``.
+    With ``server_repeats > 0`` the server is also started from the model and from the artifacts
+    (:func:`graphbook.compile_cache.server_readiness`) and its rows are appended to the list ``server_rows``.
     """
     import numpy as np
 
@@ -405,11 +405,17 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
                     f"{row['first_call_s']:.2f}), steady {row['steady_median_ms']:.0f} ms, "
                     f"diff {row[results.MAX_ABS_DIFF]:.1e}")
         if server_repeats and server_rows is not None:
-            say("time to ready of serve_blurball.py started from the artifacts")
+            say("time to ready of serve_blurball.py started from the model and from the artifacts")
             try:
+                # the server starts the chosen paths correspond to: eager, and the compile with its saved artifacts
+                names = {p.name for p in chosen}
+                model_servers = [name for name, wanted in (("eager", "eager" in names),
+                                                           ("compile cold", "compile-cold" in names),
+                                                           ("compile from saved cache artifacts", "compile-cold" in names))
+                                 if wanted]
                 server_rows.extend(compile_cache.server_readiness(artifacts, work, input_hw, repeats=server_repeats,
                                                                   threads=threads, timeout=timeout, progress=say,
-                                                                  error=RestartPathError))
+                                                                  error=RestartPathError, model_servers=model_servers))
             except RestartPathError as exc:  # the restart rows are still worth keeping
                 say(f"server readiness failed: {str(exc).strip().splitlines()[-1]}")
         cold = [r for r in rows if r["path"] == "compile-cold"]
