@@ -251,7 +251,7 @@ if __name__ == "__main__":
 # --------------------------------------------------------------------------------------------------
 # Time to ready of the book's server in a fresh process (Chapter 7's readiness table)
 # --------------------------------------------------------------------------------------------------
-def time_server_to_ready(server_args: list[str], *, threads: int = 2, env_extra: dict | None = None,
+def _time_server_to_ready(server_args: list[str], *, threads: int = 2, env_extra: dict | None = None,
                          cache_dir=None, timeout: float = 600.0, error: type[Exception] = CompileCacheError) -> float:
     """Start ``code/serve_blurball.py`` on a free port with ``server_args``; seconds from launch to READY
     (Chapter 7).
@@ -308,7 +308,7 @@ def server_readiness(artifacts: dict, work: Path, input_hw, *, repeats: int = 3,
     for repeat in range(repeats):
         saved = work / f"server-cache-artifacts-{repeat}.bin"
         for name, extra in ((n, MODEL_SERVERS[n]) for n in model_servers):
-            seconds = time_server_to_ready([*size_args, *(a.format(saved=saved) for a in extra)], threads=threads,
+            seconds = _time_server_to_ready([*size_args, *(a.format(saved=saved) for a in extra)], threads=threads,
                                            cache_dir=work / "caches" / f"server-{name.replace(' ', '-')}-{repeat}",
                                            timeout=timeout, error=error)
             rows.append({"model": "blurball", "input_chw": f"9x{input_hw[0]}x{input_hw[1]}", "batch_sizes": "1,2,3",
@@ -318,7 +318,7 @@ def server_readiness(artifacts: dict, work: Path, input_hw, *, repeats: int = 3,
         for name, (key, sizes, env_extra) in ARTIFACT_SERVERS.items():
             if key not in artifacts:
                 continue
-            seconds = time_server_to_ready(
+            seconds = _time_server_to_ready(
                 ["--artifact", artifacts[key]["path"], "--height", input_hw[0], "--width", input_hw[1],
                  "--batch-sizes", ",".join(map(str, sizes))], threads=threads, env_extra=env_extra,
                 cache_dir=work / "caches" / f"server-{key}-{len(env_extra)}-{repeat}", timeout=timeout, error=error)
