@@ -151,3 +151,15 @@ def test_the_written_reproducer_refuses_options_and_prints_usage(tiny, tmp_path)
     assert helped.returncode == 0 and helped.stdout.startswith("usage: A test program.")
     refused = subprocess.run([sys.executable, str(script), "--fast"], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and refused.stdout == "" and "error" in refused.stderr
+
+
+def test_the_upstream_report_carries_the_committed_reproducer_and_its_length():
+    import re
+
+    from graphbook import miscompile, paths
+
+    report = (paths.REPO_ROOT / "docs" / "upstream" / "freezing-miscompile-issue.md").read_text()
+    source = miscompile.MINIMAL_SCRIPT.read_text()
+    block = re.search(r"## Reproducer \((\d+) lines[^\n]*\n\n```python\n(.*?)```", report, re.S)
+    assert block is not None and block.group(2) == source
+    assert int(block.group(1)) == len(source.splitlines())
