@@ -12,11 +12,15 @@ bash scripts/setup_env.sh
 bash scripts/setup_web.sh
 bash scripts/setup_browser.sh
 stage_done "set-up"
-echo "== unit tests and book-policy tests"
-.venv/bin/python -m pytest tests -q -p no:cacheprovider
+# Two pytest workers (pytest-xdist): the suite spends most of its time in single-threaded work (compiling, g++,
+# fresh Pythons, a browser), which left one of two cores idle. A test file, and a notebook, stays whole on one
+# worker (--dist loadfile): a module's fixtures are built once and a notebook's cells run in order in one kernel.
+# No test asserts an absolute time, so sharing the cores changes durations, not verdicts.
+echo "== unit tests and book-policy tests (two workers)"
+.venv/bin/python -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile
 stage_done "unit and policy tests"
-echo "== nbval (strict) on every chapter and appendix notebook"
-.venv/bin/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-env \
+echo "== nbval (strict) on every chapter and appendix notebook (two workers, a notebook whole on one)"
+.venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --nbval --nbval-current-env \
   --nbval-sanitize-with tests/nbval_sanitize.cfg chapters appendix
 stage_done "nbval"
 echo "== book build (-W: any warning, missing glue key or error output fails)"
