@@ -4,12 +4,10 @@
 # bench_blurball_cpu.py, bench_onnxruntime.py and bench_ablation.py each build their variants once and
 # then record 3 independent runs per invocation (--runs, default and minimum 3; the order of the
 # variants rotates between runs, each run has its own copy_ bandwidth probe and run_id <file>/r<k>),
-# so the chapters decide on medians across runs. Run it on a quiet machine. On a 2-core AMD EPYC with
-# a warm Inductor cache, bench_blurball_cpu, bench_onnxruntime, bench_int8 and bench_ablation took 7
-# minutes together (the three runs add the timed calls, not the builds; the compiled variants of
-# graphbook.variants re-enter Dynamo from its caches in each run's untimed warm-up), the restart paths
-# (3 fresh processes per path, cold compiles included) about 10, the load test under one and the LitServe comparison a few; a first
-# run on a new machine compiles for several minutes more. A benchmark that
+# so the chapters decide on medians across runs; bench_int8.py records one run per call and runs three times.
+# Run it on a quiet machine: on a 2-core AMD EPYC (family 26 model 2, Zen 5) the whole script took about 40
+# minutes, 16 of them the restart paths and server starts (3 fresh processes per path, cold compiles
+# included); a first run on a new machine compiles for several minutes more. A benchmark that
 # finds a variant disagreeing with eager exits 1; the others still run, and this script exits 1 at the
 # end naming it.
 set -uo pipefail
