@@ -37,7 +37,7 @@ import sys
 import time
 
 from graphbook.record import cli
-from graphbook.record.cli import int_at_least, positive_int
+from graphbook.record.cli import positive_int
 
 
 def parse_args(argv=None):
@@ -50,11 +50,8 @@ def parse_args(argv=None):
     configs = [*ABLATION_CONFIGS, *UNFUSED_ABLATION_CONFIGS, *CAUSE_ABLATION_CONFIGS, *UNFUSED_ABLATION_BACKENDS]
     parser = cli.make_parser("bench_ablation.py", __doc__.splitlines()[0])
     cli.add_input_size(parser, height=96, width=160)
-    parser.add_argument("--threads", type=positive_int, default=2, help="torch intra-op threads")
-    parser.add_argument("--repeats", type=positive_int, default=10, help="timed calls per variant")
-    parser.add_argument("--warmup", type=positive_int, default=3, help="untimed calls per variant")
-    parser.add_argument("--runs", type=int_at_least(3), default=3,
-                        help="independent timed runs, every variant once per run in a rotated order (default 3, at least 3)")
+    cli.add_run_protocol_options(parser, repeats=10, warmup=3,
+                                 runs_help="every variant once per run in a rotated order")
     parser.add_argument("--probe-mib", type=positive_int, default=64,
                         help="MiB per buffer of the copy_ bandwidth probe measured in every run (default 64)")
     parser.add_argument("--variants", default=",".join(configs),

@@ -20,17 +20,12 @@ from __future__ import annotations
 import sys
 
 from graphbook.record import cli
-from graphbook.record.cli import int_at_least, positive_int
 
 
 def parse_args(argv=None):
     parser = cli.make_parser("bench_attribution.py", __doc__.splitlines()[0])
     cli.add_input_size(parser, height=288, width=512)
-    parser.add_argument("--threads", type=positive_int, default=2, help="torch intra-op threads")
-    parser.add_argument("--repeats", type=positive_int, default=8, help="timed calls per rung and run")
-    parser.add_argument("--warmup", type=positive_int, default=2, help="untimed calls per rung and run")
-    parser.add_argument("--runs", type=int_at_least(3), default=3,
-                        help="independent timed runs, rungs interleaved call by call (default 3, at least 3)")
+    cli.add_run_protocol_options(parser, repeats=8, warmup=2, runs_help="rungs interleaved call by call")
     return parser.parse_args(argv)
 
 

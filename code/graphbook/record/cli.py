@@ -141,6 +141,16 @@ def add_input_size(parser: argparse.ArgumentParser, *, height: int, width: int, 
     parser.add_argument("--width", type=multiple_of_8, default=width, help=f"input width (default {width})")
 
 
+def add_run_protocol_options(parser: argparse.ArgumentParser, *, repeats: int, warmup: int, runs_help: str) -> None:
+    """Add ``--threads``, ``--repeats``, ``--warmup`` and ``--runs`` (at least 3), the options of a benchmark timed in
+    the book's run protocol (:func:`graphbook.record.timing.repeated_runs`; Chapter 3)."""
+    parser.add_argument("--threads", type=positive_int, default=2, help="torch intra-op threads")
+    parser.add_argument("--repeats", type=positive_int, default=repeats, help="timed calls per variant and run")
+    parser.add_argument("--warmup", type=positive_int, default=warmup, help="untimed calls per variant and run")
+    parser.add_argument("--runs", type=int_at_least(3), default=3, help=f"independent timed runs, {runs_help} (default 3, "
+                                                                       "at least 3)")
+
+
 def add_load_test_options(parser: argparse.ArgumentParser) -> None:
     """Add the options of a bounded loopback load test on the book's server (Chapter 7): the input size,
     ``--concurrency``, ``--requests``, ``--time-limit``, ``--max-queue``, ``--max-wait-ms``,
