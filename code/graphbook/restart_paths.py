@@ -68,6 +68,20 @@ from .restart_child import RESULT_MARKER, RestartPathError
 KIND = "restart-paths"
 
 
+#: Each path as prose names it (Chapters 6, 7).
+LABELS = {"eager": "eager (no compile)", "compile-cold": "torch.compile, cold",
+          "compile-warm": "torch.compile, warm cache", "compile-artifacts": "torch.compile, cache artifacts",
+          "aoti-static": "AOTInductor .pt2, batch 1", "aoti-static-vec-isa-ok": ".pt2, batch 1, ISA probe skipped",
+          "aoti-static-probe-cached": ".pt2, batch 1, probe cached", "aoti-dynamic": "AOTInductor .pt2, batch 1-3",
+          "aoti-dynamic-vec-isa-ok": ".pt2, batch 1-3, probe skipped",
+          "aoti-cpp": "AOTInductor .pt2, C++ loader, batch 1", "aoti-cpp-dynamic": ".pt2, C++ loader, batch 1-3",
+          "ort-raw": "ONNX Runtime, raw .onnx",
+          "ort-optimized-onnx": "ONNX Runtime, saved optimized .onnx", "ort-optimized-ort": "ONNX Runtime, saved .ort",
+          "ort-dynamic": "ONNX Runtime, .onnx batch 1-3",
+          "openvino": "OpenVINO, raw .onnx (compiled at start)",
+          "openvino-cached": "OpenVINO, .onnx + model cache"}
+
+
 @dataclass(frozen=True)
 class RestartPath:
     """One way to get a model running in a new process (Introduced in Chapter 6).
