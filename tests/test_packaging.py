@@ -89,3 +89,38 @@ def test_no_test_edits_the_import_path_or_loads_a_script():
     offenders = [p.name for p in sorted((ROOT / "tests").glob("*.py"))
                  if p.name != Path(__file__).name and (PATH_EDIT in p.read_text() or IMPORTLIB in p.read_text())]
     assert not offenders, f"tests that edit {PATH_EDIT} or use {IMPORTLIB} (import graphbook instead): {offenders}"
+
+
+# The platforms the book's readers install on, as pip's environment markers see them.
+READER_PLATFORMS = {
+    "x86-64 Linux": {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64"},
+    "aarch64 Linux": {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "aarch64"},
+    "macOS arm64": {"sys_platform": "darwin", "platform_system": "Darwin", "platform_machine": "arm64"},
+    "Windows x86-64": {"sys_platform": "win32", "platform_system": "Windows", "platform_machine": "AMD64"},
+}
+# Pins whose wheels do not cover every platform torch's do, and where they are left out. OpenVINO 2026.4.1's
+# aarch64 Linux wheel needs glibc 2.35 while torch's needs 2.28: without the marker an older aarch64 server
+# would fail the whole install instead of reading "OpenVINO is absent" in the chapters.
+LEFT_OUT_ON = {"openvino": {"aarch64 Linux"}, "openvino-telemetry": {"aarch64 Linux"}}
+
+
+def test_every_pin_installs_on_every_reader_platform_except_where_its_wheels_are_missing():
+    from packaging.requirements import Requirement
+
+    pins = [Requirement(line.split("#", 1)[0]) for line in (ROOT / "requirements.txt").read_text().splitlines()
+            if line.split("#", 1)[0].strip()]
+    assert {p.name for p in pins} >= {"torch", "onnxruntime", "openvino"}
+    for pin in pins:
+        assert str(pin.specifier).startswith("=="), f"{pin.name} is not pinned with =="
+        for platform, environment in READER_PLATFORMS.items():
+            wanted = platform not in LEFT_OUT_ON.get(pin.name, set())
+            installed = pin.marker is None or pin.marker.evaluate(environment)
+            assert installed == wanted, f"{pin.name} {'is not' if wanted else 'is'} installed on {platform}"
+
+
+def test_an_absent_openvino_is_explained_by_where_its_wheels_exist(monkeypatch):
+    from graphbook import openvino_runtime
+
+    monkeypatch.setitem(sys.modules, "openvino", None)  # what an install without the package looks like
+    ok, why = openvino_runtime.available()
+    assert not ok and "aarch64 Linux" in why and "requirements.txt" in why

@@ -29,8 +29,9 @@ def available() -> tuple[bool, str]:
     """Whether OpenVINO can be imported here, and if not the reason (Chapter 4)."""
     try:
         import openvino  # noqa: F401
-    except ImportError as error:  # e.g. no wheel for this platform
-        return False, f"OpenVINO variants need the openvino package ({error})"
+    except ImportError as error:
+        return False, ("OpenVINO variants need the openvino package, which requirements.txt installs everywhere "
+                       f"but on aarch64 Linux, where its wheels need a newer glibc than torch's ({error})")
     return True, ""
 
 
