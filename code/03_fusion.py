@@ -14,7 +14,8 @@ writes a report with the machine's fingerprint to ``code/03_fusion.out.txt``:
     writes ``4N`` bytes each; the fused loop reads once and writes once) and the bandwidth that implies,
     as a share of the ``copy_`` bandwidth measured in the same run.
 (c) **Compile time** of the chain in a fresh process, first with an empty Inductor cache (cold), then,
-    in another fresh process, with the cache the first one filled (warm: a restart).
+    in another fresh process, with the cache the first one filled (warm: a restart); ``--runs`` such
+    pairs, each with its own new cache folder.
 (d) **The allocator**, removed as a cause: the eager chain in fresh processes with glibc's default
     allocator and with glibc keeping freed memory (no new pages to fault in), once per run, the two in
     alternating order, with the page faults of one fresh tensor (glibc systems only).
@@ -24,7 +25,7 @@ minimum 3): each run times the folding pair and every chain version once (2 warm
 ``--repeats`` timed ones) in an order that rotates between runs (round-robin), and measures its own
 ``copy_`` bandwidth, the run's physical reference (``copy_gbps``; ``graphbook.record.runs.flag_under_load``
 flags a run taken under load from it). Rows carry ``run``, ``run_order`` and ``run_id``
-``<file stem>/r<run>``; the compile-time rows of (c), measured once per invocation, keep the file's stem.
+``<file stem>/r<run>``; run ``k`` of (c) is the ``k``-th cold-then-warm pair, timed after (a) and (b).
 
 Every result is also recorded under ``data/results/`` (``--results-dir``; never overwriting). This
 file is only the command line: the measurements live in ``graphbook.fusion_demo``, which Chapter 2
@@ -88,7 +89,8 @@ def main(argv=None) -> int:
         tuple(args.feature_map), args.size, args.repeats, runs=args.runs, compile_chain=not args.no_compile,
         progress=lambda message: print("  " + message, flush=True))
     print("  (a) BN folding and (b) chain done", flush=True)
-    compile_result = None if args.no_compile else fusion_demo.measure_compile_time(args.size, args.threads)
+    compile_result = (None if args.no_compile else
+                      fusion_demo.measure_compile_time(args.size, args.threads, runs=args.runs))
     print("  (c) compile time " + ("skipped" if compile_result is None else "done"), flush=True)
     allocator = ("--no-allocator" if args.no_allocator else
                  allocation.allocator_runs(args.size, args.threads, runs=args.runs, repeats=args.repeats))

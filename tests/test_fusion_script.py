@@ -2,6 +2,7 @@
 import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -113,20 +114,53 @@ def test_tiny_end_to_end_run(tmp_path):
     assert (frame["threads"] == 1).all()
 
 
-def test_csv_rows_put_the_once_per_invocation_compile_rows_first_without_a_run(tmp_path):
+def _compile_pair(run: int, cold_s: float, warm_s: float) -> dict:
+    return {"run": run, "cold": {"seconds": cold_s, "fxgraph_cache_hit": 0, "fxgraph_cache_miss": 1},
+            "warm": {"seconds": warm_s, "fxgraph_cache_hit": 1, "fxgraph_cache_miss": 0},
+            "warm_over_cold": warm_s / cold_s}
+
+
+def test_csv_rows_give_each_compile_pair_the_run_it_belongs_to(tmp_path):
     folding, chain = fusion_demo.measure_runs((2, 8, 8), 2048, repeats=3, compile_chain=False)
-    compile_result = {"cold": {"seconds": 9.0, "fxgraph_cache_hit": 0, "fxgraph_cache_miss": 1},
-                      "warm": {"seconds": 1.0, "fxgraph_cache_hit": 1, "fxgraph_cache_miss": 0}, "warm_over_cold": 1 / 9}
+    compile_result = {"runs": [_compile_pair(k, 9.0 + k, 1.0) for k in (1, 2, 3)], "warm_over_cold": 0.1}
     rows = fusion_demo.csv_rows(folding, chain, compile_result)
-    assert [r["part"] for r in rows[:2]] == ["compile_time", "compile_time"] and rows[0]["run"] is None
-    from graphbook.record import results
+    compile_rows = [r for r in rows if r["part"] == "compile_time"]
+    assert rows[:6] == compile_rows
+    assert [(r["run"], r["variant"], r["run_order"]) for r in compile_rows] == [
+        (k, variant, order) for k in (1, 2, 3) for order, variant in ((1, "cold"), (2, "warm"))]
+    from graphbook.record import results, runs
 
     path = results.write_run("fusion-demo", rows, {"date": "2026-11-30T00:00:00+00:00"}, results_dir=tmp_path,
                              per_run=True)
     frame = results.load("fusion-demo", tmp_path)
-    assert frame.loc[frame["part"] == "compile_time", results.RUN_ID].eq(path.stem).all()
+    compile_frame = frame[frame["part"] == "compile_time"]
+    assert sorted(compile_frame[results.RUN_ID].unique()) == [f"{path.stem}/r{k}" for k in (1, 2, 3)]
+    summary = runs.summarize_runs(compile_frame, by="variant", value=results.COMPILE_S).set_index("variant")
+    assert summary.loc["cold", "runs"] == 3 and summary.loc["cold", "median"] == 11.0
     assert results.latest_run(frame)[results.RUN_ID].unique().tolist() == [path.stem + "/r3"]
-    assert "3 runs in a rotated order" in fusion_demo._format_report({}, folding, chain, compile_result)
+    report = fusion_demo._format_report({}, folding, chain, compile_result)
+    assert "3 runs in a rotated order" in report and "run 3: empty cache 12.00 s" in report
+
+
+def test_each_compile_time_run_starts_from_its_own_empty_cache(monkeypatch):
+    calls = []
+
+    def stand_in(script, function, shapes, cache_dir, *, threads):
+        cold = not any(Path(cache_dir).iterdir())
+        (Path(cache_dir) / f"entry-{len(calls)}").write_text("compiled")
+        calls.append((Path(cache_dir), cold, shapes, threads))
+        return {"seconds": 8.0 if cold else 2.0, "fxgraph_cache_hit": int(not cold), "fxgraph_cache_miss": int(cold)}
+
+    monkeypatch.setattr(fusion_demo.compiletime, "compile_in_fresh_process", stand_in)
+    result = fusion_demo.measure_compile_time(4096, threads=2, runs=3)
+    assert [cold for _, cold, _, _ in calls] == [True, False] * 3
+    folders = [folder for folder, *_ in calls]
+    assert folders[0::2] == folders[1::2] and len(set(folders)) == 3  # a pair shares one new folder
+    assert not any(folder.exists() for folder in folders)             # and leaves nothing behind
+    assert {(tuple(map(tuple, shapes)), threads) for _, _, shapes, threads in calls} == {(((4096,),), 2)}
+    assert [pair["run"] for pair in result["runs"]] == [1, 2, 3] and result["warm_over_cold"] == 0.25
+    with pytest.raises(ValueError, match="runs must be an integer >= 1"):
+        fusion_demo.measure_compile_time(4096, runs=0)
 
 
 def test_cache_levels_read_the_fingerprint_and_skip_what_it_lacks():

@@ -10,7 +10,7 @@ thin command line over this module; Chapter 2 and Chapter 3 import it directly. 
     preallocated output; each against the bytes-moved model (:func:`bytes_moved`) and the ``copy_``
     bandwidth of the same run. (a) and (b) are timed together by :func:`measure_runs`, in the book's run
     protocol; :mod:`graphbook.allocation` measures what the bytes model leaves out, the first touch of fresh pages.
-(c) **Compile time** of the chain in fresh processes, cold then warm cache -- :func:`measure_compile_time`.
+(c) **Compile time** of the chain in fresh processes, cold then warm cache, per run -- :func:`measure_compile_time`.
 
 :func:`csv_rows` turns the results into rows of ``CSV_COLUMNS``; :func:`_format_report` and
 :func:`write_report` make the ``03_fusion.out.txt`` report.
@@ -289,22 +289,25 @@ def chain_size_sweep(exponents=(10, 12, 14, 16, 18, 20, 22, 24, 26), *, runs: in
 
 
 # ---------------------------------------------------------------- (c) compile time, cold and warm
-def measure_compile_time(n_elements: int = DEFAULT_SIZE, threads: int = 1,
-                         cache_dir: str | Path | None = None) -> dict:
-    """Compile time of :func:`chain` in two fresh processes: empty cache, then warm (Chapter 2).
+def measure_compile_time(n_elements: int = DEFAULT_SIZE, threads: int = 1, runs: int = 3) -> dict:
+    """Compile time of :func:`chain` in fresh processes, ``runs`` times: empty cache, then warm (Chapter 2).
 
-    Both children use ``cache_dir`` (a new temporary directory, removed afterwards, by default) as
-    their Inductor cache; the first finds it empty (cold), the second finds what the first wrote (a
-    restart with a warm cache). Returns ``cold`` and ``warm`` dicts (``seconds``, cache hit and miss
-    counts) and ``warm_over_cold``.
+    Each run gets a new empty Inductor cache folder (removed afterwards): its first child finds it empty
+    (cold), its second finds what the first wrote (a restart with a warm cache). Returns ``runs``, one dict
+    per run (``run``, ``cold`` and ``warm`` with ``seconds`` and the cache hit and miss counts,
+    ``warm_over_cold``), and ``warm_over_cold``, the median of the runs' ratios.
     """
-    with tempfile.TemporaryDirectory(prefix="fusion-inductor-cache-") as tmp:
-        directory = Path(cache_dir) if cache_dir is not None else Path(tmp)
-        cold = compiletime.compile_in_fresh_process(__file__, "chain", [[n_elements]], directory,
-                                                    threads=threads)
-        warm = compiletime.compile_in_fresh_process(__file__, "chain", [[n_elements]], directory,
-                                                    threads=threads)
-    return {"cold": cold, "warm": warm, "warm_over_cold": warm["seconds"] / cold["seconds"]}
+    if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
+        raise ValueError(f"runs must be an integer >= 1, got {runs!r}")
+    pairs = []
+    for run in range(1, runs + 1):
+        with tempfile.TemporaryDirectory(prefix="fusion-inductor-cache-") as directory:
+            cold = compiletime.compile_in_fresh_process(__file__, "chain", [[n_elements]], directory,
+                                                        threads=threads)
+            warm = compiletime.compile_in_fresh_process(__file__, "chain", [[n_elements]], directory,
+                                                        threads=threads)
+        pairs.append({"run": run, "cold": cold, "warm": warm, "warm_over_cold": warm["seconds"] / cold["seconds"]})
+    return {"runs": pairs, "warm_over_cold": statistics.median(p["warm_over_cold"] for p in pairs)}
 
 
 # ---------------------------------------------------------------- report and records
@@ -317,21 +320,21 @@ def csv_rows(folding: dict, chain_result: dict, compile_result: dict | None, run
 
     Rows of run ``k`` carry ``run`` = k, ``run_order`` (1 = timed first in its part), ``went_first``
     and ``copy_gbps`` (that run's ``copy_`` probe of part (b)); ``results.write_run(..., per_run=True)``
-    gives them the run id ``<file stem>/r<k>``. The compile-time rows (measured once per invocation, in
-    fresh processes) come first and have no ``run``: they keep the file's own id. Without ``run_id``
-    the rows carry none (``results.write_run`` assigns it).
+    gives them the run id ``<file stem>/r<k>``. The compile-time rows come first: run ``k``'s cold and
+    warm first calls (``run_order`` 1 and 2, in fresh processes sharing that run's own cache folder), with
+    no ``copy_`` probe. Without ``run_id`` the rows carry none (``results.write_run`` assigns it).
     """
     rows = []
-    if compile_result is not None:
-        for variant in ("cold", "warm"):
-            rows.append({"part": "compile_time", "variant": variant,
+    for pair in (compile_result or {}).get("runs", []):
+        for order, variant in enumerate(("cold", "warm"), start=1):
+            rows.append({"part": "compile_time", "variant": variant, "run": pair["run"], "run_order": order,
                          "size_elements": chain_result["n_elements"],
                          # the schema's name for compile time (graphbook.record.results.COMPILE_S)
-                         **{("compile_s" if k == "seconds" else k): v for k, v in compile_result[variant].items()}})
+                         **{("compile_s" if k == "seconds" else k): v for k, v in pair[variant].items()}})
     fmap = "x".join(str(v) for v in folding["feature_map"])
     timing_keys = ("median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats")
     chain_by_run = {r["run"]: r for r in chain_result.get("runs", [])}
-    count = max(len(folding["runs"]), len(chain_by_run))
+    count = max(len(folding["runs"]), len(chain_by_run), len((compile_result or {}).get("runs", [])))
     for run in folding["runs"]:
         probe = chain_by_run.get(run["run"], {}).get("copy", {}).get("gb_per_s")
         first = run.get("first", "unfolded")
@@ -394,11 +397,13 @@ def _format_report(env: dict, folding: dict, chain_result: dict, compile_result:
     if compile_result is None:
         lines.append("(c) compile time: skipped (--no-compile)")
     else:
-        cold, warm = compile_result["cold"], compile_result["warm"]
-        lines += ["(c) compile time of the chain, first call in a fresh process",
-                  f"    empty cache: {cold['seconds']:.2f} s (FX graph cache misses {cold['fxgraph_cache_miss']})",
-                  f"    warm cache:  {warm['seconds']:.2f} s (FX graph cache hits {warm['fxgraph_cache_hit']}),"
-                  f" {compile_result['warm_over_cold']:.2f} of the cold time"]
+        lines.append("(c) compile time of the chain, first call in a fresh process (each run its own empty cache)")
+        for pair in compile_result["runs"]:
+            cold, warm = pair["cold"], pair["warm"]
+            lines.append(f"    run {pair['run']}: empty cache {cold['seconds']:.2f} s (FX graph cache misses "
+                         f"{cold['fxgraph_cache_miss']}), warm cache {warm['seconds']:.2f} s (hits "
+                         f"{warm['fxgraph_cache_hit']}), {pair['warm_over_cold']:.2f} of the cold time")
+        lines.append(f"    median warm/cold ratio: {compile_result['warm_over_cold']:.2f}")
     return "\n".join(lines) + "\n"
 
 
