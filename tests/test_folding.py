@@ -300,16 +300,3 @@ def test_blurball_folds_every_batch_norm_by_dataflow():
     assert count == sum(isinstance(m, nn.BatchNorm2d) for m in model.modules()) == 71
     with torch.no_grad():
         assert (folded(x) - model(x)).abs().max().item() < 1e-4
-
-
-def test_chapter_1_prints_the_whole_arithmetic_of_fold_conv_bn():
-    # Chapter 1 shows fold_conv_bn's core between these two markers; if a refactor moves them, the page
-    # would show a truncated or empty fold.
-    import inspect
-
-    from graphbook import folding
-
-    source = inspect.getsource(folding.fold_conv_bn)
-    core = source[source.index("    weight = conv.weight.detach()"):source.index("    folded.train(conv.training)")]
-    assert "scale = gamma / torch.sqrt(var + bn.eps)" in core
-    assert "weight * scale.reshape(-1, 1, 1, 1)" in core and "scale * (bias - mean) + beta" in core

@@ -160,17 +160,6 @@ def test_dynamo_graph_groups_like_the_exported_graph():
     assert [g.ops for g in groups] == [("conv2d", "batch_norm", "relu", "add")]
 
 
-def test_chapter_3_prints_the_whole_decision_loop_of_fuse_groups():
-    # Chapter 3 shows the pass as the source of fuse_groups between these two markers; if a refactor moves
-    # them, the page would show a truncated or empty pass.
-    import inspect
-
-    source = inspect.getsource(fr.fuse_groups)
-    core = source[source.index("    ipdom = "):source.index("    members: dict")]
-    assert "_post_dominators(" in core and "for phase in (0, 1):" in core
-    assert "def paths_ok" in core and "def commit" in core and "reductions and opaque nodes never fuse" in core
-
-
 def test_reduction_takes_its_elementwise_input_but_never_fuses_forward():
     # Chapter 3's exercise 2: (x * 2).sum(dim=1) + 1 -> [mul, sum], [add]
     class Ex(nn.Module):

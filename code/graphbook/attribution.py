@@ -33,6 +33,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from .folding import fold_all_conv_bn
+
 EAGER = "eager"
 DEAD_SKIPPED = "dead outputs skipped"
 CHANNELS_LAST = "channels-last"
@@ -48,7 +50,20 @@ INDUCTOR_WITHOUT = {"Inductor without layout optimization": {"layout_optimizatio
                     "Inductor without generated code": {"fallback_by_default": True}}
 
 
-class _FirstFusedOutputOnly(nn.Module):
+def compiled_runner(model: nn.Module, options: dict, compile: Callable) -> Callable:
+    """A runner ``x -> logits`` of ``compile`` applied to the model's own copy, under Inductor ``options``."""
+    from .variants import own_code
+
+    compiled = compile(own_code(model))
+
+    def run(x):
+        with torch.no_grad(), torch._inductor.config.patch(options):
+            return compiled(x)
+    return run
+
+
+# >>> taught on chapters/05_blurball_measurements.ipynb: edit it there, then run scripts/export_taught_code.py
+class FirstFusedOutputOnly(nn.Module):
     """An HRNet stage that computes only fused output 0, the only one BlurBall's head reads."""
 
     def __init__(self, stage: nn.Module):
@@ -66,18 +81,18 @@ class _FirstFusedOutputOnly(nn.Module):
 
 
 def skip_dead_outputs(model: nn.Module) -> nn.Module:
-    """A copy of BlurBall whose last stage computes only the output its head reads (Chapter 5).
+    """A copy of BlurBall whose last stage computes only the output its head reads.
 
     The released model computes all four fused outputs of stage 4 and reads one
     (:data:`graphbook.blurball.DEAD_MODULE_PREFIXES`); this copy skips the other three, which is exactly
     what dead-code elimination removes from a captured graph. The logits are unchanged.
     """
     pruned = copy.deepcopy(model)
-    pruned.stage4[0] = _FirstFusedOutputOnly(pruned.stage4[0])
+    pruned.stage4[0] = FirstFusedOutputOnly(pruned.stage4[0])
     return pruned
 
 
-def _channels_last_runner(module: nn.Module) -> Callable:
+def channels_last_runner(module: nn.Module) -> Callable:
     module = module.to(memory_format=torch.channels_last)
 
     def run(x):
@@ -86,43 +101,31 @@ def _channels_last_runner(module: nn.Module) -> Callable:
     return run
 
 
-def _plain_runner(module: nn.Module) -> Callable:
+def plain_runner(module: nn.Module) -> Callable:
     def run(x):
         with torch.no_grad():
             return module(x)
     return run
 
 
-def _compiled_runner(model: nn.Module, options: dict, compile: Callable) -> Callable:
-    from .variants import own_code
-
-    compiled = compile(own_code(model))
-
-    def run(x):
-        with torch.no_grad(), torch._inductor.config.patch(options):
-            return compiled(x)
-    return run
-
-
 def build_rungs(model: nn.Module, example: torch.Tensor, *, compile: Callable = torch.compile) -> dict[str, Callable]:
-    """Runners ``x -> logits`` for every rung and every Inductor switch, in ladder order (Chapter 5).
+    """Runners ``x -> logits`` for every rung and every Inductor switch, in ladder order.
 
     ``model`` is a :class:`graphbook.blurball.BlurBallHeatmap` in eval mode and ``example`` an input (the
     folding traces the dataflow with it). Compiled runners compile
     on their first call; call each once (that is the correctness check) before timing. ``compile`` wraps
     each compiled rung's own copy of the model (``torch.compile``; a test passes a stand-in).
     """
-    from .folding import fold_all_conv_bn
-
     pruned = skip_dead_outputs(model)
     folded, _ = fold_all_conv_bn(pruned, (example,))
-    runners = {EAGER: _plain_runner(model), DEAD_SKIPPED: _plain_runner(pruned),
-               CHANNELS_LAST: _channels_last_runner(copy.deepcopy(pruned)),
-               BN_FOLDED: _channels_last_runner(folded),
-               INDUCTOR: _compiled_runner(model, {"freezing": False}, compile)}
+    runners = {EAGER: plain_runner(model), DEAD_SKIPPED: plain_runner(pruned),
+               CHANNELS_LAST: channels_last_runner(copy.deepcopy(pruned)),
+               BN_FOLDED: channels_last_runner(folded),
+               INDUCTOR: compiled_runner(model, {"freezing": False}, compile)}
     for name, options in INDUCTOR_WITHOUT.items():
-        runners[name] = _compiled_runner(model, {"freezing": False, **options}, compile)
+        runners[name] = compiled_runner(model, {"freezing": False, **options}, compile)
     return runners
+# <<< end of the code taught on chapters/05_blurball_measurements.ipynb
 
 
 @dataclass

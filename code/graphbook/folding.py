@@ -27,46 +27,31 @@ class FoldingError(ValueError):
     """A Conv2d/BatchNorm2d pair that cannot be folded, with the reason (Chapter 1)."""
 
 
+# >>> taught on chapters/01_chef_and_refrigerator.ipynb: edit it there, then run scripts/export_taught_code.py
 def fold_conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
-    """A new Conv2d equal to ``bn(conv(x))`` for an eval-mode ``bn`` (Chapter 1).
-
-    Keeps the convolution's stride, padding, padding_mode, dilation and groups; the result always
-    has a bias. Neither input is modified. Raises :class:`FoldingError` when ``conv`` is not a
-    Conv2d (a ConvTranspose2d's weight layout differs), ``bn`` is not a BatchNorm2d, ``bn`` is in
-    training mode (it would normalise with the batch's statistics, not fixed ones), ``bn`` keeps no
-    running statistics, or the channel counts differ.
-    """
-    if not _is_plain_conv(conv):
-        raise FoldingError(f"expected an nn.Conv2d to fold into, got {type(conv).__name__}")
-    if not isinstance(bn, nn.BatchNorm2d):
-        raise FoldingError(f"expected an nn.BatchNorm2d to fold, got {type(bn).__name__}")
+    """A new Conv2d equal to ``bn(conv(x))`` for an eval-mode ``bn``; neither input is modified."""
+    if not isinstance(conv, nn.Conv2d) or not isinstance(bn, nn.BatchNorm2d):
+        raise FoldingError(f"expected a Conv2d and a BatchNorm2d, got {type(conv).__name__} and {type(bn).__name__}")
     if bn.training:
-        raise FoldingError("the BatchNorm2d is in training mode, where it normalises with each batch's "
-                           "own statistics; call .eval() on the model before folding")
-    if bn.running_mean is None or bn.running_var is None:
-        raise FoldingError("the BatchNorm2d has no running statistics (track_running_stats=False), so "
-                           "it is not a fixed affine map and cannot be folded")
+        raise FoldingError("the BatchNorm2d is in training mode, where it normalises with each batch's own "
+                           "statistics; call .eval() before folding")
+    if bn.running_mean is None:
+        raise FoldingError("the BatchNorm2d keeps no running statistics, so it is no fixed affine map")
     if bn.num_features != conv.out_channels:
-        raise FoldingError(f"channel mismatch: the Conv2d has {conv.out_channels} output channels but "
-                           f"the BatchNorm2d normalises {bn.num_features}")
-    weight = conv.weight.detach().to(torch.float64)
-    mean = bn.running_mean.detach().to(torch.float64)
-    var = bn.running_var.detach().to(torch.float64)
-    gamma = (bn.weight.detach().to(torch.float64) if bn.weight is not None
-             else torch.ones_like(mean))
-    beta = bn.bias.detach().to(torch.float64) if bn.bias is not None else torch.zeros_like(mean)
-    bias = conv.bias.detach().to(torch.float64) if conv.bias is not None else torch.zeros_like(mean)
-
-    scale = gamma / torch.sqrt(var + bn.eps)
+        raise FoldingError(f"channel mismatch: {conv.out_channels} conv outputs, {bn.num_features} BN channels")
+    f64 = lambda t, default: t.detach().double() if t is not None else default
+    mean, var = bn.running_mean.double(), bn.running_var.double()
+    gamma, beta = f64(bn.weight, torch.ones_like(mean)), f64(bn.bias, torch.zeros_like(mean))
+    bias = f64(conv.bias, torch.zeros_like(mean))
+    scale = gamma / torch.sqrt(var + bn.eps)                               # s
     folded = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride,
                        padding=conv.padding, dilation=conv.dilation, groups=conv.groups, bias=True,
-                       padding_mode=conv.padding_mode, device=conv.weight.device,
-                       dtype=conv.weight.dtype)
+                       padding_mode=conv.padding_mode, device=conv.weight.device, dtype=conv.weight.dtype)
     with torch.no_grad():
-        folded.weight.copy_((weight * scale.reshape(-1, 1, 1, 1)).to(conv.weight.dtype))
-        folded.bias.copy_((scale * (bias - mean) + beta).to(conv.weight.dtype))
-    folded.train(conv.training)
-    return folded
+        folded.weight.copy_(conv.weight.double() * scale.reshape(-1, 1, 1, 1))   # W' = s W
+        folded.bias.copy_(scale * (bias - mean) + beta)                         # b' = s (b - mu) + beta
+    return folded.train(conv.training)
+# <<< end of the code taught on chapters/01_chef_and_refrigerator.ipynb
 
 
 def _is_plain_conv(module: nn.Module) -> bool:

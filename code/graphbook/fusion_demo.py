@@ -45,14 +45,15 @@ CSV_COLUMNS = ["run_id", "part", "variant", "run", "size_elements", "feature_map
                "faults_per_new_tensor"]
 
 
-# ---------------------------------------------------------------- the element-wise chain, four ways
+# The element-wise chain, four ways (and the fused loop into an output).
+# >>> taught on chapters/02_fusion_on_a_laptop_cpu.ipynb: edit it there, then run scripts/export_taught_code.py
 def chain(x: torch.Tensor) -> torch.Tensor:
-    """The four-op chain ``relu(x*2 + 1) * 3``, eager: every op writes a new tensor (Chapter 2)."""
+    """The four-op chain ``relu(x*2 + 1) * 3``, eager: every op writes a new tensor."""
     return torch.relu(x * 2 + 1) * 3
 
 
 def chain_inplace(x: torch.Tensor) -> torch.Tensor:
-    """The chain with one new tensor and three in-place ops on it: four passes, one allocation (Chapter 2)."""
+    """One new tensor, then three in-place ops on it: four passes, one allocation."""
     y = x * 2
     y.add_(1)
     y.relu_()
@@ -61,7 +62,7 @@ def chain_inplace(x: torch.Tensor) -> torch.Tensor:
 
 
 def chain_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """The chain written into a preallocated ``out``: four passes, no allocation at all (Chapter 2)."""
+    """The same four passes into a preallocated ``out``: no allocation at all."""
     torch.mul(x, 2, out=out)
     out.add_(1)
     out.relu_()
@@ -70,13 +71,10 @@ def chain_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 
 def chain_fused_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """The chain written into ``out``; meant for torch.compile, which fuses it into one loop (Chapter 2).
-
-    Compiled, this is the fused kernel without the fresh output tensor, so its time can be set
-    against the copy bandwidth with no allocation cost mixed in.
-    """
+    """For torch.compile: the fused loop writing into ``out``, so no fresh output is timed with it."""
     out.copy_(chain(x))
     return out
+# <<< end of the code taught on chapters/02_fusion_on_a_laptop_cpu.ipynb
 
 
 def bytes_moved(n_elements: int, ops: int = CHAIN_OPS, fused: bool = False) -> int:

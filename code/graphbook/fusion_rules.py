@@ -109,10 +109,10 @@ _MODULE_OP_NAMES = {
 }
 
 # Ordering used by the fusion rules (TVM's OpPatternKind order).
-_ELEMWISE, _INJECTIVE, _REDUCTION, _COMPLEX, _OPAQUE = range(5)
-_CLASS_OF_LEVEL = {_ELEMWISE: OpClass.INJECTIVE, _INJECTIVE: OpClass.INJECTIVE,
-                   _REDUCTION: OpClass.REDUCTION, _COMPLEX: OpClass.COMPLEX_OUT_FUSABLE,
-                   _OPAQUE: OpClass.OPAQUE}
+ELEMWISE, INJECTIVE, REDUCTION, COMPLEX, OPAQUE = range(5)
+CLASS_OF_LEVEL = {ELEMWISE: OpClass.INJECTIVE, INJECTIVE: OpClass.INJECTIVE,
+                   REDUCTION: OpClass.REDUCTION, COMPLEX: OpClass.COMPLEX_OUT_FUSABLE,
+                   OPAQUE: OpClass.OPAQUE}
 _COMPUTE_OPS = ("call_function", "call_method", "call_module")
 
 
@@ -243,14 +243,14 @@ def unknown_ops(graph) -> list[str]:
     return sorted({info.op for info in classify_graph(graph) if not info.known})
 
 
-def _level(info: NodeInfo) -> int:
+def fusion_level(info: NodeInfo) -> int:
     if info.op_class is OpClass.INJECTIVE:
-        return _ELEMWISE if info.elementwise else _INJECTIVE
-    return {OpClass.REDUCTION: _REDUCTION, OpClass.COMPLEX_OUT_FUSABLE: _COMPLEX,
-            OpClass.OPAQUE: _OPAQUE}[info.op_class]
+        return ELEMWISE if info.elementwise else INJECTIVE
+    return {OpClass.REDUCTION: REDUCTION, OpClass.COMPLEX_OUT_FUSABLE: COMPLEX,
+            OpClass.OPAQUE: OPAQUE}[info.op_class]
 
 
-class _Groups:
+class UnionFind:
     """Union-find over node names; each root carries the group's strongest level."""
 
     def __init__(self, levels: dict[str, int]):
@@ -270,7 +270,7 @@ class _Groups:
             self.level[b] = max(self.level[a], self.level[b])
 
 
-def _post_dominators(order: list[str], users: dict[str, list[str]], escapes: set[str]) -> dict:
+def post_dominators(order: list[str], users: dict[str, list[str]], escapes: set[str]) -> dict:
     """Immediate post-dominator of every node (None: only the graph output post-dominates it)."""
     ipdom: dict[str, str | None] = {}
     depth: dict[str | None, int] = {None: 0}
@@ -297,8 +297,9 @@ def _post_dominators(order: list[str], users: dict[str, list[str]], escapes: set
     return ipdom
 
 
+# >>> taught on chapters/03_what_graph_compilers_do.ipynb: edit it there, then run scripts/export_taught_code.py
 def fuse_groups(graph) -> list[FusionGroup]:
-    """Group the compute nodes of a graph by TVM's fusion rules (Chapter 3).
+    """Group the compute nodes of a graph by TVM's fusion rules.
 
     Phase 0: a complex-out-fusable group absorbs its post-dominator when that is element-wise and every
     node on the way is element-wise; an element-wise group fuses into its post-dominator when that is
@@ -314,8 +315,8 @@ def fuse_groups(graph) -> list[FusionGroup]:
     users = {n.name: [u.name for u in n.users if u.name in compute] for n in nodes}
     # A value that leaves the graph (or feeds a non-compute node) must be stored: it ends its group.
     escapes = {n.name for n in nodes if any(u.name not in compute for u in n.users)}
-    ipdom = _post_dominators(names, users, escapes)
-    groups = _Groups({name: _level(infos[name]) for name in names})
+    ipdom = post_dominators(names, users, escapes)
+    groups = UnionFind({name: fusion_level(infos[name]) for name in names})
 
     def paths_ok(src: str, sink: str, allowed) -> bool:
         seen: set[str] = set()
@@ -355,17 +356,17 @@ def fuse_groups(graph) -> list[FusionGroup]:
             if dom is None or groups.find(name) == groups.find(dom):
                 continue
             level = groups.level[groups.find(name)]
-            dom_level = _level(infos[dom])
-            if level == _COMPLEX:
-                if phase == 0 and dom_level == _ELEMWISE and paths_ok(
-                        name, dom, lambda lv, sink: lv <= _ELEMWISE):
+            dom_level = fusion_level(infos[dom])
+            if level == COMPLEX:
+                if phase == 0 and dom_level == ELEMWISE and paths_ok(
+                        name, dom, lambda lv, sink: lv <= ELEMWISE):
                     commit(name, dom)
-            elif level == _ELEMWISE:
-                if dom_level <= _INJECTIVE or dom_level == _REDUCTION:
-                    if paths_ok(name, dom, lambda lv, sink: lv != _OPAQUE if sink else lv <= _INJECTIVE):
+            elif level == ELEMWISE:
+                if dom_level <= INJECTIVE or dom_level == REDUCTION:
+                    if paths_ok(name, dom, lambda lv, sink: lv != OPAQUE if sink else lv <= INJECTIVE):
                         commit(name, dom)
-            elif level == _INJECTIVE:
-                if phase == 1 and paths_ok(name, dom, lambda lv, sink: lv <= _INJECTIVE):
+            elif level == INJECTIVE:
+                if phase == 1 and paths_ok(name, dom, lambda lv, sink: lv <= INJECTIVE):
                     commit(name, dom)
             # reductions and opaque nodes never fuse forward
 
@@ -374,11 +375,12 @@ def fuse_groups(graph) -> list[FusionGroup]:
         members.setdefault(groups.find(name), []).append(name)
     result = []
     for index, group in enumerate(sorted(members.values(), key=lambda g: position[g[0]])):
-        top = max(_level(infos[m]) for m in group)
-        anchor = next(m for m in group if _level(infos[m]) == top)
+        top = max(fusion_level(infos[m]) for m in group)
+        anchor = next(m for m in group if fusion_level(infos[m]) == top)
         result.append(FusionGroup(index, tuple(group), tuple(infos[m].op for m in group),
-                                  _CLASS_OF_LEVEL[top], anchor))
+                                  CLASS_OF_LEVEL[top], anchor))
     return result
+# <<< end of the code taught on chapters/03_what_graph_compilers_do.ipynb
 
 
 def fusion_summary(graph) -> dict:

@@ -356,9 +356,10 @@ class _OutOfTime(Exception):
     """The minimization's total budget is spent: keep the smallest failing program found so far."""
 
 
+# >>> taught on appendix/anatomy_of_a_miscompile.ipynb: edit it there, then run scripts/export_taught_code.py
 def ddmin(items: list, fails: Callable[[list], bool]) -> list:
-    """Zeller's delta debugging: a 1-minimal sublist of ``items`` for which ``fails`` still holds
-    (appendix). ``fails(items)`` must hold on entry. Tries each of ``n`` chunks, then each complement,
+    """Zeller's delta debugging: a 1-minimal sublist of ``items`` for which ``fails`` still holds.
+    ``fails(items)`` must hold on entry. Tries each of ``n`` chunks, then each complement,
     and splits finer when neither fails; every sublist is tested at most once."""
     seen: dict[tuple, bool] = {}
 
@@ -387,6 +388,7 @@ def ddmin(items: list, fails: Callable[[list], bool]) -> list:
                     break
                 n = min(2 * n, len(items))
     return items
+# <<< end of the code taught on appendix/anatomy_of_a_miscompile.ipynb
 
 
 @dataclass

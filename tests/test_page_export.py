@@ -1,0 +1,48 @@
+"""The code a chapter teaches is the code the package runs: every ``#@save`` cell equals its block in graphbook."""
+import json
+import shutil
+
+import pytest
+
+from graphbook import page_export
+from graphbook.paths import REPO_ROOT
+
+
+def test_every_taught_block_equals_its_page():
+    stale = page_export.stale_modules(page_export.pages())
+    assert not stale, f"run scripts/export_taught_code.py: {[str(p.relative_to(REPO_ROOT)) for p in stale]} differ"
+
+
+def test_the_pages_teach_the_book_s_algorithms():
+    saved = {module for page in page_export.pages() for module in page_export.taught_cells(page)}
+    assert {"folding", "fusion_demo", "fusion_rules", "attribution", "miscompile_minimizer"} <= saved
+
+
+@pytest.fixture
+def checkout_copy(tmp_path):
+    """The pages and the package's modules in a scratch folder, so a test can change one character."""
+    for folder in (*page_export.PAGE_DIRS, "code/graphbook"):
+        shutil.copytree(REPO_ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    return tmp_path
+
+
+def _pages(root):
+    return page_export.pages(root)
+
+
+def test_one_character_changed_on_a_page_is_caught(checkout_copy):
+    page = checkout_copy / "chapters" / "01_chef_and_refrigerator.ipynb"
+    notebook = json.loads(page.read_text())
+    cell = next(c for c in notebook["cells"] if "".join(c["source"]).startswith("#@save folding"))
+    cell["source"] = "".join(cell["source"]).replace("torch.sqrt(var + bn.eps)", "torch.sqrt(var + bn.eps*2)", 1)
+    page.write_text(json.dumps(notebook))
+    package = checkout_copy / "code" / "graphbook"
+    assert page_export.stale_modules(_pages(checkout_copy), checkout_copy, package) == [package / "folding.py"]
+
+
+def test_a_block_whose_page_saves_nothing_is_refused(checkout_copy):
+    package = checkout_copy / "code" / "graphbook"
+    orphan = package / "scoring.py"
+    orphan.write_text(orphan.read_text() + "# >>> taught on chapters/99_gone.ipynb: edit it there\n")
+    with pytest.raises(ValueError, match="saves nothing"):
+        page_export.exported_modules(_pages(checkout_copy), checkout_copy, package)
