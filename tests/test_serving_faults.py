@@ -44,11 +44,11 @@ def clip(batch=1):
     return x
 
 
-def make_server(model=None, *, max_connections=32, **service_kwargs):
+def make_server(model=None, *, max_connections=32, request_timeout_s=TIMEOUT_S, **service_kwargs):
     torch.set_num_threads(1)
     options = dict(max_body_bytes=200_000, max_queue=4, queue_timeout_s=2.0, inference_timeout_s=0.5)
     service = serving.InferenceService(model or HangableHeatmaps(), (H, W), **{**options, **service_kwargs})
-    srv = serving.InferenceServer(service, request_timeout_s=TIMEOUT_S, max_connections=max_connections).start()
+    srv = serving.InferenceServer(service, request_timeout_s=request_timeout_s, max_connections=max_connections).start()
     srv.wait_until_ready(timeout=60)
     return srv
 
@@ -249,6 +249,39 @@ def test_connections_beyond_the_limit_get_503_and_the_held_ones_are_dropped_in_b
         assert good_request(srv)[0] == 200 and srv.refused_connections == 1
     finally:
         srv.stop()
+
+
+@pytest.mark.slow
+def test_stalled_uploads_up_to_their_bound_never_keep_a_valid_request_from_the_model(capfd):
+    # the defaults of serve_blurball.py; a deadline long enough to open every stalled client before it passes
+    srv = make_server(max_connections=serving.http.DEFAULT_MAX_CONNECTIONS, max_queue=batcher.DEFAULT_MAX_QUEUE,
+                      request_timeout_s=5 * TIMEOUT_S)
+    bound, stalled = srv.max_uploads, []  # a valid request's body is one of the max_uploads too
+    assert bound == srv.max_connections - srv.service.max_queue and bound - 1 >= 2 * srv.service.max_queue
+    try:
+        for count in (2 * srv.service.max_queue, bound - 1, bound):
+            while len(stalled) < count:  # each promises a whole clip, sends ten bytes of it, and stalls
+                stalled.append(connect(srv))
+                stalled[-1].sendall(predict_head(clip().nbytes) + b"x" * 10)
+            _wait_for(lambda: srv.uploads == count)
+            status, payload = good_request(srv)
+            if count < bound:
+                assert status == 200, f"{count} stalled uploads kept a valid request from the model"
+        # past the bound a valid request, and one more stalled client, are refused from the headers
+        assert status == 503 and "max_uploads" in payload["error"]
+        extra = connect(srv)
+        extra.sendall(predict_head(clip().nbytes) + b"x" * 10)
+        status, headers, payload = read_answer(extra)
+        assert status == 503 and headers.get("retry-after") == "1" and "max_uploads" in payload["error"]
+        # at their deadline the stalled clients are dropped (408), and a valid request is served again
+        assert {read_answer(sock)[0] for sock in stalled} == {408}
+        _wait_for(lambda: srv.uploads == 0)
+        assert good_request(srv)[0] == 200
+    finally:
+        for sock in stalled:
+            sock.close()
+        srv.stop()
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_a_full_queue_is_refused_before_the_body_is_read():

@@ -47,9 +47,10 @@ Content-Length, 413 body larger than ``max_body_bytes`` (rejected from its Conte
 read, then the connection is closed: a client still pushing megabytes may see the connection reset
 instead of the answer), 415 unsupported Content-Type or dtype, 422 well-formed but unusable input
 (wrong shape, a batch size that was not warmed up, non-numeric or non-finite values), 500 a failure
-inside the model, 501 a method HTTP does not define, 503 not ready yet, overloaded (queue or
-connections full; refused from the headers, before the body is read) or the model hangs (with
-``Retry-After``), 504 the model call ran past ``inference_timeout_s``. A model call that hangs also
+inside the model, 501 a method HTTP does not define, 503 not ready yet, overloaded (the queue full
+of whole requests, ``max_uploads`` bodies arriving, or every connection taken; refused from the
+headers, before the body is read: a body still arriving holds no place in the queue) or the model
+hangs (with ``Retry-After``), 504 the model call ran past ``inference_timeout_s``. A model call that hangs also
 turns ``/livez`` to 500, so an orchestrator restarts the process.
 
 Modules: :mod:`.runners` (the model behind one call, :func:`load_artifact`), :mod:`.batcher` (the

@@ -89,8 +89,8 @@ class InferenceService:
     One worker thread runs the model, one batch at a time. ``batching=True`` joins waiting requests
     into one call of a warmed-up size (:func:`_plan_batch`), waiting at most ``max_wait_ms`` after the
     oldest waiting request arrived; ``batching=False`` runs them one by one. At most ``max_queue``
-    requests wait or hold a reservation (:meth:`reserve`; more are answered 503 with
-    ``Retry-After: retry_after_s``); a request that waited ``queue_timeout_s`` without being run is
+    requests wait (more are answered 503 with ``Retry-After: retry_after_s``; :meth:`refuse_if_full`
+    says so before a body is read); a request that waited ``queue_timeout_s`` without being run is
     answered 503, one whose model call ran past ``inference_timeout_s`` 504.
     """
 
@@ -144,7 +144,6 @@ class InferenceService:
         #: model calls after warm-up, per batch size, since start (a counter: it never grows in length)
         self.calls_by_size: collections.Counter[int] = collections.Counter()
         self._queue: collections.deque[_Pending] = collections.deque()
-        self._reserved = 0
         self._busy_since: float | None = None
         self._cond = threading.Condition()
         self._paused = False
@@ -217,27 +216,22 @@ class InferenceService:
         if self._hung_for() is not None:
             return RequestError(503, "the model is not answering (a call runs past inference_timeout_s); "
                                      "retry on another replica", retry_after_s=self.retry_after_s)
-        if len(self._queue) + self._reserved >= self.max_queue:
-            return RequestError(503, f"overloaded: {len(self._queue) + self._reserved} requests already wait "
+        if len(self._queue) >= self.max_queue:
+            return RequestError(503, f"overloaded: {len(self._queue)} requests already wait "
                                      f"(max_queue {self.max_queue}); retry later", retry_after_s=self.retry_after_s)
         return None
 
-    def reserve(self) -> None:
-        """Hold one queue place before the body is read (raises RequestError 503 when none is free).
+    def refuse_if_full(self) -> None:
+        """Raise the RequestError (503) a request arriving now would get; hold no place (Chapter 7).
 
-        The HTTP handler calls this right after the headers, so a refused request costs nothing but its
-        headers; :meth:`submit` with ``reserved=True`` uses the place, :meth:`release` gives it back.
+        The HTTP handler asks right after the headers, so a request that a queue full of whole requests
+        refuses costs nothing but its headers. It holds no place while its body arrives: a client that
+        never finishes its body must not keep a whole request from the model; :meth:`submit` decides.
         """
         with self._cond:
             refusal = self._refusal()
-            if refusal is not None:
-                raise refusal
-            self._reserved += 1
-
-    def release(self) -> None:
-        """Give back a place taken by :meth:`reserve` that :meth:`submit` did not use."""
-        with self._cond:
-            self._reserved = max(0, self._reserved - 1)
+        if refusal is not None:
+            raise refusal
 
     def check_batch(self, array: np.ndarray) -> np.ndarray:
         """Validate a decoded request array; return it as contiguous float32 (raises RequestError)."""
@@ -254,21 +248,10 @@ class InferenceService:
             raise RequestError(422, "clips contain NaN or infinite values")
         return array
 
-    def submit(self, array: np.ndarray, *, reserved: bool = False) -> _Pending:
-        """Queue a validated batch; RequestError 503 (with Retry-After) when not ready or the queue is full.
-
-        ``reserved``: the caller holds a place from :meth:`reserve`, which this uses (or, on a
-        refusal, gives back).
-        """
-        try:
-            item = _Pending(self.check_batch(array))
-        except RequestError:
-            if reserved:
-                self.release()
-            raise
+    def submit(self, array: np.ndarray) -> _Pending:
+        """Queue a validated batch; RequestError 503 (with Retry-After) when not ready or the queue is full."""
+        item = _Pending(self.check_batch(array))
         with self._cond:
-            if reserved:
-                self._reserved = max(0, self._reserved - 1)
             refusal = self._refusal()
             if refusal is not None:
                 raise refusal
@@ -276,11 +259,11 @@ class InferenceService:
             self._cond.notify_all()
         return item
 
-    def predict(self, array: np.ndarray, *, reserved: bool = False) -> dict:
+    def predict(self, array: np.ndarray) -> dict:
         """Queue a batch, wait for its turn (bounded), decode one detection (or None) per frame."""
         from ..decoding import decode_batch
 
-        item = self.submit(array, reserved=reserved)
+        item = self.submit(array)
         # Every wait is bounded: queue_timeout_s in the queue (the worker answers an expired request
         # itself, unless it is stuck in a call), then inference_timeout_s for the model call.
         while not item.done.wait(0.05):

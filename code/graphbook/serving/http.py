@@ -7,10 +7,15 @@ do is bounded here:
   moment the server starts waiting for it; a connection that dribbles, stalls or idles longer is
   dropped by one reaper thread (a stalled body is answered 408 first);
 - at most ``max_connections`` connections are served at once; one more is answered 503 and closed;
+- reading a body costs the inference queue nothing: a request takes its place in the queue once its
+  body is whole. The connections still uploading a body are bounded on their own, by ``max_uploads``
+  (default: ``max_connections - max_queue``, the connections a queue full of whole requests does not
+  need, at least 1); so up to ``max_uploads`` clients that stall mid-body never keep a valid request
+  from the model, and each is dropped at its deadline;
 - an oversized ``Content-Length`` is refused (413) before a byte of the body is read, and so is a
-  request that finds the queue full (503: a place in the queue is reserved from the headers). The
-  503 leaves at once; a body the client sends anyway is then read into a scratch buffer and dropped
-  (never decoded), so the client reads its answer instead of a connection reset;
+  request that finds the queue full of whole requests or ``max_uploads`` bodies arriving (503 with
+  ``Retry-After``). The 503 leaves at once; a body the client sends anyway is then read into a scratch
+  buffer and dropped (never decoded), so the client reads its answer instead of a connection reset;
 - every error answer is JSON, including http.server's own (a garbage request line, an unknown
   method), and a client that vanishes mid-answer costs one counter, never a traceback.
 """
@@ -207,7 +212,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802
         service: InferenceService = self.server.service
-        reserved = False
         try:
             path = self._path()
             if path != "/predict":
@@ -221,9 +225,9 @@ class _Handler(BaseHTTPRequestHandler):
             except RequestError:
                 self.close_connection = True
                 raise
-            try:
-                service.reserve()  # a full queue is refused from the headers, before the body is read
-                reserved = True
+            try:  # refused from the headers, before the body is read
+                service.refuse_if_full()
+                self.server._start_upload()
             except RequestError as exc:
                 self._refuse(exc)  # the answer leaves at once; the body, if the client sends it anyway,
                 if not self._discard_body(length):  # is read into a scratch buffer, never decoded, so
@@ -234,19 +238,17 @@ class _Handler(BaseHTTPRequestHandler):
             except RequestError:
                 self.close_connection = True
                 raise
+            finally:
+                self.server._end_upload()
             self.server._disarm_deadline(self.connection)  # the model's own wait is bounded by the service
             array = _decode_body(self.headers.get("Content-Type"), self.headers, body)
-            reserved = False  # predict takes the place over (and gives it back on a refusal)
-            self._send(200, service.predict(array, reserved=True))
+            self._send(200, service.predict(array))
         except RequestError as exc:
             self._refuse(exc)
         except OSError:  # the client went away while we answered: nothing to answer
             self.close_connection = True
         except Exception as exc:  # a model failure answers 500 and the server keeps serving
             self._send(500, {"error": f"{type(exc).__name__}: {exc}"})
-        finally:
-            if reserved:
-                service.release()
 
 
 _BUSY = json.dumps({"error": "too many connections; retry later"}).encode()
@@ -261,7 +263,9 @@ class InferenceServer(ThreadingHTTPServer):
     Use :meth:`start` to serve in a background thread and warm up in another, so ``/readyz`` answers
     503 (and ``/livez`` 200) while the warm-up runs; :meth:`stop` shuts it down (also when it was never
     started). ``port=0`` picks a free port (:attr:`port` tells which). ``request_timeout_s`` bounds the
-    time a client may take to send one request, ``max_connections`` the connections served at once.
+    time a client may take to send one request, ``max_connections`` the connections served at once,
+    ``max_uploads`` those of them reading a body (default ``max_connections - service.max_queue``, at
+    least 1; see the module docstring).
     """
 
     daemon_threads = True
@@ -269,16 +273,21 @@ class InferenceServer(ThreadingHTTPServer):
 
     def __init__(self, service: InferenceService, host: str = "127.0.0.1", port: int = 0, *,
                  verbose: bool = False, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS):
-        if request_timeout_s <= 0 or max_connections < 1:
-            raise ValueError(f"need request_timeout_s > 0 and max_connections >= 1, "
-                             f"got {request_timeout_s} and {max_connections}")
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS, max_uploads: int | None = None):
+        if max_uploads is None:
+            max_uploads = max(1, max_connections - service.max_queue)
+        if request_timeout_s <= 0 or not 1 <= max_uploads <= max_connections:
+            raise ValueError(f"need request_timeout_s > 0 and 1 <= max_uploads <= max_connections, "
+                             f"got {request_timeout_s}, {max_uploads} and {max_connections}")
         super().__init__((host, int(port)), _Handler)
         self.service = service
         self.verbose = verbose
         self.request_timeout_s = float(request_timeout_s)
         self.max_connections = int(max_connections)
+        self.max_uploads = int(max_uploads)
         self.connections = 0           #: connections being served now
+        self.uploads = 0               #: connections reading a request body now
+        self.refused_uploads = 0       #: requests answered 503 because max_uploads bodies were arriving
         self.refused_connections = 0   #: connections answered 503 because max_connections were busy
         self.dropped_connections = 0   #: connections shut at their deadline (stalled or idle clients)
         self.client_errors = 0         #: connections that failed on the client's side (reset, broken pipe)
@@ -320,6 +329,21 @@ class InferenceServer(ThreadingHTTPServer):
             with self._lock:
                 self.connections -= 1
                 self._deadlines.pop(request, None)
+
+    def _start_upload(self) -> None:
+        """Count one more body being read, or raise RequestError 503 when ``max_uploads`` are."""
+        with self._lock:
+            busy = self.uploads >= self.max_uploads
+            if not busy:
+                self.uploads += 1
+        if busy:
+            self.refused_uploads += 1
+            raise RequestError(503, f"too many request bodies arriving at once (max_uploads {self.max_uploads}); "
+                                    "retry later", retry_after_s=self.service.retry_after_s)
+
+    def _end_upload(self) -> None:
+        with self._lock:
+            self.uploads -= 1
 
     def handle_error(self, request, client_address):
         """A client that resets or vanishes is counted, not printed (no tracebacks on stderr)."""
