@@ -201,3 +201,11 @@ def test_deciding_machine_is_this_one_with_three_quiet_runs_else_the_one_with_mo
     one_laptop_run = data[~data.run_id.isin(["l2", "l3"])]
     assert R.deciding_machine(one_laptop_run, here=laptop) == xeon    # 1 quiet run here, 2 there
     assert R.deciding_machine(data.assign(**{R.UNDER_LOAD: True}), here=laptop) is None
+
+
+def test_deciding_machine_prefers_the_reference_machine_the_prose_is_written_about():
+    data = R.flag_under_load(frame())
+    laptop = R.machine_label(LAPTOP)
+    as_reference = data.assign(**{R.MACHINE: data[R.MACHINE].replace(laptop, R.REFERENCE_MACHINE)})
+    xeon_here = R.machine_label({**XEON, "cpu_isa": float("nan")})
+    assert R.deciding_machine(as_reference, here=xeon_here) == R.REFERENCE_MACHINE

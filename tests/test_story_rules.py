@@ -146,3 +146,76 @@ def test_the_length_rules_count_what_the_reader_sees():
                           {"cell_type": "code", "source": "a = 1\n\nb = 2\n", "metadata": {}},
                           {"cell_type": "code", "source": "plot()\n", "metadata": {"tags": ["hide-input"]}}]}
     assert prose_words(notebook) == 6 and visible_code_lines(notebook) == 2
+
+
+_ROLE = re.compile(r"\{glue(?::(text|md))?\}`([\w-]+)(?::([^`]*))?`")
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
+_EQUAL_RANGE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(\s?(?:x|×|%|ms|s|px))?\s?(?:to|-|–)\s?\1\2?(?![\d.])")
+_NOT_READ_AS_NUMBERS = [re.compile(p, re.S) for p in (r"`[^`]*`", r"\$[^$]*\$", r"\]\([^)]*\)", r"\{\w+\}`[^`]*`",
+                                                      r"<[^>]*>")]
+
+
+def _glued(notebook: dict) -> dict[str, str]:
+    """Every glued value as its stored text: Markdown when the cell glued Markdown, else the plain text."""
+    values = {}
+    for cell in notebook["cells"]:
+        for output in cell.get("outputs", []):
+            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
+            data = output.get("data", {})
+            for mime in GLUED:
+                if name and mime in data:
+                    values[name] = _text(data[mime])
+                    break
+    return values
+
+
+def rendered_paragraphs(notebook: dict) -> list[str]:
+    """The Markdown paragraphs and list items as a reader sees them: every glue role replaced by its value, formatted."""
+    values = _glued(notebook)
+
+    def render(match):
+        key, spec = match.group(2), match.group(3)
+        value = values.get(key, "")
+        try:
+            return format(float(value), spec) if spec else value
+        except ValueError:
+            return value
+
+    paragraphs = []
+    for cell in notebook["cells"]:
+        if cell.get("cell_type") != "markdown":
+            continue
+        text = re.sub(r"```.*?```", "", "".join(cell.get("source", "")), flags=re.S)
+        for block in re.split(r"\n\s*\n|\n(?=\s*(?:[-*]|\d+\.) )", text):
+            if block.strip() and not block.lstrip().startswith(("|", "#", ":")):
+                paragraphs.append(" ".join(_ROLE.sub(render, block).split()))
+    return paragraphs
+
+
+def numbers_read(paragraph: str) -> int:
+    for pattern in _NOT_READ_AS_NUMBERS:
+        paragraph = pattern.sub(" ", paragraph)
+    return len(_NUMBER.findall(paragraph))
+
+
+MAX_NUMBERS_PER_PARAGRAPH = 10
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_paragraph_carries_a_few_numbers_and_no_template_debris(notebook):
+    paragraphs = rendered_paragraphs(json.loads(notebook.read_text()))
+    crowded = [f"{numbers_read(p)} numbers: {p[:90]}..." for p in paragraphs if numbers_read(p) > MAX_NUMBERS_PER_PARAGRAPH]
+    assert not crowded, "move the numbers into a table or a figure:\n" + "\n".join(crowded)
+    debris = [m.group(0) for p in paragraphs for m in _EQUAL_RANGE.finditer(p)]
+    assert not debris, f"a range whose ends print equal is one number: {debris}"
+
+
+def test_the_paragraph_rules_read_glued_values_as_rendered():
+    glued = {"output_type": "display_data", "data": {"application/papermill.record/text/plain": "2.6012"},
+             "metadata": {"scrapbook": {"name": "r"}}}
+    notebook = {"cells": [{"cell_type": "code", "outputs": [glued]},
+                          {"cell_type": "markdown", "source": "from {glue:text}`r:.1f`x to {glue:text}`r:.1f`x"}]}
+    (paragraph,) = rendered_paragraphs(notebook)
+    assert paragraph == "from 2.6x to 2.6x" and _EQUAL_RANGE.search(paragraph)
+    assert not _EQUAL_RANGE.search("from 2.6x to 2.7x, 16 to 164, in 2026-12-02")
+    assert numbers_read("1, 2, 3 and `4`, 5.5 % of $6$ ([7](a8.md))") == 4

@@ -24,6 +24,14 @@ UNDER_LOAD = "under_load"      #: bool column added by :func:`flag_under_load`
 LOAD_REASON = "load_reason"    #: why a run was flagged ("" when it was not)
 UNRECORDED = "unrecorded"      #: a fingerprint field an older file did not record
 MIN_RUNS = 3                   #: the book decides on no fewer recorded runs than this
+#: The machine the book's prose is written about: a quiet 2-core AMD EPYC Zen 5 that recorded every benchmark on
+#: 2026-12-02. Hand-written sentences about recorded runs are asserted against this machine's runs.
+REFERENCE_MACHINE = "AMD EPYC (Zen 5, family 26 model 2, avx512_vnni, torch AVX512, 2 threads)"
+
+
+def named(machine: str) -> str:
+    """How prose names a machine: the reference machine by that name (the glossary gives its fingerprint)."""
+    return "the reference machine" if machine == REFERENCE_MACHINE else machine
 
 
 def _blank(value) -> bool:
@@ -226,13 +234,14 @@ def flag_under_load(frame, *, value: str = "median_ms", variant: str = "variant"
 
 
 def deciding_machine(frame, *, here: Mapping | str | None = None, run: str = "run_id") -> str | None:
-    """Which machine's runs a chapter quotes: this one when it has :data:`MIN_RUNS` quiet runs (Chapter 3).
+    """Which machine's runs a chapter quotes: the reference machine when it has :data:`MIN_RUNS` quiet runs.
 
     ``frame`` holds recorded runs (flagged with :func:`flag_under_load` when ``under_load`` is present;
-    flagged runs do not count). Returns this machine's label (``here``: a fingerprint or a label; default
-    this process's fingerprint) when it has at least :data:`MIN_RUNS` quiet runs, otherwise the machine
-    with the most quiet runs (the first in recorded order on a tie), or None when no run is quiet. The
-    chapters' tables keep every machine; this only picks whose numbers the prose states.
+    flagged runs do not count). Returns :data:`REFERENCE_MACHINE` when it has at least :data:`MIN_RUNS` quiet
+    runs, else this machine's label (``here``: a fingerprint or a label; default this process's fingerprint)
+    when it has as many, otherwise the machine with the most quiet runs (the first in recorded order on a
+    tie), or None when no run is quiet. The prose is written about the reference machine and asserted against
+    its runs; the chapters' tables keep every machine, so a reader's own recording stands beside it.
     """
     if here is None:
         from .environment import fingerprint
@@ -245,8 +254,9 @@ def deciding_machine(frame, *, here: Mapping | str | None = None, run: str = "ru
     if quiet.empty:
         return None
     counts = quiet.groupby(MACHINE, sort=False)[run].nunique()
-    if counts.get(label, 0) >= MIN_RUNS:
-        return label
+    for preferred in (REFERENCE_MACHINE, label):
+        if counts.get(preferred, 0) >= MIN_RUNS:
+            return preferred
     return str(counts.idxmax())
 
 
@@ -339,7 +349,8 @@ def paired_ratios(frame, a: str, b: str, *, value: str = "median_ms", variant: s
 def _describe(ratios: Sequence[float], a: str, b: str) -> str:
     middle = statistics.median(ratios)
     n = len(ratios)
-    span = f"per-run {_times(min(ratios))} to {_times(max(ratios))}" if n > 1 else "a single run"
+    low, high = _times(min(ratios)), _times(max(ratios))
+    span = ("a single run" if n == 1 else f"{low} in every run" if low == high else f"per-run {low} to {high}")
     wins = sum(r > 1 for r in ratios)
     if n > 1 and 0 < wins < n:
         return (f"{a} and {b} traded places ({a} ahead in {wins} of {n} runs, {span}; "
