@@ -35,6 +35,35 @@ def test_verdicts_judge_fp32_on_logits_and_lower_precision_on_the_decoded_ball()
     assert moved.check["eager_bf16_autocast"] == "FAILED: decoded ball moved on 3 of 12 held-out frames"
 
 
+def _lower_precision_recording(machine, ball, *, twin_same=True, with_ball_check=True):
+    """One machine's three runs of a bf16 variant and its FP32 twin (compile + freezing)."""
+    rows = _recording()[lambda f: f.variant == "eager_fp32"].assign(**machine)
+    bf16 = rows.assign(variant="compile_freezing_bf16", same_output=False, max_abs_diff=4.19,
+                       same_ball=ball if with_ball_check else None)
+    twin = rows.assign(variant="compile_freezing", same_output=twin_same, max_abs_diff=4.13 if not twin_same else 2e-5)
+    return pd.concat([rows, bf16, twin], ignore_index=True)
+
+
+def test_a_lower_precision_passes_only_with_its_fp32_twin_on_its_own_machine():
+    xeon = {**ZEN4, "cpu_model": "Intel Xeon", "cpu_family": 6, "cpu_model_id": 143, "cpu_microarch": "Sapphire Rapids"}
+    older = {**ZEN4, "cpu_family": None, "cpu_model_id": None}   # random weights, no ball check
+    recorded = pd.concat([_lower_precision_recording(ZEN4, True, twin_same=False),
+                          _lower_precision_recording(xeon, True),
+                          _lower_precision_recording(older, None, with_ball_check=False)], ignore_index=True)
+    machines = list(dict.fromkeys(runs.add_machine(recorded)[runs.MACHINE]))
+    rows, zen4 = cpu_matrix.full_size_rows(recorded, machine=machines[0])
+    assert zen4.check["compile_freezing_bf16"] == ("FAILED: decoded ball kept on 12 held-out frames, but its FP32 "
+                                                    "twin compile + freezing differs from eager FP32")
+    xeon_verdicts = cpu_matrix.full_size_rows(recorded, machine=machines[1])[1]   # never pooled with the Zen 4's
+    assert xeon_verdicts.check_passed["compile_freezing_bf16"]
+    old = cpu_matrix.full_size_rows(recorded, machine=machines[2])[1]
+    assert old.check["compile_freezing_bf16"] == "FAILED: no decoded-ball check recorded (random-weight runs)"
+    assert rows.groupby(runs.MACHINE, sort=False).check_passed.sum().tolist() == [3, 9, 6]   # passing rows per machine
+    alone = _lower_precision_recording(ZEN4, True).query("variant != 'compile_freezing'")
+    assert cpu_matrix.full_size_rows(alone)[1].check["compile_freezing_bf16"].endswith(
+        "its FP32 twin compile + freezing was not recorded on this machine")
+
+
 def test_only_the_full_size_counts_and_nothing_recorded_is_none():
     assert cpu_matrix.full_size_rows(_recording(size=(96, 160))) == (None, None)
     assert cpu_matrix.full_size_rows(pd.DataFrame()) == (None, None)

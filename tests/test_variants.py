@@ -32,6 +32,14 @@ def test_registry_names_and_labels_are_unique_and_reference_first():
             "openvino_int8"} <= set(variants.REGISTRY)
 
 
+def test_every_lower_precision_has_one_fp32_twin_of_its_own_runtime():
+    lower = {n for n, v in variants.REGISTRY.items() if v.precision != "fp32"}
+    assert set(variants.FP32_TWINS) == lower
+    for name, twin in variants.FP32_TWINS.items():
+        assert variants.get(twin).precision == "fp32" and variants.get(twin).family == variants.get(name).family
+    assert variants.FP32_TWINS["compile_freezing_bf16"] == "compile_freezing"
+
+
 def test_unknown_names_are_clear_errors():
     with pytest.raises(ValueError, match="unknown variant 'warp'.*eager_fp32"):
         variants.get("warp")

@@ -4,7 +4,7 @@
 correctness check, in ``cpu-blurball`` files. This module reads them the one way both pages need:
 
 - :func:`full_size_rows`: the variant rows at the article's input size, flagged for load, each joined with
-  its variant's verdict over every recorded run (:func:`_check_verdicts`);
+  its variant's verdict over its own machine's recorded runs (:func:`_check_verdicts`);
 - :func:`run_table`: one row per recorded run (file, date, machine, eager FP32, load flag);
 - :func:`machine_verdict`: what one machine's quiet runs allow the book to say, as a sentence.
 """
@@ -18,39 +18,56 @@ from graphbook.record import results, runs
 FULL_SIZE = (288, 512)   #: the article's input size (height, width); the matrix decides only there
 
 
+def _own_check(name: str, group: pd.DataFrame) -> tuple[bool, str]:
+    """One variant's own check over one machine's runs: FP32 rewrites on the logits, a lower precision on the
+    decoded ball (recorded only with the trained checkpoint: older random-weight files cannot pass it)."""
+    if variants.get(name).expected_to_match_eager:
+        passed = bool(group[results.SAME_OUTPUT].astype(bool).all())
+        return passed, "same output as eager FP32" if passed else "output differs from eager FP32"
+    checked = group[group[results.SAME_BALL].notna()] if results.SAME_BALL in group else group.iloc[:0]
+    if checked.empty:
+        return False, "no decoded-ball check recorded (random-weight runs)"
+    frames = int(checked[results.BALL_FRAMES].min())
+    moved = frames - int(checked[results.BALL_AGREE_FRAMES].min())
+    if bool(checked[results.SAME_BALL].astype(bool).all()):
+        return True, f"decoded ball kept on {frames} held-out frames"
+    return False, f"decoded ball moved on {moved} of {frames} held-out frames"
+
+
 def _check_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per variant: did it pass its correctness check in every recorded run (``check_passed``), a phrase
-    saying which check and why (``check``), and its largest difference from eager FP32 (``max_abs_diff``).
+    """Per machine and variant, from that machine's runs only: did it pass its check in every run
+    (``check_passed``), a phrase saying which check and why (``check``), its largest difference from eager
+    FP32 (``max_abs_diff``).
 
-    FP32 rewrites must give eager FP32's logits within the book's tolerance; a lower precision, recorded
-    with the trained checkpoint, must keep the decoded ball on the held-out clips; older files (random
-    weights) carry only the heatmap-peak check. Introduced in Chapter 5.
+    FP32 rewrites must give eager FP32's logits within the book's tolerance. A lower precision passes when
+    it keeps the decoded ball on the held-out clips *and* its FP32 twin (:data:`graphbook.variants.FP32_TWINS`)
+    passes its own check on the same machine. Introduced in Chapter 5.
     """
-    def verdict(group):
-        if variants.get(group.name).expected_to_match_eager:
-            passed = bool(group[results.SAME_OUTPUT].astype(bool).all())
-            why = "same output as eager FP32" if passed else "output differs from eager FP32"
-        elif results.SAME_BALL in group and group[results.SAME_BALL].notna().all():
-            passed = bool(group[results.SAME_BALL].astype(bool).all())
-            frames = int(group[results.BALL_FRAMES].min())
-            moved = frames - int(group[results.BALL_AGREE_FRAMES].min())
-            why = (f"decoded ball kept on {frames} held-out frames" if passed
-                   else f"decoded ball moved on {moved} of {frames} held-out frames")
-        else:
-            passed = bool(group[results.SAME_PEAKS].astype(bool).all())
-            why = "heatmap peaks kept (bf16 rounding)" if passed else "heatmap peaks moved"
-        return pd.Series({"check_passed": passed, "check": ("passed: " if passed else "FAILED: ") + why,
-                          "max_abs_diff": float(group[results.MAX_ABS_DIFF].max())})
-
-    return rows.groupby("variant", sort=False).apply(verdict, include_groups=False)
+    own = {key: (*_own_check(key[1], group), float(group[results.MAX_ABS_DIFF].max()))
+           for key, group in rows.groupby([runs.MACHINE, "variant"], sort=False)}
+    verdicts = {}
+    for (machine, name), (passed, why, diff) in own.items():
+        twin = variants.FP32_TWINS.get(name)
+        if twin is not None and not own.get((machine, twin), (False,))[0]:
+            twin_says = "differs from eager FP32" if (machine, twin) in own else "was not recorded on this machine"
+            why = (f"{why}, but " if passed else f"{why}; ") + f"its FP32 twin {variants.get(twin).label} {twin_says}"
+            passed = False
+        verdicts[machine, name] = {"check_passed": passed, "check": ("passed: " if passed else "FAILED: ") + why,
+                                   "max_abs_diff": diff}
+    frame = pd.DataFrame.from_dict(verdicts, orient="index")
+    frame.index.names = [runs.MACHINE, "variant"]
+    return frame
 
 
-def full_size_rows(recorded: pd.DataFrame | None = None) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
-    """The recorded variant rows at :data:`FULL_SIZE`, flagged for load and joined with ``check_passed``,
-    and the per-variant verdicts; ``(None, None)`` when no full-size run is recorded.
+def full_size_rows(recorded: pd.DataFrame | None = None,
+                   machine: str | None = None) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """The recorded variant rows at :data:`FULL_SIZE`, flagged for load and joined with ``check_passed``
+    (each machine judged on its own runs), and the per-variant verdicts of ``machine``; ``(None, None)``
+    when no full-size run is recorded.
 
-    ``recorded`` defaults to every ``cpu-blurball`` file (:func:`graphbook.record.results.load`).
-    Introduced in Chapter 5.
+    ``recorded`` defaults to every ``cpu-blurball`` file (:func:`graphbook.record.results.load`); ``machine``
+    to :func:`graphbook.record.runs.deciding_machine` (this machine when it has three quiet runs). A machine's
+    verdicts are never pooled with another's. Introduced in Chapter 5.
     """
     recorded = results.load("cpu-blurball") if recorded is None else recorded
     if recorded.empty:
@@ -61,7 +78,8 @@ def full_size_rows(recorded: pd.DataFrame | None = None) -> tuple[pd.DataFrame |
         return None, None
     rows = runs.flag_under_load(recorded[full])
     verdicts = _check_verdicts(rows)
-    return rows.join(verdicts[["check_passed"]], on="variant"), verdicts
+    machine = machine or runs.deciding_machine(rows) or rows[runs.MACHINE].iloc[0]
+    return rows.join(verdicts[["check_passed"]], on=[runs.MACHINE, "variant"]), verdicts.loc[machine]
 
 
 def run_table(rows: pd.DataFrame) -> pd.DataFrame:

@@ -311,6 +311,13 @@ def _registry() -> dict[str, Variant]:
 #: name -> :class:`Variant`, in the order the book reports them (eager FP32 first).
 REGISTRY: dict[str, Variant] = _registry()
 
+#: Each lower precision's FP32 twin: the same runtime and settings in FP32. A lower precision passes only when
+#: it keeps the decoded ball *and* its twin gives eager's output: rounding can hide a miscompile it inherits
+#: (compile + freezing bf16 keeps the ball, yet its logits are as far off as the FP32 freezing miscompile's).
+FP32_TWINS = {"eager_bf16_autocast": "eager_fp32", "compile_bf16": "compile_default",
+              "compile_freezing_bf16": "compile_freezing", "ort_int8_qdq_all": "ort_exporter_optimized_all",
+              "openvino_bf16": "openvino_fp32", "openvino_int8": "openvino_fp32"}
+
 
 def get(name: str) -> Variant:
     """The registered variant ``name``; ValueError listing the names otherwise (Chapter 5)."""
