@@ -201,14 +201,15 @@ def compare_sentence(kind: str, group: str | None, results_dir=None, *, where: d
     if len(rows) < 2:
         if len(rows) == 1:
             row = rows.iloc[0]
-            return (head + f" Only {row[runs.MACHINE]} has quiet runs of {group}: a median of {row['median']:.3g} "
+            return (head + f" Only {runs.named(row[runs.MACHINE])} has quiet runs of {group}: a median of {row['median']:.3g} "
                     f"{found.unit} over {row['quiet_runs']}.")
         return head
     best = rows.sort_values("median", ascending=found.lower_is_better).iloc[0]
     worst = rows.sort_values("median", ascending=not found.lower_is_better).iloc[0]
     factor = (worst["median"] / best["median"]) if found.lower_is_better else (best["median"] / worst["median"])
     return (head + f" For {group}, the medians over quiet runs range from {best['median']:.3g} {found.unit} on "
-            f"{best[runs.MACHINE]} to {worst['median']:.3g} on {worst[runs.MACHINE]}, a factor of {factor:.2f}.")
+            f"{runs.named(best[runs.MACHINE])} to {worst['median']:.3g} on {runs.named(worst[runs.MACHINE])}, a factor "
+            f"of {factor:.2f}.")
 
 
 def files_shown(results_dir=None) -> list[str]:
