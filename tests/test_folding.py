@@ -237,7 +237,8 @@ def test_shared_outputs_and_modules_called_twice_are_skipped():
     assert plan.pairs == []
     reasons = dict(plan.skipped)
     assert "2 users" in reasons["bn_a"] and "more than once" in reasons["bn_b"]
-    folded, count = fold_all_conv_bn(model)
+    with pytest.warns(UserWarning, match="folded none of the 2 BatchNorm2d calls"):
+        folded, count = fold_all_conv_bn(model)
     expected, actual = _outputs(model, folded, torch.randn(1, 6, 5, 5))
     assert count == 0 and torch.equal(expected, actual)
 
@@ -300,3 +301,68 @@ def test_blurball_folds_every_batch_norm_by_dataflow():
     assert count == sum(isinstance(m, nn.BatchNorm2d) for m in model.modules()) == 71
     with torch.no_grad():
         assert (folded(x) - model(x)).abs().max().item() < 1e-4
+
+
+class _DepthwiseConv(nn.Conv2d):
+    """A depthwise convolution as model libraries write it: a Conv2d subclass that inherits forward."""
+
+    def __init__(self, channels, kernel_size, stride, padding):
+        super().__init__(channels, channels, kernel_size, stride, padding=padding, groups=channels, bias=False)
+
+
+class _MBConv(nn.Module):
+    """EfficientNet's block: expand 1x1, depthwise, squeeze-excite, project 1x1; BN after each conv; string
+    padding ("valid" after explicit zero padding where strided, "same" elsewhere)."""
+
+    def __init__(self, cin, cout, expand, kernel, stride):
+        super().__init__()
+        mid = cin * expand
+        self.expand = nn.Sequential(nn.Conv2d(cin, mid, 1, padding="same", bias=False), _random_bn(mid), nn.SiLU())
+        self.pad = nn.ZeroPad2d((kernel // 2 - 1, kernel // 2, kernel // 2 - 1, kernel // 2)) if stride == 2 \
+            else nn.Identity()
+        self.depthwise = _DepthwiseConv(mid, kernel, stride, "valid" if stride == 2 else "same")
+        self.depthwise_bn, self.act = _random_bn(mid), nn.SiLU()
+        self.squeeze, self.excite = nn.Conv2d(mid, max(1, cin // 4), 1), nn.Conv2d(max(1, cin // 4), mid, 1)
+        self.project = nn.Conv2d(mid, cout, 1, padding="same", bias=False)
+        self.project_bn = _random_bn(cout)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        h = self.act(self.depthwise_bn(self.depthwise(self.pad(self.expand(x)))))
+        h = h * torch.sigmoid(self.excite(nn.functional.silu(self.squeeze(h.mean((2, 3), keepdim=True)))))
+        h = self.project_bn(self.project(h))
+        return h + x if self.residual else h
+
+
+def _efficientnet_style():
+    torch.manual_seed(7)
+    return nn.Sequential(
+        nn.ZeroPad2d((0, 1, 0, 1)), nn.Conv2d(3, 8, 3, stride=2, padding="valid", bias=False), _random_bn(8), nn.SiLU(),
+        _MBConv(8, 8, 1, 3, 1), _MBConv(8, 12, 4, 3, 2), _MBConv(12, 12, 4, 5, 1),
+        nn.Conv2d(12, 32, 1, padding="same", bias=False), _random_bn(32), nn.SiLU()).eval()
+
+
+@pytest.mark.parametrize("traced_with_inputs", [False, True], ids=["torch.fx", "torch.export"])
+def test_an_efficientnet_style_model_folds_every_pair(traced_with_inputs):
+    model, x = _efficientnet_style(), torch.randn(1, 3, 32, 32)
+    folded, count = fold_all_conv_bn(model, (x,) if traced_with_inputs else None)
+    assert count == sum(isinstance(m, nn.BatchNorm2d) for m in model.modules()) == 11
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in folded.modules())
+    expected, actual = _outputs(model, folded, x)
+    assert torch.allclose(expected, actual, rtol=1e-4, atol=1e-5)
+
+
+class _SamePaddingConv(nn.Conv2d):
+    """A subclass with its own forward (padding computed per input): it is not a plain Conv2d."""
+
+    def forward(self, x):
+        return super().forward(nn.functional.pad(x, (1, 1, 1, 1), value=1.0))
+
+
+def test_a_fold_that_finds_no_pair_says_so_and_a_conv_with_its_own_forward_is_not_folded():
+    model = nn.Sequential(_SamePaddingConv(3, 4, 3), _random_bn(4)).eval()
+    x = torch.randn(1, 3, 8, 8)
+    for inputs in (None, (x,)):
+        with pytest.warns(UserWarning, match="folded none of the 1 BatchNorm2d calls"):
+            folded, count = fold_all_conv_bn(model, inputs)
+        assert count == 0 and torch.equal(*_outputs(model, folded, x))

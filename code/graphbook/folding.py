@@ -17,9 +17,11 @@ and ``torch.fx.experimental.optimization.fuse``.
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass, field
 
 import torch
+import torch.fx as fx
 from torch import nn
 
 
@@ -55,8 +57,17 @@ def fold_conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
 
 
 def _is_plain_conv(module: nn.Module) -> bool:
-    """True for nn.Conv2d and subclasses that keep its weight layout (not quantized/transposed)."""
-    return isinstance(module, nn.Conv2d) and not getattr(module, "transposed", False)
+    """True for nn.Conv2d and subclasses that compute what it computes: they inherit its forward (a depthwise
+    ``class DepthwiseConv(nn.Conv2d)``); a subclass with its own forward (dynamic padding) may not."""
+    return (isinstance(module, nn.Conv2d) and not getattr(module, "transposed", False)
+            and type(module).forward is nn.Conv2d.forward and type(module)._conv_forward is nn.Conv2d._conv_forward)
+
+
+class _ConvLeafTracer(fx.Tracer):
+    """torch.fx's tracer, keeping a user-defined plain Conv2d subclass one call, as it keeps nn.Conv2d."""
+
+    def is_leaf_module(self, module: nn.Module, qualified_name: str) -> bool:
+        return _is_plain_conv(module) or super().is_leaf_module(module, qualified_name)
 
 
 @dataclass
@@ -86,11 +97,9 @@ class _Call:
 
 
 def _fx_calls(module: nn.Module) -> tuple[list[_Call], dict[str, int], set[str]]:
-    """Module calls of a ``torch.fx.symbolic_trace`` of ``module`` (Conv2d and BN stay leaf calls)."""
-    import torch.fx as fx
-
+    """Module calls of a ``torch.fx`` trace of ``module`` (Conv2d, its plain subclasses and BN stay leaf calls)."""
     try:
-        traced = fx.symbolic_trace(module)
+        traced = fx.GraphModule(module, _ConvLeafTracer().trace(module))
     except Exception as error:  # TraceError, or a forward that inspects its input (x.dim(), shapes)
         raise FoldingError(
             f"torch.fx could not trace the model's forward ({type(error).__name__}: "
@@ -123,7 +132,8 @@ def _export_calls(module: nn.Module, example_inputs: tuple) -> tuple[list[_Call]
         raise FoldingError(f"torch.export could not trace the model on the example inputs "
                            f"({type(error).__name__}: {str(error).splitlines()[0][:160]})") from None
     modules = dict(module.named_modules())
-    conv_ops = {torch.ops.aten.conv2d.default, torch.ops.aten.convolution.default}
+    # string padding ("same", "valid") traces to its own overload
+    conv_ops = {torch.ops.aten.conv2d.default, torch.ops.aten.conv2d.padding, torch.ops.aten.convolution.default}
     bn_ops = {torch.ops.aten.batch_norm.default,
               torch.ops.aten._native_batch_norm_legit_no_training.default}
     param_owner = {}
@@ -217,9 +227,14 @@ def fold_all_conv_bn(module: nn.Module, example_inputs: tuple | None = None) -> 
     ``nn.Identity`` and its conv the folded conv. Module names are never trusted: a ``bn1`` that
     ``forward`` applies to something other than ``conv1``'s output is left alone, so the folded
     model computes what the original did. Raises :class:`FoldingError` if a pair cannot be folded
-    (e.g. the model is in training mode) or the forward cannot be traced.
+    (e.g. the model is in training mode) or the forward cannot be traced; warns when BatchNorm2d calls
+    were found and none could be folded (a fold that silently does nothing looks like success).
     """
     plan = conv_bn_plan(module, example_inputs)
+    if plan.skipped and not plan.pairs:
+        reasons = sorted({reason for _, reason in plan.skipped})
+        warnings.warn(f"folded none of the {len(plan.skipped)} BatchNorm2d calls ({plan.tracer}): "
+                      + "; ".join(reasons), stacklevel=2)
     folded_model = copy.deepcopy(module)
     for conv_path, bn_path in plan.pairs:
         conv = folded_model.get_submodule(conv_path)
