@@ -82,8 +82,8 @@ def test_variant_rows_ratios_and_peak_share():
     assert rows[0]["speedup_vs_eager"] == pytest.approx(1.0)
     assert rows[1]["speedup_vs_eager"] == pytest.approx(2.0)
     assert rows[1]["gflop_per_s"] == pytest.approx(4.0)
-    assert rows[1]["share_of_peak"] == pytest.approx(0.5)
-    assert rows[2]["share_of_peak"] == ""           # no bf16 peak measured
+    assert rows[1]["share_of_matmul_rate"] == pytest.approx(0.5)
+    assert rows[2]["share_of_matmul_rate"] == ""           # no bf16 peak measured
     assert "median_ms" not in rows[3]
 
 

@@ -184,11 +184,11 @@ def profile_eager(model, x, autocast_dtype=None) -> list[dict]:
 
 
 def variant_rows(measured: list[dict], macs: int, peaks: dict, reference: str = REFERENCE) -> list[dict]:
-    """Each measured row plus speedup over ``reference``, achieved GFLOP/s and share of peak (Chapter 5).
+    """Each measured row plus speedup over ``reference``, achieved GFLOP/s and share of the matmul rate (Chapter 5).
 
     ``measured`` rows have ``variant``, ``precision`` and (unless skipped) ``median_ms``; ``peaks`` maps a
-    precision to the matmul peak in GFLOP/s measured in the same run. A precision without a measured
-    peak gets ``""`` for the peak and its share; a skipped row (no ``median_ms``) is passed through.
+    precision to the matrix-product rate in GFLOP/s measured in the same run (a library's rate, not the machine's
+    ceiling: a variant can exceed it). A precision without a measured rate gets ``""`` for the peak and its share; a skipped row (no ``median_ms``) is passed through.
     """
     reference_row = next(r for r in measured if r["variant"] == reference)
     rows = []
@@ -199,7 +199,7 @@ def variant_rows(measured: list[dict], macs: int, peaks: dict, reference: str = 
             row["gflop_per_s"] = 2 * macs / (r["median_ms"] * 1e-3) / 1e9
             peak = peaks.get(r.get("precision", "fp32"))
             row["peak_gflop_per_s"] = peak if peak else ""
-            row["share_of_peak"] = row["gflop_per_s"] / peak if peak else ""
+            row["share_of_matmul_rate"] = row["gflop_per_s"] / peak if peak else ""
         rows.append(row)
     return rows
 
