@@ -41,3 +41,14 @@ def test_unreadable_notebook_gives_a_clear_error(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="not a readable notebook"):
         provenance._execution_record(bad)
+
+
+def test_the_execution_log_has_one_header_and_names_machines_by_fingerprint():
+    import csv
+
+    from graphbook import paths
+
+    with open(paths.RESULTS_DIR / "notebook_executions.csv", newline="") as log:
+        rows = list(csv.reader(log))
+    assert rows[0].count("notebook") == 1 and {"cpu_family", "cpu_model_id", "cpu_ghz"} <= set(rows[0])
+    assert rows[0] not in rows[1:], "a second header row inside the log"
