@@ -8,11 +8,18 @@ each the load test of ``code/bench_serving_load.py``: levels of 1, 2, 4 and 8 lo
 an overload level of 24 (bounded request count and time). Each run measures the ``copy_`` bandwidth
 first, so a run taken under load can be flagged. One new results file of kind ``litserve-compare``.
 
-    .venv/bin/python code/bench_litserve.py                       # 96x160, 3 runs (a few minutes)
+``--faults`` sends hostile clients instead of the load test (``graphbook.serving.hostile_clients``):
+each server with its own documented limits faces stalled bodies (added one at a time until a valid
+request fails, then held ``--hold`` seconds), a huge Content-Length, a garbage request line and a burst
+of three times ``--max-queue`` requests. One new results file of kind ``hostile-clients``.
 
-Exit status: 0 ok; 1 a request got an answer other than 200 or 503, or a server did not start (the
-rows measured are still written); 2 bad arguments; 3 litserve is not installed or the checkpoint is
-missing.
+    .venv/bin/python code/bench_litserve.py                       # 96x160, 3 runs (a few minutes)
+    .venv/bin/python code/bench_litserve.py --faults --max-queue 16   # serve_blurball.py's queue bound
+
+Exit status: 0 ok; 1 a request got an answer other than 200 or 503 (with ``--faults``: the book's server
+refused a valid request while twice ``--max-queue`` uploads stalled, or after a fault ended), or a
+server did not start (the rows measured are still written); 2 bad arguments; 3 litserve is not
+installed or the checkpoint is missing.
 """
 from __future__ import annotations
 
@@ -20,7 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphbook.record.cli import EXIT_CHECK_FAILED, EXIT_OK, add_load_test_options, make_parser, positive_int, resource_absent
+from graphbook.record.cli import (EXIT_CHECK_FAILED, EXIT_OK, add_load_test_options, make_parser, positive_float, positive_int,
+                                  resource_absent)
 
 PROG = "bench_litserve.py"
 
@@ -31,12 +39,21 @@ def parse_args(argv=None):
     p.add_argument("--runs", type=positive_int, default=3, help="runs, alternating the order (at least 3)")
     p.add_argument("--model", choices=("blurball", "tiny"), default="blurball",
                    help="'tiny' serves the two-layer stand-in (for tests); default the trained BlurBall")
+    p.add_argument("--faults", action="store_true", help="hostile clients instead of the load test")
+    p.add_argument("--max-stalled", type=positive_int, default=96,
+                   help="with --faults: stalled uploads to try at most (default 96, at most 256)")
+    p.add_argument("--hold", type=positive_float, default=15.0,
+                   help="with --faults: seconds to hold the stalled uploads, to see them dropped (default 15, at most 120)")
     args = p.parse_args(argv)
+    if args.max_stalled > 256 or args.hold > 120:
+        p.error(f"--max-stalled must be at most 256 and --hold at most 120 s, got {args.max_stalled} and {args.hold:g}")
+    if args.faults and args.max_queue > 21:  # the burst of three times the queue stays within 64 clients
+        p.error(f"--max-queue must be at most 21 with --faults, got {args.max_queue}")
     if args.runs < 3:
         p.error(f"--runs must be at least 3 (a comparison rests on repeated runs), got {args.runs}")
     if max(args.concurrency) > 64 or not 0 <= args.overload_clients <= 64:
         p.error("at most 64 clients per level")
-    if max(args.concurrency) > args.max_queue:
+    if max(args.concurrency) > args.max_queue and not args.faults:
         p.error(f"--concurrency levels must not exceed --max-queue ({args.max_queue}); only the overload level does")
     if not 0 <= args.max_wait_ms <= 1000:
         p.error(f"--max-wait-ms must be in 0..1000, got {args.max_wait_ms}")
@@ -54,7 +71,7 @@ def main(argv=None) -> int:
     from graphbook import onnx_utils
     from graphbook.record import results
     from graphbook.record.environment import fingerprint
-    from graphbook.serving import litserve_compare
+    from graphbook.serving import hostile_clients, litserve_compare
 
     if args.model == "tiny":
         from graphbook.warmup import tiny_clip_net
@@ -74,21 +91,33 @@ def main(argv=None) -> int:
         print(f"exporting {args.model} with a dynamic batch at {args.height}x{args.width}", flush=True)
         onnx_path = onnx_utils.export_dynamic_batch(model, torch.randn(2, 9, args.height, args.width),
                                                     Path(tmp) / f"{args.model}-dynamic.onnx")
+        options = dict(runs=args.runs, threads=args.threads, max_queue=args.max_queue, max_wait_ms=args.max_wait_ms,
+                       log=lambda line: print(line, flush=True), rows=rows)
         try:
-            litserve_compare.compare(onnx_path, (args.height, args.width), levels=levels, runs=args.runs,
-                                     threads=args.threads, max_queue=args.max_queue, max_wait_ms=args.max_wait_ms,
-                                     requests=args.requests, time_limit_s=args.time_limit,
-                                     log=lambda line: print(line, flush=True), rows=rows)
+            if args.faults:
+                hostile_clients.compare(onnx_path, (args.height, args.width), max_stalled=args.max_stalled,
+                                        hold_s=args.hold, **options)
+            else:
+                litserve_compare.compare(onnx_path, (args.height, args.width), levels=levels, requests=args.requests,
+                                         time_limit_s=args.time_limit, **options)
         except RuntimeError as exc:  # a server that did not start: keep what was measured
             failure = f"{PROG}: error: {str(exc).splitlines()[0]}"
     if not rows:
         print(failure or f"{PROG}: error: nothing was measured", file=sys.stderr)
         return 1
-    errors = sum(int(r["errors"]) for r in rows)
-    if errors and failure is None:
-        failure = f"{PROG}: {errors} requests got an answer other than 200 or 503"
-    path = results.write_run("litserve-compare", rows, env, results_dir=args.results_dir, per_run=True)
+    if args.faults:
+        broken = [f"{r['fault']} in run {r['run']}" for r in rows if r["server"] == "book" and
+                  (r["recovered_status"] != 200 or (r["fault"] == "stalled-body" and r["valid_status"] != 200))]
+        problem = f"the book's server refused a valid request it should serve: {', '.join(broken)}" if broken else None
+    else:
+        errors = sum(int(r["errors"]) for r in rows)
+        problem = f"{errors} requests got an answer other than 200 or 503" if errors else None
+    failure = failure or (f"{PROG}: {problem}" if problem else None)
+    kind = "hostile-clients" if args.faults else "litserve-compare"
+    path = results.write_run(kind, rows, env, results_dir=args.results_dir, per_run=True)
     print(f"wrote {len(rows)} rows to {path}")
+    if args.faults:
+        print(hostile_clients.fault_table(rows).to_string(index=False))
     if failure:
         print(failure, file=sys.stderr)
         return EXIT_CHECK_FAILED

@@ -33,6 +33,7 @@ run code/bench_restart_paths.py
 run code/bench_serving_load.py
 run code/bench_browser_ort.py           # Chapter 4's WASM/native ratio (headless Chromium, about 2 minutes)
 run code/bench_litserve.py
+run code/bench_litserve.py --faults --max-queue 16   # the same hostile clients against both servers
 if [ ${#failed[@]} -gt 0 ]; then
   echo "benchmarks that reported a problem (see above): ${failed[*]}" >&2
   exit 1

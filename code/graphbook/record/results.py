@@ -106,6 +106,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("restart-paths", "cpu-restart-paths", "code/bench_restart_paths.py"),
     Kind("serving-load", "cpu-serving-load", "code/bench_serving_load.py"),
     Kind("litserve-compare", "cpu-litserve-compare", "code/bench_litserve.py"),
+    Kind("hostile-clients", "cpu-hostile-clients", "code/bench_litserve.py --faults"),
     Kind("freezing-repro", "cpu-freezing-repro", "code/repro_freezing_miscompile.py"),
     Kind("freezing-bisect", "cpu-freezing-bisect", "code/bisect_freezing.py"),
     Kind("freezing-minimize", "cpu-freezing-minimize", "code/minimize_freezing.py"),

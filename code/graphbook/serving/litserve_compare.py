@@ -113,14 +113,19 @@ if _ls is not None:
 
 
 def _run_litserve(onnx_path: str, input_chw, *, port: int, threads: int, max_batch_size: int,
-                 batch_timeout_s: float) -> None:
-    """Serve ``onnx_path`` with LitServe on 127.0.0.1:``port`` until stopped: the child :func:`compare` starts (Chapter 7)."""
+                 batch_timeout_s: float, max_payload_size: int | None = None, **uvicorn_options) -> None:
+    """Serve ``onnx_path`` with LitServe on 127.0.0.1:``port`` until stopped: the child :func:`compare` starts (Chapter 7).
+
+    ``max_payload_size`` is LitServe's body limit; ``uvicorn_options`` go to ``uvicorn.Config``
+    (``limit_concurrency``, ``timeout_keep_alive``...).
+    """
     if _ls is None:
         raise ImportError("litserve is not installed: pip install -r requirements.txt")
     api = BlurBallOrtAPI(onnx_path, input_chw, threads, max_batch_size=max_batch_size,
                            batch_timeout=batch_timeout_s)
-    server = _ls.LitServer(api, accelerator="cpu", devices=1, workers_per_device=1)
-    server.run(host="127.0.0.1", port=port, num_api_servers=1, generate_client_file=False, log_level="warning")
+    server = _ls.LitServer(api, accelerator="cpu", devices=1, workers_per_device=1, max_payload_size=max_payload_size)
+    server.run(host="127.0.0.1", port=port, num_api_servers=1, generate_client_file=False, log_level="warning",
+               **uvicorn_options)
 
 
 def _free_port() -> int:
@@ -148,13 +153,14 @@ def _wait_for_health(url: str, path: str, proc, timeout: float) -> float:
 
 
 def start_server(server: str, onnx_path: Path, input_hw, *, threads: int, max_queue: int, max_wait_ms: float,
-                 timeout: float = 300.0):
+                 timeout: float = 300.0, litserve_limits: dict | None = None):
     """Start one server in a fresh process; return ``(process, url, seconds from launch to ready)`` (Chapter 7).
 
     ``book``: ``code/serve_blurball.py --artifact`` (batching on, ``max_queue``, ``max_wait_ms``);
     ``litserve``: :func:`_run_litserve` with ``max_batch_size=3`` and ``batch_timeout=max_wait_ms``.
     Readiness is the server's own: the book's READY line after ``/readyz``'s warm-up, LitServe's
-    ``/health`` answering 200.
+    ``/health`` answering 200. ``litserve_limits`` go to :func:`_run_litserve` (``max_payload_size`` and
+    uvicorn's options); stop the server with :func:`stop_server`.
     """
     from ..paths import REPO_ROOT
 
@@ -169,7 +175,7 @@ def start_server(server: str, onnx_path: Path, input_hw, *, threads: int, max_qu
         health = "/readyz"
     elif server == "litserve":
         spec = dict(onnx_path=str(onnx_path), input_chw=[9, height, width], port=port, threads=threads,
-                    max_batch_size=3, batch_timeout_s=max_wait_ms / 1e3)
+                    max_batch_size=3, batch_timeout_s=max_wait_ms / 1e3, **(litserve_limits or {}))
         cmd = [sys.executable, "-c", "import json, sys; from graphbook.serving.litserve_compare import _run_litserve; "
                "s = json.loads(sys.argv[1]); _run_litserve(s.pop('onnx_path'), s.pop('input_chw'), **s)", json.dumps(spec)]
         health = "/health"
@@ -179,16 +185,16 @@ def start_server(server: str, onnx_path: Path, input_hw, *, threads: int, max_qu
     try:
         _wait_for_health(url, health, proc, timeout)
     except Exception:
-        _stop(proc)
+        stop_server(proc)
         raise
     return proc, url, time.perf_counter() - t0
 
 
-def _stop(proc) -> None:
-    """Stop a server and every process it started (LitServe's workers run in the same session).
+def stop_server(proc) -> None:
+    """Stop a server :func:`start_server` started, and every process it started (Chapter 7).
 
-    SIGTERM to the whole group, up to 15 s for the leader, then SIGKILL to whatever of the group is
-    left (a LitServe worker can outlive its parent's SIGTERM).
+    SIGTERM to the whole group (LitServe's workers run in the same session), up to 15 s for the leader,
+    then SIGKILL to whatever of the group is left (a LitServe worker can outlive its parent's SIGTERM).
     """
     import signal
 
@@ -252,7 +258,7 @@ def compare(onnx_path: Path, input_hw, *, levels, runs: int = 3, threads: int = 
                         f"{report['throughput_rps']:6.1f} req/s, p50 {report['p50_ms']:7.1f} ms, "
                         f"p99 {report['p99_ms']:7.1f} ms, joined batch {report['mean_joined_batch']:.2f}")
             finally:
-                _stop(proc)
+                stop_server(proc)
     return rows
 
 
@@ -342,7 +348,7 @@ def comparison_sentences(frame) -> dict[str, str]:
     by_server = summary.groupby("server")["ready_s"].median()
     if {"book", "litserve"} <= set(by_server.index):
         ready = (f"From launch to ready (median of the runs): {by_server['book']:.1f} s for the book's server, "
-                 f"{by_server['litserve']:.1f} s for LitServe, which starts an HTTP server process and a separate "
-                 "inference worker.")
+                 f"{by_server['litserve']:.1f} s for LitServe. LitServe starts an HTTP server process and a separate "
+                 "inference worker; which of the two its extra time goes to is not measured here.")
     return {"conditions": conditions, "levels": levels, "overload": overload, "ready": ready}
 

@@ -1,0 +1,279 @@
+"""The same hostile clients against the book's server and LitServe, on loopback (Chapter 7).
+
+Introduced in Chapter 7. Four faults, each bounded in clients and seconds, each with one valid
+request sent and timed while it lasts:
+
+- ``stalled-body``: clients that send the headers of a valid ``/predict`` and ten bytes of its body,
+  then stall. They are added one at a time, a valid request after each, until one fails: the count at
+  which it first fails is what slow uploads take to keep the model from everyone. Then they are held
+  for ``hold_s`` to see whether the server drops them;
+- ``huge-content-length``: a ``Content-Length`` of 10^12 bytes and no body;
+- ``garbage-request-line``: a TLS handshake sent to plain HTTP;
+- ``burst``: three times the book's queue bound of valid requests at once.
+
+Each server runs with its own documented limits: the book's server with ``serve_blurball.py``'s
+defaults (:data:`graphbook.serving.http.DEFAULT_MAX_CONNECTIONS`, ``max_uploads``, the request deadline),
+LitServe with uvicorn's ``limit_concurrency`` at the same connection cap, uvicorn's keep-alive
+timeout and LitServe's ``max_payload_size`` at the book's body limit (uvicorn has no deadline for a
+body). :func:`compare` runs both ``runs`` times in alternating order (``code/bench_litserve.py
+--faults``); :func:`fault_table` reads a recording back.
+"""
+from __future__ import annotations
+
+import http.client
+import os
+import select
+import socket
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import numpy as np
+import pandas as pd
+
+from ..record import results
+from .batcher import JSON_BYTES_PER_VALUE
+from .http import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT_S
+from .litserve_compare import SERVERS, _base64_json_request, start_server, stop_server
+from .loadtest import binary_request
+
+FAULTS = ("garbage-request-line", "huge-content-length", "burst", "stalled-body")
+#: uvicorn's own default keep-alive timeout, set explicitly so the recording names it
+UVICORN_KEEP_ALIVE_S = 5
+_TLS_HELLO = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n"
+_SMALL_FAULT_CLIENTS = 8
+_SETTLE_S = 0.02      # lets the server take a new connection in before the next client arrives
+_ANSWER_S = 5.0       # how long a hostile client of the quick faults waits for its answer
+_VALID_TIMEOUT_S = 60.0
+
+
+def _raw_request(host: str, body: bytes, headers: dict, *, length: int | None = None) -> tuple[bytes, bytes]:
+    """The head and body of ``POST /predict``; ``length`` overrides the declared Content-Length."""
+    lines = ["POST /predict HTTP/1.1", f"Host: {host}", *(f"{k}: {v}" for k, v in headers.items()),
+             f"Content-Length: {len(body) if length is None else length}", "", ""]
+    return "\r\n".join(lines).encode(), body
+
+
+def _send(address, raw: bytes) -> socket.socket:
+    sock = socket.create_connection(address, timeout=_VALID_TIMEOUT_S)
+    sock.sendall(raw)
+    return sock
+
+
+def _answer(sock: socket.socket, timeout: float) -> str:
+    """The status of the next answer on ``sock`` ("503+Retry-After" for a 503 that says when to retry),
+    "closed" when the server cut the connection without one, "waiting" when none came within ``timeout``."""
+    sock.settimeout(max(timeout, 0.01))
+    response = http.client.HTTPResponse(sock)
+    try:
+        response.begin()
+        response.read()
+    except (TimeoutError, socket.timeout):
+        return "waiting"
+    except (http.client.HTTPException, OSError):
+        return "closed"
+    retry = response.status == 503 and response.getheader("Retry-After") is not None
+    return f"{response.status}{'+Retry-After' if retry else ''}"
+
+
+def _valid(address, raw: bytes) -> tuple[str, float]:
+    """Send one valid request on a fresh connection: (its answer as :func:`_answer` names it, milliseconds)."""
+    t0 = time.perf_counter()
+    try:
+        sock = _send(address, raw)
+    except OSError:
+        return "closed", (time.perf_counter() - t0) * 1e3
+    try:
+        answer = _answer(sock, _VALID_TIMEOUT_S)
+    finally:
+        sock.close()
+    return answer, (time.perf_counter() - t0) * 1e3
+
+
+def _status(answer: str) -> int:
+    """The HTTP status of an answer; 0 when there was none."""
+    return int(answer[:3]) if answer[:3].isdigit() else 0
+
+
+def _tally(answers) -> str:
+    counts: dict[str, int] = {}
+    for answer in answers:
+        counts[answer] = counts.get(answer, 0) + 1
+    return ", ".join(f"{answer} x{n}" for answer, n in sorted(counts.items()))
+
+
+def _collect(socks, seconds: float) -> tuple[list[str], float]:
+    """Every socket's answer within ``seconds`` in all; and when the last one came (perf_counter; NaN if one did not)."""
+    deadline = time.perf_counter() + seconds
+    answers = []
+    for sock in socks:
+        answers.append(_answer(sock, deadline - time.perf_counter()))
+        sock.close()
+    return answers, (time.perf_counter() if "waiting" not in answers else float("nan"))
+
+
+def _stalled_body(address, head: bytes, body: bytes, valid: bytes, *, max_queue: int, cap: int, hold_s: float) -> dict:
+    stalled, at_issue_level, first_failing = [], None, None
+    first_arrived = time.perf_counter()
+    for count in range(cap + 1):
+        while len(stalled) < count:
+            first_arrived = time.perf_counter() if not stalled else first_arrived
+            stalled.append(_send(address, head + body[:10]))
+        time.sleep(_SETTLE_S)
+        answer, ms = _valid(address, valid)
+        if count <= 2 * max_queue or at_issue_level is None:
+            at_issue_level = (_status(answer), ms)
+        if answer != "200":
+            first_failing = count
+            break
+    # a stalled client the server already answered or cut before the failure would make the count too high
+    early = len(select.select(stalled, [], [], 0)[0]) if stalled else 0
+    answers, last_answer = _collect(stalled, hold_s)
+    time.sleep(_SETTLE_S)
+    return {"hostile_clients": len(stalled), "answers": _tally(answers), "valid_status": at_issue_level[0],
+            "valid_ms": at_issue_level[1], "first_failing_stalled": first_failing, "stalled_answered_early": early,
+            "dropped_within_s": last_answer - first_arrived, "failing_answer": answer if first_failing else ""}
+
+
+def _quick_fault(address, raw: bytes, valid: bytes) -> dict:
+    socks = [_send(address, raw) for _ in range(_SMALL_FAULT_CLIENTS)]
+    time.sleep(_SETTLE_S)
+    answer, ms = _valid(address, valid)
+    answers, _ = _collect(socks, _ANSWER_S)
+    return {"hostile_clients": len(socks), "answers": _tally(answers), "valid_status": _status(answer), "valid_ms": ms}
+
+
+def _burst(address, valid: bytes, clients: int) -> dict:
+    answers, start = [], threading.Barrier(clients + 1)
+
+    def client():
+        start.wait()
+        answers.append(_valid(address, valid)[0])
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    start.wait()
+    answer, ms = _valid(address, valid)
+    for t in threads:
+        t.join(2 * _VALID_TIMEOUT_S)
+    return {"hostile_clients": clients, "answers": _tally(answers), "valid_status": _status(answer), "valid_ms": ms}
+
+
+def limits(server: str, input_hw, max_queue: int) -> dict:
+    """Each server's documented limits as this comparison sets them (Chapter 7)."""
+    height, width = (int(v) for v in input_hw)
+    if server == "book":
+        return {"max_connections": DEFAULT_MAX_CONNECTIONS, "max_queue": max_queue,
+                "max_uploads": max(1, DEFAULT_MAX_CONNECTIONS - max_queue), "request_timeout_s": DEFAULT_REQUEST_TIMEOUT_S}
+    return {"limit_concurrency": DEFAULT_MAX_CONNECTIONS, "timeout_keep_alive": UVICORN_KEEP_ALIVE_S,
+            "max_payload_size": JSON_BYTES_PER_VALUE * 3 * 9 * height * width + 4096}  # the book's max_body_bytes
+
+
+def _measure_faults(url: str, clip: np.ndarray, encoded: tuple[bytes, dict], *, max_queue: int, max_stalled: int,
+                   hold_s: float) -> list[dict]:
+    """Every fault of :data:`FAULTS` against one running server; one row each (Chapter 7).
+
+    ``encoded`` is the server's valid body and headers. Each row: ``fault``, ``hostile_clients``,
+    ``answers`` (what they got, counted; "waiting" = no answer within the bound, "closed" = cut without
+    one), ``valid_status`` (0: no answer) and ``valid_ms`` of the valid request sent during the fault
+    (for ``stalled-body``, at twice ``max_queue`` stalled clients or at the first failure before that),
+    ``recovered_status`` (a valid request once the fault's clients are gone), and for ``stalled-body``
+    ``first_failing_stalled`` (empty: none up to ``max_stalled``), ``failing_answer`` (what that valid
+    request got), ``stalled_answered_early`` and
+    ``dropped_within_s`` (from the first stalled client's arrival until the server had answered or cut
+    every one; NaN: some were still held ``hold_s`` after the sweep).
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "http" or parts.hostname != "127.0.0.1":
+        raise ValueError(f"hostile clients only target a loopback http://127.0.0.1 server, got {url!r}")
+    if not 1 <= max_stalled <= 256 or not 0 < hold_s <= 120:
+        raise ValueError(f"need 1 <= max_stalled <= 256 and 0 < hold_s <= 120, got {max_stalled} and {hold_s}")
+    address = (parts.hostname, parts.port)
+    body, headers = encoded
+    head, _ = _raw_request(parts.netloc, body, headers)
+    valid = head + body
+    rows = []
+    for fault in FAULTS:
+        if fault == "stalled-body":
+            row = _stalled_body(address, head, body, valid, max_queue=max_queue, cap=max_stalled, hold_s=hold_s)
+        elif fault == "burst":
+            row = _burst(address, valid, 3 * max_queue)
+        else:
+            raw = _TLS_HELLO if fault == "garbage-request-line" else _raw_request(parts.netloc, b"", headers, length=10 ** 12)[0]
+            row = _quick_fault(address, raw, valid)
+        rows.append({"fault": fault, **row, "recovered_status": _status(_valid(address, valid)[0])})
+    return rows
+
+
+def compare(onnx_path: Path, input_hw, *, runs: int = 3, threads: int = 2, max_queue: int = 16,
+            max_wait_ms: float = 5.0, max_stalled: int = 96, hold_s: float = 15.0, log=print,
+            rows: list | None = None) -> list[dict]:
+    """Both servers, ``runs`` times in alternating order, each in a fresh process, face every fault (Chapter 7).
+
+    One row per (run, server, fault): :func:`_measure_faults`'s plus ``server``, ``run``, ``run_order``,
+    ``limits`` (each server's, as text), ``max_queue``, ``input_hw``, ``model`` and the 1-minute load
+    average. Rows are appended to ``rows`` when given, so a caller keeps what was measured before a
+    server failed to start (RuntimeError).
+    """
+    if runs < 3:
+        raise ValueError(f"a comparison needs at least 3 runs, got {runs}")
+    height, width = (int(v) for v in input_hw)
+    clip = np.random.default_rng(0).standard_normal((1, 9, height, width)).astype(np.float32)
+    encodings = {"book": binary_request(clip), "litserve": _base64_json_request(clip)}
+    rows = [] if rows is None else rows
+    for run in range(1, runs + 1):
+        order = list(SERVERS) if run % 2 else list(reversed(SERVERS))
+        for position, server in enumerate(order, start=1):
+            limit = limits(server, (height, width), max_queue)
+            proc, url, _ = start_server(server, onnx_path, (height, width), threads=threads, max_queue=max_queue,
+                                        max_wait_ms=max_wait_ms, litserve_limits=None if server == "book" else limit)
+            try:
+                for row in _measure_faults(url, clip, encodings[server], max_queue=max_queue,
+                                          max_stalled=max_stalled, hold_s=hold_s):
+                    rows.append({"server": server, results.RUN: run, results.RUN_ORDER: position, **row,
+                                 "stalled_cap": max_stalled, "hold_s": hold_s,
+                                 "limits": ", ".join(f"{k} {v}" for k, v in limit.items()), "max_queue": max_queue,
+                                 "input_hw": f"{height}x{width}", "model": Path(onnx_path).name,
+                                 "loadavg_1m": os.getloadavg()[0]})
+                    log(f"run {run} {server:>8} {row['fault']:>21}: {row['answers']}; valid {row['valid_status']} "
+                        f"in {row['valid_ms']:.0f} ms" + (f"; first fails at {row['first_failing_stalled']} stalled"
+                                                          if row["fault"] == "stalled-body" else ""))
+            finally:
+                stop_server(proc)
+    return rows
+
+
+def fault_table(frame) -> pd.DataFrame:
+    """One row per (fault, server) of a ``hostile-clients`` recording (a frame, or rows), across its runs (Chapter 7).
+
+    Answers and statuses are shown once when every run agrees (else each run's, joined by " | "); the
+    valid request's milliseconds, the first failing count of stalled uploads and the seconds until the
+    server dropped them are the median and range across runs.
+    """
+    def agreed(values):
+        values = [str(v) for v in values]
+        return values[0] if len(set(values)) == 1 else " | ".join(values)
+
+    def spread(values, missing="none"):
+        values = pd.Series(values, dtype=float).dropna().round()
+        if values.empty:
+            return missing
+        low, mid, high = (f"{v:.0f}" for v in (values.min(), values.median(), values.max()))
+        return mid if low == high else f"{mid} ({low}-{high})"
+
+    rows = []
+    for (fault, server), part in pd.DataFrame(frame).groupby(["fault", "server"], sort=False):
+        part = part.sort_values("run")
+        stalled = fault == "stalled-body"
+        rows.append({"fault": fault, "server": server, "runs": int(part["run"].nunique()),
+                     "hostile clients": agreed(part["hostile_clients"]), "their answers": agreed(part["answers"]),
+                     "valid request": agreed(part["valid_status"]), "valid ms": spread(part["valid_ms"]),
+                     "first failing stalled": spread(part["first_failing_stalled"]) if stalled else "",
+                     "its answer": agreed(part["failing_answer"].fillna("")) if stalled else "",
+                     "stalled dropped after s": (spread(part["dropped_within_s"], missing=f"held past {part['hold_s'].max():g} s")
+                                                 if stalled else ""),
+                     "afterwards": agreed(part["recovered_status"])})
+    order = {f: i for i, f in enumerate(FAULTS)}
+    return pd.DataFrame(rows).sort_values(["fault", "server"], key=lambda c: c.map(order) if c.name == "fault" else c,
+                                          ignore_index=True)
