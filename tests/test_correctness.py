@@ -4,11 +4,11 @@ import math
 import pytest
 import torch
 
-from graphbook import correctness, decoding, synthetic_clips, warmup
+from graphbook import blurball, correctness, decoding, probes, synthetic_clips, variants, warmup
 
 
-def frame(x=None, y=None):
-    det = None if x is None else decoding.Detection(x=x, y=y, score=1.0, angle_deg=0.0, half_extent=1.0,
+def frame(x=None, y=None, score=1.0):
+    det = None if x is None else decoding.Detection(x=x, y=y, score=score, angle_deg=0.0, half_extent=1.0,
                                                      half_length=0.0, area=4)
     return decoding.FrameDecoding(det, (det,) if det else ())
 
@@ -20,10 +20,14 @@ def test_detections_agree_counts_empty_and_shifted_frames():
     assert (agree, total) == (2, 3)
     assert shift == pytest.approx(5.0)
     assert correctness._detections_agree([[frame()]], [[frame(1, 1)]]) == (0, 1, 0.0)
+    # with a minimum score only a clear ball is judged: a weak speck on one side is no ball, a weak blob in
+    # the clear ball's place is the same ball, nothing (or a blob elsewhere) where the other is clear is not
+    weak, clear = [[frame(), frame(5, 5), frame(5.2, 5)]], [[frame(1, 1), frame(), frame(5, 5, score=2.5)]]
+    assert correctness._detections_agree(weak, clear, min_score=2.0) == (3, 3, pytest.approx(0.2))
+    assert correctness._detections_agree([[frame(9, 5)]], [[frame(5, 5, score=2.5)]], min_score=2.0)[0] == 0
 
 
 def test_ball_check_passes_itself_and_catches_a_moved_ball():
-    from graphbook import blurball
     from graphbook.paths import TRAINED_CHECKPOINT
 
     torch.set_num_threads(1)
@@ -42,6 +46,25 @@ def test_ball_check_passes_itself_and_catches_a_moved_ball():
         assert not moved["same_ball"] and moved["ball_max_shift_px"] == pytest.approx(4.0)
     with pytest.raises(ValueError, match="held-out clip"):
         correctness.ball_check(run, [], run)
+
+
+@pytest.mark.slow
+def test_ball_check_on_hard_clips_rejects_the_freezing_miscompile_and_passes_bf16():
+    torch.set_num_threads(1)
+    model = blurball.load_trained_blurball()
+    clips = synthetic_clips.check_clips(32, 96, 160)   # the checkpoint's size: a compile takes seconds, not minutes
+    inputs = [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([c])) for c in clips]
+    eager = variants.build("eager_fp32", model, inputs[0]).run
+    reference = [eager(x) for x in inputs]
+    freezing = variants.build("compile_freezing", model, inputs[0]).run
+    if correctness.compare_to_reference(freezing(inputs[0]), reference[0])["same_output"]:
+        pytest.skip("this torch no longer miscompiles BlurBall with freezing: no negative control")
+    assert correctness.ball_check(eager, clips, reference)["same_ball"]
+    rejected = correctness.ball_check(freezing, clips, reference)
+    assert not rejected["same_ball"] and rejected["ball_agree_frames"] < rejected["ball_frames"]
+    if probes.bf16_support()[0]:   # rounding, not a dropped summand: the ball stays (emulated bf16 is not judged)
+        assert correctness.ball_check(variants.build("eager_bf16_autocast", model, inputs[0]).run, clips,
+                                      reference)["same_ball"]
 
 
 @pytest.mark.slow

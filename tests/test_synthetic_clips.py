@@ -85,6 +85,21 @@ def test_clips_are_deterministic_from_the_seed():
     assert synthetic_clips.held_out_clips(2, 48, 64)[1].labels == synthetic_clips.held_out_clips(3, 48, 64)[1].labels
 
 
+def test_check_clips_are_harder_and_leave_the_held_out_clips_as_they_were():
+    clips = synthetic_clips.check_clips(12, 48, 80)
+    labels = [label for clip in clips for label in clip.labels]
+    assert all(1.5 <= label.radius <= 4.0 for label in labels)
+    assert any(min(label.x, 79 - label.x, label.y, 47 - label.y) < label.radius for label in labels)   # at the border
+    assert synthetic_clips.check_clips(2, 48, 80)[1].labels == clips[1].labels
+    bare = synthetic_clips._make_clip(3, 48, 80, p_no_ball=0.0, p_hidden_frame=0.0)
+    barred = synthetic_clips._make_clip(3, 48, 80, p_no_ball=0.0, p_hidden_frame=0.0, p_partly_hidden=1.0)
+    y, x = round(bare.labels[1].y), round(bare.labels[1].x)
+    over_the_ball = np.abs(barred.frames[1] - bare.frames[1])[max(y - 4, 0):y + 5, max(x - 4, 0):x + 5]
+    assert barred.labels == bare.labels and over_the_ball.max() > 0.3   # more than sensor noise and flicker
+    # the new settings draw nothing when off: the recorded held-out stream is the one the book always used
+    assert synthetic_clips.held_out_clips(1, 96, 160, max_speed=30.0)[0].labels[0].x == pytest.approx(111.1404423190692)
+
+
 def test_clip_shapes_ranges_and_labelled_targets():
     for clip in synthetic_clips._make_clips(6, seed=3, height=48, width=80):
         assert clip.frames.shape == (3, 48, 80, 3) and clip.frames.dtype == np.float32

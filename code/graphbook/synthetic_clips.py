@@ -19,9 +19,9 @@ Conventions (shared by the renderer, the target and the decoder):
   :func:`graphbook.blurball.imagenet_normalize`).
 
 Public API (other chapters and ``code/train_blurball.py`` build on it): :class:`BallLabel`,
-:class:`Clip`, :func:`_make_clip`, :func:`_make_clips`, :func:`held_out_clips`, :func:`training_clip`,
-:func:`_render_background`, :func:`_render_ball`, :func:`_line_target`, :func:`frames_to_tensor`,
-:func:`targets_to_tensor`, :func:`normalize_angle`, :func:`angle_difference`.
+:class:`Clip`, :func:`_make_clip`, :func:`_make_clips`, :func:`held_out_clips`, :func:`check_clips`,
+:func:`training_clip`, :func:`_render_background`, :func:`_render_ball`, :func:`_line_target`,
+:func:`frames_to_tensor`, :func:`targets_to_tensor`, :func:`normalize_angle`, :func:`angle_difference`.
 """
 from __future__ import annotations
 
@@ -40,6 +40,13 @@ FULL_SIZE = (288, 512)
 FRAMES = 3
 #: Seed of the book's held-out clips (:func:`held_out_clips`); training never draws from it.
 HELD_OUT_SEED = 2026
+#: Seed of the ball check's clips (:func:`check_clips`), a second held-out stream.
+CHECK_SEED = 2027
+#: What makes the ball check's clips hard: small and fast balls, balls hidden in a frame or partly behind a bar,
+#: look-alike clutter, balls cut by the frame's border. A check that passes a known miscompile on easy clips
+#: (a dropped summand moved no ball on the 12 frames the matrix first used) cannot vouch for bf16 or INT8.
+CHECK_CLIP_SETTINGS = {"radius_range": (1.5, 4.0), "max_speed": 45.0, "p_hidden_frame": 0.15, "clutter": 3.0,
+                       "p_partly_hidden": 0.3, "p_near_border": 0.3}
 
 _BALL_COLOURS = (
     (0.97, 0.97, 0.95),  # white ball
@@ -174,13 +181,13 @@ def _draw_line(img, xx, yy, p0, p1, width_px, colour, alpha=1.0):
     img += cover[..., None] * (np.asarray(colour, np.float32) - img)
 
 
-def _render_background(height: int, width: int, seed=0) -> np.ndarray:
+def _render_background(height: int, width: int, seed=0, clutter: float = 1.0) -> np.ndarray:
     """A procedural scene (Chapter 5): float32 ``(H, W, 3)`` in [0, 1], deterministic from ``seed``.
 
     Layers, each drawn with a probability: a two-colour gradient, value noise at two scales, stripes
     (wall panels, floor boards), a table top in perspective with its white edge and centre lines, a
     net with a bright top band, and a few static bright blobs (the ball's look-alikes: lamps, shoes),
-    so that a detector has to use motion and shape, not brightness alone.
+    so that a detector has to use motion and shape, not brightness alone (``clutter`` of them on average).
     """
     height, width = _check_size(height, width)
     rng = _rng(seed)
@@ -221,7 +228,7 @@ def _render_background(height: int, width: int, seed=0) -> np.ndarray:
         _draw_line(img, xx, yy, (cx - half_bottom * 1.1, net_y - net_h), (cx + half_bottom * 1.1, net_y - net_h),
                    rng.uniform(1.0, 2.5), (0.95, 0.95, 0.95))
 
-    for _ in range(rng.poisson(1.0)):  # static look-alikes of the ball
+    for _ in range(rng.poisson(clutter)):  # static look-alikes of the ball
         bx, by, br = rng.uniform(0, width), rng.uniform(0, height), rng.uniform(2, 8)
         cover = np.clip(br + 0.5 - np.hypot(xx - bx, yy - by), 0, 1)
         colour = np.asarray(_BALL_COLOURS[rng.integers(2)], np.float32) * rng.uniform(0.7, 1.0)
@@ -305,16 +312,23 @@ def _line_target(height: int, width: int, label: BallLabel, radius: float = LINE
     return target
 
 
-def _trajectory(rng, height, width, radius, max_speed, gravity):
-    """Centres and velocities of the ball at frames 0, 1, 2 that keep the whole streak inside."""
+def _trajectory(rng, height, width, radius, max_speed, gravity, p_near_border=0.0):
+    """Centres and velocities of the ball at frames 0, 1, 2 that keep the whole streak inside (with
+    ``p_near_border``: the middle centre within a radius of an edge, the ball cut by the border)."""
     exposure = rng.uniform(0.2, 0.9)  # fraction of the frame interval the shutter is open
+    near_border = bool(p_near_border and rng.random() < p_near_border)  # no draw by default: old clips unchanged
     for _ in range(50):
         speed = max_speed * math.sqrt(rng.uniform(0, 1))  # more fast balls than a uniform draw gives
         heading = rng.uniform(0, 2 * math.pi)
         vx, vy = speed * math.cos(heading), speed * math.sin(heading)
         g = rng.uniform(0, gravity)
-        margin = radius + 2
+        margin = 0.0 if near_border else radius + 2
         cx1, cy1 = rng.uniform(margin, width - margin), rng.uniform(margin, height - margin)
+        if near_border:  # pull the middle centre to within a radius of the nearest edge
+            edge = min((cx1, 0), (width - 1 - cx1, 1), (cy1, 2), (height - 1 - cy1, 3))[1]
+            inset = rng.uniform(0, radius)
+            cx1, cy1 = {0: (inset, cy1), 1: (width - 1 - inset, cy1), 2: (cx1, inset),
+                        3: (cx1, height - 1 - inset)}[edge]
         frames = []
         ok = True
         for k in (-1, 0, 1):
@@ -336,7 +350,8 @@ def _trajectory(rng, height, width, radius, max_speed, gravity):
 
 def _make_clip(seed=0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], *, p_no_ball: float = 0.1,
               p_hidden_frame: float = 0.08, radius_range: tuple[float, float] = (2.5, 6.0),
-              max_speed: float | None = None, gravity: float = 2.0, noise: float = 0.02) -> Clip:
+              max_speed: float | None = None, gravity: float = 2.0, noise: float = 0.02, clutter: float = 1.0,
+              p_partly_hidden: float = 0.0, p_near_border: float = 0.0) -> Clip:
     """One synthetic 3-frame clip of a motion-blurred table-tennis ball (Chapter 5).
 
     ``seed`` (int or numpy Generator) fixes everything. The camera is still, so the background is
@@ -345,7 +360,10 @@ def _make_clip(seed=0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], *,
     its blur in each frame is the distance it travels while the shutter is open, so the label's
     angle is the velocity's direction and its half-length is half that distance. With probability
     ``p_no_ball`` the clip has no ball; otherwise each frame hides it with ``p_hidden_frame``
-    (occluded; the label keeps the position with ``visible=False`` and the target is empty).
+    (occluded; the label keeps the position with ``visible=False`` and the target is empty). Harder clips
+    (:data:`CHECK_CLIP_SETTINGS`): ``clutter`` look-alikes on average, ``p_partly_hidden`` for a static bar in
+    front of the middle frame's ball that hides part of it (the label stays visible), ``p_near_border`` for
+    a ball cut by the frame's edge.
     ``max_speed`` (px per frame) defaults to ``min(30, min(H, W) / 4)``, so that a small training
     crop still holds the whole trajectory. Sizes are in absolute pixels: a 96 x 160 clip looks like a
     crop of a 288 x 512 scene, not a shrunken one.
@@ -353,7 +371,8 @@ def _make_clip(seed=0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], *,
     height, width = _check_size(height, width)
     clip_seed = int(seed) if isinstance(seed, (int, np.integer)) else None
     rng = _rng(seed)
-    for name, p in (("p_no_ball", p_no_ball), ("p_hidden_frame", p_hidden_frame)):
+    for name, p in (("p_no_ball", p_no_ball), ("p_hidden_frame", p_hidden_frame), ("p_partly_hidden", p_partly_hidden),
+                    ("p_near_border", p_near_border)):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
     lo, hi = radius_range
@@ -364,16 +383,25 @@ def _make_clip(seed=0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], *,
     if max_speed < 0 or gravity < 0 or noise < 0:
         raise ValueError(f"max_speed, gravity and noise must be >= 0, got {max_speed}, {gravity}, {noise}")
 
-    background = _render_background(height, width, rng)
+    background = _render_background(height, width, rng, clutter)
     radius = float(rng.uniform(lo, hi))
     colour = np.asarray(_BALL_COLOURS[rng.integers(len(_BALL_COLOURS))], np.float32) * rng.uniform(0.8, 1.0)
-    path, exposure = _trajectory(rng, height, width, radius, max_speed, gravity)
+    path, exposure = _trajectory(rng, height, width, radius, max_speed, gravity, p_near_border)
     has_ball = rng.random() >= p_no_ball
+    bar = None
+    if p_partly_hidden and rng.random() < p_partly_hidden:  # a bar (a net post, an arm) crossing the middle ball
+        (cx, cy), turn, reach = path[1][:2], rng.uniform(0, math.pi), radius * rng.uniform(0.2, 1.0)
+        along = np.array([math.cos(turn), math.sin(turn)]) * 40
+        centre = np.array([cx, cy]) + reach * np.array([-math.sin(turn), math.cos(turn)])
+        bar = (centre - along, centre + along, radius * rng.uniform(1.0, 2.0), rng.uniform(0.05, 0.6, size=3))
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32) if bar else (None, None)
     frames, targets, labels = [], [], []
     for cx, cy, angle, half_length in path:
         visible = bool(has_ball and rng.random() >= p_hidden_frame)
         label = BallLabel(visible, float(cx), float(cy), float(angle), float(half_length), radius)
         frame = _render_ball(background, label, colour)
+        if bar:
+            _draw_line(frame, xx, yy, *bar)
         frame = frame * rng.uniform(0.96, 1.04) + rng.normal(0, noise, size=frame.shape).astype(np.float32)
         frames.append(np.clip(frame, 0, 1).astype(np.float32))
         targets.append(_line_target(height, width, label))
@@ -399,6 +427,15 @@ def held_out_clips(n: int, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1]
     are the same for every ``n``, so a short evaluation is a prefix of a long one.
     """
     return _make_clips(n, HELD_OUT_SEED, height, width, **kwargs)
+
+
+def check_clips(n: int, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1]) -> list[Clip]:
+    """The ball check's held-out clips: ``_make_clips(n, CHECK_SEED, ..., **CHECK_CLIP_SETTINGS)`` (Chapter 5).
+
+    Harder than :func:`held_out_clips`, so that a variant that changes the logits beyond rounding moves a
+    decoded ball somewhere (:func:`graphbook.correctness.ball_check`). The first ``n`` are the same for every ``n``.
+    """
+    return _make_clips(n, CHECK_SEED, height, width, **CHECK_CLIP_SETTINGS)
 
 
 def training_clip(seed: int, index: int, height: int, width: int, **kwargs) -> Clip:
