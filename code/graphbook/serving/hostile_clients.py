@@ -103,37 +103,53 @@ def _tally(answers) -> str:
     return ", ".join(f"{answer} x{n}" for answer, n in sorted(counts.items()))
 
 
-def _collect(socks, seconds: float) -> tuple[list[str], float]:
-    """Every socket's answer within ``seconds`` in all; and when the last one came (perf_counter; NaN if one did not)."""
+def _collect(socks, seconds: float) -> tuple[list[str], list[float]]:
+    """Every socket's answer within ``seconds`` in all, and when each came (perf_counter; NaN: none came)."""
     deadline = time.perf_counter() + seconds
-    answers = []
+    answers, times = [], []
     for sock in socks:
         answers.append(_answer(sock, deadline - time.perf_counter()))
+        times.append(time.perf_counter() if answers[-1] != "waiting" else float("nan"))
         sock.close()
-    return answers, (time.perf_counter() if "waiting" not in answers else float("nan"))
+    return answers, times
 
 
 def _stalled_body(address, head: bytes, body: bytes, valid: bytes, *, max_queue: int, cap: int, hold_s: float) -> dict:
-    stalled, at_issue_level, first_failing = [], None, None
-    first_arrived = time.perf_counter()
-    for count in range(cap + 1):
+    """Stalled uploads added in steps of half the queue bound (and at twice it) until a valid request fails,
+    then taken away one at a time until one passes: few valid requests, so the sweep ends long before
+    the first stalled client's deadline."""
+    stalled, arrived, at_issue_level, first_failing, failing_answer = [], [], None, None, ""
+
+    def stall_until(count):
         while len(stalled) < count:
-            first_arrived = time.perf_counter() if not stalled else first_arrived
+            arrived.append(time.perf_counter())
             stalled.append(_send(address, head + body[:10]))
         time.sleep(_SETTLE_S)
+    for count in sorted({*range(0, cap + 1, max(1, max_queue // 2)), min(2 * max_queue, cap)}):
+        stall_until(count)
         answer, ms = _valid(address, valid)
-        if count <= 2 * max_queue or at_issue_level is None:
+        if count <= 2 * max_queue:
             at_issue_level = (_status(answer), ms)
         if answer != "200":
-            first_failing = count
+            first_failing, failing_answer = count, answer
             break
+    while first_failing and stalled:
+        stalled.pop().close()
+        arrived.pop()
+        time.sleep(_SETTLE_S)
+        answer, _ = _valid(address, valid)
+        if answer == "200":
+            break
+        first_failing, failing_answer = len(stalled), answer
+    stall_until(first_failing or 0)  # hold as many as first made a valid request fail
     # a stalled client the server already answered or cut before the failure would make the count too high
     early = len(select.select(stalled, [], [], 0)[0]) if stalled else 0
-    answers, last_answer = _collect(stalled, hold_s)
+    answers, answered = _collect(stalled, hold_s)
     time.sleep(_SETTLE_S)
     return {"hostile_clients": len(stalled), "answers": _tally(answers), "valid_status": at_issue_level[0],
-            "valid_ms": at_issue_level[1], "first_failing_stalled": first_failing, "stalled_answered_early": early,
-            "dropped_within_s": last_answer - first_arrived, "failing_answer": answer if first_failing else ""}
+            "valid_ms": at_issue_level[1], "first_failing_stalled": first_failing, "failing_answer": failing_answer,
+            "stalled_answered_early": early,
+            "dropped_after_s": max((t - a for t, a in zip(answered, arrived)), default=float("nan"))}
 
 
 def _quick_fault(address, raw: bytes, valid: bytes) -> dict:
@@ -180,9 +196,8 @@ def _measure_faults(url: str, clip: np.ndarray, encoded: tuple[bytes, dict], *, 
     (for ``stalled-body``, at twice ``max_queue`` stalled clients or at the first failure before that),
     ``recovered_status`` (a valid request once the fault's clients are gone), and for ``stalled-body``
     ``first_failing_stalled`` (empty: none up to ``max_stalled``), ``failing_answer`` (what that valid
-    request got), ``stalled_answered_early`` and
-    ``dropped_within_s`` (from the first stalled client's arrival until the server had answered or cut
-    every one; NaN: some were still held ``hold_s`` after the sweep).
+    request got), ``stalled_answered_early`` and ``dropped_after_s`` (the longest the server held a
+    stalled client before it answered or cut it; NaN: one was still held ``hold_s`` after the sweep).
     """
     parts = urlsplit(url)
     if parts.scheme != "http" or parts.hostname != "127.0.0.1":
@@ -271,7 +286,7 @@ def fault_table(frame) -> pd.DataFrame:
                      "valid request": agreed(part["valid_status"]), "valid ms": spread(part["valid_ms"]),
                      "first failing stalled": spread(part["first_failing_stalled"]) if stalled else "",
                      "its answer": agreed(part["failing_answer"].fillna("")) if stalled else "",
-                     "stalled dropped after s": (spread(part["dropped_within_s"], missing=f"held past {part['hold_s'].max():g} s")
+                     "stalled dropped after s": (spread(part["dropped_after_s"], missing=f"held past {part['hold_s'].max():g} s")
                                                  if stalled else ""),
                      "afterwards": agreed(part["recovered_status"])})
     order = {f: i for i, f in enumerate(FAULTS)}
