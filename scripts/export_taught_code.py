@@ -21,18 +21,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when a block differs from its page")
     args = parser.parse_args(argv)
     try:
-        texts = page_export.exported_modules(page_export.pages())
+        if args.check:
+            stale = page_export.stale_modules(page_export.pages())
+            for path in stale:
+                print(f"{path.relative_to(REPO_ROOT)} differs from the page it was taught on", file=sys.stderr)
+            return 1 if stale else 0
+        for path, text in page_export.exported_modules(page_export.pages()).items():
+            if path.read_text() != text:
+                path.write_text(text)
+                print(f"wrote {path.relative_to(REPO_ROOT)}")
     except ValueError as err:
         print(f"export_taught_code.py: {err}", file=sys.stderr)
         return 2
-    stale = sorted(path for path, text in texts.items() if path.read_text() != text)
-    for path in stale:
-        if args.check:
-            print(f"{path.relative_to(REPO_ROOT)} differs from the page it was taught on", file=sys.stderr)
-        else:
-            path.write_text(texts[path])
-            print(f"wrote {path.relative_to(REPO_ROOT)}")
-    return 1 if args.check and stale else 0
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,9 +1,7 @@
-"""The package's public API is what a chapter, a script or another module calls, and what a chapter calls
-names the chapter that introduces it ("Introduced in Chapter N.").
+"""The package's public API is what a chapter, a script or another module calls.
 
 Public: a module-level function or class of a graphbook module (any subpackage), defined in that module (not
-imported into it), whose name has no leading underscore. Its docstring must mention "Chapter N" (or
-"Chapters N ...", or the appendix) when a chapter's code calls it.
+imported into it), whose name has no leading underscore.
 """
 import ast
 import inspect
@@ -14,7 +12,6 @@ import re
 import graphbook
 from graphbook import paths
 
-CHAPTER = re.compile(r"\bChapters? \d|\b[Aa]ppendix\b")
 NOTEBOOKS = sorted(paths.REPO_ROOT.glob("chapters/*.ipynb")) + sorted(paths.REPO_ROOT.glob("appendix/*.ipynb"))
 
 
@@ -73,11 +70,3 @@ def test_every_public_function_is_called_outside_its_module():
         if not (name in chapter_words or name in script_words or elsewhere):
             unused.append(f"{module.__name__}.{name}")
     assert not unused, "public functions nobody outside their module calls (make them private): " + ", ".join(unused)
-
-
-def test_what_a_chapter_calls_names_its_chapter():
-    used = _names_used_in(_chapter_code())
-    missing = [f"{m.__name__}.{n}" for m, n, obj in public_helpers()
-               if n in used and not CHAPTER.search(inspect.getdoc(obj) or "")]
-    assert not missing, "helpers the chapters call whose docstring names no chapter (add 'Chapter N'): " + \
-        ", ".join(missing)

@@ -14,7 +14,7 @@ def test_every_taught_block_equals_its_page():
 
 
 def test_the_pages_teach_the_book_s_algorithms():
-    saved = {module for page in page_export.pages() for module in page_export.taught_cells(page)}
+    saved = {module for page in page_export.pages() for module in page_export._taught_cells(page)}
     assert {"folding", "fusion_demo", "fusion_rules", "attribution", "miscompile_minimizer"} <= saved
 
 

@@ -209,3 +209,5 @@ def test_deciding_machine_prefers_the_reference_machine_the_prose_is_written_abo
     as_reference = data.assign(**{R.MACHINE: data[R.MACHINE].replace(laptop, R.REFERENCE_MACHINE)})
     xeon_here = R.machine_label({**XEON, "cpu_isa": float("nan")})
     assert R.deciding_machine(as_reference, here=xeon_here) == R.REFERENCE_MACHINE
+    one_thread = R.REFERENCE_MACHINE.replace("2 threads", "1 thread")
+    assert R.named(one_thread) == "the reference machine on one thread" and R.named(laptop) == laptop

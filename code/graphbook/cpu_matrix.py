@@ -106,7 +106,7 @@ def machine_verdict(rows: pd.DataFrame, machine: str) -> tuple[str, str | None]:
     mine = rows[rows[runs.MACHINE] == machine]
     flags = mine.groupby("run_id", sort=False)[runs.UNDER_LOAD].first()
     n_quiet, n_loaded = int((~flags).sum()), int(flags.sum())
-    head = f"{machine}: {len(flags)} recorded run(s)" + (
+    head = f"{runs.named(machine)}: {runs.count(len(flags), 'recorded run')}" + (
         f", {n_loaded} flagged under load (not used)." if n_loaded else ".")
     failed = sorted(set(mine.variant[~mine.check_passed.astype(bool)]))
     excluded = (" Left out because they failed their check: " + ", ".join(variants.get(v).label for v in failed)
@@ -117,7 +117,7 @@ def machine_verdict(rows: pd.DataFrame, machine: str) -> tuple[str, str | None]:
         return head + " No variant passed its check." + excluded, None
     lead = (f"{variants.get(best['best']).label} ({best['best_median']:.0f} ms, median of its quiet runs) "
             f"against {variants.get(best['runner_up']).label} ({best['runner_up_median']:.0f} ms), "
-            f"ahead in {best['won_runs']} of {best['runs']} quiet run(s)")
+            f"ahead in {best['won_runs']} of {runs.count(int(best['runs']), 'quiet run')}")
     if n_quiet < runs.MIN_RUNS:
         return (head + f" Fewer than {runs.MIN_RUNS} quiet runs, so no best variant is declared; the quiet runs "
                 f"have {lead}." + excluded, None)

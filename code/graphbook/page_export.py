@@ -26,7 +26,7 @@ def _end(page: str) -> str:
     return f"# <<< end of the code taught on {page}\n"
 
 
-def taught_cells(notebook: Path) -> dict[str, list[str]]:
+def _taught_cells(notebook: Path) -> dict[str, list[str]]:
     """The ``#@save`` cells of one notebook, grouped by target module, in page order."""
     found: dict[str, list[str]] = {}
     for cell in json.loads(notebook.read_text())["cells"]:
@@ -51,7 +51,7 @@ def exported_modules(notebooks: list[Path], root: Path = REPO_ROOT, package: Pat
     texts: dict[Path, str] = {}
     for notebook in notebooks:
         page = notebook.relative_to(root).as_posix()
-        for module, cells in taught_cells(notebook).items():
+        for module, cells in _taught_cells(notebook).items():
             path = package / f"{module}.py"
             if not path.is_file():
                 raise ValueError(f"{page} saves code into {module!r}, but there is no {path.relative_to(root)}")
@@ -63,7 +63,7 @@ def exported_modules(notebooks: list[Path], root: Path = REPO_ROOT, package: Pat
             tail = rest.split(end)[1]
             texts[path] = head + begin + "\n\n\n".join(cells) + "\n" + end + tail
     saved = {(notebook.relative_to(root).as_posix(), module) for notebook in notebooks
-             for module in taught_cells(notebook)}
+             for module in _taught_cells(notebook)}
     for path in package.rglob("*.py"):
         for page in re.findall(r"^# >>> taught on (\S+):", path.read_text(), flags=re.M):
             if (page, path.relative_to(package).with_suffix("").as_posix()) not in saved:
