@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from .. import variants
+
 #: Lower precisions are judged by a different check (peaks and decoded balls, not the FP32 tolerance).
 _NOT_FP32 = "bf16|int8|fp16|matmul"
 #: The restart paths a CPU worker could take, as the decision names them.
@@ -22,8 +24,6 @@ LOWER_PRECISIONS = ("bf16", "int8")
 
 def _label(variant) -> str:
     """A variant as the chapters name it (its registry label), its identifier only when it is not registered."""
-    from .. import variants
-
     return variants.REGISTRY[variant].label if variant in variants.REGISTRY else str(variant)
 
 
@@ -113,7 +113,8 @@ def lower_precision_worker(cpu_frame, *, here: Mapping | str | None = None) -> s
     """Whether to serve a bf16 or INT8 variant on the CPU, from one machine's quiet runs (Chapter 7).
 
     A lower precision cannot give eager's logits, so it counts only where the trained checkpoint's decoded
-    ball on held-out clips stayed where eager FP32 put it in every recorded run (``same_ball``, Chapter 5);
+    ball on held-out clips stayed where eager FP32 put it in every recorded run (``same_ball``, Chapter 5) and
+    its FP32 twin (:data:`graphbook.variants.FP32_TWINS`) matched eager FP32 on the same machine;
     runs without that check (older, random-weight files) decide nothing here. The sentence gives the best
     such variant's median, its speed-up over eager FP32 and over the best FP32 variant of the same machine,
     and its share of the machine's ceiling in that precision and in FP32 (:func:`graphbook.profiling.executed_rates`).
@@ -135,9 +136,13 @@ def lower_precision_worker(cpu_frame, *, here: Mapping | str | None = None) -> s
         return "undecided: every lower-precision run with the decoded-ball check was taken under load"
     mine = runs.single_machine(flagged, machine)
     low = mine[mine["variant"].isin(set(rows["variant"])) & mine[results.SAME_BALL].notna()]
-    best = runs.choose_best(low, correct=results.SAME_BALL, skip_under_load=True).iloc[0]
+    # a lower precision also inherits its FP32 twin's faults: it counts only where the twin matched eager too
+    twin_ok = {v: bool(len(t := mine[mine["variant"] == twin]) and t[results.SAME_OUTPUT].astype(bool).all())
+               for v, twin in variants.FP32_TWINS.items()}
+    low = low.assign(passed=low[results.SAME_BALL].astype(bool) & low["variant"].map(twin_ok).fillna(False))
+    best = runs.choose_best(low, correct="passed", skip_under_load=True).iloc[0]
     if best.best is None:
-        return (f"keep FP32: no bf16 or INT8 variant kept the decoded ball on {machine}"
+        return (f"keep FP32: no bf16 or INT8 variant kept the decoded ball with a correct FP32 twin on {machine}"
                 + (f" (moved: {', '.join(map(_label, best.excluded))})" if best.excluded else ""))
     quiet = mine[~mine[runs.UNDER_LOAD]]
     medians = runs.summarize_runs(quiet).set_index("variant")["median"]
