@@ -262,13 +262,19 @@ def compare(onnx_path: Path, input_hw, *, runs: int = 3, threads: int = 2, max_q
 def fault_table(frame) -> pd.DataFrame:
     """One row per (fault, server) of a ``hostile-clients`` recording (a frame, or rows), across its runs (Chapter 7).
 
-    Answers and statuses are shown once when every run agrees (else each run's, joined by " | "); the
+    The hostile clients' answers are counted per kind, as a range across runs; the valid request's
+    statuses are shown once when every run agrees (else each run's, joined by " | "); the
     valid request's milliseconds, the first failing count of stalled uploads and the seconds until the
     server dropped them are the median and range across runs.
     """
     def agreed(values):
         values = [str(v) for v in values]
         return values[0] if len(set(values)) == 1 else " | ".join(values)
+
+    def answer_ranges(tallies):  # "200 x18, 503 x30" per run -> each answer's count, as a range across runs
+        runs = [dict(part.rsplit(" x", 1) for part in str(t).split(", ") if " x" in part) for t in tallies]
+        counts = {label: [int(run.get(label, 0)) for run in runs] for label in sorted(set().union(*runs))}
+        return ", ".join(f"{label} x{min(n)}" + (f"-{max(n)}" if max(n) > min(n) else "") for label, n in counts.items())
 
     def spread(values, missing="none"):
         values = pd.Series(values, dtype=float).dropna().round()
@@ -282,7 +288,7 @@ def fault_table(frame) -> pd.DataFrame:
         part = part.sort_values("run")
         stalled = fault == "stalled-body"
         rows.append({"fault": fault, "server": server, "runs": int(part["run"].nunique()),
-                     "hostile clients": agreed(part["hostile_clients"]), "their answers": agreed(part["answers"]),
+                     "hostile clients": agreed(part["hostile_clients"]), "their answers": answer_ranges(part["answers"]),
                      "valid request": agreed(part["valid_status"]), "valid ms": spread(part["valid_ms"]),
                      "first failing stalled": spread(part["first_failing_stalled"]) if stalled else "",
                      "its answer": agreed(part["failing_answer"].fillna("")) if stalled else "",
