@@ -50,9 +50,10 @@ def test_the_chapter_table_agrees_across_runs_and_shows_the_spread():
     table = hostile_clients.fault_table(pd.DataFrame(rows))
     assert table["fault"].tolist() == ["burst", "burst", "stalled-body", "stalled-body"]
     stalled = table[table.fault == "stalled-body"].set_index("server")
-    assert stalled.loc["book", "first failing stalled"] == "48" and stalled.loc["litserve", "first failing stalled"] == "63"
-    assert stalled.loc["book", "valid ms"] == "12 (10-30)" and stalled.loc["book", "stalled dropped after s"] == "12"
-    assert stalled.loc["litserve", "stalled dropped after s"] == "held past 15 s"
+    assert stalled.loc["the book's server", "first failing stalled"] == "48" and stalled.loc["LitServe", "first failing stalled"] == "63"
+    assert stalled.loc["the book's server", "valid ms"] == "12 (10-30)"
+    assert stalled.loc["the book's server", "stalled dropped after s"] == "12"
+    assert stalled.loc["LitServe", "stalled dropped after s"] == "held past 15 s"
     assert table.loc[0, "their answers"] == "200 x41-43" and table.loc[0, "first failing stalled"] == ""
 
 

@@ -35,7 +35,7 @@ import pandas as pd
 from ..record import results
 from .batcher import JSON_BYTES_PER_VALUE
 from .http import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT_S
-from .litserve_compare import SERVERS, _base64_json_request, start_server, stop_server
+from .litserve_compare import LABELS, SERVERS, _base64_json_request, start_server, stop_server
 from .loadtest import binary_request
 
 FAULTS = ("garbage-request-line", "huge-content-length", "burst", "stalled-body")
@@ -262,6 +262,7 @@ def compare(onnx_path: Path, input_hw, *, runs: int = 3, threads: int = 2, max_q
 def fault_table(frame) -> pd.DataFrame:
     """One row per (fault, server) of a ``hostile-clients`` recording (a frame, or rows), across its runs (Chapter 7).
 
+    Servers are named as the chapter names them (:data:`graphbook.serving.litserve_compare.LABELS`).
     The hostile clients' answers are counted per kind, as a range across runs; the valid request's
     statuses are shown once when every run agrees (else each run's, joined by " | "); the
     valid request's milliseconds, the first failing count of stalled uploads and the seconds until the
@@ -287,7 +288,7 @@ def fault_table(frame) -> pd.DataFrame:
     for (fault, server), part in pd.DataFrame(frame).groupby(["fault", "server"], sort=False):
         part = part.sort_values("run")
         stalled = fault == "stalled-body"
-        rows.append({"fault": fault, "server": server, "runs": int(part["run"].nunique()),
+        rows.append({"fault": fault, "server": LABELS[server], "runs": int(part["run"].nunique()),
                      "hostile clients": agreed(part["hostile_clients"]), "their answers": answer_ranges(part["answers"]),
                      "valid request": agreed(part["valid_status"]), "valid ms": spread(part["valid_ms"]),
                      "first failing stalled": spread(part["first_failing_stalled"]) if stalled else "",
@@ -295,6 +296,5 @@ def fault_table(frame) -> pd.DataFrame:
                      "stalled dropped after s": (spread(part["dropped_after_s"], missing=f"held past {part['hold_s'].max():g} s")
                                                  if stalled else ""),
                      "afterwards": agreed(part["recovered_status"])})
-    order = {f: i for i, f in enumerate(FAULTS)}
-    return pd.DataFrame(rows).sort_values(["fault", "server"], key=lambda c: c.map(order) if c.name == "fault" else c,
-                                          ignore_index=True)
+    order = {**{f: i for i, f in enumerate(FAULTS)}, **{LABELS[s]: i for i, s in enumerate(SERVERS)}}
+    return pd.DataFrame(rows).sort_values(["fault", "server"], key=lambda column: column.map(order), ignore_index=True)
