@@ -1,21 +1,28 @@
-"""What a tuning-based compiler costs: BlurBall in TVM, untuned and briefly tuned, against eager (Chapter 3).
+"""What TVM's untuned build costs, and why: BlurBall in TVM for generic x86-64 and for the host CPU, against eager at 1 and N threads (Chapter 3).
 
-BlurBall goes through ``torch.export`` and TVM's PyTorch frontend (``graphbook.tvm_compare.relax_module``),
-is built for ``llvm`` with TVM's default pipeline (no tuning: its built-in CPU schedules, which do not
-cover convolution and run single-threaded), and, with ``--trials N``, tuned with MetaSchedule for N
-measured trials in all (random cost model, one build worker, ``--build-timeout`` seconds per build: each
-worker imports TVM's tensor intrinsics once, which alone can take half a minute on two cores). Eager
-PyTorch runs right before each variant. Each variant's output is compared with eager
-(``correctness.compare_to_reference``). One new ``cpu-tvm-<date>.csv`` per run (kind ``tvm``).
+BlurBall goes through ``torch.export`` and TVM's PyTorch frontend (``graphbook.tvm_compare.relax_module``)
+and is built with TVM's default pipeline, untuned, twice (``graphbook.tvm_build``): for ``llvm`` without
+``mcpu`` (generic x86-64, ``tvm_generic``) and for the host CPU (``Target.from_device(tvm.cpu())``,
+``tvm_host``); with ``--trials N`` also MetaSchedule-tuned for the host target (``tvm_tuned``). Eager PyTorch
+runs at ``--threads`` (``eager``, the reference) and at one thread (``eager_1_thread``), so what the
+untuned builds' single thread costs is measured, not assumed. Every variant is built once and checked
+against eager (``correctness.compare_to_reference``) before any timing; then ``--runs`` independent runs
+(at least 3) each measure the ``copy_`` bandwidth and time every variant in an order that rotates between
+runs (``timing.repeated_runs``), recording ``busy_cores`` (CPU seconds per wall second: how many cores the
+variant kept busy). Rows record each TVM build's target string, its parallel launches and vector widths in
+the generated LLVM IR, and per run ``speedup_vs_eager`` and ``speedup_vs_eager_1_thread``. One new
+``cpu-tvm-<date>[-N].csv`` per invocation (kind ``tvm``, ``results.write_run``), every row with the machine's
+fingerprint.
 
-Tuning stays out of the chapters' execution time; Chapter 3 shows the recorded run.
+Tuning stays out of the chapters' execution time; Chapter 3 shows the recorded runs.
 
 Usage::
 
-    python code/bench_tvm.py                            # untuned only, 32x64
+    python code/bench_tvm.py                                    # untuned only, 32x64, 3 runs
+    python code/bench_tvm.py --height 96 --width 160 --repeats 5
     python code/bench_tvm.py --trials 64 --height 96 --width 160
 
-Exit status: 0 recorded; 1 a TVM variant's output differs from eager (still recorded); 2 bad arguments;
+Exit status: 0 recorded; 1 a variant's output differs from eager (still recorded); 2 bad arguments;
 3 TVM is not installed here (requirements-tvm.txt; x86-64 Linux wheels only).
 """
 from __future__ import annotations
@@ -23,117 +30,123 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import time
 
-from graphbook.record.cli import OneLineParser, multiple_of_8, positive_int
+from graphbook.record import cli
+from graphbook.record.cli import int_at_least, positive_int
+
+PROG = "bench_tvm.py"
+COLUMNS = ["run", "variant", "note", "target", "variant_threads", "tvm_num_threads", "height", "width", "batch",
+           "median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats", "warmup", "busy_cores", "speedup_vs_eager",
+           "speedup_vs_eager_1_thread", "max_abs_diff", "same_output", "compile_s", "parallel_launches",
+           "ir_lines_f32x4", "ir_lines_f32x8", "ir_lines_f32x16", "tune_s", "trials", "tasks", "run_order",
+           "went_first", "run_count", "run_started", "copy_gbps"]
 
 
 def parse_args(argv=None):
-    parser = OneLineParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--height", type=multiple_of_8, default=32)
-    parser.add_argument("--width", type=multiple_of_8, default=64)
-    parser.add_argument("--threads", type=positive_int, default=2)
-    parser.add_argument("--repeats", type=positive_int, default=5, help="timed calls per variant (median)")
-    parser.add_argument("--trials", type=int, default=0,
-                        help="MetaSchedule trials in all; 0 (default) skips tuning")
+    parser = cli.make_parser(PROG, __doc__.splitlines()[0])
+    cli.add_input_size(parser, height=32, width=64)
+    cli.add_run_protocol_options(parser, repeats=10, warmup=2,
+                                 runs_help="each timing every variant once in a rotated order")
+    parser.add_argument("--trials", type=int_at_least(0), default=0,
+                        help="MetaSchedule trials in all, tuned for the host CPU; 0 (default) skips tuning")
     parser.add_argument("--build-timeout", type=positive_int, default=120, help="seconds per MetaSchedule build")
-    parser.add_argument("--results-dir", default=None,
-                        help="where the result file goes (default data/results, or $GRAPHBOOK_RESULTS_DIR)")
-    args = parser.parse_args(argv)
-    if args.trials < 0:
-        parser.error("--trials must be 0 or more")
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # TVM's thread pool reads this when it starts; a build without parallel loops never starts it
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
     from graphbook import tvm_compare
 
     ok, why = tvm_compare.tvm_status()
     if not ok:
-        print(f"bench_tvm: error: {why}", file=sys.stderr)
-        return 3
+        return cli.resource_absent(PROG, f"error: {why}")
     import torch
     import tvm
     from tvm import relax
 
-    from graphbook import blurball
+    from graphbook import blurball, correctness, tvm_build
     from graphbook.record import environment, results, timing
-    from graphbook import correctness
 
-    torch.set_num_threads(args.threads)
+    environment.set_threads(args.threads)
     env = environment.fingerprint(args.threads)  # taken first: a run of minutes must not fail at the end
     env["tvm"] = tvm.__version__
     model = blurball.build_blurball()
     x = blurball.example_input(height=args.height, width=args.width)
     with torch.no_grad():
         reference = model(x)
-    eager = lambda: model(x)  # noqa: E731
+    data = tvm.runtime.tensor(x.numpy())
+    calls, torch_threads, built, failed = {}, {}, {}, []
 
     def run_eager():
         with torch.no_grad():
-            return eager()
+            return model(x)
 
-    mod = tvm_compare.relax_module(model, x)
-    target = tvm.target.Target({"kind": "llvm", "num-cores": args.threads})
-    data = tvm.runtime.tensor(x.numpy())
-    rows, failed = [], []
-
-    def record(name, executable, build_s, note, **extra):
-        vm = relax.VirtualMachine(executable, tvm.cpu())
-        call = lambda: vm["main"](data)  # noqa: E731
-        output = call()
-        output = output[0] if not hasattr(output, "numpy") else output
-        verdict = correctness.compare_to_reference(torch.from_numpy(output.numpy()), reference)
-        eager_ms = timing.time_cpu(run_eager, warmup=1, repeats=args.repeats).median_ms
-        tvm_ms = timing.time_cpu(call, warmup=1, repeats=args.repeats).median_ms
-        rows.append({results.VARIANT: name, "eager_median_ms": round(eager_ms, 2),
-                     results.MEDIAN_MS: round(tvm_ms, 2), results.SPEEDUP_VS_EAGER: round(eager_ms / tvm_ms, 4),
-                     results.MAX_ABS_DIFF: verdict["max_abs_diff"], results.SAME_OUTPUT: verdict["same_output"],
-                     results.COMPILE_S: round(build_s, 1), "note": note, "height": args.height,
-                     "width": args.width, "batch": 1, "repeats": args.repeats, **extra})
-        print(rows[-1], flush=True)
+    def add(name, call, output, note, threads, **columns):
+        """Check ``name`` against eager once, before any timing, and keep what its rows carry."""
+        verdict = correctness.compare_to_reference(output, reference)
+        calls[name] = call
+        built[name] = {"variant": name, "note": note, "variant_threads": threads, "height": args.height,
+                       "width": args.width, "batch": 1, results.MAX_ABS_DIFF: verdict["max_abs_diff"],
+                       results.SAME_OUTPUT: verdict["same_output"], **columns}
+        print(f"{name}: built and checked, max|diff| {verdict['max_abs_diff']:.2e}", flush=True)
         if not verdict["same_output"]:
             failed.append(name)
 
-    start = time.perf_counter()
-    executable = tvm.compile(mod, target=target)
-    record("tvm_untuned", executable, time.perf_counter() - start,
-           "TVM default pipeline, no tuning (built-in schedules, single-threaded convolutions)")
+    def add_tvm(name, executable, target, note, **columns):
+        vm = relax.VirtualMachine(executable, tvm.cpu())
+        call = lambda: vm["main"](data)  # noqa: E731
+        output = call()
+        output = output if hasattr(output, "numpy") else output[0]
+        add(name, call, torch.from_numpy(output.numpy()), note, int(os.environ["TVM_NUM_THREADS"]),
+            target=str(target), tvm_num_threads=os.environ["TVM_NUM_THREADS"],
+            **tvm_build.generated_code(executable), **columns)
 
+    for name, threads in ((tvm_build.EAGER, args.threads), (tvm_build.EAGER_1_THREAD, 1)):
+        torch.set_num_threads(threads)
+        add(name, run_eager, run_eager(), f"eager PyTorch, {threads} intra-op thread{'s' if threads > 1 else ''}",
+            threads)
+        torch_threads[name] = threads
+    torch.set_num_threads(args.threads)
+
+    mod = tvm_compare.relax_module(model, x)
+    untuned_targets = tvm_build.targets(args.threads)
+    notes = {tvm_build.GENERIC: "TVM default pipeline, untuned, llvm without mcpu (generic x86-64)",
+             tvm_build.HOST: "TVM default pipeline, untuned, llvm for the host CPU"}
+    for name, target in untuned_targets.items():
+        stopwatch = timing.Stopwatch()
+        executable = tvm.compile(mod, target=target)
+        add_tvm(name, executable, target, notes[name], compile_s=round(stopwatch.seconds(), 1))
+
+    failure_rows = []
     if args.trials:
-        from tvm.s_tir import meta_schedule as ms
-
-        # MetaSchedule tunes TIR functions: legalize and fuse first (the same passes tvm.compile runs), so
-        # each fused kernel is one task.
-        fused = tvm.transform.Sequential([
-            relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
-            relax.transform.FuseOps(), relax.transform.FuseTIR()])(mod)
+        target = untuned_targets[tvm_build.HOST]
+        stopwatch = timing.Stopwatch()
         with tempfile.TemporaryDirectory(prefix="graphbook-ms-") as work_dir:
-            start = time.perf_counter()
             try:
-                database = ms.relax_integration.tune_relax(
-                    fused, params={}, target=target, work_dir=work_dir, max_trials_global=args.trials,
-                    num_trials_per_iter=min(16, args.trials), cost_model="random",
-                    builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=args.build_timeout),
-                    runner=ms.runner.LocalRunner(timeout_sec=60), database="json", seed=0)
-                tune_s = time.perf_counter() - start
-                tasks = len(ms.relax_integration.extract_tasks(fused, target))
-                start = time.perf_counter()
-                executable = ms.relax_integration.compile_relax(database, fused, target, params=None)
-                record("tvm_tuned", executable, tune_s + time.perf_counter() - start,
-                       f"MetaSchedule, {args.trials} trials over {tasks} tasks, random cost model",
-                       tune_s=round(tune_s, 1), trials=args.trials, tasks=tasks)
-            except Exception as error:  # a tuning failure is a result too: record why
-                rows.append({results.VARIANT: "tvm_tuned", "note": f"tuning failed: {type(error).__name__}: "
-                             f"{str(error).splitlines()[0][:300] if str(error) else ''}",
-                             "tune_s": round(time.perf_counter() - start, 1), "trials": args.trials,
-                             "height": args.height, "width": args.width})
-                print(rows[-1], file=sys.stderr, flush=True)
+                executable, info = tvm_build.tune(mod, target, trials=args.trials, build_timeout=args.build_timeout,
+                                                  work_dir=work_dir)
+                add_tvm(tvm_build.TUNED, executable, target,
+                        f"MetaSchedule for the host CPU, {info['trials']} trials over {info['tasks']} tasks, "
+                        "random cost model", compile_s=round(stopwatch.seconds(), 1), **info)
+            except Exception as error:  # a tuning failure is a result too: record why (one row, no run)
+                first_line = str(error).splitlines()[0][:300] if str(error) else ""
+                failure_rows.append({"variant": tvm_build.TUNED, "target": str(target), "trials": args.trials,
+                                     "note": f"tuning failed: {type(error).__name__}: {first_line}",
+                                     "tune_s": round(stopwatch.seconds(), 1), "height": args.height,
+                                     "width": args.width})
+                print(failure_rows[-1], file=sys.stderr, flush=True)
 
-    return results.write_and_report("tvm", rows, env, results_dir=args.results_dir,
-                                    failure=f"bench_tvm: {', '.join(failed)} differ from eager" if failed else None)
+    timed = timing.repeated_runs(
+        calls, runs=args.runs, warmup=args.warmup, repeats=args.repeats, log=lambda line: print(line, flush=True),
+        measure=lambda name, _run: tvm_build.timed_with_cores(calls[name], warmup=args.warmup, repeats=args.repeats,
+                                                              threads=torch_threads.get(name)))
+    rows = tvm_build.add_speedups([{**row, **built[row["variant"]]} for row in timed]) + failure_rows
+    rows = [{c: row.get(c, "") for c in COLUMNS} for row in rows]
+    path = results.write_run("tvm", rows, env, results_dir=args.results_dir, per_run=True)
+    print(f"wrote {len(rows)} rows ({args.runs} runs) to {path}")
+    return cli.exit_status_for(PROG, failed)
 
 
 if __name__ == "__main__":

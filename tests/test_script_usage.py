@@ -61,6 +61,7 @@ BAD_ARGUMENTS = [
     ("bench_serving_load.py", ["--max-wait-ms", "-3"], None), ("bench_serving_load.py", ["--overload-clients", "-1"], None),
     ("bench_serving_load.py", ["--runtimes", "eager,tensorrt"], None), ("bench_serving_load.py", ["--runtimes", ","], None),
     ("bench_tvm.py", ["--trials", "-1"], None), ("bench_tvm.py", ["--height", "30"], None),
+    ("bench_tvm.py", ["--runs", "2"], None),
     ("bisect_freezing.py", ["--minifier-timeout", "-5"], None), ("bisect_freezing.py", ["--model", "resnet"], None),
     ("gpu_blurball.py", ["--repeats", "-1"], None),
     ("gpu_tensorrt.py", ["--variants", "bogus"], None), ("gpu_tensorrt.py", ["--repeats", "0"], None),

@@ -1,0 +1,83 @@
+"""graphbook.tvm_build and code/bench_tvm.py: the census of generated code, per-run speed-ups against both eager
+baselines and the busy-cores measure without TVM; with TVM (slow), the two untuned targets and a whole tiny
+recording: every variant checked, three runs, no parallel loop in TVM's untuned code, the machine on every row."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from graphbook import paths, tvm_build as tb, tvm_compare
+from graphbook.record import results
+
+TVM_OK, TVM_WHY = tvm_compare.tvm_status()
+SCRIPT = paths.REPO_ROOT / "code" / "bench_tvm.py"
+
+IR = """
+declare i32 @TVMBackendParallelLaunch(ptr, ptr, i32)
+  %1 = call i32 @TVMBackendParallelLaunch(ptr @body, ptr %closure, i32 0)
+  %2 = fadd <4 x float> %a, %b
+  %3 = fmul <8 x float> %c, %d
+  %4 = fadd <8 x float> %3, %e
+  %5 = load <16 x float>, ptr %p, align 64
+"""
+
+
+def test_census_counts_launch_calls_not_declarations_and_vector_lines():
+    assert tb._code_census(IR) == {"parallel_launches": 1, "ir_lines_f32x4": 1, "ir_lines_f32x8": 2,
+                                  "ir_lines_f32x16": 1}
+    assert tb._code_census("") == {"parallel_launches": 0, "ir_lines_f32x4": 0, "ir_lines_f32x8": 0,
+                                  "ir_lines_f32x16": 0}
+
+
+def test_speedups_divide_by_the_same_runs_eager_at_each_thread_count():
+    rows = [{"run": 1, "variant": tb.EAGER, "median_ms": 10.0}, {"run": 1, "variant": tb.EAGER_1_THREAD, "median_ms": 16.0},
+            {"run": 1, "variant": tb.HOST, "median_ms": 40.0},
+            {"run": 2, "variant": tb.EAGER, "median_ms": 20.0}, {"run": 2, "variant": tb.HOST, "median_ms": 40.0}]
+    out = {(r["run"], r["variant"]): r for r in tb.add_speedups(rows)}
+    assert out[(1, tb.HOST)]["speedup_vs_eager"] == 0.25 and out[(1, tb.HOST)]["speedup_vs_eager_1_thread"] == 0.4
+    assert out[(1, tb.EAGER)]["speedup_vs_eager"] == 1.0 and out[(1, tb.EAGER_1_THREAD)]["speedup_vs_eager"] == 0.625
+    assert out[(2, tb.HOST)]["speedup_vs_eager"] == 0.5   # run 2's own eager, not run 1's
+    assert out[(2, tb.HOST)]["speedup_vs_eager_1_thread"] == ""  # run 2 timed no 1-thread eager
+    assert "speedup_vs_eager" not in rows[0], "the input rows are left alone"
+
+
+def test_timed_with_cores_adds_busy_cores_and_restores_threads():
+    before = torch.get_num_threads()
+    columns = tb.timed_with_cores(lambda: sum(range(20000)), warmup=1, repeats=3, threads=1)
+    assert torch.get_num_threads() == before
+    assert {"median_ms", "q1_ms", "q3_ms", "repeats", "busy_cores"} <= set(columns) and "name" not in columns
+    assert columns["repeats"] == 3 and columns["busy_cores"] >= 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TVM_OK, reason=TVM_WHY)
+def test_targets_generic_has_no_mcpu_and_host_names_llvms_host_cpu():
+    from tvm.target import codegen
+
+    targets = tb.targets(2)
+    generic, host = targets[tb.GENERIC], targets[tb.HOST]
+    assert "mcpu" not in generic.export() and str(host.export()["mcpu"]) == codegen.llvm_get_system_cpu()
+    assert int(generic.export()["num-cores"]) == int(host.export()["num-cores"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TVM_OK, reason=TVM_WHY)
+def test_a_tiny_recording_checks_every_variant_in_three_runs(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--height", "16", "--width", "32", "--repeats", "1",
+                           "--warmup", "1", "--results-dir", str(tmp_path)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (path,) = tmp_path.glob("cpu-tvm-*.csv")
+    assert results.kind("tvm").matches(path.name)
+    frame = results.load("tvm", results_dir=tmp_path)
+    variants = [tb.EAGER, tb.EAGER_1_THREAD, tb.GENERIC, tb.HOST]
+    assert sorted(frame["run"]) == [1] * 4 + [2] * 4 + [3] * 4 and frame["run_id"].nunique() == 3
+    assert all(sorted(run["variant"]) == sorted(variants) for _, run in frame.groupby("run"))
+    assert frame["same_output"].astype(bool).all()
+    assert frame["cpu_family"].notna().all() and frame["cpu_ghz"].notna().all()  # the machine on every row
+    tvm_rows = frame[frame["variant"].str.startswith("tvm_")]
+    assert (tvm_rows["parallel_launches"] == 0).all(), "TVM's default CPU schedules have no parallel loop"
+    assert (frame.loc[frame["variant"] == tb.EAGER, "speedup_vs_eager"] == 1).all()
+    assert tvm_rows.loc[tvm_rows["variant"] == tb.HOST, "target"].str.contains('"mcpu"').all()
+    assert not tvm_rows.loc[tvm_rows["variant"] == tb.GENERIC, "target"].str.contains('"mcpu"').any()
