@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..record import runs
+
 SERVERS = ("book", "litserve")
 
 #: What each server gives the person who runs it, as the chapter's table shows it.
@@ -39,7 +41,8 @@ OPERATOR_FEATURES = {
                  "LitAPI(max_batch_size, batch_timeout): any size up to max_batch_size, waiting at most "
                  "batch_timeout"),
     "back-pressure": ("bounded queue: 503 with Retry-After beyond max_queue, decided from the headers; "
-                      "connection cap; per-request deadline; 504 when a model call hangs",
+                      "connection cap, and a cap on bodies still arriving (max_uploads); per-request deadline; "
+                      "504 when a model call hangs",
                       "no queue bound: every request waits; 504 after the request timeout (30 s by "
                       "default); max_payload_size refuses large bodies (413)"),
     "metrics": ("per answer: queue_ms, inference_ms, joined_batch_size; /readyz: queue length, calls "
@@ -309,18 +312,9 @@ def comparison_sentences(frame) -> dict[str, str]:
     first = frame.iloc[0]
     cores = int(first.get("cpu_cores", 0) or 0)
     load_max = float(frame["loadavg_1m"].max())
-    def whole(value):  # a CSV number read back as 167.0 is model 167
-        try:
-            return str(int(float(value)))
-        except (TypeError, ValueError):
-            return str(value)
-
-    model_id = first.get("cpu_model_id", first.get("cpu_model_number", ""))  # older rows: the first spelling
-    family = f", family {whole(first['cpu_family'])} model {whole(model_id)}" if str(first.get("cpu_family", "")) else ""
-    conditions = (f"Recorded {str(first['date'])[:10]} on {first['cpu_model']}{family} ({int(first['threads'])} ONNX "
-                  f"Runtime threads, {cores} cores) at {first['input_hw']}, {int(frame['run'].nunique())} runs in "
-                  f"alternating order; the copy_ probe read {frame['copy_gbps'].min():.1f}-{frame['copy_gbps'].max():.1f} GB/s "
-                  f"and the load average reached {load_max:.1f}")
+    machine = runs.named(runs.machine_label(first.to_dict()))
+    conditions = (f"It was recorded on {machine} at {first['input_hw']}, in {runs.count(int(frame['run'].nunique()), 'run')} "
+                  f"of alternating order; the load average reached {load_max:.1f}")
     if cores and load_max > cores:
         conditions += (f", more than the machine's {cores} cores: it was shared while it measured, so the absolute "
                        "figures are slower than a quiet machine's, and only the comparison run by run holds")
