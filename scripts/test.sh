@@ -17,7 +17,7 @@ stage_done "set-up"
 # worker (--dist loadfile): a module's fixtures are built once and a notebook's cells run in order in one kernel.
 # No test asserts an absolute time, so sharing the cores changes durations, not verdicts.
 echo "== unit tests and book-policy tests (two workers)"
-.venv/bin/python -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile
+.venv/bin/python -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile --durations=25
 stage_done "unit and policy tests"
 echo "== nbval (strict) on every chapter and appendix notebook (two workers, a notebook whole on one)"
 .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --nbval --nbval-current-env \
