@@ -52,3 +52,14 @@ def test_the_execution_log_has_one_header_and_names_machines_by_fingerprint():
         rows = list(csv.reader(log))
     assert rows[0].count("notebook") == 1 and {"cpu_family", "cpu_model_id", "cpu_ghz"} <= set(rows[0])
     assert rows[0] not in rows[1:], "a second header row inside the log"
+
+
+def test_the_chapter_table_names_the_machine_by_its_fingerprint(tmp_path):
+    (tmp_path / "chapters").mkdir()
+    (tmp_path / "appendix").mkdir()
+    record = {"executed_at": "2026-12-03T16:00:00+00:00", "seconds": 10.0, "code_cells": 3,
+              "cpu_model": "AMD EPYC", "cpu_family": 26, "cpu_model_id": 2, "cpu_microarch": "Zen 5",
+              "cpu_isa": "avx512_vnni", "cpu_ghz": 3.9}
+    _write(tmp_path / "chapters" / "01_x.ipynb", [{"cell_type": "markdown", "source": "# X", "metadata": {}}], record)
+    machine = provenance.chapter_table(tmp_path)["machine"].iloc[0]
+    assert machine == "AMD EPYC (Zen 5, family 26 model 2, avx512_vnni, 3.9 GHz measured)"

@@ -56,6 +56,17 @@ def title(path: Path) -> str:
     return Path(path).stem
 
 
+def _machine(record: dict) -> str:
+    """The CPU an execution ran on, by its fingerprint where the record has one (the vendor string alone names
+    CPUs of very different speed); older records hold only the vendor string."""
+    name = record.get("cpu_model", "")
+    if record.get("cpu_family") in (None, ""):
+        return name
+    arch = record.get("cpu_microarch")
+    return (f"{name} ({arch + ', ' if arch and arch != 'unknown' else ''}family {record['cpu_family']} model "
+            f"{record.get('cpu_model_id')}, {record.get('cpu_isa')}, {record.get('cpu_ghz')} GHz measured)")
+
+
 def chapter_table(root: Path = REPO_ROOT):
     """One row per chapter: title, when and where it last ran, how long, cells, GPU part (DataFrame; the
     provenance appendix)."""
@@ -72,13 +83,13 @@ def chapter_table(root: Path = REPO_ROOT):
             "executed_at": rec.get("executed_at", "never (no execution record)"),
             "seconds": rec.get("seconds"),
             "code_cells": rec.get("code_cells"),
-            "cpu_model": rec.get("cpu_model", ""),
+            "machine": _machine(rec),
             "torch": rec.get("torch", ""),
             "git_commit": rec.get("git_commit", ""),
             "gpu_part": gpu,
             "results_shown": glued.get("results_shown", "").strip("'\""),
         })
-    columns = ["chapter", "notebook", "executed_at", "seconds", "code_cells", "cpu_model", "torch",
+    columns = ["chapter", "notebook", "executed_at", "seconds", "code_cells", "machine", "torch",
                "git_commit", "gpu_part", "results_shown"]
     return pd.DataFrame(rows, columns=columns)
 
