@@ -74,7 +74,7 @@ def test_a_machine_with_three_quiet_runs_decides_and_names_what_failed():
     machine = rows[runs.MACHINE].iloc[0]
     sentence, best = cpu_matrix.machine_verdict(rows, machine)
     assert best == "ort_exporter_optimized_all"   # the faster compile + freezing does not count: it failed
-    assert "3 recorded run(s)." in sentence and "ahead in 3 of 3" in sentence
+    assert "3 recorded runs." in sentence and "ahead in 3 of 3" in sentence
     assert "Left out because they failed their check: compile + freezing." in sentence
     assert "ort_exporter_optimized_all" not in sentence   # labels, never IDs
 

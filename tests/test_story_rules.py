@@ -119,11 +119,13 @@ def prose_words(notebook: dict) -> int:
 
 
 def visible_code_lines(notebook: dict) -> int:
-    """Non-blank lines of the code cells shown open on the page (collapsed and removed cells do not count)."""
+    """Non-blank lines of the code cells shown open on the page, besides the algorithms the page teaches
+    (``#@save`` cells, which are the point of the page); collapsed and removed cells do not count."""
     hidden = {"hide-input", "remove-input", "remove-cell"}
     return sum(len([line for line in "".join(c.get("source", "")).splitlines() if line.strip()])
                for c in notebook["cells"]
-               if c.get("cell_type") == "code" and not hidden & set(c.get("metadata", {}).get("tags", [])))
+               if c.get("cell_type") == "code" and not hidden & set(c.get("metadata", {}).get("tags", []))
+               and not "".join(c.get("source", "")).startswith("#@save"))
 
 
 MAX_CHAPTER_WORDS, MAX_BOOK_WORDS, MAX_VISIBLE_CODE = 3200, 14000, 200
@@ -218,4 +220,4 @@ def test_the_paragraph_rules_read_glued_values_as_rendered():
     (paragraph,) = rendered_paragraphs(notebook)
     assert paragraph == "from 2.6x to 2.6x" and _EQUAL_RANGE.search(paragraph)
     assert not _EQUAL_RANGE.search("from 2.6x to 2.7x, 16 to 164, in 2026-12-02")
-    assert numbers_read("1, 2, 3 and `4`, 5.5 % of $6$ ([7](a8.md))") == 4
+    assert numbers_read("1, 2, 3 and `4`, 5.5 % of $6$ ([7](a8.md))") == 5   # a link's text is read, its target not
