@@ -66,7 +66,7 @@ def test_explain_counts_before_and_after_the_fix():
 
 
 def test_tlparse_report_needs_tlparse(monkeypatch, tmp_path):
-    monkeypatch.setattr(d, "_tlparse_command", lambda: None)
+    monkeypatch.setattr(d, "tlparse_command", lambda: None)
     assert not d.tlparse_available()
     with pytest.raises(RuntimeError, match="tlparse is not installed"):
         d.tlparse_report(tmp_path / "out")

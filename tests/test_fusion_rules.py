@@ -154,7 +154,7 @@ def test_bad_inputs_raise_clear_errors():
 def test_dynamo_graph_groups_like_the_exported_graph():
     from graphbook import inductor_tools
 
-    (gm,) = inductor_tools._dynamo_graphs(ConvBnReluAdd().eval(), torch.randn(1, 4, 6, 6))
+    (gm,) = inductor_tools.dynamo_graphs(ConvBnReluAdd().eval(), torch.randn(1, 4, 6, 6))
     groups = fr.fuse_groups(gm)
     assert fr.unknown_ops(gm) == []
     assert [g.ops for g in groups] == [("conv2d", "batch_norm", "relu", "add")]

@@ -95,8 +95,8 @@ def test_explain_counts_breaks():
     assert len(summary.break_reasons) == 2
 
 
-def test_dynamo_graphs_records_without_compiling():
-    graphs = inductor_tools._dynamo_graphs(lambda x: (x * 2).relu(), torch.randn(3))
+def testdynamo_graphs_records_without_compiling():
+    graphs = inductor_tools.dynamo_graphs(lambda x: (x * 2).relu(), torch.randn(3))
     assert len(graphs) == 1
     assert isinstance(graphs[0], torch.fx.GraphModule)
 

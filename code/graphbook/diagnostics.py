@@ -266,10 +266,11 @@ def graph_break_comparison(size: int = 4096, repeats: int = 50, warmup: int = 5)
 # ------------------------------------------------------------------------------------------ tlparse
 def tlparse_available() -> bool:
     """Whether the ``tlparse`` command (PyPI ``tlparse``) is installed (Chapter 3)."""
-    return _tlparse_command() is not None
+    return tlparse_command() is not None
 
 
-def _tlparse_command() -> str | None:
+def tlparse_command() -> str | None:
+    """The ``tlparse`` executable beside this Python, else on ``PATH``, else None (Chapter 3)."""
     local = Path(sys.executable).with_name("tlparse")
     return str(local) if local.exists() else shutil.which("tlparse")
 
@@ -295,8 +296,8 @@ def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, t
     the report was made (:func:`tlparse_provenance` reads it; ``command`` is recorded as given). Raises
     ``RuntimeError`` when tlparse is not installed or either step fails (with the tail of its output).
     """
-    tlparse_command = _tlparse_command()
-    if tlparse_command is None:
+    tool = tlparse_command()
+    if tool is None:
         raise RuntimeError("tlparse is not installed (pip install tlparse; see requirements.txt)")
     out_dir = Path(out_dir)
     start = time.perf_counter()
@@ -313,7 +314,7 @@ def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, t
             raise RuntimeError(f"TORCH_TRACE wrote no log under {trace_dir}")
         if out_dir.exists():
             shutil.rmtree(out_dir)
-        proc = subprocess.run([tlparse_command, str(logs[-1]), "-o", str(out_dir), "--overwrite", "--no-browser"],
+        proc = subprocess.run([tool, str(logs[-1]), "-o", str(out_dir), "--overwrite", "--no-browser"],
                               capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0 or not (out_dir / "index.html").exists():
             raise RuntimeError(f"tlparse failed: {(proc.stdout + proc.stderr)[-1500:]}")
@@ -322,7 +323,7 @@ def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, t
             (out_dir / name).unlink(missing_ok=True)
     _fix_tlparse_pages(out_dir)
     _write_tlparse_provenance(out_dir, height=height, width=width, threads=threads, command=command,
-                              seconds=time.perf_counter() - start, tlparse=_command_version(tlparse_command))
+                              seconds=time.perf_counter() - start, tlparse=_command_version(tool))
     return out_dir / "index.html"
 
 
@@ -355,6 +356,12 @@ def _fix_tlparse_pages(out_dir: str | Path) -> int:
 #: The report's page relative to the site root; a chapter page (``chapters/03_*.html``) links it as
 #: ``../tlparse/index.html``.
 TLPARSE_SITE_PATH = "tlparse/index.html"
+
+
+def tlparse_version() -> str:
+    """The installed tlparse's version (``"0.4.3"``), or ``""`` (Chapter 3)."""
+    tool = tlparse_command()
+    return _command_version(tool) if tool else ""
 
 
 def _command_version(command: str) -> str:

@@ -259,7 +259,7 @@ def explain(fn: Callable, *args) -> ExplainSummary:
     )
 
 
-def _dynamo_graphs(fn: Callable, *args) -> list[torch.fx.GraphModule]:
+def dynamo_graphs(fn: Callable, *args) -> list[torch.fx.GraphModule]:
     """The FX graphs TorchDynamo captures from one call of ``fn`` (Chapter 3).
 
     Uses a backend that records each graph and runs it unchanged, so nothing is compiled.
