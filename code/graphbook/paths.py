@@ -18,6 +18,8 @@ CHECKPOINT_DIR = DATA_DIR / "checkpoints"
 TRAINED_CHECKPOINT = CHECKPOINT_DIR / "blurball_synthetic.pt"
 #: tlparse's report of one compile, kept as an extra page of the book (Chapter 3).
 TLPARSE_REPORT_DIR = REPO_ROOT / "images" / "extra" / "tlparse"
+#: tlparse's provenance page (eager operator -> post-grad node -> kernel) of one compile, beside it (Chapter 3).
+PROVENANCE_VIEW_DIR = REPO_ROOT / "images" / "extra" / "tlparse_provenance"
 #: Where measurements are written and read back. A test (or a lab engineer trying a scratch run) points the
 #: whole book at another folder with the environment variable ``GRAPHBOOK_RESULTS_DIR``.
 RESULTS_DIR = Path(os.environ["GRAPHBOOK_RESULTS_DIR"]).resolve() if os.environ.get("GRAPHBOOK_RESULTS_DIR") \
