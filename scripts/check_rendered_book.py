@@ -12,7 +12,7 @@ numbered caption, or ``NaN`` (``NaT``, ``<NA>``) in a table cell. Each page is t
 in a phone-sized window (390 px wide), where the page body must not scroll sideways (a wide table in
 its own scroll container is fine), and in the theme's dark mode, where text must stay readable
 (contrast at least 3:1 against its background). Static reports the book publishes as they are
-(``STATIC_REPORTS``: tlparse's report, copied from ``images/extra/`` by ``html_extra_path``) are not book
+(``STATIC_REPORTS``: tlparse's report and its provenance view, copied from ``images/extra/`` by ``html_extra_path``) are not book
 pages: a link from a page into one must resolve to a file of the built site, and the report's
 ``index.html`` must be linked from a page and load without an HTTP error, failed request, console
 error or uncaught exception.
@@ -43,7 +43,7 @@ CHROMIUM_CANDIDATES = ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/b
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 # Folders published as they are (``_config.yml``'s html_extra_path): checked by their index page only.
-STATIC_REPORTS = ("tlparse",)
+STATIC_REPORTS = ("tlparse", "tlparse_provenance")
 SKIP_DIRS = {"_static", "_sources", "_images", "_sphinx_design_static", "reports", *STATIC_REPORTS}
 UNRESOLVED = re.compile(r"\{(?:glue(?::\w+)?|cite(?::\w+)?|doc|numref|ref|eq|download)\}`?")
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")

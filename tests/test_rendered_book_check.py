@@ -4,6 +4,7 @@ scripts/check_rendered_book.py is run as the command test.sh runs, in a subproce
 to import), and judged by its exit status and its report.
 """
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -186,6 +187,18 @@ def test_links_into_the_static_report_resolve_and_its_page_loads(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ok   tlparse/index.html (static report)" in proc.stdout.splitlines()
     assert not any("graph.txt" in line or "-_0_0_0" in line for line in proc.stdout.splitlines())
+
+
+def test_the_provenance_view_is_opened_as_a_report_too(tmp_path):
+    html = _site(tmp_path, {"index.html": "<p>Book.</p>",
+                            "chapters/03.html": '<a href="../tlparse/index.html">report</a>'
+                                                '<a href="../tlparse_provenance/index.html">provenance</a>'})
+    _static_report(html)
+    (html / "tlparse_provenance").mkdir()   # the committed page itself: its script must run without an error
+    shutil.copy(paths.PROVENANCE_VIEW_DIR / "index.html", html / "tlparse_provenance" / "index.html")
+    proc = _check(html, "--screenshots", tmp_path / "shots", "--notebooks-root", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ok   tlparse_provenance/index.html (static report)" in proc.stdout.splitlines()
 
 
 def test_a_broken_link_to_the_report_and_a_report_page_with_a_console_error_fail(tmp_path):
