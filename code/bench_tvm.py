@@ -1,4 +1,6 @@
-"""What TVM's untuned build costs, and why: BlurBall in TVM for generic x86-64 and for the host CPU, against eager at 1 and N threads (Chapter 3).
+"""What TVM's untuned build costs: BlurBall in TVM for generic x86-64 and the host CPU, eager at 1 and N threads.
+
+Chapter 3.
 
 BlurBall goes through ``torch.export`` and TVM's PyTorch frontend (``graphbook.tvm_compare.relax_module``)
 and is built with TVM's default pipeline, untuned, twice (``graphbook.tvm_build``): for ``llvm`` without
@@ -9,10 +11,10 @@ untuned builds' single thread costs is measured, not assumed. Every variant is b
 against eager (``correctness.compare_to_reference``) before any timing; then ``--runs`` independent runs
 (at least 3) each measure the ``copy_`` bandwidth and time every variant in an order that rotates between
 runs (``timing.repeated_runs``), recording ``busy_cores`` (CPU seconds per wall second: how many cores the
-variant kept busy). Rows record each TVM build's target string, its parallel launches and vector widths in
-the generated LLVM IR, and per run ``speedup_vs_eager`` and ``speedup_vs_eager_1_thread``. One new
-``cpu-tvm-<date>[-N].csv`` per invocation (kind ``tvm``, ``results.write_run``), every row with the machine's
-fingerprint.
+variant kept busy). Rows record each TVM build's target string, its parallel launches, vector widths and
+masked gathers in the generated LLVM IR, and per run ``speedup_vs_eager`` and ``speedup_vs_eager_1_thread``.
+One new ``cpu-tvm-<date>[-N].csv`` per invocation (kind ``tvm``, ``results.write_run``), every row with the
+machine's fingerprint.
 
 Tuning stays out of the chapters' execution time; Chapter 3 shows the recorded runs.
 
@@ -38,8 +40,8 @@ PROG = "bench_tvm.py"
 COLUMNS = ["run", "variant", "note", "target", "variant_threads", "tvm_num_threads", "height", "width", "batch",
            "median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats", "warmup", "busy_cores", "speedup_vs_eager",
            "speedup_vs_eager_1_thread", "max_abs_diff", "same_output", "compile_s", "parallel_launches",
-           "ir_lines_f32x4", "ir_lines_f32x8", "ir_lines_f32x16", "tune_s", "trials", "tasks", "run_order",
-           "went_first", "run_count", "run_started", "copy_gbps"]
+           "ir_lines_f32x4", "ir_lines_f32x8", "ir_lines_f32x16", "ir_lines_gather", "tune_s", "trials", "tasks",
+           "run_order", "went_first", "run_count", "run_started", "copy_gbps"]
 
 
 def parse_args(argv=None):

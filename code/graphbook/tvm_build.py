@@ -35,7 +35,7 @@ _PARALLEL_LAUNCH = re.compile(r"\bcall\b[^\n]*@TVMBackendParallelLaunch\(")
 
 
 def targets(threads: int) -> dict:
-    """The untuned builds' targets, ``{GENERIC: Target, HOST: Target}``, each with ``num-cores`` ``threads`` (Chapter 3).
+    """The untuned builds' targets, ``{GENERIC: Target, HOST: Target}``, with ``num-cores`` ``threads`` (Chapter 3).
 
     The host target is ``Target.from_device(tvm.cpu())`` (TVM 0.27 takes targets as dicts; it fills ``mtriple``
     and ``mcpu`` from LLVM's host detection, e.g. ``"rocketlake"`` or ``"znver5"``).
@@ -49,8 +49,11 @@ def targets(threads: int) -> dict:
 
 def _code_census(llvm_ir: str) -> dict:
     """What LLVM IR text holds (Chapter 3): ``parallel_launches`` (calls into TVM's thread pool; none means the
-    code runs on one thread) and ``ir_lines_f32xN``, the lines using N-wide float vectors (N = 4, 8, 16)."""
-    census = {"parallel_launches": len(_PARALLEL_LAUNCH.findall(llvm_ir))}
+    code runs on one thread), ``ir_lines_f32xN``, the lines using N-wide float vectors (N = 4, 8, 16), and
+    ``ir_lines_gather``, the lines calling a masked gather (a vector loaded from scattered addresses: what LLVM
+    emits when it vectorizes a loop whose accesses are not contiguous)."""
+    census = {"parallel_launches": len(_PARALLEL_LAUNCH.findall(llvm_ir)),
+              "ir_lines_gather": sum(1 for line in llvm_ir.splitlines() if "@llvm.masked.gather" in line)}
     for width in _VECTOR_WIDTHS:
         marker = f"<{width} x float>"
         census[f"ir_lines_f32x{width}"] = sum(1 for line in llvm_ir.splitlines() if marker in line)
