@@ -70,6 +70,6 @@ def test_the_sentences_say_who_is_ahead_only_when_the_runs_do_not_overlap():
     assert "the book's server 1.2" in apart["levels"] and "family 6 model 143" in apart["conditions"]
     close = litserve_compare.comparison_sentences(_fake_recording([50, 40, 45], [44, 48, 42]))
     assert "within each other's spread" in close["levels"]
-    assert "258 of 288 requests (3 runs together) 503 at once" in apart["overload"] and "queue bound of 8" in apart["overload"]
+    assert "258 of 288 requests (the runs together) 503 at once" in apart["overload"] and "queue bound of 8" in apart["overload"]
     shared = litserve_compare.comparison_sentences(_fake_recording([50, 52, 51], [40, 41, 39], loadavg=5.0))
     assert "shared" in shared["conditions"] and "shared" not in apart["conditions"]

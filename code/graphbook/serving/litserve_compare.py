@@ -332,7 +332,7 @@ def comparison_sentences(frame) -> dict[str, str]:
         bound = frame.loc[frame["server"] == "book", "max_queue"].dropna()
         bound = f"its queue bound of {int(bound.iloc[0])}" if len(bound) else "its queue bound"
         overload = (f"At {int(b.clients)} clients, beyond {bound}, "
-                    f"the book's server answered {int(b.overloaded)} of {int(b.sent)} requests ({int(b.runs)} runs together) "
+                    f"the book's server answered {int(b.overloaded)} of {int(b.sent)} requests (the runs together) "
                     f"503 at once and served "
                     f"{int(b.ok)} with a p99 of {b.p99_ms:.0f} ms; LitServe, whose queue has no bound, served "
                     f"{int(lit.ok)} of {int(lit.sent)} with a p99 of {lit.p99_ms:.0f} ms"
