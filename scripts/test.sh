@@ -16,6 +16,8 @@ stage_done "set-up"
 # fresh Pythons, a browser), which left one of two cores idle. A test file, and a notebook, stays whole on one
 # worker (--dist loadfile): a module's fixtures are built once and a notebook's cells run in order in one kernel.
 # No test asserts an absolute time, so sharing the cores changes durations, not verdicts.
+echo "== the package's layers (import-linter's contracts in pyproject.toml)"
+.venv/bin/lint-imports
 echo "== unit tests and book-policy tests (two workers)"
 .venv/bin/python -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile --durations=25
 stage_done "unit and policy tests"
