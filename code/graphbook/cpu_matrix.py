@@ -4,7 +4,7 @@
 correctness check, in ``cpu-blurball`` files. This module reads them the one way both pages need:
 
 - :func:`full_size_rows`: the variant rows at the article's input size, flagged for load, each joined with
-  its variant's verdict over its own machine's recorded runs (:func:`_check_verdicts`);
+  its variant's verdict over its own machine's recorded runs (:func:`check_verdicts`);
 - :func:`run_table`: one row per recorded run (file, date, machine, eager FP32, load flag);
 - :func:`machine_verdict`: what one machine's quiet runs allow the book to say, as a sentence.
 """
@@ -34,14 +34,15 @@ def _own_check(name: str, group: pd.DataFrame) -> tuple[bool, str]:
     return False, f"decoded ball moved on {moved} of {frames} held-out frames"
 
 
-def _check_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
+def check_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
     """Per machine and variant, from that machine's runs only: did it pass its check in every run
     (``check_passed``), a phrase saying which check and why (``check``), its largest difference from eager
     FP32 (``max_abs_diff``).
 
     FP32 rewrites must give eager FP32's logits within the book's tolerance. A lower precision passes when
     it keeps the decoded ball on the held-out clips *and* its FP32 twin (:data:`graphbook.variants.FP32_TWINS`)
-    passes its own check on the same machine. Introduced in Chapter 5.
+    passes its own check on the same machine: the book's one rule, which Chapter 7's serving decision applies too.
+    Introduced in Chapter 5.
     """
     own = {key: (*_own_check(key[1], group), float(group[results.MAX_ABS_DIFF].max()))
            for key, group in rows.groupby([runs.MACHINE, "variant"], sort=False)}
@@ -66,7 +67,7 @@ def full_size_rows(recorded: pd.DataFrame | None = None,
     when no full-size run is recorded.
 
     ``recorded`` defaults to every ``cpu-blurball`` file (:func:`graphbook.record.results.load`); ``machine``
-    to :func:`graphbook.record.runs.deciding_machine` (this machine when it has three quiet runs). A machine's
+    to :func:`graphbook.record.runs.deciding_machine` (the reference machine when it has three quiet runs). A machine's
     verdicts are never pooled with another's. Introduced in Chapter 5.
     """
     recorded = results.load("cpu-blurball") if recorded is None else recorded
@@ -77,7 +78,7 @@ def full_size_rows(recorded: pd.DataFrame | None = None,
     if not full.any():
         return None, None
     rows = runs.flag_under_load(recorded[full])
-    verdicts = _check_verdicts(rows)
+    verdicts = check_verdicts(rows)
     machine = machine or runs.deciding_machine(rows) or rows[runs.MACHINE].iloc[0]
     return rows.join(verdicts[["check_passed"]], on=[runs.MACHINE, "variant"]), verdicts.loc[machine]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .. import variants
+from .. import cpu_matrix, variants
 
 #: Lower precisions are judged by a different check (peaks and decoded balls, not the FP32 tolerance).
 _NOT_FP32 = "bf16|int8|fp16|matmul"
@@ -136,10 +136,9 @@ def lower_precision_worker(cpu_frame, *, here: Mapping | str | None = None) -> s
         return "undecided: every lower-precision run with the decoded-ball check was taken under load"
     mine = runs.single_machine(flagged, machine)
     low = mine[mine["variant"].isin(set(rows["variant"])) & mine[results.SAME_BALL].notna()]
-    # a lower precision also inherits its FP32 twin's faults: it counts only where the twin matched eager too
-    twin_ok = {v: bool(len(t := mine[mine["variant"] == twin]) and t[results.SAME_OUTPUT].astype(bool).all())
-               for v, twin in variants.FP32_TWINS.items()}
-    low = low.assign(passed=low[results.SAME_BALL].astype(bool) & low["variant"].map(twin_ok).fillna(False))
+    # Chapter 5's one rule: the decoded ball kept, and the FP32 twin correct on the same machine
+    passed = cpu_matrix.check_verdicts(mine)["check_passed"].droplevel(runs.MACHINE)
+    low = low.assign(passed=low["variant"].map(passed).fillna(False).astype(bool))
     best = runs.choose_best(low, correct="passed", skip_under_load=True).iloc[0]
     if best.best is None:
         return (f"keep FP32: no bf16 or INT8 variant kept the decoded ball with a correct FP32 twin on {machine}"
