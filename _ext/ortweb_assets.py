@@ -1,9 +1,9 @@
 """Publishes the in-browser BlurBall of Chapter 4 with the book, offline, and adds its script to that page only.
 
-The page's panel is a cell output (``graphbook.browser_runtime.widget_html``). On the one page that holds
+The page's panel is a cell output (``graphbook.runtimes.browser_runtime.widget_html``). On the one page that holds
 it, this extension adds ``_static/ortweb/widget.js`` (a module of a few kilobytes) and its stylesheet;
 no other page gets them, and that script fetches nothing until the reader clicks. When the HTML build
-finishes it copies, with ``graphbook.browser_runtime.publish``, only the files the page can ask for
+finishes it copies, with ``graphbook.runtimes.browser_runtime.publish``, only the files the page can ask for
 into ``_static/ortweb/``: onnxruntime-web's WebAssembly runtime (and its WebGPU build) from the pinned
 ``_ext/ortweb/node_modules``, and the exported models, clips and references of ``_ext/ortweb/assets``
 (both made by ``scripts/setup_web.sh``). A missing file fails the build with one line saying to run it.
@@ -24,7 +24,7 @@ def _add_page_files(app, pagename, templatename, context, doctree):
 def _publish(app, exception):
     if exception is not None or app.builder.format != "html":
         return
-    from graphbook import browser_runtime
+    from graphbook.runtimes import browser_runtime
 
     try:
         browser_runtime.publish(Path(app.outdir) / "_static" / "ortweb")

@@ -28,7 +28,7 @@ flags a run taken under load from it). Rows carry ``run``, ``run_order`` and ``r
 ``<file stem>/r<run>``; run ``k`` of (c) is the ``k``-th cold-then-warm pair, timed after (a) and (b).
 
 Every result is also recorded under ``data/results/`` (``--results-dir``; never overwriting). This
-file is only the command line: the measurements live in ``graphbook.fusion_demo``, which Chapter 2
+file is only the command line: the measurements live in ``graphbook.teach.fusion_demo``, which Chapter 2
 imports. Exit status (the book's policy, ``graphbook.record.cli``): 0 ok; 1 a version's output differs from
 its reference (the results are still written); 2 bad arguments.
 """
@@ -37,11 +37,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from graphbook.config import SAME_OUTPUT_ATOL
 from graphbook.record import cli
 from graphbook.record.cli import int_at_least
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_SIZE = 2 ** 25          # the defaults of graphbook.fusion_demo, repeated so that a typo is refused
+DEFAULT_SIZE = 2 ** 25          # the defaults of graphbook.teach.fusion_demo, repeated so that a typo is refused
 DEFAULT_REPEATS = 7             # before torch is imported (tests/test_fusion_script.py checks they agree)
 DEFAULT_FEATURE_MAP = (64, 288, 512)
 DEFAULT_RUNS = 3
@@ -78,8 +79,9 @@ def _parse(argv):
 def main(argv=None) -> int:
     """Run parts (a)-(c), write the report and the results; return the exit status (Chapter 2)."""
     args = _parse(argv)  # before importing torch, so that a typo fails in a fraction of a second
-    from graphbook.record import environment, results
-    from graphbook import allocation, fusion_demo
+    from graphbook.measure import environment
+    from graphbook.record import results
+    from graphbook.teach import allocation, fusion_demo
 
     environment.set_threads(args.threads)
     env = environment.fingerprint(args.threads)
@@ -101,7 +103,7 @@ def main(argv=None) -> int:
     results_csv = results.write_run("fusion-demo", rows, env, results_dir=args.results_dir, per_run=True)
     print(report.read_text())
     print(f"wrote {report} and {results_csv}")
-    failed = fusion_demo.failed_checks(folding, chain_result, results.SAME_OUTPUT_ATOL)
+    failed = fusion_demo.failed_checks(folding, chain_result, SAME_OUTPUT_ATOL)
     return cli.exit_status_for("03_fusion.py", failed)  # 1 if a version differs (its rows are written above)
 
 

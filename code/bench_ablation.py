@@ -5,7 +5,7 @@
     .venv/bin/python code/bench_ablation.py --runs 5                   # five timed runs instead of three
 
 BlurBall (batch 1) is compiled four times: all optimizations (freezing on), without fusion
-(``max_fusion_size=1``), without freezing, and without both (see ``graphbook.inductor_tools.
+(``max_fusion_size=1``), without freezing, and without both (see ``graphbook.compilers.inductor_tools.
 ABLATION_CONFIGS`` for why these switches). Each variant is compiled ONCE, on its own copy of the
 model whose ``forward`` has its own code object, so Dynamo keeps one cache per variant and the runs
 reuse the compiled code without a reset or a recompile (the ``recompiles`` column counts any). Per
@@ -41,8 +41,12 @@ from graphbook.record.cli import positive_int
 
 
 def parse_args(argv=None):
-    from graphbook.inductor_tools import (ABLATION_CONFIGS, CAUSE_ABLATION_CONFIGS, UNFUSED_ABLATION_BACKENDS,
-                                          UNFUSED_ABLATION_CONFIGS)
+    from graphbook.compilers.inductor_tools import (
+        ABLATION_CONFIGS,
+        CAUSE_ABLATION_CONFIGS,
+        UNFUSED_ABLATION_BACKENDS,
+        UNFUSED_ABLATION_CONFIGS,
+    )
 
     # Every Inductor setting of the ablation, including the row that really turns fusion and inlining off
     # on the C++ backend (max_fusion_size=1 alone leaves BlurBall's launches unchanged there), and the
@@ -76,11 +80,13 @@ def run(args) -> tuple[list[dict], list[str]]:
     write one new results file. Returns the rows and the configurations whose output differs from eager FP32."""
     import torch
 
-    from graphbook import blurball, inductor_tools, probes, variants
-    from graphbook.record import results, timing
-    from graphbook import correctness
+    from graphbook.compilers import inductor_tools
+    from graphbook.measure import probes, timing
+    from graphbook.measure.environment import fingerprint, set_threads
+    from graphbook.model import blurball
+    from graphbook.record import results
     from graphbook.record.results import COMPILE_S, MAX_ABS_DIFF, SAME_OUTPUT, SAME_PEAKS, SPEEDUP_VS_EAGER
-    from graphbook.record.environment import fingerprint, set_threads
+    from graphbook.runtimes import correctness, variants
 
     set_threads(args.threads)
     env = fingerprint(args.threads)

@@ -3,10 +3,10 @@
     .venv/bin/python code/bench_attribution.py                        # 288x512, batch 1, 2 threads, 3 runs
     .venv/bin/python code/bench_attribution.py --height 96 --width 160 --runs 5
 
-The rungs and the two Inductor switches of ``graphbook.attribution`` (eager; dead stage-4 outputs
+The rungs and the two Inductor switches of ``graphbook.teach.attribution`` (eager; dead stage-4 outputs
 skipped; channels-last; batch norm folded; Inductor's defaults; Inductor without layout optimization;
 Inductor without generated code) are built once and each checked against eager FP32
-(``graphbook.correctness.compare_to_reference``: every rung is FP32 and must match). Then ``--runs``
+(``graphbook.runtimes.correctness.compare_to_reference``: every rung is FP32 and must match). Then ``--runs``
 independent runs (default and minimum 3) time them call by call in turn (interleaved, in an order that
 rotates between runs), each run with its own ``copy_`` bandwidth probe, so every step of the ladder is
 a ratio of medians taken under the same load. Rows carry ``run_id`` ``<file stem>/r<run>``, the check
@@ -33,10 +33,13 @@ def run(args) -> tuple[list[dict], list[str]]:
     """Build and check every rung once, time them in ``args.runs`` interleaved runs, write one new file."""
     import torch
 
-    from graphbook import attribution, blurball, correctness
-    from graphbook.record import results, timing
-    from graphbook.record.environment import fingerprint, set_threads
+    from graphbook.measure import timing
+    from graphbook.measure.environment import fingerprint, set_threads
+    from graphbook.model import blurball
+    from graphbook.record import results
     from graphbook.record.results import COMPILE_S, MAX_ABS_DIFF, SAME_OUTPUT, SAME_PEAKS
+    from graphbook.runtimes import correctness
+    from graphbook.teach import attribution
 
     set_threads(args.threads)
     env = fingerprint(args.threads)

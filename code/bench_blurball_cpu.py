@@ -6,12 +6,12 @@
 
 Batch 1, explicit threads, the book's trained checkpoint (``--weights random`` for seeded random
 weights; the time of a forward does not depend on the weights, the decoded ball does). Variants come
-from ``graphbook.variants`` (any registered name may be given to ``--variants``; the default set
+from ``graphbook.runtimes.variants`` (any registered name may be given to ``--variants``; the default set
 includes the lower precisions: compiled bf16 without freezing, ONNX Runtime's INT8 Q/DQ model, and
 OpenVINO in FP32, BF16 and INT8). Each is first checked against eager FP32 with
-``graphbook.correctness.compare_to_reference`` (max abs diff under the one tolerance, and the per-frame
-heatmap peak positions) and, on ``--ball-clips`` hard held-out clips (``graphbook.synthetic_clips.check_clips``),
-with ``graphbook.correctness.ball_check`` (the decoded ball of every frame in eager FP32's place: with its FP32
+``graphbook.runtimes.correctness.compare_to_reference`` (max abs diff under the one tolerance, and the per-frame
+heatmap peak positions) and, on ``--ball-clips`` hard held-out clips (``graphbook.model.synthetic_clips.check_clips``),
+with ``graphbook.runtimes.correctness.ball_check`` (the decoded ball of every frame in eager FP32's place: with its FP32
 twin's check, what a lower precision must pass; column ``same_ball``), then timed with the book's harness
 (warm-up, median, spread). The INT8 model is calibrated on ``--calibration-clips`` training clips, never the held-out
 ones. A variant this machine cannot build (no OpenVINO wheel, no native BF16) is a row whose note says why.
@@ -24,13 +24,13 @@ always goes first. Each run also measures its own physical references: the ``cop
 matmul peaks. Rows carry ``run`` (1, 2, 3...), ``run_order`` (1 = went first) and ``run_id``
 ``<file stem>/r<run>``, so ``graphbook.record.runs.summarize_runs`` counts each run on its own and a chapter
 decides on the median across runs. The build cost (``compile_s``) and the correctness check are per
-build: the same in every run's rows. A compiled variant of ``graphbook.variants`` re-enters Dynamo
+build: the same in every run's rows. A compiled variant of ``graphbook.runtimes.variants`` re-enters Dynamo
 (from the in-memory and on-disk caches) on the first call of its block when another compiled variant
 ran in between: that happens in the untimed warm-up.
 Achieved GFLOP/s (2 x MACs counted by hooks / median time) is compared with the matmul peak
 measured in the same run, and one eager forward is profiled (once per invocation) and grouped like the article's GPU
 profile (convolution, batch norm, cast/copy, element-wise, other; by the innermost op, the rule of the
-GPU profile too: ``graphbook.profiling``). All rows go to a new file ``cpu-blurball-<date>[-N].csv``
+GPU profile too: ``graphbook.teach.profiling``). All rows go to a new file ``cpu-blurball-<date>[-N].csv``
 under ``--results-dir`` (default ``data/results/``; never an existing file) and a table is printed. Exit
 status (``graphbook.record.cli``): 0 ok; 1 a variant expected to match eager differs from it by more than the
 tolerance (the results are still written; the variants are named on stderr); 2 bad arguments; 3 the
@@ -43,12 +43,21 @@ import sys
 from pathlib import Path
 
 from graphbook.record import cli
-from graphbook import variants as registry
-from graphbook.record.cli import int_at_least, positive_int, multiple_of_8
-from graphbook.record.results import (BALL_AGREE_FRAMES, BALL_FRAMES, COMPILE_S, EXPECTED_TO_MATCH, MAX_ABS_DIFF,
-                                     SAME_BALL, SAME_OUTPUT, SAME_PEAKS, SPEEDUP_VS_EAGER)
+from graphbook.record.cli import int_at_least, multiple_of_8, positive_int
+from graphbook.record.results import (
+    BALL_AGREE_FRAMES,
+    BALL_FRAMES,
+    COMPILE_S,
+    EXPECTED_TO_MATCH,
+    MAX_ABS_DIFF,
+    SAME_BALL,
+    SAME_OUTPUT,
+    SAME_PEAKS,
+    SPEEDUP_VS_EAGER,
+)
+from graphbook.runtimes import variants as registry
 
-#: The variants measured by default (any name of graphbook.variants.REGISTRY may be asked for).
+#: The variants measured by default (any name of graphbook.runtimes.variants.REGISTRY may be asked for).
 DEFAULT_VARIANTS = ("eager_fp32", "eager_fp32_channels_last", "eager_bf16_autocast", "compile_default",
                     "compile_freezing", "compile_bf16", "compile_freezing_bf16", "ort_exporter_optimized_all",
                     "ort_int8_qdq_all", "openvino_fp32", "openvino_bf16", "openvino_int8")
@@ -76,7 +85,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=positive_int, default=10, help="timed calls per variant")
     parser.add_argument("--warmup", type=positive_int, default=3, help="untimed calls per variant")
     parser.add_argument("--variants", type=_variant_list, default=list(DEFAULT_VARIANTS),
-                        help="comma-separated names from graphbook.variants (default: "
+                        help="comma-separated names from graphbook.runtimes.variants (default: "
                              + ", ".join(DEFAULT_VARIANTS) + ")")
     parser.add_argument("--height", type=multiple_of_8, default=288)
     parser.add_argument("--width", type=multiple_of_8, default=512)
@@ -139,16 +148,14 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     rows to a new CSV. Returns its path and the FP32 variants that failed their check against eager."""
     import torch
 
-    from graphbook import blurball, probes
-    from graphbook import model_cost
+    from graphbook.measure import probes
+    from graphbook.measure.environment import fingerprint, set_threads
+    from graphbook.measure.timing import repeated_runs
+    from graphbook.model import blurball, model_cost, synthetic_clips
     from graphbook.record import results, runs as runs_lib
-    from graphbook import correctness
-    from graphbook.record.environment import fingerprint, set_threads
-    from graphbook.profiling import profile_eager, variant_rows
-    from graphbook.record.timing import repeated_runs
-
-    from graphbook import synthetic_clips
-    from graphbook.variants import VariantUnavailable
+    from graphbook.runtimes import correctness
+    from graphbook.runtimes.variants import VariantUnavailable
+    from graphbook.teach.profiling import profile_eager, variant_rows
 
     set_threads(args.threads)
     env = fingerprint(args.threads)
@@ -206,7 +213,7 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
             check = correctness.compare_to_reference(one.run(x), reference)
             note = one.note
             if variant.family == "openvino":  # what OpenVINO really executed: a bf16 hint is not a bf16 run
-                from graphbook.openvino_runtime import describe_runtime
+                from graphbook.runtimes.openvino_runtime import describe_runtime
 
                 graph = describe_runtime(one.run.compiled)
                 note += (f"; executed {graph['layers']} layers ("

@@ -2,7 +2,7 @@
 
 The page script of Chapter 4 (``_ext/static/ortweb/widget.js``: onnxruntime-web's WebAssembly
 provider with 128-bit SIMD) runs the same exported file, at the same size, level and thread count, as
-native ONNX Runtime on this CPU (``graphbook.browser_measure.measure_in_chromium``). Each side first
+native ONNX Runtime on this CPU (``graphbook.runtimes.browser_measure.measure_in_chromium``). Each side first
 runs the fixed clip and is compared with the reference stored with the book (the book's tolerance and
 the heatmap peaks); only a passing side is timed (warm-up, then the median of N calls). ``--runs``
 independent runs (at least 3) alternate which side goes first and each measures its own copy
@@ -29,7 +29,7 @@ import tempfile
 from graphbook.record import cli
 
 PROG = "bench_browser_ort"
-SIZES = ("96x160", "288x512")  # graphbook.browser_runtime.SIZES, spelled here so --help needs no torch
+SIZES = ("96x160", "288x512")  # graphbook.runtimes.browser_runtime.SIZES, spelled here so --help needs no torch
 LEVELS = ("all", "disabled")
 
 
@@ -51,8 +51,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from graphbook import browser_measure, browser_runtime, probes
-    from graphbook.record import environment, results
+    from graphbook.measure import environment, probes
+    from graphbook.record import results
+    from graphbook.runtimes import browser_measure, browser_runtime
 
     try:
         browser_runtime.check_assets()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from graphbook.record.cli import OneLineParser, positive_int, positive_int_list
 
-FACTORIES = {"blurball": "graphbook.blurball:build_blurball", "tiny": "graphbook.warmup:tiny_clip_net"}
+FACTORIES = {"blurball": "graphbook.model.blurball:build_blurball", "tiny": "graphbook.measure.warmup:tiny_clip_net"}
 
 
 def parse_args(argv=None):
@@ -42,7 +42,7 @@ def parse_args(argv=None):
 
 def measure_cache_paths(args, work: str, env: dict) -> int:
     """Cold, warm and artifacts restarts in fresh processes; write and print them."""
-    from graphbook import compile_cache
+    from graphbook.compilers import compile_cache
     from graphbook.record import results
 
     spec = compile_cache.RestartSpec(FACTORIES[args.model], (9, args.height, args.width), args.batch_sizes,
@@ -64,7 +64,7 @@ def measure_cache_paths(args, work: str, env: dict) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from graphbook.record.environment import fingerprint
+    from graphbook.measure.environment import fingerprint
 
     env = fingerprint(args.threads)
     with tempfile.TemporaryDirectory(prefix="graphbook-bench-cache-") as work:

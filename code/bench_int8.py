@@ -6,12 +6,12 @@
 The trained BlurBall (``data/checkpoints/blurball_synthetic.pt``) is exported to ONNX at batch 1 and the
 run's input size (default 96x160, the size it was trained at: at 288x512 each of the 14 models, 13 INT8
 and the FP32 reference, would take about ten times longer to score on a 2-core CPU), then quantized once
-per configuration of :func:`graphbook.int8_matrix.design` (baseline, one factor at a time, two
+per configuration of :func:`graphbook.runtimes.int8_matrix.design` (baseline, one factor at a time, two
 combinations; see that module for the design), calibrated on synthetic *training* clips. Every model,
 FP32 included, is scored on the *held-out* synthetic clips against their labels (detection rate, median
 position and blur-angle errors) and against the FP32 logits (max abs diff), then timed in round-robin
 (median of ``--repeats`` calls, ``--threads`` intra-op threads). ``reduce_range`` is the one
-:func:`graphbook.onnx_utils.int8_settings_for` chooses for this CPU, recorded with the CPU's instruction
+:func:`graphbook.runtimes.onnx_utils.int8_settings_for` chooses for this CPU, recorded with the CPU's instruction
 set. ONNX Runtime's ``qdq_loss_debug`` then ranks the baseline's worst-quantized activations and
 weights.
 
@@ -28,8 +28,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphbook.record.cli import (EXIT_CHECK_FAILED, EXIT_OK, add_input_size, int_at_least, make_parser, positive_int,
-                           resource_absent)
+from graphbook.record.cli import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    add_input_size,
+    int_at_least,
+    make_parser,
+    positive_int,
+    resource_absent,
+)
 
 PROG = "bench_int8.py"
 
@@ -67,8 +74,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from graphbook import blurball
-
+    from graphbook.model import blurball
     from graphbook.paths import TRAINED_CHECKPOINT
 
     checkpoint = args.checkpoint or TRAINED_CHECKPOINT
@@ -78,10 +84,11 @@ def main(argv=None) -> int:
 
     import torch
 
-    from graphbook.record import environment, results
-    from graphbook import int8_matrix, onnx_utils, synthetic_clips
-    from graphbook import int8_decision
-    from graphbook import quantization
+    from graphbook.measure import environment
+    from graphbook.model import synthetic_clips
+    from graphbook.record import results
+    from graphbook.runtimes import int8_matrix, onnx_utils, quantization
+    from graphbook.teach import int8_decision
 
     environment.set_threads(args.threads)
     settings = quantization.int8_settings()

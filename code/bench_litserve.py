@@ -27,8 +27,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphbook.record.cli import (EXIT_CHECK_FAILED, EXIT_OK, add_load_test_options, make_parser, positive_float, positive_int,
-                                  resource_absent)
+from graphbook.record.cli import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    add_load_test_options,
+    make_parser,
+    positive_float,
+    positive_int,
+    resource_absent,
+)
 
 PROG = "bench_litserve.py"
 
@@ -68,17 +75,17 @@ def main(argv=None) -> int:
         return resource_absent(PROG, "litserve is not installed: pip install -r requirements.txt")
     import torch
 
-    from graphbook import onnx_utils
+    from graphbook.measure.environment import fingerprint
     from graphbook.record import results
-    from graphbook.record.environment import fingerprint
+    from graphbook.runtimes import onnx_utils
     from graphbook.serving import hostile_clients, litserve_compare
 
     if args.model == "tiny":
-        from graphbook.warmup import tiny_clip_net
+        from graphbook.measure.warmup import tiny_clip_net
 
         model = tiny_clip_net()
     else:
-        from graphbook.blurball import load_trained_blurball
+        from graphbook.model.blurball import load_trained_blurball
 
         try:
             model = load_trained_blurball()

@@ -14,7 +14,7 @@ timed with the book's harness (warm-up, median, spread) at every requested threa
 - the exporter-optimized export at level "all";
 - an INT8 Q/DQ model (static quantization calibrated on synthetic frames) at level "all".
 
-Every variant is built by ``graphbook.variants`` and judged by ``graphbook.correctness.compare_to_reference``
+Every variant is built by ``graphbook.runtimes.variants`` and judged by ``graphbook.runtimes.correctness.compare_to_reference``
 ONCE (one ONNX Runtime session per thread count); then ``--runs`` independent runs (default and minimum
 3) each time every (variant, thread count) once (``--warmup`` untimed calls, ``--repeats`` timed ones) in
 an order that rotates between runs (round-robin), and measure the ``copy_`` bandwidth (``copy_gbps``) so
@@ -38,8 +38,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from graphbook.config import SAME_OUTPUT_ATOL
 from graphbook.record import cli
-from graphbook.record.cli import int_at_least, positive_int, multiple_of_8
+from graphbook.record.cli import int_at_least, multiple_of_8, positive_int
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -65,20 +66,28 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def calibration_frames(count: int, height: int, width: int):
     """Synthetic inputs for calibration: the book's moving-ball frames with other seeds than the test input."""
-    from graphbook import blurball
+    from graphbook.model import blurball
 
     return [blurball.example_input(height=height, width=width, seed=100 + i) for i in range(count)]
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from graphbook import blurball, onnx_utils as ou, probes, variants
-    from graphbook import quantization
-    from graphbook.record import results, timing
-    from graphbook import correctness
-    from graphbook.record.environment import fingerprint, set_threads
-    from graphbook.record.results import (COMPILE_S, EXPECTED_TO_MATCH, MAX_ABS_DIFF, PEAK_FRAMES, SAME_OUTPUT,
-                                   SAME_PEAK_FRAMES, SAME_PEAKS, SPEEDUP_VS_EAGER)
+    from graphbook.measure import probes, timing
+    from graphbook.measure.environment import fingerprint, set_threads
+    from graphbook.model import blurball
+    from graphbook.record import results
+    from graphbook.record.results import (
+        COMPILE_S,
+        EXPECTED_TO_MATCH,
+        MAX_ABS_DIFF,
+        PEAK_FRAMES,
+        SAME_OUTPUT,
+        SAME_PEAK_FRAMES,
+        SAME_PEAKS,
+        SPEEDUP_VS_EAGER,
+    )
+    from graphbook.runtimes import correctness, onnx_utils as ou, quantization, variants
 
     set_threads(max(args.threads))
     env = fingerprint()
@@ -93,9 +102,9 @@ def main(argv=None) -> int:
         variant = built.variant
         check = correctness.compare_to_reference(built.run(x), reference)  # correctness first, untimed
         if variant.expected_to_match_eager and not check[SAME_OUTPUT]:  # still timed: what would it buy?
-            failures.append(f"{variant.name}: max abs diff {check[MAX_ABS_DIFF]:.3g} > {results.SAME_OUTPUT_ATOL:g}")
+            failures.append(f"{variant.name}: max abs diff {check[MAX_ABS_DIFF]:.3g} > {SAME_OUTPUT_ATOL:g}")
             print(f"{variant.name}: DOES NOT MATCH eager, max abs diff {check[MAX_ABS_DIFF]:.3g} exceeds "
-                  f"{results.SAME_OUTPUT_ATOL:g}", file=sys.stderr)
+                  f"{SAME_OUTPUT_ATOL:g}", file=sys.stderr)
         for threads in thread_counts or args.threads:
             slots.append({"key": f"{variant.name}@{threads}", "built": built, "threads": threads, "row": {
                 "variant": variant.name, "description": variant.description, **(extra or {}),

@@ -1,6 +1,6 @@
 """Restart paths of BlurBall side by side, each in fresh processes (Chapter 6).
 
-For every path of :mod:`graphbook.restart_paths` (cold compile, warm disk cache, saved cache artifacts,
+For every path of :mod:`graphbook.teach.restart_paths` (cold compile, warm disk cache, saved cache artifacts,
 AOTInductor ``.pt2`` static and dynamic batch, with and without ``TORCHINDUCTOR_VEC_ISA_OK=1``, ONNX
 Runtime from the raw and the saved optimized model in ``.onnx`` and ORT format, a dynamic-batch ONNX
 model, OpenVINO compiling the same ``.onnx`` with and without its model cache; skipped where OpenVINO
@@ -27,7 +27,7 @@ from graphbook.record.cli import OneLineParser, comma_choices, multiple_of_8, po
 
 
 def parse_args(argv=None):
-    from graphbook.restart_paths import PATH_NAMES
+    from graphbook.teach.restart_paths import PATH_NAMES
 
     paths = comma_choices(PATH_NAMES, "restart path")
     p = OneLineParser(prog="bench_restart_paths.py", description=__doc__.splitlines()[0])
@@ -62,10 +62,10 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from graphbook import restart_paths
-    from graphbook.record import results  # noqa: F401 - imported now: the run takes many minutes
+    from graphbook.measure.environment import fingerprint
     from graphbook.paths import TRAINED_CHECKPOINT
-    from graphbook.record.environment import fingerprint
+    from graphbook.record import results  # noqa: F401 - imported now: the run takes many minutes
+    from graphbook.teach import restart_paths
 
     weights = args.weights or TRAINED_CHECKPOINT
     if not weights.is_file():

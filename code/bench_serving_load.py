@@ -90,14 +90,14 @@ def _export_dynamic_batch(args, folder: Path) -> Path:
     """The served model (trained BlurBall or the stand-in) as ONNX with a dynamic batch dimension."""
     import torch
 
-    from graphbook import onnx_utils
+    from graphbook.runtimes import onnx_utils
 
     if args.model == "tiny":
-        from graphbook.warmup import tiny_clip_net
+        from graphbook.measure.warmup import tiny_clip_net
 
         model = tiny_clip_net()
     else:
-        from graphbook.blurball import build_blurball
+        from graphbook.model.blurball import build_blurball
 
         model = build_blurball(_trained_checkpoint())
     print(f"exporting {args.model} with a dynamic batch at {args.height}x{args.width}", flush=True)
@@ -109,10 +109,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import numpy as np
 
-    from graphbook.record import results
     from graphbook import serving
-    from graphbook.compiletime import stop_process
-    from graphbook.record.environment import fingerprint
+    from graphbook.measure.compiletime import stop_process
+    from graphbook.measure.environment import fingerprint
+    from graphbook.record import results
 
     env = fingerprint(args.threads)
     rows = []

@@ -2,8 +2,8 @@
 
 Chapter 3.
 
-BlurBall goes through ``torch.export`` and TVM's PyTorch frontend (``graphbook.tvm_compare.relax_module``)
-and is built with TVM's default pipeline, untuned, twice (``graphbook.tvm_build``): for ``llvm`` without
+BlurBall goes through ``torch.export`` and TVM's PyTorch frontend (``graphbook.teach.tvm_compare.relax_module``)
+and is built with TVM's default pipeline, untuned, twice (``graphbook.compilers.tvm_build``): for ``llvm`` without
 ``mcpu`` (generic x86-64, ``tvm_generic``) and for the host CPU (``Target.from_device(tvm.cpu())``,
 ``tvm_host``); with ``--trials N`` also MetaSchedule-tuned for the host target (``tvm_tuned``). Eager PyTorch
 runs at ``--threads`` (``eager``, the reference) and at one thread (``eager_1_thread``), so what the
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     # TVM's thread pool reads this when it starts; a build without parallel loops never starts it
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
-    from graphbook import tvm_compare
+    from graphbook.teach import tvm_compare
 
     ok, why = tvm_compare.tvm_status()
     if not ok:
@@ -68,8 +68,11 @@ def main(argv=None) -> int:
     import tvm
     from tvm import relax
 
-    from graphbook import blurball, correctness, tvm_build
-    from graphbook.record import environment, results, timing
+    from graphbook.compilers import tvm_build
+    from graphbook.measure import environment, timing
+    from graphbook.model import blurball
+    from graphbook.record import results
+    from graphbook.runtimes import correctness
 
     environment.set_threads(args.threads)
     env = environment.fingerprint(args.threads)  # taken first: a run of minutes must not fail at the end

@@ -12,9 +12,9 @@ Chapter 3 shows what this script recorded (it takes minutes, so no chapter runs 
    smallest failing one and writes a ``repro.py``.
 
 The check is BlurBall (or the reproducer's small module, ``--model repro``, loaded from the standalone
-reproducer by ``graphbook.miscompile.check_model``) compiled with Inductor freezing
-(``graphbook.variants.freezing``, the book's one freezing switch), compared with eager under
-``graphbook.record.results.SAME_OUTPUT_ATOL``. One row per tool goes to a new ``cpu-freezing-bisect-<date>.csv``
+reproducer by ``graphbook.compilers.miscompile.check_model``) compiled with Inductor freezing
+(``graphbook.runtimes.variants.freezing``, the book's one freezing switch), compared with eager under
+``graphbook.config.SAME_OUTPUT_ATOL``. One row per tool goes to a new ``cpu-freezing-bisect-<date>.csv``
 (``results.write_run``, kind ``freezing-bisect``).
 
 Usage::
@@ -36,7 +36,6 @@ import time
 from pathlib import Path
 
 from graphbook.record.cli import OneLineParser, multiple_of_8
-
 
 
 def parse_args(argv=None):
@@ -64,8 +63,7 @@ def run_bisector(model, inputs) -> dict:
     import torch
     from torch._inductor.compiler_bisector import CompilerBisector
 
-    from graphbook import correctness
-    from graphbook import variants
+    from graphbook.runtimes import correctness, variants
 
     with torch.no_grad():
         reference = model(*inputs)
@@ -94,7 +92,8 @@ def run_bisector(model, inputs) -> dict:
 # The minifier's process: graphbook is installed (pyproject.toml), so no path set-up is needed.
 _MINIFIER_SCRIPT = textwrap.dedent("""
     import torch
-    from graphbook import miscompile, variants
+    from graphbook.compilers import miscompile
+    from graphbook.runtimes import variants
     model, inputs = miscompile.check_model({model!r}, {height}, {width})
     torch.set_num_threads({threads})
     with variants.freezing():
@@ -141,8 +140,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
-    from graphbook.record import environment, results
-    from graphbook import miscompile
+    from graphbook.compilers import miscompile
+    from graphbook.measure import environment
+    from graphbook.record import results
 
     torch.set_num_threads(args.threads)
     model, inputs = miscompile.check_model(args.model, args.height, args.width)

@@ -60,7 +60,7 @@ def main(argv=None) -> int:
             return gr.EXIT_NO_GPU
     import torch
 
-    from graphbook.record.environment import fingerprint
+    from graphbook.measure.environment import fingerprint
 
     print(status.summary(), flush=True)
     env = fingerprint(threads=torch.get_num_threads())

@@ -7,7 +7,7 @@ the built site serves it at ``/tlparse/index.html`` and Chapter 3 links it (``..
 
 The report is committed, not made by the build (a cold compile of BlurBall takes minutes on two cores):
 ``provenance.json`` beside it records the torch and tlparse versions, CPU, date and command
-(``graphbook.diagnostics.tlparse_provenance``), and ``tests/test_tlparse_report.py`` fails when the
+(``graphbook.teach.diagnostics.tlparse_provenance``), and ``tests/test_tlparse_report.py`` fails when the
 report is missing or was made with another torch release than the pinned one -- then rerun this script
 and commit the folder. The input is 32x64 by default: the graph and its stages are BlurBall's whatever
 the input size (the shapes in them, and possibly some of Inductor's kernel choices, differ), and the
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+
 from graphbook.paths import TLPARSE_REPORT_DIR
 from graphbook.record.cli import OneLineParser, multiple_of_8, positive_int
 
@@ -40,7 +41,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from graphbook import diagnostics
+    from graphbook.teach import diagnostics
 
     if not diagnostics.tlparse_available():
         print("make_tlparse_report: error: tlparse is not installed (pip install -r requirements.txt)",

@@ -3,7 +3,7 @@
 The appendix "Anatomy of a miscompile" shows what this script recorded (it compiles dozens of candidates,
 each in a fresh process, so no page runs it). The model is the small HRNet of
 ``code/repro_freezing_miscompile.py`` at ``--height`` x ``--width``, captured as an FX graph by
-``graphbook.miscompile_minimizer.capture``; ``minimize`` then cuts the graph's tail, drops outputs and summands,
+``graphbook.teach.miscompile_minimizer.capture``; ``minimize`` then cuts the graph's tail, drops outputs and summands,
 bypasses nodes and halves channels and sizes while eager and ``torch.compile`` with ``freezing=True`` still disagree. One row per
 candidate goes to a new ``cpu-freezing-minimize-<date>.csv`` (kind ``freezing-minimize``); the smallest
 failing program is written as a standalone script to ``--write-repro`` when given.
@@ -61,8 +61,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
-    from graphbook import miscompile, miscompile_minimizer as minimizer
-    from graphbook.record import cli, environment, results
+    from graphbook.compilers import miscompile
+    from graphbook.measure import environment
+    from graphbook.record import cli, results
+    from graphbook.teach import miscompile_minimizer as minimizer
 
     torch.set_num_threads(args.threads)
     if args.start is not None:

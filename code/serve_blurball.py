@@ -35,8 +35,6 @@ _STARTED = time.perf_counter()
 from graphbook.record.cli import OneLineParser, positive_int, positive_int_list  # noqa: E402
 
 
-
-
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -106,10 +104,10 @@ def build_model(args):
     from graphbook import paths
 
     if args.model == "tiny":
-        from graphbook.warmup import tiny_clip_net
+        from graphbook.measure.warmup import tiny_clip_net
 
         return tiny_clip_net(), "tiny stand-in"
-    from graphbook.blurball import build_blurball
+    from graphbook.model.blurball import build_blurball
 
     weights = args.weights
     default = paths.TRAINED_CHECKPOINT
@@ -151,7 +149,7 @@ def build_service(args):
         return serving.InferenceService(runner, (args.height, args.width), **options), runner.description
     import torch
 
-    from graphbook.record.environment import set_threads
+    from graphbook.measure.environment import set_threads
 
     set_threads(args.threads)
     if args.load_artifacts:

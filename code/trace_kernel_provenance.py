@@ -1,7 +1,7 @@
 """Record which eager operators each Inductor kernel of BlurBall holds, from Inductor's own provenance (Chapter 3).
 
 Compiles BlurBall once in a fresh process with ``INDUCTOR_PROVENANCE=1`` and ``TORCH_TRACE`` set
-(``graphbook.kernel_provenance.trace_blurball``), writes one row per (kernel launch, post-grad node, eager
+(``graphbook.teach.kernel_provenance.trace_blurball``), writes one row per (kernel launch, post-grad node, eager
 operator) to a new ``data/results/cpu-kernel-provenance-<date>.csv``, and publishes tlparse's provenance
 page of the same compile under ``images/extra/tlparse_provenance/`` (served beside the tlparse report at
 ``/tlparse_provenance/index.html``; commit both). Before writing, every launch of the generated code must be
@@ -38,8 +38,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import pandas as pd
 
-    from graphbook import diagnostics, kernel_provenance as kp
-    from graphbook.record import environment, results
+    from graphbook.measure import environment
+    from graphbook.record import results
+    from graphbook.teach import diagnostics, kernel_provenance as kp
 
     if not diagnostics.tlparse_available():
         print(f"{PROG}: error: tlparse is not installed (pip install -r requirements.txt)", file=sys.stderr)

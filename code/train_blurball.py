@@ -2,8 +2,8 @@
 
 Introduced in Chapter 6. The book needs a BlurBall that finds the ball, so that "does the compiled
 model keep the ball positions?" can be answered against ground truth. The authors' weights are not
-redistributable here, so this script trains the re-implementation (``graphbook.blurball``) on the
-synthetic clips of ``graphbook.synthetic_clips``.
+redistributable here, so this script trains the re-implementation (``graphbook.model.blurball``) on the
+synthetic clips of ``graphbook.model.synthetic_clips``.
 
 Why small crops: BlurBall costs about 190 k multiply-accumulates per input pixel and its top branch
 runs at full resolution, so one training sample at 288 x 512 costs tens of seconds on a laptop CPU
@@ -32,14 +32,15 @@ Outputs (never overwriting; a name that exists gets a -2, -3 ... suffix):
 ``<checkpoint-dir>/<name>.provenance.json`` (seed, git commit, date, machine, arguments, wall time, metrics).
 
 Example (the book's checkpoint): ``nice -n 10 python code/train_blurball.py --seed 0``. This file is the
-command line; the loss, validation and training loop are ``graphbook.training``. Bad arguments exit
+command line; the loss, validation and training loop are ``graphbook.model.training``. Bad arguments exit
 with status 2 and one line on stderr (``graphbook.record.cli``).
 """
 from __future__ import annotations
 
 import sys
 
-from graphbook import paths, training
+from graphbook import paths
+from graphbook.model import training
 from graphbook.record import cli
 from graphbook.record.cli import int_at_least, positive_float
 

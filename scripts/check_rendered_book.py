@@ -35,7 +35,8 @@ import shutil
 import sys
 import threading
 from pathlib import Path
-from urllib.parse import urljoin, urlparse, unquote
+from urllib.parse import unquote, urljoin, urlparse
+
 from graphbook import paths
 
 ROOT = paths.REPO_ROOT

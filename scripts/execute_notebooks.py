@@ -18,6 +18,7 @@ import re
 import sys
 import time
 from pathlib import Path
+
 from graphbook import paths
 
 ROOT = paths.REPO_ROOT  # graphbook itself is installed (scripts/setup_env.sh)
@@ -36,7 +37,8 @@ def all_notebooks() -> list[Path]:
 def execute(path: Path, timeout: int) -> dict:
     import nbclient
     import nbformat
-    from graphbook.record.environment import fingerprint
+
+    from graphbook.measure.environment import fingerprint
 
     nb = nbformat.read(path, as_version=4)
     started = time.time()
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import os
 
-    from graphbook.record.environment import EXECUTION_COMMIT_VARIABLE, git_commit
+    from graphbook.measure.environment import EXECUTION_COMMIT_VARIABLE, git_commit
     from graphbook.record.results import append_rows
 
     # every page records the commit this run started from: the pages it writes do not make the next "dirty"

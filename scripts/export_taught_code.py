@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from graphbook import page_export
 from graphbook.paths import REPO_ROOT
+from graphbook.teach import page_export
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Chapter 4's in-browser model: the pinned onnxruntime-web (package.json + package-lock.json in
 # _ext/ortweb, installed with `npm ci` from the npm registry) and the BlurBall files the page runs,
-# exported by the book's own code (graphbook.browser_runtime) into _ext/ortweb/assets. Both README
+# exported by the book's own code (graphbook.runtimes.browser_runtime) into _ext/ortweb/assets. Both README
 # commands run it after setup_env.sh; it is idempotent and quick when nothing changed. The book build then
 # copies only the files the page needs into _static/ortweb (_ext/ortweb_assets.py).
 set -euo pipefail
@@ -18,4 +18,4 @@ if [ ! -f "$WEB/node_modules/.graphbook-lock-sha256" ] || [ "$(cat "$WEB/node_mo
   npm ci --prefix "$WEB" --no-audit --no-fund --ignore-scripts --loglevel=error
   echo "$lock_sum" > "$WEB/node_modules/.graphbook-lock-sha256"
 fi
-.venv/bin/python -m graphbook.browser_runtime
+.venv/bin/python -m graphbook.runtimes.browser_runtime

@@ -5,6 +5,7 @@ Used by test_book_policy.py (on the real chapters and on deliberately broken not
 from __future__ import annotations
 
 import re
+
 from graphbook import paths
 
 GLUE_ROLE = re.compile(r"\{glue(?::(?:text|md|figure|math))?\}`([^`]+)`")

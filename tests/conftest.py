@@ -14,7 +14,7 @@ def pytest_configure(config):
     # reused code computes wrong values. The tests and every process they start get their own cache folder.
     import os
 
-    from graphbook.record.environment import inductor_cache_dir_for_caps
+    from graphbook.measure.environment import inductor_cache_dir_for_caps
 
     capped_cache = inductor_cache_dir_for_caps()
     if capped_cache:
@@ -37,7 +37,8 @@ def blurball_dynamic_onnx(tmp_path_factory):
     export of BlurBall takes tens of seconds, so the tests that only read such a file share this one."""
     import torch
 
-    from graphbook import blurball, onnx_utils
+    from graphbook.model import blurball
+    from graphbook.runtimes import onnx_utils
 
     model = blurball.build_blurball()
     path = onnx_utils.export_dynamic_batch(model, torch.randn(2, 9, 32, 64),

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 import torch
 
-from graphbook import allocation, fusion_demo
+from graphbook.teach import allocation, fusion_demo
 
 
 def test_minor_page_faults_counts_first_touch_and_ignores_other_threads(monkeypatch):

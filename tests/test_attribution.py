@@ -3,8 +3,9 @@ import pandas as pd
 import pytest
 import torch
 
-from graphbook import attribution, blurball, plots
+from graphbook.model import blurball
 from graphbook.record import runs
+from graphbook.teach import attribution, plots
 
 MACHINE_A = {"cpu_model": "CPU A", "cpu_family": 6, "cpu_model_id": 1, "cpu_isa": "avx2", "threads": 2}
 MACHINE_B = {**MACHINE_A, "cpu_model_id": 2}
@@ -104,7 +105,7 @@ def rungs():
 
 
 def test_every_hand_made_rung_matches_eager(rungs):
-    from graphbook import correctness
+    from graphbook.runtimes import correctness
 
     x, reference, runners, _ = rungs
     for name in [r for r in attribution.RUNGS if r != attribution.INDUCTOR]:

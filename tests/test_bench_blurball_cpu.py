@@ -1,5 +1,5 @@
 """Tests of code/bench_blurball_cpu.py (its command line, in a subprocess) and of the library it uses:
-graphbook.profiling (profile grouping, derived columns) and graphbook.probes.bf16_support. No
+graphbook.teach.profiling (profile grouping, derived columns) and graphbook.measure.probes.bf16_support. No
 torch.compile here: compiles take minutes on a shared 2-core machine."""
 import csv
 import subprocess
@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from graphbook import probes, profiling
 from graphbook import paths
+from graphbook.measure import probes
+from graphbook.teach import profiling
 
 ROOT = paths.REPO_ROOT
 SCRIPT = ROOT / "code" / "bench_blurball_cpu.py"
@@ -144,9 +145,7 @@ def test_tiny_eager_run_writes_a_new_file_each_time(tmp_path):
     assert variants["eager_fp32_channels_last"]["expected_to_match_eager"] == "True"
     assert float(variants["eager_fp32"]["speedup_vs_eager"]) == pytest.approx(1.0)
     # read back through the schema: typed, one run per file, the newest by date
-    from graphbook.record import results
-
-    from graphbook.record import runs
+    from graphbook.record import results, runs
 
     frame = results.load("cpu-blurball", tmp_path / "results")
     assert set(frame[results.SOURCE_FILE]) == {f.name for f in files} and frame[results.SAME_OUTPUT].dropna().all()
@@ -177,7 +176,7 @@ def test_lower_precision_rows_carry_the_decoded_ball_and_what_openvino_ran(tmp_p
     assert rows["openvino_fp32"]["weights"] == "trained" and rows["openvino_fp32"]["ball_frames"] == "3"
     assert rows["openvino_fp32"]["same_output"] == "True" and "executed" in rows["openvino_fp32"]["note"]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("lower precision, from these runs:"))
-    from graphbook import probes
+    from graphbook.measure import probes
 
     native_bf16, why = probes.bf16_support()   # False with the instruction set capped to AVX2
     if not native_bf16:   # the variant is a recorded skip with its reason, and nothing lower-precision is decided
@@ -196,7 +195,7 @@ def test_lower_precision_rows_carry_the_decoded_ball_and_what_openvino_ran(tmp_p
 def test_the_profiler_banner_is_silenced_and_stderr_restored(capfd):
     import os
 
-    from graphbook import profiling
+    from graphbook.teach import profiling
 
     with profiling.without_profiler_banner():
         os.write(2, b"USDT: profiler_start\n")

@@ -10,7 +10,6 @@ from graphbook.record import results
 from graphbook.serving import litserve_compare
 
 
-
 def test_the_json_body_carries_the_exact_float32_bytes():
     x = np.random.default_rng(0).standard_normal((1, 9, 8, 16)).astype(np.float32)
     body, headers = litserve_compare._base64_json_request(x)

@@ -5,10 +5,10 @@ import sys
 import pytest
 import torch
 
-from graphbook import onnx_utils
-from graphbook.record import results
 from graphbook import paths
-from graphbook.warmup import tiny_clip_net
+from graphbook.measure.warmup import tiny_clip_net
+from graphbook.record import results
+from graphbook.runtimes import onnx_utils
 
 SCRIPT = paths.script("bench_serving_load.py")
 

@@ -1,10 +1,9 @@
-"""Tests of graphbook.blurball: architecture counts, output shape, weight naming, loader errors,
+"""Tests of graphbook.model.blurball: architecture counts, output shape, weight naming, loader errors,
 normalisation and the heatmap helpers. Small inputs keep each test well under a second or two."""
 import pytest
 import torch
 
-from graphbook import blurball as bb
-from graphbook import model_cost
+from graphbook.model import blurball as bb, model_cost
 
 SMALL = (32, 64)  # multiples of 8, so all four HRNet branches exist, at ~1/72 of the full cost
 

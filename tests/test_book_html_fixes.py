@@ -8,6 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import yaml
+
 from graphbook import paths
 
 ROOT = paths.REPO_ROOT

@@ -3,9 +3,9 @@ import json
 import re
 from pathlib import Path
 
+import book_rules as rules
 import pytest
 
-import book_rules as rules
 from graphbook import paths
 
 ROOT = paths.REPO_ROOT

@@ -17,8 +17,10 @@ import pytest
 import torch
 from torch import nn
 
-from graphbook import browser_measure, browser_runtime
-from graphbook.record import environment, results
+from graphbook.config import SAME_OUTPUT_ATOL
+from graphbook.measure import environment
+from graphbook.record import results
+from graphbook.runtimes import browser_measure, browser_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKER = ROOT / "scripts" / "check_rendered_book.py"
@@ -43,7 +45,7 @@ def assets(tmp_path_factory):
 def test_manifest_names_the_files_the_tolerance_and_the_reader_columns(assets):
     out, manifest = assets
     entry = manifest["sizes"][KEY]
-    assert manifest["atol"] == results.SAME_OUTPUT_ATOL
+    assert manifest["atol"] == SAME_OUTPUT_ATOL
     assert manifest["columns"] == list(browser_runtime.READER_COLUMNS)
     assert entry["input_shape"] == [1, 9, 96, 160] and entry["output_shape"] == [1, 3, 96, 160]
     assert len(entry["peaks"]) == 3 and entry["model_bytes"] <= browser_runtime.MAX_MODEL_BYTES
@@ -58,7 +60,7 @@ def test_native_check_passes_on_the_file_and_fails_on_a_changed_reference(assets
     out, manifest = assets
     entry = manifest["sizes"][KEY]
     clip = browser_runtime.read_tensor(out / entry["clip"], entry["input_shape"])
-    from graphbook import onnx_utils
+    from graphbook.runtimes import onnx_utils
 
     output = onnx_utils.run_session(onnx_utils.make_session(out / entry["model"], threads=1), clip)
     assert browser_runtime.compare(output, out, KEY)["passed"]

@@ -1,8 +1,8 @@
 """No recorded FP32 variant runs faster than its machine's ceiling, unless a measured reason says why."""
 import pandas as pd
 
-from graphbook import profiling
 from graphbook.record import results
+from graphbook.teach import profiling
 
 IDENTIFIED = {"cpu_model": "CPU", "cpu_family": 6, "cpu_model_id": 1, "cpu_microarch": "Zen 4", "cpu_isa": "avx512",
               "cpu_ghz": 3.0, "threads": 2}  # Zen 4: 32 FLOPs per cycle per core -> 192 GFLOP/s on 2 threads

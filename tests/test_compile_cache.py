@@ -1,4 +1,4 @@
-"""Fresh-process compile timing (graphbook.compile_cache, Chapter 6).
+"""Fresh-process compile timing (graphbook.compilers.compile_cache, Chapter 6).
 
 The child-process protocol is tested with ``backend="eager"`` (no code generation, seconds); the full
 cold / warm / artifacts experiment with Inductor runs in Chapter 6 and ``code/bench_compile_cache.py``.
@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from graphbook import compile_cache as cc, paths
+from graphbook import paths
+from graphbook.compilers import compile_cache as cc
 
-TINY = cc.RestartSpec("graphbook.warmup:tiny_clip_net", (9, 8, 12), (1, 2), factory_kwargs={"hidden": 4},
+TINY = cc.RestartSpec("graphbook.measure.warmup:tiny_clip_net", (9, 8, 12), (1, 2), factory_kwargs={"hidden": 4},
                       compile_kwargs={"backend": "eager"}, threads=1)
 
 
@@ -36,17 +37,17 @@ def test_spec_validation(kwargs, error):
 
 
 def test_resolve_factory_errors():
-    assert cc._resolve_factory("graphbook.warmup:tiny_clip_net").__name__ == "tiny_clip_net"
+    assert cc._resolve_factory("graphbook.measure.warmup:tiny_clip_net").__name__ == "tiny_clip_net"
     with pytest.raises(ValueError, match="cannot import"):
         cc._resolve_factory("graphbook.nonexistent:f")
     with pytest.raises(ValueError, match="no attribute"):
-        cc._resolve_factory("graphbook.warmup:nope")
+        cc._resolve_factory("graphbook.measure.warmup:nope")
 
 
 def test_missing_artifact_file_and_failing_child(tmp_path):
     with pytest.raises(FileNotFoundError, match="artifact"):
         cc._run_fresh_process(TINY, tmp_path / "c", load_artifacts=tmp_path / "missing.bin")
-    broken = cc.RestartSpec("graphbook.warmup:nope", (9, 8, 12), (1,), threads=1)
+    broken = cc.RestartSpec("graphbook.measure.warmup:nope", (9, 8, 12), (1,), threads=1)
     with pytest.raises(cc.CompileCacheError, match="nope"):
         cc._run_fresh_process(broken, tmp_path / "c")
 
@@ -59,7 +60,7 @@ def test_non_empty_cache_dir_is_refused(tmp_path):
 
 
 def test_module_cli_without_child_flag_exits_2():
-    proc = subprocess.run([sys.executable, "-m", "graphbook.compile_cache"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "graphbook.compilers.compile_cache"], capture_output=True, text=True,
                           cwd=str(paths.CODE_DIR))
     assert proc.returncode == 2 and "usage" in proc.stderr and "Traceback" not in proc.stderr
 

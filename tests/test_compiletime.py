@@ -1,4 +1,4 @@
-"""Tests of the cold / warm compile-time helpers (graphbook.compiletime).
+"""Tests of the cold / warm compile-time helpers (graphbook.measure.compiletime).
 
 The fresh-process test compiles twice in child processes (tens of seconds on a 2-core machine): it is
 marked slow; the in-process tests use a two-op function.
@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from graphbook import compiletime
+from graphbook.measure import compiletime
 
 
 def _double_plus_one(x):
@@ -70,7 +70,7 @@ def _bounded(call, bound_s=60):
 def test_seconds_to_ready_times_out_on_a_child_that_goes_quiet():
     import sys
 
-    from graphbook.compiletime import seconds_to_ready
+    from graphbook.measure.compiletime import seconds_to_ready
 
     quiet = [sys.executable, "-c", "import time; print('starting', flush=True); time.sleep(600)"]
     outcome = _bounded(lambda: seconds_to_ready(quiet, timeout=1.0, what="quiet child"))
@@ -80,7 +80,7 @@ def test_seconds_to_ready_times_out_on_a_child_that_goes_quiet():
 def test_seconds_to_ready_drains_a_flood_of_warnings_on_stderr():
     import sys
 
-    from graphbook.compiletime import seconds_to_ready
+    from graphbook.measure.compiletime import seconds_to_ready
 
     # 1 MiB on stderr fills any pipe buffer (64 KiB on Linux) long before READY is printed
     noisy = [sys.executable, "-c", "import sys, time; sys.stderr.write('warning: noise\\n' * 75000); "
@@ -92,7 +92,7 @@ def test_seconds_to_ready_drains_a_flood_of_warnings_on_stderr():
 def test_seconds_to_ready_reports_the_end_of_stderr_of_a_child_that_exits():
     import sys
 
-    from graphbook.compiletime import seconds_to_ready
+    from graphbook.measure.compiletime import seconds_to_ready
 
     failing = [sys.executable, "-c", "import sys; sys.exit('weights are corrupt')"]
     outcome = _bounded(lambda: seconds_to_ready(failing, timeout=60, what="failing child"))

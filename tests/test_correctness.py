@@ -1,10 +1,12 @@
-"""The correctness table (graphbook.correctness, Chapter 6) on a tiny model and small clips."""
+"""The correctness table (graphbook.runtimes.correctness, Chapter 6) on a tiny model and small clips."""
 import math
 
 import pytest
 import torch
 
-from graphbook import blurball, correctness, decoding, probes, synthetic_clips, variants, warmup
+from graphbook.measure import probes, warmup
+from graphbook.model import blurball, decoding, synthetic_clips
+from graphbook.runtimes import correctness, variants
 
 
 def frame(x=None, y=None, score=1.0):

@@ -1,9 +1,9 @@
-"""Tests of graphbook.cpu_matrix (the recorded BlurBall CPU matrix as Chapter 5 and the appendix read it),
+"""Tests of graphbook.teach.cpu_matrix (the recorded BlurBall CPU matrix as Chapter 5 and the appendix read it),
 on a synthetic recording: one machine, three runs, a variant that fails its check, one run under load."""
 import pandas as pd
 
-from graphbook import cpu_matrix
 from graphbook.record import runs
+from graphbook.teach import cpu_matrix
 
 ZEN4 = {"cpu_model": "AMD EPYC", "cpu_family": 25, "cpu_model_id": 17, "cpu_microarch": "Zen 4",
         "cpu_isa": "avx512_vnni", "torch_isa": "AVX512", "threads": 2, "torch": "2.13.0+cpu"}

@@ -1,10 +1,10 @@
-"""The heatmap decoder (graphbook.decoding, Chapter 6)."""
+"""The heatmap decoder (graphbook.model.decoding, Chapter 6)."""
 import math
 
 import numpy as np
 import pytest
 
-from graphbook import decoding, synthetic_clips
+from graphbook.model import decoding, synthetic_clips
 
 
 def _label(x, y, angle, half_length, radius=4.0, visible=True):

@@ -1,10 +1,10 @@
-"""Tests of graphbook.diagnostics: TORCH_LOGS parsing, the graph-break fix, tlparse availability."""
+"""Tests of graphbook.teach.diagnostics: TORCH_LOGS parsing, the graph-break fix, tlparse availability."""
 import io
 
 import pytest
 import torch
 
-from graphbook import diagnostics as d
+from graphbook.teach import diagnostics as d
 
 _LOG = """\
 V1130 18:14:49.512000 27052 torch/_dynamo/symbolic_convert.py:5124] [0/0] [__graph_breaks] Graph break in user code at f.py:3
@@ -55,7 +55,7 @@ def test_fixed_versions_compute_what_the_original_does(values):
 
 
 def test_explain_counts_before_and_after_the_fix():
-    from graphbook.inductor_tools import explain
+    from graphbook.compilers.inductor_tools import explain
 
     x = torch.ones(8)
     sink = io.StringIO()
@@ -74,7 +74,7 @@ def test_tlparse_report_needs_tlparse(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_unfused_ablation_really_generates_no_kernel():
-    from graphbook import inductor_tools as it
+    from graphbook.compilers import inductor_tools as it
 
     options = it.ablation_options("without fusion and inlining")
     assert options == {"freezing": False, "fallback_by_default": True}

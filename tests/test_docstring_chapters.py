@@ -48,8 +48,8 @@ def _names_used_in(source: str) -> set[str]:
 
 def test_the_walk_finds_the_package_helpers_in_every_layer():
     names = {f"{m.__name__}.{n}" for m, n, _ in public_helpers()}
-    assert {"graphbook.record.cli.multiple_of_8", "graphbook.miscompile.check_model",
-            "graphbook.lab.gpu_measure.parse_args", "graphbook.record.timing.repeated_runs"} <= names
+    assert {"graphbook.record.cli.multiple_of_8", "graphbook.compilers.miscompile.check_model",
+            "graphbook.lab.gpu_measure.parse_args", "graphbook.measure.timing.repeated_runs"} <= names
     assert "graphbook.record.cli.Path" not in names  # imported names are not the module's own
 
 

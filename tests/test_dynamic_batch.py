@@ -1,13 +1,12 @@
-"""Dynamic batch in ONNX (graphbook.onnx_utils.export_dynamic_batch, Chapter 7): one session, batches 1-3."""
+"""Dynamic batch in ONNX (graphbook.runtimes.onnx_utils.export_dynamic_batch, Chapter 7): one session, batches 1-3."""
 import numpy as np
 import pytest
 import torch
 from torch.export import Dim
 
-from graphbook import onnx_utils
+from graphbook.measure.warmup import tiny_clip_net
 from graphbook.record import results
-from graphbook import correctness
-from graphbook.warmup import tiny_clip_net
+from graphbook.runtimes import correctness, onnx_utils
 
 H, W = 16, 24
 
@@ -60,8 +59,8 @@ def test_blurball_dynamic_batch_matches_eager_for_each_batch(blurball_dynamic_on
 def test_check_batches_reports_each_batch_or_the_refusal(tmp_path):
     model = tiny_clip_net(hidden=4)
     dynamic = onnx_utils.export_dynamic_batch(model, torch.randn(2, 9, H, W), tmp_path / "dyn.onnx")
-    rows = onnx_utils.check_batches(model, dynamic, (9, H, W), threads=1)
+    rows = correctness.check_batches(model, dynamic, (9, H, W), threads=1)
     assert [r["batch_size"] for r in rows] == [1, 2, 3] and all(r[results.SAME_OUTPUT] for r in rows)
     static = onnx_utils.export_onnx(model, torch.randn(1, 9, H, W), tmp_path / "static.onnx")
-    rows = onnx_utils.check_batches(model, static, (9, H, W), threads=1)
+    rows = correctness.check_batches(model, static, (9, H, W), threads=1)
     assert rows[0][results.SAME_OUTPUT] and "error" in rows[1] and "error" in rows[2]

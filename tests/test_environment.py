@@ -1,9 +1,8 @@
-"""Tests of graphbook.record.environment's CPU description on CPUs this machine is not: fake /proc/cpuinfo
+"""Tests of graphbook.measure.environment's CPU description on CPUs this machine is not: fake /proc/cpuinfo
 texts for x86 with and without VNNI, aarch64 Linux, Apple Silicon (sysctl) and an unknown CPU."""
 import pytest
 
-from graphbook.record import environment
-from graphbook.record import environment as env
+from graphbook.measure import environment, environment as env
 
 X86_AVX512_VNNI = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -181,7 +180,7 @@ def test_the_fingerprint_carries_the_identity_and_a_measured_clock():
 
 
 def test_a_run_of_the_executor_records_the_commit_it_started_from(monkeypatch):
-    from graphbook.record import environment
+    from graphbook.measure import environment
 
     monkeypatch.setenv(environment.EXECUTION_COMMIT_VARIABLE, "0123456789ab")
     assert environment.git_commit() == "0123456789ab"

@@ -1,9 +1,9 @@
-"""Tests of Conv2d + BatchNorm2d folding (graphbook.folding)."""
+"""Tests of Conv2d + BatchNorm2d folding (graphbook.teach.folding)."""
 import pytest
 import torch
 from torch import nn
 
-from graphbook.folding import FoldingError, conv_bn_plan, fold_all_conv_bn, fold_conv_bn
+from graphbook.teach.folding import FoldingError, conv_bn_plan, fold_all_conv_bn, fold_conv_bn
 
 
 def _random_bn(channels, affine=True):
@@ -293,7 +293,7 @@ def test_whole_model_folding_agrees_with_torch_fx_fuse():
 
 
 def test_blurball_folds_every_batch_norm_by_dataflow():
-    from graphbook import blurball
+    from graphbook.model import blurball
 
     model = blurball.build_blurball()
     x = blurball.example_input(height=16, width=32)

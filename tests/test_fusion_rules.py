@@ -1,10 +1,10 @@
-"""Tests for graphbook.fusion_rules: TVM's classes and fusion groups on graphs with known answers."""
+"""Tests for graphbook.teach.fusion_rules: TVM's classes and fusion groups on graphs with known answers."""
 import pytest
 import torch
 import torch.fx
 from torch import nn
 
-from graphbook import fusion_rules as fr
+from graphbook.teach import fusion_rules as fr
 
 
 class Fn(nn.Module):
@@ -152,7 +152,7 @@ def test_bad_inputs_raise_clear_errors():
 
 
 def test_dynamo_graph_groups_like_the_exported_graph():
-    from graphbook import inductor_tools
+    from graphbook.compilers import inductor_tools
 
     (gm,) = inductor_tools.dynamo_graphs(ConvBnReluAdd().eval(), torch.randn(1, 4, 6, 6))
     groups = fr.fuse_groups(gm)

@@ -1,4 +1,4 @@
-"""Tests of graphbook.fusion_demo (the demo's measurements) and of code/03_fusion.py, its command line."""
+"""Tests of graphbook.teach.fusion_demo (the demo's measurements) and of code/03_fusion.py, its command line."""
 import ast
 import subprocess
 import sys
@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 import torch
 
-from graphbook import fusion_demo
 from graphbook import paths
+from graphbook.teach import fusion_demo
 
 SCRIPT = paths.script("03_fusion.py")
 
@@ -164,7 +164,7 @@ def test_each_compile_time_run_starts_from_its_own_empty_cache(monkeypatch):
 
 
 def test_cache_levels_read_the_fingerprint_and_skip_what_it_lacks():
-    from graphbook import fusion_demo
+    from graphbook.teach import fusion_demo
 
     assert fusion_demo.cache_levels({"cpu_l1d_kib": 48, "cpu_l2_kib": 2048, "cpu_l3_kib": ""}) == {
         "L1d": 48 * 1024, "L2": 2048 * 1024}
@@ -172,7 +172,7 @@ def test_cache_levels_read_the_fingerprint_and_skip_what_it_lacks():
 
 
 def test_the_size_sweep_checks_and_times_every_size():
-    from graphbook import fusion_demo
+    from graphbook.teach import fusion_demo
 
     sweep = fusion_demo.chain_size_sweep((8, 10), runs=3)
     assert list(sweep.elements) == [256, 1024]

@@ -8,9 +8,9 @@ import sys
 import pytest
 import torch
 
+from graphbook import paths
 from graphbook.lab import gpu_measure
 from graphbook.record import results
-from graphbook import paths
 
 ROOT = paths.REPO_ROOT
 SCRIPT = ROOT / "code" / "gpu_blurball.py"

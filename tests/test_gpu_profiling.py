@@ -97,7 +97,7 @@ def test_kernel_category(op, kernel, category):
 
 
 def test_the_gpu_and_cpu_profiles_share_one_categoriser():
-    from graphbook import profiling
+    from graphbook.teach import profiling
 
     assert gp.kernel_category is profiling.op_category and gp.KERNEL_CATEGORIES == profiling.CATEGORIES
 

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from graphbook import paths
 from graphbook.lab import gpu_runtimes
 from graphbook.record import results
-from graphbook import paths
 
 ROOT = paths.REPO_ROOT
 SCRIPT = ROOT / "code" / "gpu_tensorrt.py"

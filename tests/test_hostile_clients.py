@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from graphbook import paths, serving
+from graphbook.measure.warmup import tiny_clip_net
 from graphbook.record import results
 from graphbook.serving import hostile_clients
-from graphbook.warmup import tiny_clip_net
 
 H, W = 16, 24
 

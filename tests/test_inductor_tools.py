@@ -1,4 +1,4 @@
-"""Tests for graphbook.inductor_tools: parsing Inductor's code, graph breaks, ablation configs.
+"""Tests for graphbook.compilers.inductor_tools: parsing Inductor's code, graph breaks, ablation configs.
 
 The parsing tests use a fixed snippet shaped like Inductor's CPU wrapper, so they run in
 milliseconds; two tests compile tiny functions (a few seconds each with a cold cache).
@@ -6,7 +6,8 @@ milliseconds; two tests compile tiny functions (a few seconds each with a cold c
 import pytest
 import torch
 
-from graphbook import inductor_tools, paths
+from graphbook import paths
+from graphbook.compilers import inductor_tools
 
 WRAPPER = '''
 from torch._inductor.codegen.cpp_utils import ...

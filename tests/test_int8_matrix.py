@@ -1,4 +1,4 @@
-"""Tests of graphbook.int8_matrix and code/bench_int8.py: the design, the layer groups, the
+"""Tests of graphbook.runtimes.int8_matrix and code/bench_int8.py: the design, the layer groups, the
 recommendation on a synthetic frame, the script's arguments, and one smoke run (slow: an export)."""
 import math
 import subprocess
@@ -8,11 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from graphbook import int8_matrix as im
-from graphbook import int8_decision
-from graphbook import quantization
-from graphbook.record import results
 from graphbook import paths
+from graphbook.record import results
+from graphbook.runtimes import int8_matrix as im, quantization
+from graphbook.teach import int8_decision
 
 ROOT = paths.REPO_ROOT
 SCRIPT = ROOT / "code" / "bench_int8.py"
@@ -106,7 +105,6 @@ def test_module_of():
 
 
 def _tiny_model(with_scopes=True):
-    import onnx
     from onnx import TensorProto, helper
 
     nodes = []
@@ -150,7 +148,7 @@ def _tiny_detector(path):
 
 
 def test_run_matrix_records_a_failing_configuration(tmp_path):
-    from graphbook import synthetic_clips
+    from graphbook.model import synthetic_clips
 
     fp32 = _tiny_detector(tmp_path / "tiny.onnx")
     clips = synthetic_clips.held_out_clips(2, 32, 64)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
 from graphbook import paths
 
 ROOT = paths.REPO_ROOT

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from graphbook import kernel_provenance as kp
 from graphbook import paths
-from graphbook.fusion_rules import FusionGroup, OpClass
 from graphbook.record import results
+from graphbook.teach import kernel_provenance as kp
+from graphbook.teach.fusion_rules import FusionGroup, OpClass
 
 # A mapping shaped like Inductor's: an SE gate whose mean shares a kernel with the block's batch norm
 MAPPING = {

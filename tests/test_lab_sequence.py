@@ -12,6 +12,7 @@ file), and chapter 7's GPU decision must use the recorded run. The chapters them
 import shutil
 
 import pytest
+
 from graphbook import paths
 
 ROOT = paths.REPO_ROOT
@@ -26,7 +27,7 @@ FAKE_SPEEDUP = "5.0x"
 
 
 def fake_env():
-    from graphbook.record.environment import fingerprint
+    from graphbook.measure.environment import fingerprint
 
     return {**fingerprint(), "gpu_name": FAKE_GPU, "gpu_driver": "999.99", "cuda_version": "13.0",
             "gpu_sm_count": 132, "weights": "seeded-random"}

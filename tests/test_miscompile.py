@@ -1,4 +1,4 @@
-"""Tests of graphbook.miscompile: reading the two wrappers, the verdict cache, the reproducer's exit codes."""
+"""Tests of graphbook.compilers.miscompile: reading the two wrappers, the verdict cache, the reproducer's exit codes."""
 import json
 import re
 import subprocess
@@ -7,7 +7,8 @@ import sys
 import pytest
 import torch
 
-from graphbook import miscompile as mc, paths
+from graphbook import paths
+from graphbook.compilers import miscompile as mc
 
 # A shortened wrapper with the shape of BlurBall's (fusion on): the fused kernel reads buf187 early.
 _HEAD = "from torch import empty\n\nclass Runner:\n    def call(self, args):\n"
@@ -141,7 +142,7 @@ def test_bisect_freezing_keeps_no_copy_and_no_path_setup(tmp_path):
         assert banned not in source, banned
     assert "variants.freezing()" in source and "miscompile.check_model" in source
     # the minifier's fresh process imports the model from graphbook, from any folder
-    proc = subprocess.run([sys.executable, "-c", "from graphbook import miscompile, variants\n"
+    proc = subprocess.run([sys.executable, "-c", "from graphbook.compilers import miscompile\nfrom graphbook.runtimes import variants\n"
                            "m, (x,) = miscompile.check_model('repro', 8, 8)\nprint(tuple(x.shape))"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "(1, 9, 8, 8)", proc.stderr[-500:]

@@ -1,4 +1,4 @@
-"""Tests of graphbook.onnx_utils: export, sessions, operator counts, profiles, Q/DQ quantization.
+"""Tests of graphbook.runtimes.onnx_utils: export, sessions, operator counts, profiles, Q/DQ quantization.
 
 Everything runs on a tiny conv-BN-ReLU-residual block, so the module takes seconds.
 """
@@ -9,11 +9,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from graphbook import correctness, onnx_utils as ou
-from graphbook import profiling
-from graphbook.lab import gpu_runtimes
-from graphbook import quantization
 from graphbook import paths
+from graphbook.lab import gpu_runtimes
+from graphbook.runtimes import correctness, onnx_utils as ou, quantization
+from graphbook.teach import profiling
 
 
 class TinyBlock(nn.Module):

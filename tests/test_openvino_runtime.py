@@ -1,12 +1,13 @@
-"""OpenVINO as a CPU runtime (graphbook.openvino_runtime) and its variants in graphbook.variants (Chapter 4)."""
+"""OpenVINO as a CPU runtime (graphbook.runtimes.openvino_runtime) and its variants in graphbook.runtimes.variants (Chapter 4)."""
 import sys
 
 import numpy as np
 import pytest
 import torch
 
-from graphbook import correctness, openvino_runtime, variants, warmup
+from graphbook.measure import warmup
 from graphbook.record import results
+from graphbook.runtimes import correctness, openvino_runtime, variants
 
 SHAPE = (1, 9, 16, 24)
 

@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
 from graphbook import paths
 
 ROOT = paths.REPO_ROOT
@@ -119,7 +120,7 @@ def test_every_pin_installs_on_every_reader_platform_except_where_its_wheels_are
 
 
 def test_an_absent_openvino_is_explained_by_where_its_wheels_exist(monkeypatch):
-    from graphbook import openvino_runtime
+    from graphbook.runtimes import openvino_runtime
 
     monkeypatch.setitem(sys.modules, "openvino", None)  # what an install without the package looks like
     ok, why = openvino_runtime.available()

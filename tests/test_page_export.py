@@ -4,8 +4,8 @@ import shutil
 
 import pytest
 
-from graphbook import page_export
 from graphbook.paths import REPO_ROOT
+from graphbook.teach import page_export
 
 
 def test_every_taught_block_equals_its_page():
@@ -15,7 +15,7 @@ def test_every_taught_block_equals_its_page():
 
 def test_the_pages_teach_the_book_s_algorithms():
     saved = {module for page in page_export.pages() for module in page_export._taught_cells(page)}
-    assert {"folding", "fusion_demo", "fusion_rules", "attribution", "miscompile_minimizer"} <= saved
+    assert {"teach.folding", "teach.fusion_demo", "teach.fusion_rules", "teach.attribution", "teach.miscompile_minimizer"} <= saved
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Tests of the plotting helpers (graphbook.plots)."""
+"""Tests of the plotting helpers (graphbook.teach.plots)."""
 import matplotlib
 
 matplotlib.use("Agg")
@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from graphbook import plots  # noqa: E402
+from graphbook.teach import plots  # noqa: E402
 
 
 def test_roofline_attainable_has_two_regimes():
@@ -45,7 +45,7 @@ def test_draw_fusion_groups_boxes_every_group_and_colours_every_class():
     import torch
     from torch import nn
 
-    from graphbook import fusion_rules
+    from graphbook.teach import fusion_rules
 
     class ConvBnReluAdd(nn.Module):
         def __init__(self):
@@ -67,7 +67,7 @@ def test_draw_fusion_groups_boxes_every_group_and_colours_every_class():
 
 
 def test_draw_clip_detection_draws_truth_and_detection_on_four_panels():
-    from graphbook import decoding, synthetic_clips
+    from graphbook.model import decoding, synthetic_clips
 
     clip = synthetic_clips._make_clip(3, 48, 64, p_no_ball=0.0, p_hidden_frame=0.0)
     label = clip.labels[1]
@@ -101,7 +101,7 @@ def test_flow_diagram_draws_every_box_and_refuses_an_arrow_to_nowhere():
     matplotlib.use("Agg")
     import pytest
 
-    from graphbook import plots
+    from graphbook.teach import plots
 
     ax = plots.flow_diagram({"a": (0, 0, "bytecode"), "b": (3, 0, "FX graph", "#fde")}, [("a", "b", "Dynamo")])
     assert [t.get_text() for t in ax.texts if t.get_text()] == ["bytecode", "FX graph", "Dynamo"]

@@ -1,11 +1,11 @@
-"""Tests of the bandwidth and compute-peak probes (graphbook.probes), at tiny sizes."""
+"""Tests of the bandwidth and compute-peak probes (graphbook.measure.probes), at tiny sizes."""
 import pytest
 
-from graphbook import probes
+from graphbook.measure import probes
 
 
 def test_copy_bandwidth_counts_read_and_write():
-    result = probes.copy_bandwidth(nbytes=4 * 2 ** 20, repeats=3, warmup=1)
+    result = probes.copy_bandwidth(nbytes=4 * 2 ** 20, repeats=3)
     assert result["nbytes"] == 4 * 2 ** 20
     assert result["bytes_moved"] == 2 * result["nbytes"]
     expected = result["bytes_moved"] / (result["median_ms"] * 1e-3) / 1e9
@@ -14,11 +14,11 @@ def test_copy_bandwidth_counts_read_and_write():
 
 
 def test_copy_bandwidth_rounds_to_whole_floats():
-    assert probes.copy_bandwidth(nbytes=4099, repeats=1, warmup=0)["nbytes"] == 4096
+    assert probes.copy_bandwidth(nbytes=4099, repeats=1)["nbytes"] == 4096
 
 
 def test_matmul_peak_counts_two_n_cubed():
-    result = probes.matmul_peak(n=128, repeats=3, warmup=1)
+    result = probes.matmul_peak(n=128, repeats=3)
     assert result["flops"] == 2 * 128 ** 3
     assert result["gflop_per_s"] == pytest.approx(result["flops"] / (result["median_ms"] * 1e-3) / 1e9)
     assert result["dtype"] == "float32" and result["n"] == 128

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from graphbook import paths
 
 ROOT = paths.REPO_ROOT

@@ -1,15 +1,16 @@
-"""Restart paths in fresh processes (graphbook.restart_paths, code/bench_restart_paths.py; Chapter 6)."""
+"""Restart paths in fresh processes (graphbook.teach.restart_paths, code/bench_restart_paths.py; Chapter 6)."""
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
 
-from graphbook import restart_paths
-from graphbook import aoti_cpp
-from graphbook.record import results
-from graphbook.paths import TRAINED_CHECKPOINT
 from graphbook import paths
+from graphbook.compilers import aoti_cpp
+from graphbook.config import SAME_OUTPUT_ATOL
+from graphbook.paths import TRAINED_CHECKPOINT
+from graphbook.record import results
+from graphbook.teach import restart_paths
 
 SCRIPT = paths.script("bench_restart_paths.py")
 
@@ -47,7 +48,7 @@ def test_run_refuses_warm_paths_without_the_cold_one_and_zero_repeats(tmp_path):
 
 
 def test_module_cli_without_child_flag_exits_2():
-    proc = subprocess.run([sys.executable, "-m", "graphbook.restart_child"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "graphbook.compilers.restart_child"], capture_output=True, text=True)
     assert proc.returncode == 2 and "usage" in proc.stderr
 
 
@@ -78,7 +79,7 @@ def test_openvino_paths_are_correct_never_import_torch_and_the_cache_is_used(tmp
 
 
 def test_openvino_paths_are_skipped_where_openvino_is_absent(tmp_path, monkeypatch):
-    from graphbook import openvino_runtime
+    from graphbook.runtimes import openvino_runtime
 
     monkeypatch.setattr(openvino_runtime, "available", lambda: (False, "no wheel here"))
     said = []
@@ -127,7 +128,7 @@ def test_cpp_loader_runs_the_package_without_python_and_matches_eager(tmp_path):
                                            paths=("aoti-cpp-dynamic",), steady_runs=1, workdir=tmp_path)
     (row,) = rows
     assert row["path"] == "aoti-cpp-dynamic" and row["batch_sizes"] == "1,2,3"
-    assert row[results.SAME_OUTPUT] and row[results.MAX_ABS_DIFF] < results.SAME_OUTPUT_ATOL
+    assert row[results.SAME_OUTPUT] and row[results.MAX_ABS_DIFF] < SAME_OUTPUT_ATOL
     assert row["import_s"] == 0.0 and 0 < row["first_output_s"] <= row["ready_s"]
     # the build cost of the C++ path includes compiling the loader once
     assert row["build_s"] > 0

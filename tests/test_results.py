@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 import torch
 
-from graphbook.record import results
-from graphbook import correctness
 from graphbook import paths
+from graphbook.config import SAME_OUTPUT_ATOL
+from graphbook.record import results
+from graphbook.runtimes import correctness
 
 ROOT = paths.REPO_ROOT
 COMMITTED = ROOT / "data" / "results"
@@ -243,7 +244,7 @@ def test_compare_tolerance_is_relative_to_a_large_reference():
     small = torch.full((2, 3), 0.1)
     assert correctness.compare_to_reference(small + 2e-3, small)[results.SAME_OUTPUT] is False
     assert correctness.compare_to_reference(small + 5e-4, small)[results.SAME_OUTPUT] is True
-    assert results.SAME_OUTPUT_ATOL == 1e-3
+    assert SAME_OUTPUT_ATOL == 1e-3
     assert "same_peaks" not in correctness.compare_to_reference(close, reference)
 
 
@@ -314,7 +315,7 @@ def test_committed_variant_names_are_the_registrys():
     blurball = results.load("cpu-blurball", COMMITTED)
     names = set(blurball.loc[blurball["record"] == "variant", results.VARIANT])
     assert "onnxruntime" not in names and "ort_exporter_optimized_all" in names
-    from graphbook import variants
+    from graphbook.runtimes import variants
 
     assert names <= set(variants.REGISTRY)
 

@@ -4,8 +4,8 @@ frames: two machines, three runs each, one variant that fails its check, one run
 import pandas as pd
 import pytest
 
+from graphbook.measure import timing
 from graphbook.record import runs as R
-from graphbook.record import timing
 
 LAPTOP = {"cpu_model": "AMD EPYC 7B12", "cpu_family": 23, "cpu_model_id": 49, "cpu_microarch": "Zen / Zen 2",
           "cpu_isa": "avx2", "torch_isa": "AVX2", "threads": 2}

@@ -1,10 +1,10 @@
-"""Scoring detections against the clips' labels (graphbook.scoring, Chapter 6)."""
+"""Scoring detections against the clips' labels (graphbook.model.scoring, Chapter 6)."""
 import math
 
 import numpy as np
 import pytest
 
-from graphbook import decoding, scoring, synthetic_clips
+from graphbook.model import decoding, scoring, synthetic_clips
 
 
 def test_decoding_ground_truth_scores_perfectly():

@@ -4,8 +4,8 @@ code/, so a new script or a new refusal is one row here."""
 import functools
 
 import pytest
-
 from cli_checks import assert_usage_error, run_cases
+
 from graphbook import paths
 
 # (script, arguments, text the error line must contain or None); {file} is an existing file, {dir} a fresh folder

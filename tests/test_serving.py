@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from graphbook import serving, warmup
+from graphbook import serving
+from graphbook.measure import warmup
 from graphbook.paths import REPO_ROOT
 from graphbook.serving import batcher, http as serving_http
 
@@ -385,7 +386,7 @@ def test_load_test_is_loopback_only_and_bounded(server):
 
 @pytest.fixture(scope="module")
 def tiny_onnx(tmp_path_factory):
-    from graphbook import onnx_utils
+    from graphbook.runtimes import onnx_utils
 
     path = tmp_path_factory.mktemp("artifact") / "tiny-dynamic.onnx"
     return onnx_utils.export_dynamic_batch(warmup.tiny_clip_net(hidden=4), torch.randn(2, 9, H, W), path)
@@ -413,7 +414,7 @@ def test_server_starts_from_an_onnx_artifact_and_matches_eager(tiny_onnx):
 
 
 def test_load_artifact_refuses_unknown_suffix_missing_file_and_static_batch_mismatch(tmp_path):
-    from graphbook import onnx_utils
+    from graphbook.runtimes import onnx_utils
 
     with pytest.raises(ValueError, match="must end in"):
         serving.load_artifact(tmp_path / "model.bin")
@@ -474,7 +475,7 @@ def test_cli_a_configuration_the_model_cannot_serve_is_a_usage_error(tmp_path):
     import subprocess
     import sys
 
-    from graphbook import onnx_utils
+    from graphbook.runtimes import onnx_utils
 
     static = onnx_utils.export_onnx(warmup.tiny_clip_net(hidden=4), torch.randn(1, 9, H, W), tmp_path / "static.onnx")
     proc = subprocess.run([sys.executable, SCRIPT, "--artifact", str(static), "--height", str(H), "--width", str(W),

@@ -369,7 +369,7 @@ def test_the_call_record_is_bounded(monkeypatch):
 
 
 def test_a_compiled_server_never_touches_the_process_wide_compile_stance(monkeypatch):
-    from graphbook import warmup
+    from graphbook.measure import warmup
 
     torch._dynamo.reset()
     stances = []

@@ -1,10 +1,10 @@
-"""Synthetic clips and their blur-aware targets (graphbook.synthetic_clips, Chapter 6)."""
+"""Synthetic clips and their blur-aware targets (graphbook.model.synthetic_clips, Chapter 6)."""
 import math
 
 import numpy as np
 import pytest
 
-from graphbook import blurball, synthetic_clips
+from graphbook.model import blurball, synthetic_clips
 
 
 def _label(x, y, angle, half_length, radius=4.0, visible=True):

@@ -1,10 +1,10 @@
-"""Tests of the timing harness (graphbook.record.timing)."""
+"""Tests of the timing harness (graphbook.measure.timing)."""
 import time
 
 import pytest
 import torch
 
-from graphbook.record import timing
+from graphbook.measure import timing
 
 
 def test_summarize_median_quartiles_and_spread():
@@ -93,7 +93,7 @@ def test_interleaved_calls_in_turn_and_returns_results_in_order():
 
 
 def test_repeated_runs_rotates_the_order_and_probes_every_run(monkeypatch):
-    from graphbook import probes
+    from graphbook.measure import probes
 
     probed = []
     monkeypatch.setattr(probes, "copy_bandwidth", lambda nbytes, repeats: probed.append(nbytes) or {"gb_per_s": 7.0})

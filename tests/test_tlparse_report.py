@@ -11,8 +11,8 @@ from urllib.parse import unquote, urljoin, urlparse
 import pytest
 import yaml
 
-from graphbook import diagnostics as d
 from graphbook import paths
+from graphbook.teach import diagnostics as d
 
 ROOT = paths.REPO_ROOT
 

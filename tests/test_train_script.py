@@ -1,5 +1,5 @@
 """code/train_blurball.py (Chapter 6): a tiny run into a temporary folder, its outputs, and its refusals;
-and graphbook.training, the library it runs."""
+and graphbook.model.training, the library it runs."""
 import json
 import subprocess
 import sys
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from graphbook import paths, training
+from graphbook import paths
+from graphbook.model import training
 
 ROOT = paths.REPO_ROOT
 SCRIPT = ROOT / "code" / "train_blurball.py"
@@ -35,7 +36,8 @@ def test_tiny_training_run_writes_checkpoint_log_and_provenance(tmp_path):
 
     # The checkpoint loads into BlurBall with strict key checking, in the authors' layout.
     import torch
-    from graphbook import blurball
+
+    from graphbook.model import blurball
 
     raw = torch.load(tmp_path / "blurball_synthetic.pt", weights_only=True)
     assert set(raw) == {"model_state_dict"}
@@ -80,7 +82,8 @@ def test_the_books_checkpoint_finds_the_ball():
     import hashlib
 
     import torch
-    from graphbook import blurball, scoring, synthetic_clips
+
+    from graphbook.model import blurball, scoring, synthetic_clips
 
     checkpoint = paths.TRAINED_CHECKPOINT
     provenance = json.loads(checkpoint.with_name("blurball_synthetic.provenance.json").read_text())

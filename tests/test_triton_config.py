@@ -6,8 +6,7 @@ the tensor names the configuration uses.
 """
 import re
 
-import pytest
-
+from graphbook import config
 from graphbook.paths import REPO_ROOT
 from graphbook.serving import batcher
 
@@ -31,13 +30,13 @@ def test_the_configuration_is_balanced_text():
 
 
 def test_batching_queue_and_warm_up_mirror_the_book_server():
-    assert int(_value("max_batch_size")) == max(batcher.DEFAULT_BATCH_SIZES)
+    assert int(_value("max_batch_size")) == max(config.BATCH_SIZES)
     assert int(_value("max_queue_delay_microseconds")) == int(batcher.DEFAULT_MAX_WAIT_MS * 1000)
     assert int(_value("max_queue_size")) == batcher.DEFAULT_MAX_QUEUE
     assert int(_value("default_timeout_microseconds")) == int(batcher.DEFAULT_QUEUE_TIMEOUT_S * 1e6)
     assert _value("timeout_action") == "REJECT"
     warmed = sorted(int(b) for b in re.findall(r"\bbatch_size:\s*(\d+)", _text()))
-    assert warmed == sorted(batcher.DEFAULT_BATCH_SIZES)
+    assert warmed == sorted(config.BATCH_SIZES)
     threads = re.search(r'key: "intra_op_thread_count" value: \{ string_value: "(\d+)" \}', _text())
     assert threads and int(threads.group(1)) == 2  # the book's threads everywhere
 

@@ -1,4 +1,4 @@
-"""graphbook.tvm_build and code/bench_tvm.py: the census of generated code, per-run speed-ups against both eager
+"""graphbook.compilers.tvm_build and code/bench_tvm.py: the census of generated code, per-run speed-ups against both eager
 baselines and the busy-cores measure without TVM; with TVM (slow), the two untuned targets and a whole tiny
 recording: every variant checked, three runs, no parallel loop in TVM's untuned code, the machine on every row."""
 import subprocess
@@ -7,8 +7,10 @@ import sys
 import pytest
 import torch
 
-from graphbook import paths, tvm_build as tb, tvm_compare
+from graphbook import paths
+from graphbook.compilers import tvm_build as tb
 from graphbook.record import results
+from graphbook.teach import tvm_compare
 
 TVM_OK, TVM_WHY = tvm_compare.tvm_status()
 SCRIPT = paths.REPO_ROOT / "code" / "bench_tvm.py"

@@ -1,8 +1,8 @@
-"""Real TVM against the book's fusion rules (graphbook.tvm_compare): group counts by composition pinned,
+"""Real TVM against the book's fusion rules (graphbook.teach.tvm_compare): group counts by composition pinned,
 so that a change on either side (the book's rules, BlurBall, or a TVM release) is noticed."""
 import pytest
 
-from graphbook import tvm_compare as tc
+from graphbook.teach import tvm_compare as tc
 
 TVM_OK, TVM_WHY = tc.tvm_status()
 

@@ -1,10 +1,10 @@
-"""The BlurBall variant registry (graphbook.variants): names, builders, expectations, freezing."""
+"""The BlurBall variant registry (graphbook.runtimes.variants): names, builders, expectations, freezing."""
 import pytest
 import torch
 
+from graphbook.measure import warmup
 from graphbook.record import results
-from graphbook import correctness
-from graphbook import variants, warmup
+from graphbook.runtimes import correctness, variants
 
 SHAPE = (1, 9, 16, 24)
 

@@ -1,4 +1,4 @@
-"""Recompilation counting, warm-up and the zero-recompile proof (graphbook.warmup, Chapter 6).
+"""Recompilation counting, warm-up and the zero-recompile proof (graphbook.measure.warmup, Chapter 6).
 
 Counting graphs only needs Dynamo's guards, not Inductor's code generation, so most tests compile
 with ``backend="eager"`` (milliseconds); one test runs the real Inductor path end to end.
@@ -6,7 +6,7 @@ with ``backend="eager"`` (milliseconds); one test runs the real Inductor path en
 import pytest
 import torch
 
-from graphbook import warmup
+from graphbook.measure import warmup
 
 CHW = (9, 8, 12)
 

@@ -2,7 +2,7 @@
 //
 // This is the loading path PyTorch documents for production ("AOTInductor: Ahead-of-Time Compilation
 // for Torch.Export-ed Models", section "Inference in C++"): torch::inductor::AOTIModelPackageLoader.
-// graphbook.restart_paths builds it once with g++ against the torch wheel's headers and libraries and
+// graphbook.teach.restart_paths builds it once with g++ against the torch wheel's headers and libraries and
 // starts it in fresh processes. Usage:
 //
 //   aoti_load PACKAGE.pt2 INPUT_DIR OUTPUT_DIR LAUNCHED_AT THREADS STEADY_RUNS BATCH [BATCH ...]

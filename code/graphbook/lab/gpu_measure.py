@@ -14,14 +14,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from . import gpu_profiling as gp
-from ..paths import CODE_DIR
-from ..record.cli import EXIT_RESOURCE_ABSENT, make_parser, positive_int
+import torch
+from torch._inductor.utils import fresh_inductor_cache
+
+from graphbook.lab import gpu_profiling as gp
+from graphbook.measure import timing
+from graphbook.measure.environment import fingerprint
+from graphbook.model import blurball
+from graphbook.paths import CODE_DIR
+from graphbook.record import results
+from graphbook.record.cli import EXIT_RESOURCE_ABSENT, make_parser, positive_int
+from graphbook.runtimes import correctness
 
 PROG = "gpu_blurball.py"
 KIND = "gpu-blurball"
@@ -76,10 +85,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def cuda_problem() -> str | None:
     """Why this machine cannot run the GPU matrix, or None when it can (Chapter 5)."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
     if not torch.cuda.is_available():
         built = torch.version.cuda
         if built is None:
@@ -174,8 +179,6 @@ def failed_variants(rows: list[dict]) -> list[str]:
 
 def write_results(rows: list[dict], env: dict, results_dir: Path | None, device_name: str) -> Path:
     """Write rows to a new ``gpu-blurball-<device>-<date>[-N].csv``; never an existing file (Chapter 5)."""
-    from ..record import results
-
     return results.write_run(KIND, rows, env, results_dir=results_dir, tag=device_slug(device_name))
 
 
@@ -208,16 +211,12 @@ def format_table(rows: list[dict]) -> str:
 # --------------------------------------------------------------------------------------------------
 
 def _autocast(precision: str, device: str):
-    import torch
-
     if precision == "fp16":
         return torch.autocast(device, dtype=torch.float16)
     return contextlib.nullcontext()
 
 
 def _sync(device: str):
-    import torch
-
     return torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
 
@@ -228,10 +227,6 @@ def _build_call(config: dict, model, x, *, device: str = "cuda", fresh_cache: bo
     the CUDA-graph modes (``second_call_s`` is empty for the others). Compiles run after
     ``torch._dynamo.reset()`` in a fresh Inductor cache unless ``fresh_cache`` is False.
     """
-    import copy
-
-    import torch
-
     precision, mode = config["precision"], config["mode"]
     if config["layout"] == "channels_last":
         model = copy.deepcopy(model).to(memory_format=torch.channels_last)
@@ -246,8 +241,6 @@ def _build_call(config: dict, model, x, *, device: str = "cuda", fresh_cache: bo
         call = lambda: forward(x)
         (first,) = gp.first_calls(call, 1, synchronize=sync)
         return call, first, ""
-
-    from torch._inductor.utils import fresh_inductor_cache
 
     graphs = gp.uses_cuda_graphs(TORCH_MODE[mode])
     mark = torch.compiler.cudagraph_mark_step_begin if graphs and device == "cuda" else None
@@ -265,8 +258,6 @@ def _build_call(config: dict, model, x, *, device: str = "cuda", fresh_cache: bo
 
 def _load_model_and_input(args, device: str):
     """The model and input for a run: BlurBall at 288 x 512, or the smoke stand-in at 32 x 64 (Chapter 5)."""
-    from .. import blurball
-
     if args.smoke:
         return (gp.smoke_model(), blurball.example_input(height=SMOKE["height"], width=SMOKE["width"]))
     return blurball.build_blurball(args.weights).to(device), blurball.example_input().to(device)
@@ -275,11 +266,6 @@ def _load_model_and_input(args, device: str):
 def _measure_configs(configs, model, x, reference, args, *, device: str, log=print, started=None,
                     profiles: dict | None = None) -> list[dict]:
     """Check, time (and profile) each configuration in this process; one entry per configuration (Chapter 5)."""
-    import torch
-
-    from ..record import timing
-    from .. import correctness
-
     started = started if started is not None else time.perf_counter()
     measurements = []
     for config in configs:
@@ -330,8 +316,6 @@ def _child_argv(args, reference_path: Path) -> list[str]:
 
 def run_cudnn_benchmark_child(args) -> int:
     """Child process: turn cuDNN benchmark on before any convolution, measure the benchmark rows (Chapter 5)."""
-    import torch
-
     torch.backends.cudnn.benchmark = True  # before the model exists: no convolution has run in this process
     device = "cpu" if args.smoke else "cuda"
     if device == "cuda" and cuda_problem() is not None:
@@ -353,8 +337,6 @@ def measure(args: argparse.Namespace, log=print) -> list[dict]:
     On CUDA (assumes :func:`cuda_problem` is None), or on the CPU with the smoke model when
     ``args.smoke``. The ``+cudnn_benchmark`` rows come from a child process.
     """
-    import torch
-
     device = "cpu" if args.smoke else "cuda"
     started = time.perf_counter()
     torch.backends.cudnn.benchmark = False
@@ -385,10 +367,6 @@ def measure(args: argparse.Namespace, log=print) -> list[dict]:
 
 def environment(args, device: str) -> dict:
     """The run's provenance: the fingerprint plus cuDNN, SM count, weights and the smoke flag (Chapter 5)."""
-    import torch
-
-    from ..record.environment import fingerprint
-
     env = fingerprint()
     env["cudnn_version"] = str(torch.backends.cudnn.version())
     env["cudnn_allow_tf32"] = bool(torch.backends.cudnn.allow_tf32)

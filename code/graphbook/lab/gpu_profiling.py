@@ -8,7 +8,7 @@ written against the libraries' own sources and tested on a CPU with fakes:
   the profiler also reports on the GPU timeline as ``gpu_user_annotation``) is not a kernel; a kernel
   belongs to the *innermost* op that launched it (its ``linked_correlation_id``), so autocast's weight
   casts inside ``aten::conv2d`` count as "cast/copy", not "convolution". The categories and the rule
-  are :mod:`graphbook.profiling`'s, shared with the CPU profile.
+  are :mod:`graphbook.teach.profiling`'s, shared with the CPU profile.
 - **First calls** (:func:`first_calls`): the clock stops only after the device is synchronized, and for
   the CUDA-graph modes (``reduce-overhead``, ``max-autotune``) both the first call (compile and warm-up)
   and the second (the graph is recorded) are timed.
@@ -32,9 +32,15 @@ import sys
 import time
 from typing import Callable, Iterable, Sequence
 
-from ..profiling import CATEGORIES, cpu_op_units, device_kind as _device_kind, is_annotation, op_category
+import torch
+from torch import nn
+from torch._inductor.utils import is_big_gpu
+from torch.profiler import ProfilerActivity, profile
 
-#: Profile categories, in table order: the CPU profile's (graphbook.profiling).
+from graphbook.measure.compiletime import run_tagged_child
+from graphbook.teach.profiling import CATEGORIES, cpu_op_units, device_kind as _device_kind, is_annotation, op_category
+
+#: Profile categories, in table order: the CPU profile's (graphbook.teach.profiling).
 KERNEL_CATEGORIES = CATEGORIES
 #: Inductor marks CUDA-graph modes by these ``torch.compile`` mode names.
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -64,7 +70,7 @@ def _matches(name: str, words: Sequence[str]) -> bool:
 
 
 #: The category of one kernel from its innermost launching op, else its own name (Chapter 5):
-#: :func:`graphbook.profiling.op_category`, the one rule of the CPU and GPU profiles.
+#: :func:`graphbook.teach.profiling.op_category`, the one rule of the CPU and GPU profiles.
 kernel_category = op_category
 
 
@@ -76,7 +82,7 @@ def _kernels_from_events(events: Iterable, device: str = "cuda") -> list[tuple[s
     ``cpu_children``). On ``"cuda"``: every CUDA event that is not an annotation or a memcpy/memset,
     owned by the CPU op whose id is its ``linked_correlation_id`` (the op on top of the stack when it
     was launched; annotations are never owners). On ``"cpu"`` (the smoke run): the CPU profile's op
-    units (:func:`graphbook.profiling.cpu_op_units`), each a pseudo-kernel as long as its own time, so
+    units (:func:`graphbook.teach.profiling.cpu_op_units`), each a pseudo-kernel as long as its own time, so
     that the same categoriser runs on a machine without a GPU.
     """
     events = list(events)
@@ -137,9 +143,6 @@ def summarize_kernels(kernels: list[tuple[str, str, float, float]], wall_ms: flo
 
 def profile_call(call: Callable[[], object], device: str = "cuda") -> list[dict]:
     """Profile one call (after one untimed call) and summarise its kernels by category (Chapter 5)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     call()
@@ -213,11 +216,8 @@ def autotune_verdict(device_index: int = 0) -> dict:
     on this GPU (fewer than :data:`INDUCTOR_MIN_SMS` SMs): its gain is then CUDA graphs and pointwise
     tuning, not convolution autotuning. Empty strings without CUDA.
     """
-    import torch
-
     if not torch.cuda.is_available():
         return {"sm_count": "", "inductor_is_big_gpu": ""}
-    from torch._inductor.utils import is_big_gpu
 
     sms = int(torch.cuda.get_device_properties(device_index).multi_processor_count)
     try:
@@ -244,8 +244,6 @@ def run_child(argv: Sequence[str], *, timeout: float = 900, env: dict | None = N
 
     Raises RuntimeError with the end of the child's stderr when it fails or emits nothing.
     """
-    from ..compiletime import run_tagged_child
-
     rows, _ = run_tagged_child(
         [sys.executable, *argv], CHILD_TAG, env=dict(os.environ, **(env or {})), timeout=timeout,
         last=False, check_returncode=False,
@@ -267,9 +265,6 @@ def smoke_model(frames_in: int = 3, frames_out: int = 3, width: int = 8, seed: i
     add), so every code path of the scripts runs; small enough that each ``torch.compile`` mode
     compiles in seconds instead of BlurBall's minute.
     """
-    import torch
-    from torch import nn
-
     class SmokeNet(nn.Module):
         def __init__(self):
             super().__init__()

@@ -17,10 +17,22 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import gpu_profiling as gp
-from ..onnx_utils import CUDA_PROVIDER, TENSORRT_PROVIDER, available_providers
-from ..record.cli import EXIT_RESOURCE_ABSENT, make_parser, positive_int
-from .tensorrt_engines import build_tensorrt_engine, quantize_symmetric, tensorrt_qdq_problem, tensorrt_runner
+import numpy as np
+import torch
+
+from graphbook.lab import gpu_profiling as gp
+from graphbook.lab.tensorrt_engines import (
+    build_tensorrt_engine,
+    quantize_symmetric,
+    tensorrt_qdq_problem,
+    tensorrt_runner,
+)
+from graphbook.measure import timing
+from graphbook.model import blurball
+from graphbook.record import results
+from graphbook.record.cli import EXIT_RESOURCE_ABSENT, make_parser, positive_int
+from graphbook.runtimes import correctness, onnx_utils as ou, quantization
+from graphbook.runtimes.onnx_utils import CUDA_PROVIDER, TENSORRT_PROVIDER, available_providers
 
 PROG = "gpu_tensorrt.py"
 KIND = "gpu-tensorrt"
@@ -91,9 +103,6 @@ def _ort_stream_options(stream, device_id: int = 0) -> dict:
 
 def _ort_runner(session, x, out_shape, dtype, *, device: str = "cuda"):
     """Run a session with input and output bound to tensors on ``device`` (no host copies) (Chapter 4)."""
-    import numpy as np
-    import torch
-
     binding = session.io_binding()
     x = x.to(dtype).contiguous()
     output = torch.empty(out_shape, dtype=dtype, device=device)
@@ -140,8 +149,6 @@ def _finish_rows(rows: list[dict]) -> list[dict]:
 
 def write_results(rows: list[dict], env: dict, results_dir: Path | None, device_name: str) -> Path:
     """Write rows to a new ``gpu-tensorrt-<device>-<date>[-N].csv``; never an existing file (Chapter 4)."""
-    from ..record import results
-
     return results.write_run(KIND, rows, env, results_dir=results_dir, tag=device_slug(device_name))
 
 
@@ -153,14 +160,6 @@ def failed_variants(rows: list[dict]) -> list[str]:
 
 def measure(args, status, log=print) -> list[dict]:
     """Measure every requested variant; one row each, measured or with the reason it was not (Chapter 4)."""
-    import torch
-
-    from .. import blurball
-    from ..record import timing
-    from .. import correctness
-    from .. import onnx_utils as ou
-    from .. import quantization
-
     smoke = args.smoke
     device = "cpu" if smoke else "cuda"
     if smoke:
@@ -377,15 +376,10 @@ class GpuRuntimes:
 def detect_gpu_runtimes() -> GpuRuntimes:
     """Detect a CUDA device, ONNX Runtime's GPU providers and the ``tensorrt`` package (Chapter 4)."""
     status = GpuRuntimes(ort_providers=available_providers())
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            status.cuda_device = torch.cuda.get_device_name(0)
-        else:
-            status.reasons.append("torch sees no CUDA device")
-    except ImportError:
-        status.reasons.append("torch is not installed")
+    if torch.cuda.is_available():
+        status.cuda_device = torch.cuda.get_device_name(0)
+    else:
+        status.reasons.append("torch sees no CUDA device")
     if CUDA_PROVIDER not in status.ort_providers:
         status.reasons.append(f"the installed ONNX Runtime offers only {status.ort_providers} "
                               "(the GPU providers come with the separate onnxruntime-gpu package)")

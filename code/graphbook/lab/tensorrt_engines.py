@@ -6,10 +6,17 @@ and passed in as ``trt`` (imported by the caller), so this module imports on any
 """
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
-from . import gpu_profiling as gp
+import onnx
+import torch
+from onnx import numpy_helper
+from onnxruntime import quantization as quant
+
+from graphbook.lab import gpu_profiling as gp
+from graphbook.runtimes import quantization
 
 
 def _tensorrt_network_flags(trt) -> tuple[int, str]:
@@ -80,8 +87,6 @@ def tensorrt_runner(trt, engine, x, stream, *, device: str = "cuda"):
     cast to the engine's input type; a failed enqueue raises RuntimeError
     (:func:`graphbook.lab.gpu_profiling.enqueue_or_raise`).
     """
-    import torch
-
     handle = gp.stream_handle(stream)
     names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
     inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
@@ -113,9 +118,6 @@ def tensorrt_qdq_problem(model_path: Path) -> str | None:
     must be int8 and 0. ONNX Runtime's default static quantization (chapter 4's) gives uint8 activations
     with non-zero zero points.
     """
-    import onnx
-    from onnx import numpy_helper
-
     model = onnx.load(str(model_path), load_external_data=False)
     initializers = {t.name: t for t in model.graph.initializer}
     constants = {o: n.attribute[0].t for n in model.graph.node if n.op_type == "Constant" for o in n.output
@@ -146,14 +148,6 @@ def tensorrt_qdq_problem(model_path: Path) -> str | None:
 def quantize_symmetric(fp32_path: Path, out_path: Path, frames) -> Path:
     """Chapter 4's static Q/DQ recipe with TensorRT's constraint: int8 activations and weights,
     symmetric ranges (zero points 0), per-channel weights, min-max calibration (Chapter 4)."""
-    import logging
-
-    from onnxruntime import quantization as quant
-
-    from .. import quantization
-
-    import onnx
-
     input_name = onnx.load(str(fp32_path), load_external_data=False).graph.input[0].name
     root = logging.getLogger()
     previous = root.level

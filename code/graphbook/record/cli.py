@@ -143,7 +143,7 @@ def add_input_size(parser: argparse.ArgumentParser, *, height: int, width: int, 
 
 def add_run_protocol_options(parser: argparse.ArgumentParser, *, repeats: int, warmup: int, runs_help: str) -> None:
     """Add ``--threads``, ``--repeats``, ``--warmup`` and ``--runs`` (at least 3), the options of a benchmark timed in
-    the book's run protocol (:func:`graphbook.record.timing.repeated_runs`; Chapter 3)."""
+    the book's run protocol (:func:`graphbook.measure.timing.repeated_runs`; Chapter 3)."""
     parser.add_argument("--threads", type=positive_int, default=2, help="torch intra-op threads")
     parser.add_argument("--repeats", type=positive_int, default=repeats, help="timed calls per variant and run")
     parser.add_argument("--warmup", type=positive_int, default=warmup, help="untimed calls per variant and run")

@@ -16,7 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from . import results, runs
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from graphbook.record import results, runs
 
 
 @dataclass(frozen=True)
@@ -80,8 +83,6 @@ def machine_facts(results_dir=None, measures: Sequence[Measure] = MEASURES):
     Columns: ``machine`` (the label every chapter keys on), the :data:`FACTS` as first recorded, ``first``
     and ``last`` date, and one column per kind with its number of runs.
     """
-    import pandas as pd
-
     facts: dict[str, dict] = {}
     for found in measures:
         frame = _rows(found, results_dir)
@@ -112,8 +113,6 @@ def side_by_side(kind: str, results_dir=None):
     a run flagged as taken under load, in the same order). A machine whose runs were all flagged keeps
     its rows with ``median`` NaN: the appendix shows such runs, it does not decide on them.
     """
-    import pandas as pd
-
     found = measure(kind)
     frame = _rows(found, results_dir)
     columns = [runs.MACHINE, *found.by, "median", "quiet_runs", "flagged_runs", "values", "flags"]
@@ -151,8 +150,6 @@ def plot_side_by_side(kind: str, results_dir=None, ax=None, *, where: dict | Non
     ``where`` narrows the :func:`side_by_side` rows (e.g. ``{"threads": 2}``). Returns the ``ax``, or None
     when nothing is recorded.
     """
-    import matplotlib.pyplot as plt
-
     found = measure(kind)
     table = side_by_side(kind, results_dir)
     for column, wanted in (where or {}).items():

@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..paths import REPO_ROOT
+import pandas as pd
+from myst_nb import glue
+
+from graphbook.paths import REPO_ROOT
 
 GLUE_MIME_PREFIX = "application/papermill.record/"
 
@@ -70,8 +73,6 @@ def _machine(record: dict) -> str:
 def chapter_table(root: Path = REPO_ROOT):
     """One row per chapter: title, when and where it last ran, how long, cells, GPU part (DataFrame; the
     provenance appendix)."""
-    import pandas as pd
-
     rows = []
     for path in _notebook_paths(root):
         rec = _execution_record(path) or {}
@@ -101,8 +102,6 @@ def record_chapter_status(*, gpu_status: str | None = None, results_shown: list[
     measured, or why it was skipped); ``results_shown`` names the files in ``data/results/`` whose
     recorded numbers the chapter displays.
     """
-    from myst_nb import glue
-
     if gpu_status is not None:
         glue("gpu_status", str(gpu_status), display=False)
     if results_shown is not None:

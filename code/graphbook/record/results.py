@@ -10,7 +10,7 @@ what its columns are called:
 - :func:`load` -- every run of a kind as one typed DataFrame with ``source_file`` and ``run_id``;
   :func:`latest_run` -- the newest run, by recorded date;
 - Column-name constants (:data:`SPEEDUP_VS_EAGER`, :data:`SAME_OUTPUT`, :data:`COMPILE_S`...) and the one
-  tolerance :data:`SAME_OUTPUT_ATOL` (the comparison itself is :func:`graphbook.correctness.compare_to_reference`).
+  tolerance :data:`graphbook.config.SAME_OUTPUT_ATOL` (the comparison itself is :func:`graphbook.runtimes.correctness.compare_to_reference`).
 
 :func:`append_rows` remains only for the two logs that are one growing file by design (the notebook
 execution log written by ``scripts/execute_notebooks.py`` and the training log of
@@ -21,9 +21,15 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
+
+import pandas as pd
+
+from graphbook import paths
+from graphbook.record.cli import EXIT_CHECK_FAILED, EXIT_OK
 
 # --------------------------------------------------------------------------------------------------
 # Column names (canonical). New writers use these constants; legacy names are mapped on read.
@@ -35,7 +41,7 @@ RUN = "run"                        #: 1, 2, 3...: the run of its recording (file
 RUN_ORDER = "run_order"            #: 1 = the variant went first in its run (the order rotates between runs)
 COPY_GBPS = "copy_gbps"            #: copy_ bandwidth measured in the same run (graphbook.record.runs.flag_under_load)
 DATE = "date"                      #: UTC ISO 8601 time of the run (environment fingerprint)
-VARIANT = "variant"                #: a variant name (see graphbook.variants for BlurBall's)
+VARIANT = "variant"                #: a variant name (see graphbook.runtimes.variants for BlurBall's)
 MEDIAN_MS = "median_ms"
 MAX_ABS_DIFF = "max_abs_diff"      #: largest |output - eager FP32 output|
 RELATIVE_DIFF = "relative_diff"    #: max_abs_diff / max(1, largest |reference|)
@@ -47,17 +53,12 @@ SAME_BALL = "same_ball"            #: bool: on every held-out frame the decoded 
 BALL_AGREE_FRAMES = "ball_agree_frames"  #: held-out frames whose decoded ball agrees with eager FP32's
 BALL_FRAMES = "ball_frames"        #: held-out frames decoded
 BALL_SHIFT_PX = "ball_max_shift_px"  #: largest shift of the decoded ball from eager FP32's, in pixels
-EXPECTED_TO_MATCH = "expected_to_match_eager"  #: bool, from graphbook.variants
+EXPECTED_TO_MATCH = "expected_to_match_eager"  #: bool, from graphbook.runtimes.variants
 SPEEDUP_VS_EAGER = "speedup_vs_eager"  #: eager FP32 median / this median (same threads, same run)
 SPEEDUP_VS_EAGER_SAME_PRECISION = "speedup_vs_eager_same_precision"  #: vs eager at this row's precision
 COMPILE_S = "compile_s"            #: seconds to build the variant: compile (or export + session,
                                    #: or engine build) including the first call
 
-#: The one tolerance for "same output as eager FP32" (Chapters 3-7): the largest absolute difference of
-#: the logits, scaled by the reference's magnitude when that exceeds 1 (BlurBall's logits are below 1,
-#: so for BlurBall it is an absolute tolerance). Reordered FP32 additions stay orders of magnitude
-#: below it; a miscompile or a lower precision does not.
-SAME_OUTPUT_ATOL = 1e-3
 
 #: Columns read as text whatever they look like (a run id of digits only must not become a number).
 TEXT_COLUMNS = (RUN_ID, "git_commit", VARIANT, "description", "note", "name", "options")
@@ -129,8 +130,6 @@ def kind(name: str) -> Kind:
 
 def _results_dir(results_dir) -> Path:
     if results_dir is None:
-        from .. import paths
-
         return Path(paths.RESULTS_DIR)
     return Path(results_dir)
 
@@ -228,10 +227,6 @@ def write_and_report(kind_name: str, rows: Iterable[dict], env: dict | None = No
     given, is printed on stderr after the file is written and the status is 1 (a failed check is
     recorded, then reported); otherwise it is 0.
     """
-    import sys
-
-    from .cli import EXIT_CHECK_FAILED, EXIT_OK
-
     rows = list(rows)
     path = write_run(kind_name, rows, env, results_dir=results_dir)
     print(wrote.format(path=path, n=len(rows)))
@@ -317,8 +312,6 @@ _BOOL_TEXT = {"True": True, "False": False, "true": True, "false": False}
 def _typed(frame):
     """Columns whose values are all True/False (text or bool, blanks allowed) become booleans:
     ``bool`` without blanks, pandas' nullable ``boolean`` with them."""
-    import pandas as pd
-
     for column in frame.columns:
         series = frame[column]
         if series.dtype == bool or str(series.dtype) == "boolean":
@@ -335,8 +328,6 @@ def _typed(frame):
 
 
 def _read_file(path: Path):
-    import pandas as pd
-
     header = _read_header(path) or []
     frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS if c in header}, keep_default_na=True)
     frame[SOURCE_FILE] = path.name
@@ -354,8 +345,6 @@ def load(kind_name: str, results_dir: str | Path | None = None):
     some rows have no value), numbers as numbers. ``source_file`` (the file's name) is added. With no
     file, an empty frame that still has ``source_file``, ``run_id`` and ``date``.
     """
-    import pandas as pd
-
     frames = [_read_file(path) for path in files(kind_name, results_dir)]
     if not frames:
         return pd.DataFrame({SOURCE_FILE: pd.Series(dtype=str), RUN_ID: pd.Series(dtype=str),
@@ -366,8 +355,6 @@ def load(kind_name: str, results_dir: str | Path | None = None):
 def runs(frame):
     """One row per run of a :func:`load` frame: ``run_id``, ``source_file``, ``date`` (its newest), ``rows``,
     oldest first (Chapter 2)."""
-    import pandas as pd
-
     if frame.empty:
         return pd.DataFrame(columns=[RUN_ID, SOURCE_FILE, DATE, "rows"])
     when = pd.to_datetime(frame[DATE], utc=True, errors="coerce") if DATE in frame.columns \

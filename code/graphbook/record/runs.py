@@ -7,13 +7,17 @@ runs, and keeps runs from different machines apart by their fingerprint (CPU mod
 set, threads). A run taken under load is flagged from its own data, never deleted.
 
 Frames are "long": one row per (run, variant), as :func:`graphbook.record.results.load` returns them and as
-:func:`graphbook.record.timing.live_runs` produces them live. Column names follow
+:func:`graphbook.measure.timing.live_runs` produces them live. Column names follow
 :mod:`graphbook.record.results` (``run_id``, ``variant``, ``median_ms``, ``same_output``...).
 """
 from __future__ import annotations
 
 import statistics
 from typing import Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from graphbook.measure.environment import fingerprint
 
 #: What identifies a machine configuration: the CPU's name *and* identity (vendor family and model: one name
 #: covers CPUs whose speed differs by 2x), its instruction set, PyTorch's, any cap, and the threads used.
@@ -50,8 +54,6 @@ def named(machine: str) -> str:
 
 def _blank(value) -> bool:
     try:
-        import pandas as pd
-
         return value is None or (not isinstance(value, str) and pd.isna(value)) or str(value).strip() == ""
     except (TypeError, ValueError):
         return value is None
@@ -159,8 +161,6 @@ def summarize_runs(frame, by: Sequence[str] | str = ("variant",), value: str = "
     (the per-run numbers, in recorded order). A group with fewer than :data:`MIN_RUNS` runs is kept
     but has ``enough_runs`` False.
     """
-    import pandas as pd
-
     by = [by] if isinstance(by, str) else list(by)
     per_run = _per_run(frame, by, value, run)
     rows = []
@@ -259,8 +259,6 @@ def deciding_machine(frame, *, here: Mapping | str | None = None, run: str = "ru
     its runs; the chapters' tables keep every machine, so a reader's own recording stands beside it.
     """
     if here is None:
-        from .environment import fingerprint
-
         here = fingerprint()
     label = here if isinstance(here, str) else machine_label(here)
     data = add_machine(frame) if MACHINE not in frame.columns else frame
@@ -304,8 +302,6 @@ def choose_best(frame, *, value: str = "median_ms", variant: str = "variant", co
     ``excluded`` (variants that failed their check). With ``skip_under_load`` runs flagged by
     :func:`flag_under_load` are left out of the decision (they stay in the data).
     """
-    import pandas as pd
-
     _check_columns(frame, value, variant, correct, run)
     data = add_machine(frame) if MACHINE not in frame.columns else frame.copy()
     if skip_under_load and UNDER_LOAD in data.columns:
@@ -385,7 +381,7 @@ def phrase_comparison(frame, a: str, b: str, *, here: Mapping | str | None = Non
                       variant: str = "variant", run: str = "run_id", lower_is_better: bool = True) -> str:
     """A sentence, generated from the data, comparing ``a`` with ``b`` on this machine and the others (Chapter 5).
 
-    ``here`` is this machine: a fingerprint dict (e.g. :func:`graphbook.record.environment.fingerprint`) or a
+    ``here`` is this machine: a fingerprint dict (e.g. :func:`graphbook.measure.environment.fingerprint`) or a
     label from :func:`machine_label`; default: this process's fingerprint. Example:
     "On this machine (AMD EPYC (avx512_vnni, torch AVX512, 2 threads)) onnxruntime was 1.9x faster than
     eager (median of 3 runs, per-run 1.7x to 2.1x). The recorded runs on Intel(R) Xeon(R) Processor
@@ -393,8 +389,6 @@ def phrase_comparison(frame, a: str, b: str, *, here: Mapping | str | None = Non
     When the runs disagree on the order, the sentence says so instead of ranking.
     """
     if here is None:
-        from .environment import fingerprint
-
         here = fingerprint()
     label = here if isinstance(here, str) else machine_label(here)
     data = add_machine(frame) if MACHINE not in frame.columns else frame

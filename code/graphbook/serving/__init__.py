@@ -37,7 +37,7 @@ HTTP interface
     ``200`` answer: ``{"batch_size": N, "joined_batch_size": M, "queue_ms": .., "inference_ms": ..,
     "detections": [[det_or_null per frame] per clip]}``, each detection ``{"x", "y", "score",
     "angle_deg", "half_length"}`` in pixels and degrees (decoded by
-    :func:`graphbook.decoding.decode_batch`); ``M`` is the batch the model really ran (this request
+    :func:`graphbook.model.decoding.decode_batch`); ``M`` is the batch the model really ran (this request
     joined with others).
 
 Errors are JSON ``{"error": "<message>"}`` and never stop the server: 400 malformed body, headers or
@@ -59,10 +59,10 @@ handler, :class:`InferenceServer`), :mod:`.loadtest` (clients and the bounded lo
 and :mod:`.litserve_compare` (the same ONNX Runtime session behind LitServe, for the comparison).
 """
 # Exactly what the chapters and the scripts call; tests and other modules import the submodules.
-from .batcher import InferenceService
-from .http import InferenceServer
-from .loadtest import binary_request, load_test, predict, request
-from .runners import load_artifact
+from graphbook.serving.batcher import InferenceService
+from graphbook.serving.http import InferenceServer
+from graphbook.serving.loadtest import binary_request, load_test, predict, request
+from graphbook.serving.runners import load_artifact
 
 __all__ = ["InferenceServer", "InferenceService", "binary_request", "load_artifact", "load_test", "predict",
            "request"]

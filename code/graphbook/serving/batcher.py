@@ -15,9 +15,11 @@ import time
 
 import numpy as np
 
-from .runners import TorchRunner
+from graphbook.config import BATCH_SIZES
+from graphbook.model.decoding import decode_batch
+from graphbook.serving.runners import TorchRunner
 
-DEFAULT_BATCH_SIZES = (1, 2, 3)
+
 #: A JSON number in a clip takes up to this many bytes (sign, digits, exponent, comma); sets the body limit.
 JSON_BYTES_PER_VALUE = 24
 #: Dynamic batching defaults: wait at most this long for company, queue at most this many requests.
@@ -95,7 +97,7 @@ class InferenceService:
     """
 
     def __init__(self, model, input_hw: tuple[int, int], *, channels: int = 9,
-                 batch_sizes=DEFAULT_BATCH_SIZES, compile: bool = False,
+                 batch_sizes=BATCH_SIZES, compile: bool = False,
                  threshold: float = 0.5, max_body_bytes: int | None = None, batching: bool = True,
                  max_wait_ms: float = DEFAULT_MAX_WAIT_MS, max_queue: int = DEFAULT_MAX_QUEUE,
                  queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S,
@@ -261,8 +263,6 @@ class InferenceService:
 
     def predict(self, array: np.ndarray) -> dict:
         """Queue a batch, wait for its turn (bounded), decode one detection (or None) per frame."""
-        from ..decoding import decode_batch
-
         item = self.submit(array)
         # Every wait is bounded: queue_timeout_s in the queue (the worker answers an expired request
         # itself, unless it is stuck in a call), then inference_timeout_s for the model call.

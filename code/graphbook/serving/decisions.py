@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .. import cpu_matrix, variants
+from graphbook.compilers import miscompile
+from graphbook.record import results, runs
+from graphbook.runtimes import variants
+from graphbook.teach import cpu_matrix
+from graphbook.teach.profiling import executed_rates
 
 #: Lower precisions are judged by a different check (peaks and decoded balls, not the FP32 tolerance).
 _NOT_FP32 = "bf16|int8|fp16|matmul"
@@ -33,8 +37,6 @@ def _fp32_runs_of_one_machine(cpu_frame, *, here: Mapping | str | None = None):
     Returns ``(rows, machine)``: the machine's quiet and flagged rows (flags kept, for the sentence) and its
     label, or an empty frame and None when nothing is recorded.
     """
-    from ..record import runs
-
     if cpu_frame is None or not len(cpu_frame):
         return cpu_frame, None
     variants = cpu_frame[(cpu_frame["record"] == "variant") & ~cpu_frame["variant"].str.contains(_NOT_FP32)]
@@ -47,8 +49,6 @@ def _fp32_runs_of_one_machine(cpu_frame, *, here: Mapping | str | None = None):
 
 def _restart_medians(restart_frame) -> tuple[dict[str, float], str | None]:
     """path -> median seconds to the first correct output in the newest recording, and its machine."""
-    from ..record import results, runs
-
     if restart_frame is None or not len(restart_frame):
         return {}, None
     newest = runs.single_machine(results.latest_run(restart_frame))
@@ -61,9 +61,6 @@ def _restart_medians(restart_frame) -> tuple[dict[str, float], str | None]:
 
 def cpu_worker(cpu_frame, restart_frame, freezing_verdict: dict, *, here: Mapping | str | None = None) -> str:
     """Which CPU variant to serve, from one machine's quiet runs, with what a restart costs (Chapter 7)."""
-    from .. import miscompile
-    from ..record import runs
-
     rows, machine = _fp32_runs_of_one_machine(cpu_frame, here=here)
     if machine is None:
         return "undecided: no quiet CPU BlurBall run recorded"
@@ -95,8 +92,6 @@ def cpu_worker(cpu_frame, restart_frame, freezing_verdict: dict, *, here: Mappin
 
 def phones_and_browsers(cpu_frame, *, here: Mapping | str | None = None) -> str:
     """The portable export and what its CPU check does and does not say, on one machine (Chapter 7)."""
-    from ..record import runs
-
     rows, machine = _fp32_runs_of_one_machine(cpu_frame, here=here)
     onnx = rows[rows["variant"] == "ort_exporter_optimized_all"] if machine else rows
     text = "export to ONNX (one portable file)"
@@ -114,14 +109,11 @@ def lower_precision_worker(cpu_frame, *, here: Mapping | str | None = None) -> s
 
     A lower precision cannot give eager's logits, so it counts only where the trained checkpoint's decoded
     ball on held-out clips stayed where eager FP32 put it in every recorded run (``same_ball``, Chapter 5) and
-    its FP32 twin (:data:`graphbook.variants.FP32_TWINS`) matched eager FP32 on the same machine;
+    its FP32 twin (:data:`graphbook.runtimes.variants.FP32_TWINS`) matched eager FP32 on the same machine;
     runs without that check (older, random-weight files) decide nothing here. The sentence gives the best
     such variant's median, its speed-up over eager FP32 and over the best FP32 variant of the same machine,
-    and its share of the machine's ceiling in that precision and in FP32 (:func:`graphbook.profiling.executed_rates`).
+    and its share of the machine's ceiling in that precision and in FP32 (:func:`graphbook.teach.profiling.executed_rates`).
     """
-    from ..profiling import executed_rates
-    from ..record import results, runs
-
     if cpu_frame is None or not len(cpu_frame) or results.SAME_BALL not in cpu_frame.columns:
         return "undecided: no lower-precision run with the decoded-ball check recorded"
     rows = cpu_frame[(cpu_frame["record"] == "variant") & cpu_frame["precision"].isin(LOWER_PRECISIONS)

@@ -32,11 +32,12 @@ from urllib.parse import urlsplit
 import numpy as np
 import pandas as pd
 
-from ..record import results
-from .batcher import JSON_BYTES_PER_VALUE
-from .http import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT_S
-from .litserve_compare import LABELS, SERVERS, _base64_json_request, start_server, stop_server
-from .loadtest import binary_request
+from graphbook.config import THREADS
+from graphbook.record import results
+from graphbook.serving.batcher import JSON_BYTES_PER_VALUE
+from graphbook.serving.http import DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT_S
+from graphbook.serving.litserve_compare import LABELS, SERVERS, _base64_json_request, start_server, stop_server
+from graphbook.serving.loadtest import binary_request
 
 FAULTS = ("garbage-request-line", "huge-content-length", "burst", "stalled-body")
 #: uvicorn's own default keep-alive timeout, set explicitly so the recording names it
@@ -221,7 +222,7 @@ def _measure_faults(url: str, clip: np.ndarray, encoded: tuple[bytes, dict], *, 
     return rows
 
 
-def compare(onnx_path: Path, input_hw, *, runs: int = 3, threads: int = 2, max_queue: int = 16,
+def compare(onnx_path: Path, input_hw, *, runs: int = 3, threads: int = THREADS, max_queue: int = 16,
             max_wait_ms: float = 5.0, max_stalled: int = 96, hold_s: float = 15.0, log=print,
             rows: list | None = None) -> list[dict]:
     """Both servers, ``runs`` times in alternating order, each in a fresh process, face every fault (Chapter 7).

@@ -24,13 +24,14 @@ from __future__ import annotations
 import json
 import math
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
-from .batcher import InferenceService, RequestError
+from graphbook.serving.batcher import InferenceService, RequestError
 
 #: Defaults for the limits on clients (see the module docstring).
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
@@ -349,8 +350,6 @@ class InferenceServer(ThreadingHTTPServer):
         """A client that resets or vanishes is counted, not printed (no tracebacks on stderr)."""
         self.client_errors += 1
         if self.verbose:
-            import sys
-
             print(f"serving: connection from {client_address[0]} failed: {sys.exc_info()[1]!r}", file=sys.stderr)
 
     def _arm_deadline(self, conn: socket.socket) -> None:

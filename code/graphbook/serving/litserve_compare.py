@@ -19,14 +19,24 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from ..record import runs
+from graphbook.config import THREADS
+from graphbook.measure import probes
+from graphbook.model.decoding import decode_batch
+from graphbook.paths import REPO_ROOT
+from graphbook.record import results, runs
+from graphbook.serving.batcher import _detection_json
+from graphbook.serving.loadtest import binary_request, load_test, request
+from graphbook.serving.runners import OrtRunner
 
 SERVERS = ("book", "litserve")
 
@@ -81,8 +91,6 @@ if _ls is not None:
             self.threads, self.threshold = int(threads), float(threshold)
 
         def setup(self, device):
-            from .runners import OrtRunner
-
             self.runner = OrtRunner(self.onnx_path, threads=self.threads)
             rng = np.random.default_rng(0)
             for b in (1, 2, 3):  # the same warm-up as the book's server, before /health says ok
@@ -106,9 +114,6 @@ if _ls is not None:
             return output
 
         def encode_response(self, output):
-            from ..decoding import decode_batch
-            from .batcher import _detection_json
-
             logits, joined, ms = output
             decoded = decode_batch(logits, self.threshold)
             return {"joined_batch_size": int(joined), "inference_ms": float(ms),
@@ -132,16 +137,12 @@ def _run_litserve(onnx_path: str, input_chw, *, port: int, threads: int, max_bat
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
 def _wait_for_health(url: str, path: str, proc, timeout: float) -> float:
-    from .loadtest import request
-
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout:
         if proc.poll() is not None:
@@ -165,8 +166,6 @@ def start_server(server: str, onnx_path: Path, input_hw, *, threads: int, max_qu
     ``/health`` answering 200. ``litserve_limits`` go to :func:`_run_litserve` (``max_payload_size`` and
     uvicorn's options); stop the server with :func:`stop_server`.
     """
-    from ..paths import REPO_ROOT
-
     height, width = (int(v) for v in input_hw)
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -199,8 +198,6 @@ def stop_server(proc) -> None:
     SIGTERM to the whole group (LitServe's workers run in the same session), up to 15 s for the leader,
     then SIGKILL to whatever of the group is left (a LitServe worker can outlive its parent's SIGTERM).
     """
-    import signal
-
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -216,7 +213,7 @@ def stop_server(proc) -> None:
     proc.wait(timeout=5)
 
 
-def compare(onnx_path: Path, input_hw, *, levels, runs: int = 3, threads: int = 2, max_queue: int = 8,
+def compare(onnx_path: Path, input_hw, *, levels, runs: int = 3, threads: int = THREADS, max_queue: int = 8,
             max_wait_ms: float = 5.0, requests: int = 24, time_limit_s: float = 60.0, probe_mib: int = 64,
             log=print, rows: list | None = None) -> list[dict]:
     """Both servers, ``runs`` times in alternating order, at every ``(clients, overload)`` level (Chapter 7).
@@ -226,10 +223,6 @@ def compare(onnx_path: Path, input_hw, *, levels, runs: int = 3, threads: int = 
     load average, so a run taken under load can be flagged. Rows are appended to ``rows`` when given,
     so a caller keeps what was measured before a server failed to start (RuntimeError).
     """
-    from .. import probes
-    from ..record import results
-    from .loadtest import binary_request, load_test
-
     if runs < 3:
         raise ValueError(f"a comparison needs at least 3 runs, got {runs}")
     height, width = (int(v) for v in input_hw)
@@ -273,8 +266,6 @@ LABELS = {"book": "the book's server", "litserve": "LitServe"}
 
 def summarize(frame):
     """One row per (server, level) of a ``litserve-compare`` recording: medians and ranges across runs (Chapter 7)."""
-    import pandas as pd
-
     rows = []
     for (server, clients, overload), part in frame.groupby(["server", "concurrency", "overload_level"], sort=True):
         tp = part["throughput_rps"]

@@ -7,9 +7,13 @@ encoding and readiness path.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
+import urllib.error
+import urllib.request
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -19,9 +23,6 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 def request(url: str, method: str = "GET", body: bytes | None = None, headers: dict | None = None,
             timeout: float = 60.0) -> tuple[int, dict]:
     """Send one HTTP request; return ``(status, decoded JSON)`` for any status (a small client; Chapter 7)."""
-    import urllib.error
-    import urllib.request
-
     req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -85,9 +86,6 @@ def load_test(url: str, array: np.ndarray, *, concurrency: int, requests: int, t
     ``health_path`` the readiness path, so the same clients measure another server (LitServe's
     ``/health`` and its JSON body).
     """
-    import http.client
-    from urllib.parse import urlsplit
-
     parts = urlsplit(url)
     if parts.scheme != "http" or parts.hostname not in LOOPBACK_HOSTS:
         raise ValueError(f"load_test only targets a loopback http:// server (127.0.0.1, localhost), got {url!r}")

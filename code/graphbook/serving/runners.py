@@ -10,6 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
+import torch
+
+from graphbook.config import THREADS
+from graphbook.measure.warmup import logits_of
+from graphbook.runtimes.onnx_utils import session_options
 
 ARTIFACT_SUFFIXES = (".pt2", ".onnx", ".ort")
 
@@ -27,8 +33,6 @@ class TorchRunner:
     runtime = "torch"
 
     def __init__(self, model, *, compile: bool = False):
-        import torch
-
         self.model = model.eval()
         self.compiled = bool(compile)
         self.fn = torch.compile(model) if compile else self.model
@@ -37,15 +41,9 @@ class TorchRunner:
     def arm(self) -> None:
         """From now on run only the code compiled so far (per thread; see the class docstring)."""
         if self.compiled:
-            import torch
-
             self.fn = torch._dynamo.run(self.model)
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
-        import torch
-
-        from ..warmup import logits_of
-
         with torch.no_grad():
             out = self.fn(torch.from_numpy(batch))
         return logits_of(out).numpy()
@@ -61,8 +59,6 @@ class AotiRunner(TorchRunner):
     runtime = "aoti"
 
     def __init__(self, path):
-        import torch
-
         self.path = str(path)
         self.model = None
         self.fn = torch._inductor.aoti_load_package(self.path)
@@ -80,11 +76,7 @@ class OrtRunner:
     runtime = "onnxruntime"
     compiled = False
 
-    def __init__(self, path, *, threads: int = 2, level: str = "all"):
-        import onnxruntime as ort
-
-        from ..onnx_utils import session_options
-
+    def __init__(self, path, *, threads: int = THREADS, level: str = "all"):
         self.path = str(path)
         options = session_options(level=level, threads=threads)
         self.session = ort.InferenceSession(self.path, options, providers=["CPUExecutionProvider"])
@@ -105,7 +97,7 @@ class OrtRunner:
         return self.session.run(None, {self.input_name: batch})[0]
 
 
-def load_artifact(path, *, threads: int = 2, level: str | None = None):
+def load_artifact(path, *, threads: int = THREADS, level: str | None = None):
     """A runner for a deployment artifact, chosen by suffix (Chapter 7).
 
     ``.pt2`` -> :class:`AotiRunner`; ``.onnx`` / ``.ort`` -> :class:`OrtRunner` (``level`` defaults to

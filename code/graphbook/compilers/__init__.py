@@ -1,0 +1,2 @@
+"""The compilers' side: Inductor's generated code and its logs, the compile cache, AOTInductor, the freezing
+miscompile, TVM."""

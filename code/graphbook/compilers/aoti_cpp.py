@@ -1,0 +1,82 @@
+"""AOTInductor's C++ loader: the program that loads a ``.pt2`` without Python, built here with g++ (Chapter 6).
+
+The source ships inside the package (``cpp/aoti_load.cpp``: libtorch's ``AOTIModelPackageLoader``, the
+AOTInductor tutorial's "Inference in C++"); :func:`build_cpp_loader` compiles it against the installed torch
+wheel, and :func:`package_vector_instructions` reads off a package how wide the vector registers its
+compiled kernels use are, which ties a ``.pt2`` to the instruction set it was built for.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import torch
+
+from graphbook.compilers.restart_child import RestartPathError
+
+#: The C++ loader's source, shipped inside the package.
+CPP_LOADER_SOURCE = Path(__file__).resolve().parent / "cpp" / "aoti_load.cpp"
+
+
+def _cpp_loader_command(source, output) -> list[str]:
+    """The g++ command that builds :data:`CPP_LOADER_SOURCE` against the installed torch wheel (Chapter 6).
+
+    Headers and libraries come from the wheel itself (``torch/include``, ``torch/lib``); the rpath
+    lets the binary find ``libtorch.so`` without ``LD_LIBRARY_PATH``; the C++ ABI flag matches the
+    wheel's (``torch.compiled_with_cxx11_abi()``).
+    """
+    root = Path(torch.__file__).resolve().parent
+    abi = int(torch.compiled_with_cxx11_abi())
+    return ["g++", "-std=c++20", "-O2", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-w",
+            f"-I{root / 'include'}", f"-I{root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
+            str(source), "-o", str(output), f"-L{root / 'lib'}", f"-Wl,-rpath,{root / 'lib'}",
+            "-ltorch", "-ltorch_cpu", "-lc10"]
+
+
+def package_vector_instructions(package) -> dict | None:
+    """Instructions in a ``.pt2``'s compiled libraries, by their widest x86 vector register (Chapter 6).
+
+    The package's kernels are machine code for the instruction set Inductor picked when it was built:
+    ``zmm`` registers are AVX-512 (a CPU without it stops at the first one with an illegal-instruction
+    signal), ``ymm`` AVX/AVX2, ``xmm`` SSE. Returns ``{"zmm", "ymm", "xmm", "libraries"}`` counted with
+    ``objdump -d``, or None when objdump (binutils) is not installed. ValueError if ``package`` holds no
+    shared library.
+    """
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        return None
+    counts = {"zmm": 0, "ymm": 0, "xmm": 0}
+    with zipfile.ZipFile(package) as archive, tempfile.TemporaryDirectory(prefix="graphbook-pt2-") as tmp:
+        libraries = [n for n in archive.namelist() if n.endswith(".so")]
+        if not libraries:
+            raise ValueError(f"{package} holds no compiled library (.so); is it an AOTInductor package?")
+        for name in libraries:
+            path = archive.extract(name, tmp)
+            listing = subprocess.run([objdump, "-d", "--no-show-raw-insn", path], capture_output=True, text=True,
+                                     check=True).stdout
+            for line in listing.splitlines():  # an instruction counts once, at its widest register
+                widest = next((r for r in counts if f"%{r}" in line), None)
+                if widest:
+                    counts[widest] += 1
+    return {**counts, "libraries": len(libraries)}
+
+
+def build_cpp_loader(work: Path, timeout: float = 600.0) -> dict:
+    """Compile the C++ loader once; ``{"path", "build_s", "bytes"}`` (RestartPathError if g++ fails; Chapter 6)."""
+    if shutil.which("g++") is None:
+        raise RestartPathError("the C++ loader needs g++ to build it once (the aoti-cpp paths); install g++ "
+                               "or leave those paths out of --paths")
+    output = Path(work) / "aoti_load"
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(_cpp_loader_command(CPP_LOADER_SOURCE, output), capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RestartPathError(f"building the C++ loader took more than {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        raise RestartPathError(f"building the C++ loader failed: {proc.stderr[-1500:]}")
+    return {"path": output, "build_s": time.perf_counter() - t0, "bytes": output.stat().st_size}

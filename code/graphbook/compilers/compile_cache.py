@@ -1,0 +1,328 @@
+"""Restart cost of torch.compile: cold, warm on-disk cache, and saved cache artifacts (Chapter 6).
+
+What a server pays after a restart is the compile of every graph it warms up. Timing that inside the
+process that already compiled once would measure Dynamo's in-memory caches, so each measurement here
+runs in a **fresh Python process** with its own ``TORCHINDUCTOR_CACHE_DIR``:
+
+- ``cold``: an empty cache directory (what the first start on a new machine pays);
+- ``warm``: the directory the cold run just filled (a restart on the same machine);
+- ``artifacts``: a *new, empty* directory into which the child first loads the bytes the cold run saved
+  with :func:`torch.compiler.save_cache_artifacts` (what a fresh container pays when the artifacts
+  ship with it).
+
+The child is this module run as ``python -m graphbook.compilers.compile_cache --child SPEC_JSON``; it prints one
+line ``GRAPHBOOK_RESULT {...}`` that the parent parses. A model is named by a factory
+``"package.module:function"`` that returns an ``nn.Module``, so the child can rebuild it.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+from graphbook import paths
+from graphbook.config import BATCH_SIZES, THREADS
+from graphbook.measure.compiletime import run_tagged_child, seconds_to_ready
+from graphbook.record.results import COMPILE_S
+
+RESULT_MARKER = "GRAPHBOOK_RESULT "
+SCENARIOS = ("cold", "warm", "artifacts")
+
+
+class CompileCacheError(RuntimeError):
+    """A fresh-process compile measurement failed; the child's stderr tail is in the message (Chapter 6)."""
+
+
+@dataclass
+class RestartSpec:
+    """What the child process compiles and calls (Introduced in Chapter 6).
+
+    ``factory`` is ``"module:function"`` returning an ``nn.Module`` (called with ``factory_kwargs``);
+    inputs are ``torch.randn(b, *input_chw)`` for each ``b`` in ``batch_sizes``, called in that order.
+    """
+
+    factory: str
+    input_chw: tuple[int, int, int]
+    batch_sizes: tuple[int, ...] = BATCH_SIZES
+    factory_kwargs: dict = field(default_factory=dict)
+    compile_kwargs: dict = field(default_factory=dict)
+    threads: int = THREADS
+    seed: int = 0
+
+    def validate(self) -> "RestartSpec":
+        if ":" not in self.factory:
+            raise ValueError(f"factory must look like 'package.module:function', got {self.factory!r}")
+        if len(self.input_chw) != 3 or any(int(d) < 1 for d in self.input_chw):
+            raise ValueError(f"input_chw must be three positive sizes (C, H, W), got {self.input_chw!r}")
+        if not self.batch_sizes or any(int(b) < 1 for b in self.batch_sizes):
+            raise ValueError(f"batch_sizes must be positive integers, got {self.batch_sizes!r}")
+        if int(self.threads) < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads!r}")
+        return self
+
+
+def _resolve_factory(factory: str):
+    """Import ``"module:function"`` and return the function (Introduced in Chapter 6)."""
+    if ":" not in factory:
+        raise ValueError(f"factory must look like 'package.module:function', got {factory!r}")
+    module_name, _, attr = factory.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import {module_name!r} for factory {factory!r}: {exc}") from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError as exc:
+        raise ValueError(f"{module_name!r} has no attribute {attr!r}") from exc
+
+
+def _child_main(spec_given: dict) -> dict:
+    """Runs in the fresh process: build, (load artifacts), compile, first call per batch size."""
+    started = time.perf_counter()
+
+    import_s = time.perf_counter() - started
+    spec_dict = dict(spec_given)
+    load_path = spec_dict.pop("load_artifacts", None)
+    save_path = spec_dict.pop("save_artifacts", None)
+    spec = RestartSpec(**{**spec_dict, "input_chw": tuple(spec_dict["input_chw"]),
+                          "batch_sizes": tuple(spec_dict["batch_sizes"])}).validate()
+    torch.set_num_threads(spec.threads)
+    torch.manual_seed(spec.seed)
+    model = _resolve_factory(spec.factory)(**spec.factory_kwargs).eval()
+    inputs = {b: torch.randn(b, *spec.input_chw) for b in spec.batch_sizes}
+
+    load_s = 0.0
+    if load_path:
+        t0 = time.perf_counter()
+        torch.compiler.load_cache_artifacts(Path(load_path).read_bytes())
+        load_s = time.perf_counter() - t0
+
+    counters.clear()
+    compiled = torch.compile(model, **spec.compile_kwargs)
+    first_call_s = {}
+    graphs_after = {}
+    with torch.no_grad():
+        for b in spec.batch_sizes:
+            t0 = time.perf_counter()
+            compiled(inputs[b])
+            first_call_s[str(b)] = time.perf_counter() - t0
+            graphs_after[str(b)] = int(counters["stats"]["unique_graphs"])
+        # one more call per size, after compiling: what a compiled call costs once warm
+        steady_s = {}
+        for b in spec.batch_sizes:
+            t0 = time.perf_counter()
+            compiled(inputs[b])
+            steady_s[str(b)] = time.perf_counter() - t0
+
+    artifact_bytes = 0
+    artifact_kinds: dict[str, int] = {}
+    if save_path:
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is None:
+            raise CompileCacheError("torch.compiler.save_cache_artifacts() returned nothing to save")
+        Path(save_path).write_bytes(saved[0])
+        artifact_bytes = len(saved[0])
+        artifact_kinds = {kind: len(keys) for kind, keys in saved[1].artifacts.items()}
+    return {
+        "import_s": import_s,
+        "load_artifacts_s": load_s,
+        "first_call_s": first_call_s,
+        "steady_call_s": steady_s,
+        "graphs_after": graphs_after,
+        "fxgraph_cache_hit": int(counters["inductor"]["fxgraph_cache_hit"]),
+        "fxgraph_cache_miss": int(counters["inductor"]["fxgraph_cache_miss"]),
+        "artifact_bytes": artifact_bytes,
+        "artifact_kinds": artifact_kinds,
+        "torch": torch.__version__,
+    }
+
+
+def _run_fresh_process(spec: RestartSpec, cache_dir: str | os.PathLike, *, load_artifacts=None,
+                      save_artifacts=None, timeout: float = 1800.0) -> dict:
+    """Compile ``spec`` in a new Python process whose Inductor cache is ``cache_dir`` (Chapter 6).
+
+    Returns the child's measurements plus ``process_wall_s`` (start to exit, as the parent saw it).
+    ``load_artifacts`` / ``save_artifacts`` are paths of a cache-artifact file to load before compiling
+    or to write after the first calls. Raises :class:`CompileCacheError` if the child fails.
+    """
+    spec.validate()
+    payload = asdict(spec)
+    payload["input_chw"] = list(spec.input_chw)
+    payload["batch_sizes"] = list(spec.batch_sizes)
+    if load_artifacts is not None:
+        if not Path(load_artifacts).is_file():
+            raise FileNotFoundError(f"cache artifact file {str(load_artifacts)!r} does not exist")
+        payload["load_artifacts"] = str(load_artifacts)
+    if save_artifacts is not None:
+        payload["save_artifacts"] = str(save_artifacts)
+    env = dict(os.environ)
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
+    # the child must not inherit a parent's "no cache" or debug switches, or "warm" would be cold
+    for var in ("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCH_COMPILE_DEBUG"):
+        env.pop(var, None)
+    env["OMP_NUM_THREADS"] = str(spec.threads)
+    cmd = [sys.executable, "-m", "graphbook.compilers.compile_cache", "--child", json.dumps(payload)]
+
+    result, wall = run_tagged_child(
+        cmd, RESULT_MARKER, env=env, timeout=timeout, error=CompileCacheError,
+        timeout_message=f"fresh-process compile exceeded {timeout:.0f} s",
+        failure_message=lambda proc: f"child exited with {proc.returncode}: {(proc.stderr or proc.stdout)[-1500:]}")
+    result["process_wall_s"] = wall
+    return result
+
+
+def _restart_seconds(result: dict) -> float:
+    """The restart cost of one fresh-process run: artifact loading plus every first call (Chapter 6)."""
+    return float(result["load_artifacts_s"]) + float(sum(result["first_call_s"].values()))
+
+
+def cache_experiment(spec: RestartSpec, workdir: str | os.PathLike | None = None, *,
+                     timeout: float = 1800.0) -> list[dict]:
+    """Measure cold, warm and artifacts restarts of ``spec``, each in a fresh process (Chapter 6).
+
+    Returns one row per (scenario, batch size) with ``compile_s`` (that size's first call) and the scenario's
+    ``restart_s``, ``speedup_vs_cold`` (cold restart / this restart), ``process_wall_s``, the
+    FX-graph cache hits/misses and the graphs compiled so far. All three runs share nothing but the
+    artifact file; the cache directories live under ``workdir`` (a temporary one if None).
+    """
+    spec.validate()
+    own_tmp = None
+    if workdir is None:
+        own_tmp = tempfile.TemporaryDirectory(prefix="graphbook-cache-")
+        workdir = own_tmp.name
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        first_dir = workdir / "cache-cold-then-warm"
+        second_dir = workdir / "cache-from-artifacts"
+        for d in (first_dir, second_dir):
+            if d.exists() and any(d.iterdir()):
+                raise ValueError(f"cache directory {d} is not empty: pass a new workdir")
+        artifact_file = workdir / "cache-artifacts.bin"
+        runs = {
+            "cold": _run_fresh_process(spec, first_dir, save_artifacts=artifact_file, timeout=timeout),
+            "warm": _run_fresh_process(spec, first_dir, timeout=timeout),
+            "artifacts": _run_fresh_process(spec, second_dir, load_artifacts=artifact_file, timeout=timeout),
+        }
+    finally:
+        if own_tmp is not None:
+            own_tmp.cleanup()
+    cold_restart = _restart_seconds(runs["cold"])
+    rows = []
+    for scenario in SCENARIOS:
+        res = runs[scenario]
+        restart = _restart_seconds(res)
+        for b in spec.batch_sizes:
+            rows.append({
+                "model": spec.factory.rpartition(":")[2],
+                "input_chw": "x".join(str(d) for d in spec.input_chw),
+                "compile_kwargs": json.dumps(spec.compile_kwargs, sort_keys=True),
+                "scenario": scenario,
+                "batch_size": int(b),
+                COMPILE_S: float(res["first_call_s"][str(b)]),   # the first call of a size is its compile
+                "steady_call_s": float(res["steady_call_s"][str(b)]),
+                "graphs_after": int(res["graphs_after"][str(b)]),
+                "load_artifacts_s": float(res["load_artifacts_s"]),
+                "restart_s": restart,
+                "speedup_vs_cold": cold_restart / restart if restart > 0 else float("inf"),
+                "process_wall_s": float(res["process_wall_s"]),
+                "import_s": float(res["import_s"]),
+                "fxgraph_cache_hit": int(res["fxgraph_cache_hit"]),
+                "fxgraph_cache_miss": int(res["fxgraph_cache_miss"]),
+                "artifact_bytes": int(runs["cold"]["artifact_bytes"]),
+                "artifact_kinds": json.dumps(runs["cold"]["artifact_kinds"], sort_keys=True),
+            })
+    return rows
+
+
+if __name__ == "__main__":
+    from graphbook.measure.compiletime import answer_as_child
+
+    sys.exit(answer_as_child(sys.argv[1:], "graphbook.compilers.compile_cache", RESULT_MARKER, _child_main))
+
+
+# --------------------------------------------------------------------------------------------------
+# Time to ready of the book's server in a fresh process (Chapter 7's readiness table)
+# --------------------------------------------------------------------------------------------------
+def _time_server_to_ready(server_args: list[str], *, threads: int = THREADS, env_extra: dict | None = None,
+                         cache_dir=None, timeout: float = 600.0, error: type[Exception] = CompileCacheError) -> float:
+    """Start ``code/serve_blurball.py`` on a free port with ``server_args``; seconds from launch to READY
+    (Chapter 7).
+
+    READY is printed after every batch size was warmed up, i.e. when ``/readyz`` turns 200. ``cache_dir``
+    is the server's Inductor cache (an empty folder: a fresh container); ``error`` is raised on a failure.
+    """
+    env = dict(os.environ)
+    env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)
+    env.update(env_extra or {})
+    if cache_dir is not None:
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
+    cmd = [sys.executable, str(paths.script("serve_blurball.py")), "--port", "0", "--threads", str(threads),
+           *map(str, server_args)]
+    return seconds_to_ready(cmd, env=env, timeout=timeout, error=error)
+
+
+#: Server variants started from the artifacts: name -> (artifact key, batch sizes, extra env).
+ARTIFACT_SERVERS = {
+    "aoti .pt2 (dynamic batch)": ("aoti-dynamic", (1, 2, 3), {}),
+    "aoti .pt2 (dynamic batch), TORCHINDUCTOR_VEC_ISA_OK=1": ("aoti-dynamic", (1, 2, 3), {"TORCHINDUCTOR_VEC_ISA_OK": "1"}),
+    "onnxruntime .onnx (dynamic batch)": ("onnx-dynamic", (1, 2, 3), {}),
+    "onnxruntime .ort (optimized, batch 1)": ("ort-format", (1,), {}),
+}
+
+
+#: Server variants started from the model itself, batch sizes 1-3: name -> extra arguments ({saved} is the file
+#: of Inductor cache artifacts the cold compile saves and the next start loads).
+MODEL_SERVERS = {
+    "eager": (),
+    "compile cold": ("--compile", "--save-artifacts", "{saved}"),
+    "compile from saved cache artifacts": ("--compile", "--load-artifacts", "{saved}"),
+}
+
+
+def server_readiness(artifacts: dict, work: Path, input_hw, *, repeats: int = 3, threads: int = THREADS,
+                     timeout: float = 600.0, progress=None, error: type[Exception] = CompileCacheError,
+                     model_servers=tuple(MODEL_SERVERS)) -> list[dict]:
+    """Time the server to ready from the model (:data:`MODEL_SERVERS`) and from each built artifact of
+    :data:`ARTIFACT_SERVERS`, ``repeats`` times (Chapter 7).
+
+    ``artifacts`` maps an artifact key to ``{"path", "bytes"}`` (what the restart paths built; servers whose
+    artifact is absent are left out); ``model_servers`` names the starts from the model to time. Each start gets
+    an empty Inductor cache directory. Rows have the columns
+    of the ``serving-ready`` results kind: ``model``, ``input_chw``, ``batch_sizes``, ``server``,
+    ``time_to_ready_s``, plus ``repeat`` and ``artifact_bytes``.
+    """
+    say = progress or (lambda msg: None)
+    rows = []
+    size_args = ["--height", input_hw[0], "--width", input_hw[1], "--batch-sizes", "1,2,3"]
+    for repeat in range(repeats):
+        saved = work / f"server-cache-artifacts-{repeat}.bin"
+        for name, extra in ((n, MODEL_SERVERS[n]) for n in model_servers):
+            seconds = _time_server_to_ready([*size_args, *(a.format(saved=saved) for a in extra)], threads=threads,
+                                           cache_dir=work / "caches" / f"server-{name.replace(' ', '-')}-{repeat}",
+                                           timeout=timeout, error=error)
+            rows.append({"model": "blurball", "input_chw": f"9x{input_hw[0]}x{input_hw[1]}", "batch_sizes": "1,2,3",
+                         "server": name, "time_to_ready_s": seconds, "repeat": repeat,
+                         "artifact_bytes": saved.stat().st_size if "artifacts" in name and saved.exists() else None})
+            say(f"  [{repeat}] server {name}: ready after {seconds:.2f} s")
+        for name, (key, sizes, env_extra) in ARTIFACT_SERVERS.items():
+            if key not in artifacts:
+                continue
+            seconds = _time_server_to_ready(
+                ["--artifact", artifacts[key]["path"], "--height", input_hw[0], "--width", input_hw[1],
+                 "--batch-sizes", ",".join(map(str, sizes))], threads=threads, env_extra=env_extra,
+                cache_dir=work / "caches" / f"server-{key}-{len(env_extra)}-{repeat}", timeout=timeout, error=error)
+            rows.append({"model": "blurball", "input_chw": f"9x{input_hw[0]}x{input_hw[1]}",
+                         "batch_sizes": ",".join(map(str, sizes)), "server": name, "time_to_ready_s": seconds,
+                         "repeat": repeat, "artifact_bytes": artifacts[key]["bytes"]})
+            say(f"  [{repeat}] server {name}: ready after {seconds:.2f} s")
+    return rows

@@ -1,0 +1,284 @@
+"""Looking inside torch.compile: generated code, kernel counts, graph breaks, ablations (Chapter 3).
+
+TorchInductor writes a Python "wrapper" module that allocates buffers and calls kernels. On CPU each
+kernel it generated is a C++ function compiled through ``async_compile.cpp_pybinding(...)``; on GPU a
+Triton kernel through ``async_compile.triton(...)``. Library calls (oneDNN convolutions, MKL matrix
+products) appear as ``extern_kernels.*`` or ``torch.ops.<namespace>.*`` calls instead. Counting the
+definitions in that code is the honest kernel count: ``torch._inductor.metrics.generated_kernel_count``
+is incremented when a kernel object is created, including ones that are later merged, and over-counts.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+from unittest import mock
+
+import torch
+import torch._inductor.config as inductor_config
+from torch._inductor.graph import GraphLowering
+
+from graphbook.runtimes.variants import freezing
+
+# A kernel definition in Inductor's wrapper code: ``name = async_compile.<backend>(...``.
+_KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(cpp_pybinding|cpp|triton|cuda|halide)\(", re.M)
+# Calls to library kernels from the wrapper's ``call`` function.
+_EXTERN_CALL = re.compile(r"\b(extern_kernels\.\w+|torch\.ops\.\w+\.\w+)(?:\.\w+)?\(")
+
+# The ablation of Chapter 3, in the spirit of the PyTorch 2 paper's Table 4. Each entry is a set of
+# ``torch._inductor.config`` options, applied with ``torch._inductor.config.patch`` while compiling.
+#
+# * ``freezing`` treats parameters as constants (inference only, under ``torch.no_grad()``): BN folds
+#   into the convolution weights and oneDNN convolutions take fused ReLU/add epilogues.
+# * ``max_fusion_size=1`` forbids the scheduler from merging any two nodes into one kernel: the
+#   paper's "w/o fusion". Inductor still *inlines* pointwise bodies into their consumers while
+#   lowering (there is no config switch for that), so element-wise chains stay one loop; the paper's
+#   0.80x row disables both and cannot be reproduced with public options.
+ABLATION_CONFIGS: dict[str, dict] = {
+    "all optimizations": {"freezing": True},
+    "without fusion": {"freezing": True, "max_fusion_size": 1},
+    "without freezing": {"freezing": False},
+    "without fusion and freezing": {"freezing": False, "max_fusion_size": 1},
+}
+
+# The rows that really switch fusion off on the C++ backend, kept apart from the four above so
+# that a recorded run of those still reads the same. ``max_fusion_size=1`` leaves launches unchanged on
+# BlurBall because inlining already merged every element-wise chain while lowering. Inductor's
+# ``fallback_by_default`` (the switch behind its "lite" mode, torch/_inductor/__init__.py) lowers every
+# ATen operator to a call of its ATen kernel: no generated code, so neither fusion nor inlining -- the
+# paper's "without fusion and inlining" row. It runs the decomposed graph (BN as sub/sqrt/mul/add...), one
+# library call per operator, and its output matched eager to 1e-6 on Chapter 3's conv block.
+# ``backend`` entries are not Inductor options: "aot_eager_decomp_partition" runs the same decomposed
+# graph op by op from Python, without Inductor's wrapper.
+UNFUSED_ABLATION_CONFIGS: dict[str, dict] = {
+    "without fusion and inlining": {"freezing": False, "fallback_by_default": True},
+}
+# Rows that remove one cause the CPU speed-up could come from, for the attribution: ``layout_optimization``
+# (Inductor converting convolutions and their neighbours to channels-last) off, freezing off as in the default.
+CAUSE_ABLATION_CONFIGS: dict[str, dict] = {
+    "without layout optimization": {"freezing": False, "layout_optimization": False},
+}
+UNFUSED_ABLATION_BACKENDS: dict[str, str] = {
+    "decomposed op by op (aot_eager)": "aot_eager_decomp_partition",  # no comma: --variants splits on commas
+}
+
+
+@dataclass
+class GeneratedCode:
+    """What one compiled call produced: its output, the wrapper source(s) and what they call (Chapter 3)."""
+
+    output: object
+    sources: list[str]
+    kernels: list[str] = field(default_factory=list)
+    extern_calls: list[str] = field(default_factory=list)
+    compiled: Callable | None = None  # the compiled callable, to time it without compiling again
+
+    @property
+    def kernel_count(self) -> int:
+        """Kernels defined (each compiled once)."""
+        return len(self.kernels)
+
+    @property
+    def launches(self) -> dict:
+        """Kernel launches per call, generated and library (see :func:`_launch_counts`)."""
+        return _launch_counts(self.sources)
+
+    @property
+    def code(self) -> str:
+        return "\n".join(self.sources)
+
+
+def kernel_definitions(sources: str | Sequence[str]) -> list[str]:
+    """Names of the kernels defined in Inductor's generated code, in order (Chapter 3)."""
+    if isinstance(sources, str):
+        sources = [sources]
+    return [m.group(1) for src in sources for m in _KERNEL_DEF.finditer(src)]
+
+
+def count_kernels(sources: str | Sequence[str]) -> int:
+    """Number of kernels Inductor generated (definitions in the code, not the metrics counter) (Chapter 3)."""
+    return len(kernel_definitions(sources))
+
+
+def extern_calls(sources: str | Sequence[str]) -> list[str]:
+    """Library kernels called from the wrapper (``extern_kernels.convolution``,
+    ``torch.ops.mkldnn._convolution_pointwise``...), one entry per call site (Chapter 3)."""
+    if isinstance(sources, str):
+        sources = [sources]
+    calls = []
+    for src in sources:
+        body = _call_body(src)
+        calls.extend(m.group(1) for m in _EXTERN_CALL.finditer(body))
+    return calls
+
+
+def _call_body(source: str) -> str:
+    """The text of the wrapper's ``call`` method (where kernels are launched)."""
+    start = source.find("def call(self, args)")
+    if start < 0:
+        start = source.find("def call(args)")
+    if start < 0:
+        return source
+    end = source.find("\nrunner = ", start)
+    if end < 0:
+        end = source.find("\ndef get_args", start)
+    return source[start:end if end > 0 else len(source)]
+
+
+def call_sequence(sources: str | Sequence[str]) -> list[str]:
+    """The launches in the wrapper's ``call`` in order, shortened to ``name(...)`` (Chapter 3).
+
+    This is the compiled program at a glance: generated kernels and library calls, nothing else.
+    """
+    if isinstance(sources, str):
+        sources = [sources]
+    names = set(kernel_definitions(sources))
+    launches = []
+    for src in sources:
+        for line in _call_body(src).splitlines():
+            stripped = line.strip()
+            match = re.match(r"(?:\w+ = )?([\w.]+)\(", stripped)
+            if not match:
+                continue
+            callee = match.group(1)
+            callee = re.sub(r"\.(default|Tensor)$", "", callee)
+            if callee in names or _EXTERN_CALL.search(stripped):
+                launches.append(f"{callee}(...)")
+    return launches
+
+
+def _launch_counts(sources: str | Sequence[str]) -> dict:
+    """Launches per forward call: ``{"generated": n, "library": m}`` (Chapter 3).
+
+    A generated kernel can be launched at several call sites (Inductor reuses one definition for
+    identical loops, e.g. the same SE block shape), so launches >= definitions.
+    """
+    sequence = call_sequence(sources)
+    names = set(kernel_definitions(sources))
+    generated = sum(1 for launch in sequence if launch[:-len("(...)")] in names)
+    return {"generated": generated, "library": len(sequence) - generated}
+
+
+def kernel_source(sources: str | Sequence[str], name: str) -> str:
+    """The C++ (or Triton) source of one generated kernel, for display (Chapter 3)."""
+    if isinstance(sources, str):
+        sources = [sources]
+    for src in sources:
+        match = re.search(rf"^{re.escape(name)} = async_compile\.\w+\((.*?)^'''\)", src, re.M | re.S)
+        if match:
+            body = match.group(1)
+            start = body.find("'''")
+            return body[start + 3:].strip("\n") if start >= 0 else body
+    raise KeyError(f"no kernel named {name!r} in the generated code; kernels: {kernel_definitions(sources)}")
+
+
+def compile_and_get_code(fn: Callable, *args, options: Mapping | None = None, reset: bool = True,
+                         **compile_kwargs) -> GeneratedCode:
+    """Compile ``fn`` with Inductor, run it once on ``args`` and return the generated code (Chapter 3).
+
+    ``options`` are ``torch._inductor.config`` settings (e.g. ``{"freezing": True}``), patched in while
+    the first call compiles; the returned ``compiled`` callable keeps that code. The call runs
+    under ``torch.no_grad()``: this is inference, and freezing requires it. ``reset`` clears Dynamo's
+    caches first so an earlier compile of the same code is not reused (the on-disk Inductor cache may
+    still answer, which returns the same code, faster); ``reset=False`` keeps every earlier compile (a
+    module copy with its own ``forward`` code object then keeps its own compiled graph).
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+
+    options = dict(options or {})
+    unknown = [key for key in options if not hasattr(inductor_config, key.split(".")[0])]
+    if unknown:
+        raise ValueError(f"unknown torch._inductor.config option(s): {unknown}")
+    if reset:
+        torch._dynamo.reset()
+    compiled = torch.compile(fn, **compile_kwargs)
+    # The options are set as a config patch around the first call, where compilation happens.
+    # Passing them as torch.compile(options=...) is not equivalent: in torch 2.13,
+    # options={"freezing": True} compiles without freezing (checked in Chapter 3).
+    # Freezing goes through the book's one switch (graphbook.runtimes.variants.freezing: config patch + no_grad).
+
+    freeze = options.pop("freezing", inductor_config.freezing)
+    # The wrapper code is caught the way torch._inductor.utils.run_and_get_code catches it, but without
+    # the Dynamo reset that run_and_get_code does first: with reset=False, code compiled earlier (another
+    # configuration kept for alternated timing, code/bench_ablation.py) must stay compiled.
+    sources: list[str] = []
+
+    def save_output_code(code: str) -> None:
+        if code not in sources:
+            sources.append(code)
+
+    with mock.patch.object(GraphLowering, "save_output_code", save_output_code), \
+            freezing(freeze), inductor_config.patch(options):
+        output = compiled(*args)
+    return GeneratedCode(output, sources, kernel_definitions(sources), extern_calls(sources), compiled)
+
+
+@dataclass
+class ExplainSummary:
+    """TorchDynamo's view of a function: graphs, breaks and why (Chapter 3)."""
+
+    graph_count: int
+    graph_break_count: int
+    break_reasons: list[str]
+    ops_per_graph: list[int]
+    break_lines: list[int | None] = field(default_factory=list)  # source line of each break
+
+
+def _short_reason(reason) -> str:
+    """The first line of a break reason, plus Dynamo's one-line explanation when it gives one."""
+    text = str(getattr(reason, "reason", reason)).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    short = lines[0]
+    explanation = next((line for line in lines[1:] if line.startswith("Explanation:")), None)
+    if explanation:
+        short += " -- " + explanation[len("Explanation:"):].strip()
+    return short[:200]
+
+
+def _break_line(reason) -> int | None:
+    stack = getattr(reason, "user_stack", None) or []
+    return int(stack[-1].lineno) if stack else None
+
+
+def explain(fn: Callable, *args) -> ExplainSummary:
+    """Run ``torch._dynamo.explain`` and keep the counts and one short line per break (Chapter 3)."""
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    torch._dynamo.reset()
+    result = torch._dynamo.explain(fn)(*args)
+    return ExplainSummary(
+        graph_count=int(result.graph_count),
+        graph_break_count=int(result.graph_break_count),
+        break_reasons=[_short_reason(r) for r in result.break_reasons],
+        ops_per_graph=[len(ops) for ops in result.ops_per_graph],
+        break_lines=[_break_line(r) for r in result.break_reasons],
+    )
+
+
+def dynamo_graphs(fn: Callable, *args) -> list[torch.fx.GraphModule]:
+    """The FX graphs TorchDynamo captures from one call of ``fn`` (Chapter 3).
+
+    Uses a backend that records each graph and runs it unchanged, so nothing is compiled.
+    """
+    graphs: list[torch.fx.GraphModule] = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(fn, backend=record)(*args)
+    torch._dynamo.reset()
+    return graphs
+
+
+def ablation_options(name: str) -> dict:
+    """The Inductor options of one ablation variant, by name (Chapter 3)."""
+    try:
+        return dict({**ABLATION_CONFIGS, **UNFUSED_ABLATION_CONFIGS, **CAUSE_ABLATION_CONFIGS}[name])
+    except KeyError:
+        raise KeyError(f"unknown ablation {name!r}; choose one of "
+                       f"{list(ABLATION_CONFIGS) + list(UNFUSED_ABLATION_CONFIGS) + list(CAUSE_ABLATION_CONFIGS)}") from None

@@ -1,0 +1,347 @@
+"""The freezing miscompile taken apart: verdict, wrapper diff, the missing summand (Chapter 3).
+
+Introduced in Chapter 3. With Inductor freezing on, BlurBall's compiled output differs from eager. The
+cause is in the generated wrapper: freezing turns ``conv(x) + other`` into the in-place oneDNN call
+``torch.ops.mkldnn._convolution_pointwise_.binary(other, x, ..., 'add', ...)``; with scheduler fusion on,
+the generated kernel that finishes an HRNet fuse layer's three-branch sum reads ``other``'s buffer
+*before* that call adds into it, so one summand is dropped (a lost read-after-write on a mutated
+buffer). This module gives Chapter 3 its verdict and the appendix "Anatomy of a miscompile" the rest:
+
+* :func:`freezing_bug_verdict` -- whether the minimal reproducer ``code/repro_freezing_minimal.py``
+  (the appendix "Anatomy of a miscompile" shows how it was reduced from the model-scale
+  ``code/repro_freezing_miscompile.py``) still fails with this torch, run once per torch version in a
+  fresh process and remembered (see its docstring);
+* :func:`_inplace_binary_calls`, :func:`lost_reads` and :func:`_call_order` -- the in-place calls in a
+  wrapper, the generated kernels that read their buffer too early, and the order of the calls around
+  them, for the two wrappers side by side (fusion on and off);
+* :func:`dropped_summand` -- recomputes BlurBall in eager mode with each fuse-layer summand left out in
+  turn and says which one the compiled output equals: the arithmetic that proves a summand is missing.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from graphbook.compilers.inductor_tools import _EXTERN_CALL, _call_body, compile_and_get_code
+from graphbook.config import THREADS
+from graphbook.model import blurball
+from graphbook.paths import CODE_DIR
+
+REPRO_SCRIPT = CODE_DIR / "repro_freezing_miscompile.py"      # model scale: a small HRNet
+MINIMAL_SCRIPT = CODE_DIR / "repro_freezing_minimal.py"      # the same bug in a few convolutions
+#: Where verdicts are remembered between chapter runs, one file per torch version and CPU capability (a
+#: verdict, not a measurement, so not in data/results).
+CACHE_DIR = Path(os.environ.get("GRAPHBOOK_CACHE_DIR", Path.home() / ".cache" / "graphbook"))
+
+_DIFF_LINE = re.compile(r"max abs diff, freezing:\s+([0-9.eE+-]+|nan|inf)")
+
+
+# ----------------------------------------------------------------------------------------- verdict
+def run_minimal(config: dict | None = None, *, wrapper: bool = False, replace: dict[str, str] | None = None,
+                timeout: float = 300) -> dict:
+    """The minimal reproducer in a fresh process, with extra Inductor ``config`` set first (appendix).
+
+    ``replace`` edits the program before it runs: each key must occur exactly once in the script's source and
+    is replaced by its value (another input shape, an extra use of a value). ``{"present", "max_abs_diff",
+    "seconds", "code"}``: ``present`` is its exit status 1 (the bug); ``code`` is the generated wrapper when
+    ``wrapper=True`` (Inductor's ``output_code`` log), else "". Raises ``RuntimeError`` when the script neither
+    passes nor fails (a crash is not a verdict), ``ValueError`` when an edit does not apply.
+    """
+    source = MINIMAL_SCRIPT.read_text()
+    for old, new in (replace or {}).items():
+        if source.count(old) != 1:
+            raise ValueError(f"the edit {old!r} must match the reproducer exactly once, it matches {source.count(old)}")
+        source = source.replace(old, new)
+    settings = "".join(f"c.{key} = {value!r}; " for key, value in (config or {}).items())
+    program = (f"import torch._inductor.config as c; {settings}"
+               f"exec(compile({source!r}, {MINIMAL_SCRIPT.name!r}, 'exec'), {{'__name__': '__main__'}})")
+    env = {**os.environ, **({"TORCH_LOGS": "output_code"} if wrapper else {})}
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=timeout, env=env)
+    seconds = time.perf_counter() - start
+    match = _DIFF_LINE.search(proc.stdout)
+    if proc.returncode not in (0, 1) or match is None:
+        raise RuntimeError(f"the reproducer failed (exit {proc.returncode}): {(proc.stdout + proc.stderr)[-800:]}")
+    # every line of the log carries its logging prefix: keep the code after it
+    code = "\n".join(line.split("[__output_code]", 1)[1][1:] for line in proc.stderr.splitlines()
+                     if "[__output_code]" in line) if wrapper else ""
+    return {"present": proc.returncode == 1, "max_abs_diff": float(match.group(1)), "seconds": round(seconds, 1),
+            "code": code}
+
+
+def run_minimal_variants(variants: dict[str, dict], workers: int = 2) -> dict[str, dict]:
+    """:func:`run_minimal` for each named variant (keyword arguments: ``config``, ``replace``), ``workers`` fresh
+    processes at a time, since each is one compile (appendix). Returns name -> result, in the given order."""
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {name: pool.submit(run_minimal, **kwargs) for name, kwargs in variants.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def _run_reproducer(timeout: float, threads: int) -> dict:
+    run = run_minimal(timeout=timeout)   # the reproducer sets its own threads (two)
+    return {"present": run["present"], "torch": torch.__version__, "max_abs_diff": run["max_abs_diff"],
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "seconds": run["seconds"],
+            "script": MINIMAL_SCRIPT.name}
+
+
+def _cache_file() -> Path:
+    # keyed by the vector ISA too: Inductor's generated code, and so the bug, can differ per ISA
+    # (ATEN_CPU_CAPABILITY caps it), so a verdict found on AVX-512 must not answer for a capped run
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    return CACHE_DIR / f"freezing-minimal-torch-{torch.__version__.replace('+', '_')}-{capability}.json"
+
+
+def freezing_bug_verdict(*, refresh: bool = False, timeout: float = 900, threads: int = THREADS) -> dict:
+    """Whether the freezing miscompile is present in this torch: ``{present, torch, max_abs_diff, ...}``
+    (Chapter 3).
+
+    The minimal reproducer (:data:`MINIMAL_SCRIPT`) answers, in a fresh process (seconds on two cores); the
+    answer is remembered in ``~/.cache/graphbook/freezing-minimal-torch-<version>-<capability>.json``
+    (``GRAPHBOOK_CACHE_DIR`` moves it), so the chapters that ask run it at most once per torch version and CPU
+    capability. ``source`` says whether it ran now or came from that file; ``refresh=True`` always runs it.
+    """
+    if not refresh:
+        cache = _cache_file()
+        if cache.exists():
+            try:
+                return {**json.loads(cache.read_text()), "source": f"cache {cache}"}
+            except (OSError, ValueError):
+                pass  # an unreadable cache is simply recomputed
+    verdict = _run_reproducer(timeout, threads)
+    try:
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        _cache_file().write_text(json.dumps(verdict, indent=1))
+    except OSError:
+        pass  # a read-only home: the verdict is still returned
+    return {**verdict, "source": "run now"}
+
+
+def verdict_sentence(verdict: dict) -> str:
+    """"still present in torch X" / "fixed in torch X", for prose and asserts (Chapter 3)."""
+    version = str(verdict["torch"]).split("+")[0]
+    return f"still present in torch {version}" if verdict["present"] else f"fixed in torch {version}"
+
+
+# ------------------------------------------------------------------------------- the models checked
+def _load_reproducer():
+    """``code/repro_freezing_miscompile.py`` loaded as a module (Chapter 3).
+
+    The reproducer is one standalone file that imports only torch, so it can be filed upstream as it
+    is; it is also the one definition of its small HRNet. The book uses that model through this
+    function (``_load_reproducer().build(height, width, seed)`` gives ``(model, inputs)``) instead of
+    keeping a copy. Loading it runs no check (its ``main`` is behind ``__name__ == "__main__"``).
+    """
+    spec = importlib.util.spec_from_file_location("repro_freezing_miscompile", REPRO_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_model(name: str, height: int = 32, width: int = 64) -> tuple:
+    """``(model, inputs)`` that ``code/bisect_freezing.py`` compiles with freezing and compares with eager
+    (Chapter 3): ``"blurball"`` (seed 0, input ``height`` x ``width``) or ``"repro"`` (the reproducer's
+    small HRNet at the same size, through :func:`_load_reproducer`). Importable in a fresh process
+    (the minifier's), with no path set-up.
+    """
+    if name == "repro":
+        return _load_reproducer().build(height, width)
+    if name != "blurball":
+        raise ValueError(f"unknown model {name!r}: 'blurball' or 'repro'")
+
+    torch.manual_seed(0)
+    return blurball.build_blurball(), (blurball.example_input(height=height, width=width),)
+
+
+# ------------------------------------------------------------------------------------ wrapper reading
+_INPLACE = re.compile(r"torch\.ops\.mkldnn\._convolution_pointwise_\.binary\((\w+), (\w+),")
+_KERNEL_CALL = re.compile(r"^\s*(cpp_fused_\w+)\(([^)]*)\)")
+
+
+def _call_lines(source: str) -> list[tuple[int, str]]:
+    return [(i, line.strip()) for i, line in enumerate(_call_body(source).splitlines())]
+
+
+@dataclass
+class InplaceCall:
+    """One in-place oneDNN conv + add: ``other += conv(input)``, at position ``line`` of ``call`` (Chapter 3)."""
+
+    line: int
+    other: str
+    input: str
+    text: str
+
+
+def _inplace_binary_calls(source: str) -> list[InplaceCall]:
+    """The in-place ``_convolution_pointwise_.binary`` calls of a wrapper, in order (Chapter 3)."""
+    calls = []
+    for line, text in _call_lines(source):
+        match = _INPLACE.search(text)
+        if match:
+            calls.append(InplaceCall(line, match.group(1), match.group(2), text))
+    return calls
+
+
+@dataclass
+class LostRead:
+    """A generated kernel that reads ``buffer`` before the in-place call that adds into it (Chapter 3)."""
+
+    buffer: str
+    kernel: str
+    kernel_line: int
+    kernel_text: str
+    inplace_line: int
+    inplace_text: str
+    kernel_def_line: int  # where ``buffer`` was produced (the line that first names it)
+
+
+def lost_reads(source: str) -> list[LostRead]:
+    """Generated kernels launched between a buffer's creation and the in-place add into it that take the
+    buffer as an argument: they read it before the add (appendix). Empty for a correct wrapper."""
+    lines = _call_lines(source)
+    found = []
+    for call in _inplace_binary_calls(source):
+        buf = call.other
+        first = next((i for i, text in lines if re.search(rf"\b{buf}\b", text)), None)
+        if first is None:
+            continue
+        for i, text in lines:
+            if not first < i < call.line:
+                continue
+            match = _KERNEL_CALL.match(text)
+            if match and buf in [a.strip() for a in match.group(2).split(",")]:
+                found.append(LostRead(buf, match.group(1), i, text, call.line, call.text, first))
+    return found
+
+
+def _call_order(source: str, buffer: str, context: int = 0) -> list[str]:
+    """The launches of ``call`` that name ``buffer`` (plus ``context`` launches around each), in order,
+    numbered by launch position: the order of events on that buffer (Chapter 3)."""
+    lines = _call_lines(source)
+    names = {buffer}
+    for _ in range(3):  # ``buf187 = buf186`` (and reinterpret/reuse lines): the same storage, another name
+        for _, text in lines:
+            alias = re.match(r"^(\w+) = (\w+)(?:;|$)", text)
+            if alias and (alias.group(1) in names or alias.group(2) in names):
+                names.update(alias.groups())
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names))) + r")\b")
+    launches = [(i, text) for i, text in lines if _KERNEL_CALL.match(text) or _EXTERN_CALL.search(text)]
+    keep = set()
+    for k, (_, text) in enumerate(launches):
+        if pattern.search(text):
+            keep.update(range(max(0, k - context), min(len(launches), k + context + 1)))
+    return [f"#{k:3d}  {_shorten(launches[k][1])}" for k in sorted(keep)]
+
+
+def _shorten(text: str, width: int = 150) -> str:
+    text = re.sub(r"_frozen_param\d+", "W", text)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def side_by_side(fused_source: str, unfused_source: str) -> dict:
+    """For the buffer the fused wrapper reads too early: its events in both wrappers (appendix).
+
+    Returns ``{"buffer", "kernel", "fused": [...], "unfused": [...], "unfused_buffer"}``; the unfused
+    wrapper's buffer is found as the ``other`` of the in-place call with the same convolution weights.
+    Raises ``LookupError`` when the fused wrapper has no early read (the bug is absent).
+    """
+    reads = lost_reads(fused_source)
+    if not reads:
+        raise LookupError("no generated kernel reads an in-place-added buffer early: the bug is absent here")
+    read = reads[0]
+    weights = re.findall(r"_frozen_param\d+", read.inplace_text)
+    twin = next((c for c in _inplace_binary_calls(unfused_source)
+                 if all(w in c.text for w in weights)), None)
+    unfused_buffer = twin.other if twin else read.buffer
+    return {"buffer": read.buffer, "kernel": read.kernel, "fused": _call_order(fused_source, read.buffer),
+            "unfused_buffer": unfused_buffer, "unfused": _call_order(unfused_source, unfused_buffer),
+            "unfused_lost_reads": len(lost_reads(unfused_source))}
+
+
+# ----------------------------------------------------------------------------------- the arithmetic
+def _fuse_sum(module, xs, skip):
+    """HighResolutionModule.forward with one summand ``skip = (output i, branch j)`` left out."""
+    xs = [branch(x) for branch, x in zip(module.branches, xs)]
+    fused = []
+    for i, paths in enumerate(module.fuse_layers):
+        terms = [xs[j] if i == j else paths[j](xs[j]) for j in range(len(xs))]
+        total = sum(t for j, t in enumerate(terms) if (i, j) != skip)
+        fused.append(module.relu(total))
+    return fused
+
+
+@dataclass
+class SummandCheck:
+    """Which fuse-layer summand, left out of an eager run, reproduces the compiled output (Chapter 3)."""
+
+    stage: str
+    output: int
+    branch: int
+    diff_without: float      # max |compiled - eager without that summand|
+    diff_with: float         # max |compiled - eager| (the whole sum)
+    summand_max: float       # the largest magnitude of the summand that went missing
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def dropped_summand(model, x: torch.Tensor, compiled_output: torch.Tensor) -> list[SummandCheck]:
+    """Left out in turn, which fuse-layer summand makes eager BlurBall equal the compiled output (appendix)?
+
+    Runs ``model`` (a BlurBall) in eager mode once per (stage, fuse output, branch) with that one term
+    removed from the sum and compares with ``compiled_output``; returns every omission that matches to
+    1e-4 (normally exactly one), with the full-sum difference for contrast. Milliseconds per run at the
+    chapter's input size.
+    """
+    with torch.no_grad():
+        full = model(x)
+    diff_with = float((compiled_output - full).abs().max())
+    matches = []
+    for stage_name in ("stage2", "stage3", "stage4"):
+        module = getattr(model, stage_name)[0]
+        n = len(module.branches)
+        for i in range(n):
+            for j in range(n):
+                original = blurball.HighResolutionModule.forward
+                captured = {}
+
+                def patched(self, xs, _i=i, _j=j, _module=module):
+                    if self is not _module:
+                        return original(self, xs)
+                    inner = [branch(t) for branch, t in zip(self.branches, xs)]
+                    term = inner[_j] if _i == _j else self.fuse_layers[_i][_j](inner[_j])
+                    captured["max"] = float(term.abs().max())
+                    return _fuse_sum(self, xs, (_i, _j))
+
+                blurball.HighResolutionModule.forward = patched
+                try:
+                    with torch.no_grad():
+                        without = model(x)
+                finally:
+                    blurball.HighResolutionModule.forward = original
+                diff = float((compiled_output - without).abs().max())
+                if diff < 1e-4:
+                    matches.append(SummandCheck(stage_name, i, j, diff, diff_with, captured.get("max", float("nan"))))
+    return matches
+
+
+def frozen_wrappers(model, x: torch.Tensor, fused=None) -> dict:
+    """BlurBall compiled with freezing, scheduler fusion on and off: ``{"fused": GeneratedCode, "unfused":
+    GeneratedCode}`` (appendix).
+
+    Pass the chapter's own freezing compile as ``fused`` (a ``GeneratedCode`` from
+    ``inductor_tools.compile_and_get_code``) to compile only the unfused one (``max_fusion_size=1``).
+    """
+    if fused is None:
+        fused = compile_and_get_code(model, x, options={"freezing": True})
+    unfused = compile_and_get_code(model, x, options={"freezing": True, "max_fusion_size": 1})
+    return {"fused": fused, "unfused": unfused}

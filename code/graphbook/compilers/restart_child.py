@@ -1,0 +1,186 @@
+"""The fresh process of a restart path (Chapter 6): import the runtime, load or build the artifact, answer.
+
+``python -m graphbook.compilers.restart_child --child SPEC_JSON`` is what :func:`graphbook.teach.restart_paths.run_restart_paths`
+starts: with ``role`` ``build`` it compiles or exports an artifact, otherwise it loads one, runs each batch
+size once and a few steady calls, and prints one ``GRAPHBOOK_RESULT`` line with its timestamps.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+RESULT_MARKER = "GRAPHBOOK_RESULT "
+
+
+class RestartPathError(RuntimeError):
+    """A fresh-process build or load failed; the child's stderr tail is in the message (Chapter 6)."""
+
+
+def _load_inputs(work: Path, batch_sizes):
+    import numpy as np
+
+    return {b: np.load(work / f"input-b{b}.npy") for b in batch_sizes}
+
+
+def _steady(call, runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _child_load(spec: dict) -> dict:
+    """Runs in the fresh process: import the runtime, load the artifact, run each batch size."""
+    launched = float(spec["launched_at"])
+    started = time.time()
+    work = Path(spec["work"])
+    runtime = spec["runtime"]
+    sizes = [int(b) for b in spec["batch_sizes"]]
+    out_dir = Path(spec["out_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = {"interpreter_s": started - launched, "loadavg_1m": os.getloadavg()[0]}
+    t0 = time.perf_counter()
+    if runtime == "ort":
+        import numpy as np
+        import onnxruntime as ort
+
+        from graphbook.runtimes.onnx_utils import session_options
+
+        result["import_s"] = time.perf_counter() - t0
+        inputs = _load_inputs(work, sizes)
+        t0 = time.perf_counter()
+        options = session_options(level=spec["level"], threads=int(spec["threads"]))
+        session = ort.InferenceSession(spec["artifact_path"], options, providers=["CPUExecutionProvider"])
+        name = session.get_inputs()[0].name
+        result["load_s"] = time.perf_counter() - t0
+
+        def run(b):
+            return session.run(None, {name: inputs[b]})[0]
+    elif runtime == "openvino":
+        import numpy as np
+        import openvino  # noqa: F401 - its import is what this path pays first
+
+        from graphbook.runtimes.openvino_runtime import compile_model, run_compiled
+
+        result["import_s"] = time.perf_counter() - t0
+        inputs = _load_inputs(work, sizes)
+        t0 = time.perf_counter()
+        compiled = compile_model(spec["artifact_path"], threads=int(spec["threads"]),
+                                 cache_dir=spec.get("openvino_cache_dir"))
+        result["load_s"] = time.perf_counter() - t0
+
+        def run(b):
+            return run_compiled(compiled, inputs[b])
+    else:
+        import numpy as np
+        import torch
+
+        result["import_s"] = time.perf_counter() - t0
+        torch.set_num_threads(int(spec["threads"]))
+        inputs = {b: torch.from_numpy(a) for b, a in _load_inputs(work, sizes).items()}
+        t0 = time.perf_counter()
+        if runtime == "aoti":
+            fn = torch._inductor.aoti_load_package(spec["artifact_path"])
+        else:
+            from graphbook.model.blurball import build_blurball
+
+            model = build_blurball(spec["artifact_path"])
+            fn = model
+            if runtime == "compile":
+                if spec.get("load_artifacts"):
+                    torch.compiler.load_cache_artifacts(Path(spec["load_artifacts"]).read_bytes())
+                fn = torch.compile(model)
+        result["load_s"] = time.perf_counter() - t0
+
+        def run(b):
+            with torch.no_grad():
+                return fn(inputs[b]).numpy()
+    outputs = {}
+    first_call = {}
+    for i, b in enumerate(sizes):
+        t0 = time.perf_counter()
+        outputs[b] = run(b)
+        first_call[str(b)] = time.perf_counter() - t0
+        if i == 0:
+            result["first_output_s"] = time.time() - launched
+    result["ready_s"] = time.time() - launched
+    result["first_call_s"] = first_call
+    steady = _steady(lambda: run(sizes[0]), int(spec["steady_runs"]))
+    result["steady_s"] = steady
+    if spec.get("save_artifacts"):
+        import torch
+
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is None:
+            raise RestartPathError("torch.compiler.save_cache_artifacts() returned nothing")
+        Path(spec["save_artifacts"]).write_bytes(saved[0])
+    for b, out in outputs.items():
+        np.save(out_dir / f"out-b{b}.npy", out)
+    result["torch_imported"] = "torch" in sys.modules
+    return result
+
+
+def _child_build(spec: dict) -> dict:
+    """Runs in a fresh process: build one artifact kind and time each step."""
+    import torch
+
+    from graphbook.model.blurball import build_blurball
+    from graphbook.runtimes import onnx_utils
+
+    torch.set_num_threads(int(spec["threads"]))
+    work = Path(spec["work"])
+    model = build_blurball(spec["checkpoint"])
+    x1 = torch.from_numpy(__import__("numpy").load(work / "input-b1.npy"))
+    x2 = torch.from_numpy(__import__("numpy").load(work / "input-b2.npy"))
+    what = spec["what"]
+    times: dict[str, float] = {}
+    if what in ("aoti-static", "aoti-dynamic"):
+        from torch.export import Dim
+
+        t0 = time.perf_counter()
+        if what == "aoti-static":
+            program = torch.export.export(model, (x1,))
+        else:  # a batch-1 example specialises size 1; export from batch 2 with a named range
+            program = torch.export.export(model, (x2,), dynamic_shapes=({0: Dim("batch", min=1, max=3)},))
+        times["export_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        # freezing stays off: with it Inductor miscompiles BlurBall (see graphbook.runtimes.variants)
+        torch._inductor.aoti_compile_and_package(program, package_path=str(work / f"{what}.pt2"),
+                                                 inductor_configs={"freezing": False})
+        times["compile_s"] = time.perf_counter() - t0
+    elif what == "onnx":
+        import onnxruntime as ort
+
+        t0 = time.perf_counter()
+        onnx_utils.export_onnx(model, x1, work / "raw.onnx")
+        times["export_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        onnx_utils.export_dynamic_batch(model, x2, work / "dynamic.onnx")
+        times["export_dynamic_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        onnx_utils.make_session(work / "raw.onnx", level="all", threads=int(spec["threads"]),
+                                optimized_model_path=work / "optimized.onnx")
+        times["optimize_onnx_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        options = onnx_utils.session_options(level="all", threads=int(spec["threads"]),
+                                             optimized_model_path=work / "optimized.ort")
+        options.add_session_config_entry("session.save_model_format", "ORT")
+        ort.InferenceSession(str(work / "raw.onnx"), options, providers=["CPUExecutionProvider"])
+        times["optimize_ort_s"] = time.perf_counter() - t0
+    else:
+        raise ValueError(f"unknown build {what!r}")
+    return times
+
+
+def _answer(spec: dict) -> dict:
+    return _child_build(spec) if spec.get("role") == "build" else _child_load(spec)
+
+
+if __name__ == "__main__":
+    from graphbook.measure.compiletime import answer_as_child
+
+    sys.exit(answer_as_child(sys.argv[1:], "graphbook.compilers.restart_child", RESULT_MARKER, _answer))

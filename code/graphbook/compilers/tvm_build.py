@@ -1,0 +1,126 @@
+"""What TVM's build choices cost on a CPU: targets, a census of the generated code, per-run speed-ups (Chapter 3).
+
+Introduced in Chapter 3 with ``code/bench_tvm.py``. TVM's default Relax pipeline for ``llvm``
+(``tvm.relax.backend.cpu_generic``) legalizes every operator into a plain TIR loop nest and schedules none of
+them: no loop is marked parallel, and vectorizing is left to LLVM. Two choices then decide what an untuned
+build gets from the CPU, besides TVM itself:
+
+- the target's ``mcpu``: a bare ``llvm`` target compiles for generic x86-64 (128-bit SSE vectors), while
+  ``Target.from_device(tvm.cpu())`` names the host CPU, as LLVM identifies it, and lets LLVM use its vectors;
+- threads: a build without parallel loops runs on one core whatever ``TVM_NUM_THREADS`` says, while eager
+  PyTorch uses every intra-op thread it is given.
+
+This module names the two untuned targets (:func:`targets`), counts in the generated LLVM IR what a build got
+(:func:`generated_code`), times a call while measuring how many cores it kept busy (:func:`timed_with_cores`),
+and computes every variant's speed-up against eager at one thread and at the book's thread count, run by run
+(:func:`add_speedups`). Optional TVM (``requirements-tvm.txt``) is imported only inside the functions that need it.
+"""
+from __future__ import annotations
+
+import re
+import time
+from typing import Callable, Iterable, Mapping
+
+from graphbook.measure import timing
+
+GENERIC = "tvm_generic"            #: untuned, target ``llvm`` without ``mcpu`` (generic x86-64)
+HOST = "tvm_host"                  #: untuned, target ``llvm`` with the host CPU's ``mcpu``
+TUNED = "tvm_tuned"                #: MetaSchedule-tuned for the host target (``--trials``)
+EAGER = "eager"                    #: eager PyTorch at the book's thread count (the reference)
+EAGER_1_THREAD = "eager_1_thread"  #: eager PyTorch at one intra-op thread
+#: speed-up column -> the eager variant of the same run it divides by
+SPEEDUP_BASELINES = {"speedup_vs_eager": EAGER, "speedup_vs_eager_1_thread": EAGER_1_THREAD}
+_VECTOR_WIDTHS = (4, 8, 16)
+_PARALLEL_LAUNCH = re.compile(r"\bcall\b[^\n]*@TVMBackendParallelLaunch\(")
+
+
+def targets(threads: int) -> dict:
+    """The untuned builds' targets, ``{GENERIC: Target, HOST: Target}``, with ``num-cores`` ``threads`` (Chapter 3).
+
+    The host target is ``Target.from_device(tvm.cpu())`` (TVM 0.27 takes targets as dicts; it fills ``mtriple``
+    and ``mcpu`` from LLVM's host detection, e.g. ``"rocketlake"`` or ``"znver5"``).
+    """
+    import tvm
+
+    host = tvm.target.Target.from_device(tvm.cpu()).export()
+    return {GENERIC: tvm.target.Target({"kind": "llvm", "num-cores": threads}),
+            HOST: tvm.target.Target({**host, "num-cores": threads})}
+
+
+def _code_census(llvm_ir: str) -> dict:
+    """What LLVM IR text holds (Chapter 3): ``parallel_launches`` (calls into TVM's thread pool; none means the
+    code runs on one thread), ``ir_lines_f32xN``, the lines using N-wide float vectors (N = 4, 8, 16), and
+    ``ir_lines_gather``, the lines calling a masked gather (a vector loaded from scattered addresses: what LLVM
+    emits when it vectorizes a loop whose accesses are not contiguous)."""
+    census = {"parallel_launches": len(_PARALLEL_LAUNCH.findall(llvm_ir)),
+              "ir_lines_gather": sum(1 for line in llvm_ir.splitlines() if "@llvm.masked.gather" in line)}
+    for width in _VECTOR_WIDTHS:
+        marker = f"<{width} x float>"
+        census[f"ir_lines_f32x{width}"] = sum(1 for line in llvm_ir.splitlines() if marker in line)
+    return census
+
+
+def _modules(module) -> Iterable:
+    yield module
+    for imported in module.imports:
+        yield from _modules(imported)
+
+
+def generated_code(executable) -> dict:
+    """:func:`_code_census` of every LLVM module a ``tvm.compile`` result holds (Chapter 3)."""
+    texts = [m.inspect_source("ll") for m in _modules(executable.mod) if m.kind == "llvm"]
+    return _code_census("\n".join(texts))
+
+
+def timed_with_cores(fn: Callable[[], object], *, warmup: int, repeats: int, threads: int | None = None) -> dict:
+    """:func:`graphbook.measure.timing.time_cpu`'s columns plus ``busy_cores`` (Chapter 3).
+
+    ``busy_cores`` is the process's CPU seconds per wall second over the warm-up and timed calls: about 1 for
+    code that runs on one thread, up to the thread count for code that uses them all (OpenMP threads that spin
+    while waiting count as busy: they hold their core all the same).
+    """
+    cpu_start, wall_start = time.process_time(), time.perf_counter()
+    result = timing.time_cpu(fn, warmup=warmup, repeats=repeats, threads=threads)
+    busy = (time.process_time() - cpu_start) / (time.perf_counter() - wall_start)
+    columns = {k: v for k, v in result.as_dict().items() if k != "name"}
+    return {**columns, "busy_cores": round(busy, 2)}
+
+
+def add_speedups(rows: Iterable[dict], baselines: Mapping[str, str] = SPEEDUP_BASELINES) -> list[dict]:
+    """Copies of ``rows`` with one speed-up column per baseline: that eager variant's median over the row's, in
+    the same ``run`` (Chapter 3). A run without the baseline (or a row without a median) gets ``""``."""
+    rows = [dict(row) for row in rows]
+    medians = {(row.get("run"), row["variant"]): row["median_ms"] for row in rows if row.get("median_ms")}
+    for row in rows:
+        for column, baseline in baselines.items():
+            reference = medians.get((row.get("run"), baseline))
+            row[column] = round(reference / row["median_ms"], 4) if reference and row.get("median_ms") else ""
+    return rows
+
+
+def tune(mod, target, *, trials: int, build_timeout: int, work_dir: str):
+    """MetaSchedule-tune ``mod`` for ``target`` over ``trials`` measured trials in all; returns ``(executable,
+    info)`` with ``info`` ``{"tune_s", "trials", "tasks"}`` (Chapter 3).
+
+    Random cost model, one build worker, ``build_timeout`` seconds per build: each worker imports TVM's tensor
+    intrinsics once, which alone can take half a minute on two cores.
+    """
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    # MetaSchedule tunes TIR functions: legalize and fuse first (the passes tvm.compile runs), so each fused
+    # kernel is one task.
+    fused = tvm.transform.Sequential([
+        relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
+        relax.transform.FuseOps(), relax.transform.FuseTIR()])(mod)
+    stopwatch = timing.Stopwatch()
+    database = ms.relax_integration.tune_relax(
+        fused, params={}, target=target, work_dir=work_dir, max_trials_global=trials,
+        num_trials_per_iter=min(16, trials), cost_model="random",
+        builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=build_timeout),
+        runner=ms.runner.LocalRunner(timeout_sec=60), database="json", seed=0)
+    tune_s = stopwatch.seconds()
+    tasks = len(ms.relax_integration.extract_tasks(fused, target))
+    executable = ms.relax_integration.compile_relax(database, fused, target, params=None)
+    return executable, {"tune_s": round(tune_s, 1), "trials": trials, "tasks": tasks}

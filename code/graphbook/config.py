@@ -1,0 +1,24 @@
+"""The book's shared settings, each with one home: batch sizes, input sizes, threads and tolerances.
+
+Chapters, scripts, tests and the package read them from here, so changing one changes the whole book.
+"""
+
+#: What the server batches, and the sizes every dynamic-batch export is checked at.
+BATCH_SIZES = (1, 2, 3)
+
+#: The article's input (height, width); the CPU and GPU matrices decide only at this size.
+FULL_SIZE = (288, 512)
+#: A third of each side: the size a laptop re-runs in minutes.
+SMALL_SIZE = (96, 160)
+
+#: The book's thread count: two cores, what a laptop gives a notebook and what the book's machines have.
+THREADS = 2
+
+#: The one tolerance for "same output as eager FP32" (Chapters 3-7): the largest absolute difference of the
+#: logits, scaled by the reference's magnitude when that exceeds 1 (BlurBall's logits are below 1). Reordered
+#: FP32 additions stay orders of magnitude below it; a miscompile or a lower precision does not.
+SAME_OUTPUT_ATOL = 1e-3
+#: A fold done in float64 and cast back matches conv + BN to float32 rounding, relative to the output's size.
+FOLD_RTOL = 1e-5
+#: Element-wise code that only reorders float32 operations on one value (a fused loop) is equal to this.
+ROUNDING_TOL = 1e-6

@@ -1,0 +1,416 @@
+"""Threads and the environment fingerprint that every measurement carries.
+
+Introduced in Chapter 1: a number without the machine, the thread count and the library versions
+that produced it cannot be compared with anything, so every record in ``data/results/`` and every
+chapter's provenance line is built from :func:`fingerprint`.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import getpass
+import os
+import platform
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from graphbook.measure.probes import measured_clock_ghz
+from graphbook.paths import REPO_ROOT
+
+
+def set_threads(threads: int) -> int:
+    """Pin torch's intra-op thread count (Chapter 1). Returns the count actually in force.
+
+    Raises ValueError for a count below 1: a silent fallback to "all cores" would make two
+    runs of the same chapter incomparable.
+    """
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
+def cpu_model(cpuinfo_text: str | None = None) -> str:
+    """The CPU's name, on any architecture (Chapter 1).
+
+    x86 Linux: the ``model name`` line of /proc/cpuinfo. aarch64 Linux has no such line (and
+    sometimes a ``Model`` line with the board's name): then ``CPU implementer``/``CPU part`` are
+    reported (e.g. ``ARM implementer 0x41 part 0xd0c``). macOS: ``sysctl machdep.cpu.brand_string``
+    (``Apple M2``). Elsewhere :func:`platform.processor` or the machine type; never an exception.
+    ``cpuinfo_text`` replaces /proc/cpuinfo (tests feed fake files).
+    """
+    text = _read_cpuinfo() if cpuinfo_text is None else cpuinfo_text
+    fields = _cpuinfo_fields(text)
+    for key in ("model name", "model", "hardware"):
+        value = fields.get(key, "")
+        if value and not value.isdigit():  # x86 also has a numeric "model" line
+            return value
+    if "cpu part" in fields:
+        return f"ARM implementer {fields.get('cpu implementer', '?')} part {fields['cpu part']}"
+    if cpuinfo_text is None:
+        brand = _sysctl("machdep.cpu.brand_string")
+        if brand:
+            return brand
+    return platform.processor() or platform.machine() or "unknown"
+
+
+#: Microarchitecture names by (vendor, family, model), for the CPUs the book has met and their neighbours.
+#: A hypervisor may report another model number than the host's; the name is then "unknown", never a guess.
+_MICROARCH = {
+    ("GenuineIntel", 6, 85): "Skylake-SP / Cascade Lake", ("GenuineIntel", 6, 106): "Ice Lake-SP",
+    ("GenuineIntel", 6, 108): "Ice Lake-SP", ("GenuineIntel", 6, 143): "Sapphire Rapids",
+    ("GenuineIntel", 6, 207): "Emerald Rapids", ("GenuineIntel", 6, 173): "Granite Rapids",
+    ("GenuineIntel", 6, 174): "Granite Rapids", ("GenuineIntel", 6, 175): "Sierra Forest",
+    ("GenuineIntel", 6, 140): "Tiger Lake", ("GenuineIntel", 6, 151): "Alder Lake", ("GenuineIntel", 6, 183): "Raptor Lake",
+    ("GenuineIntel", 6, 167): "Rocket Lake", ("GenuineIntel", 6, 158): "Coffee Lake", ("GenuineIntel", 6, 142): "Kaby Lake",
+}
+_AMX_ARCHS = {"Sapphire Rapids", "Emerald Rapids", "Granite Rapids"}
+_AMD_FAMILIES = {23: ("Zen / Zen 2", None), 26: ("Zen 5", None)}
+_ZEN3_ZEN4 = ((range(0x00, 0x10), "Zen 3"), (range(0x10, 0x20), "Zen 4"), (range(0x20, 0x30), "Zen 3"),
+              (range(0x40, 0x50), "Zen 3+"), (range(0x50, 0x60), "Zen 3"), (range(0x60, 0x80), "Zen 4"),
+              (range(0xA0, 0xB0), "Zen 4"))
+
+
+def microarchitecture(vendor: str, family: int | None, model: int | None) -> str:
+    """The microarchitecture of an x86 CPU from its CPUID vendor, family and model, or "unknown" (Chapter 1)."""
+    if family is None or model is None:
+        return "unknown"
+    if vendor == "AuthenticAMD":
+        if family == 25:
+            return next((name for models, name in _ZEN3_ZEN4 if model in models), "unknown")
+        return _AMD_FAMILIES.get(family, ("unknown", None))[0]
+    return _MICROARCH.get((vendor, family, model), "unknown")
+
+
+def _int_or_none(text: str | None, base: int = 10) -> int | None:
+    try:
+        return int(str(text).strip(), base)
+    except (TypeError, ValueError):
+        return None
+
+
+def _cache_kib(sysfs_root: Path) -> dict:
+    """L1 data, L2 and L3 sizes of cpu0 in KiB from sysfs (per core for L1/L2, shared for L3), None if unread."""
+    sizes = {"cpu_l1d_kib": None, "cpu_l2_kib": None, "cpu_l3_kib": None}
+    for index in sorted(sysfs_root.glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        factor = {"K": 1, "M": 1024, "G": 1024 * 1024}.get(size[-1:], None)
+        value = _int_or_none(size[:-1]) if factor else _int_or_none(size)
+        if value is None:
+            continue
+        kib = value * (factor or 1)
+        if level == "1" and kind == "Data":
+            sizes["cpu_l1d_kib"] = kib
+        elif level == "2":
+            sizes["cpu_l2_kib"] = kib
+        elif level == "3":
+            sizes["cpu_l3_kib"] = kib
+    return sizes
+
+
+def cpu_identity(cpuinfo_text: str | None = None, cache_root: str | Path | None = None) -> dict:
+    """What tells one CPU from another beyond its name (Chapter 1): vendor, family, model, stepping,
+    microarchitecture and cache sizes.
+
+    "AMD EPYC" names CPUs whose speed differs by 2x (a Zen 4 and a Zen 5 both report it), so a machine is
+    identified by ``cpu_vendor``, ``cpu_family``, ``cpu_model_id``, ``cpu_stepping`` (x86: from
+    /proc/cpuinfo; ARM: implementer and part), ``cpu_microarch`` (:func:`microarchitecture`) and
+    ``cpu_l1d_kib``/``cpu_l2_kib``/``cpu_l3_kib`` (sysfs). Fields that cannot be read are None. The measured
+    clock is :func:`graphbook.measure.probes.measured_clock_ghz`. ``cpuinfo_text`` and ``cache_root`` let tests
+    describe any CPU.
+    """
+    text = _read_cpuinfo() if cpuinfo_text is None else cpuinfo_text
+    fields = _cpuinfo_fields(text)
+    if "vendor_id" in fields:
+        vendor = fields["vendor_id"]
+        family, model = _int_or_none(fields.get("cpu family")), _int_or_none(fields.get("model"))
+        stepping = _int_or_none(fields.get("stepping"))
+        arch = microarchitecture(vendor, family, model)
+        if "amx_tile" in fields.get("flags", "").split() and arch not in _AMX_ARCHS:
+            arch = "unknown"  # a hypervisor reported a model number whose CPU has no AMX
+    elif "cpu implementer" in fields:
+        vendor = f"ARM implementer {fields['cpu implementer']}"
+        family = _int_or_none(fields.get("cpu architecture"))
+        model = _int_or_none(fields.get("cpu part"), 16)
+        stepping = _int_or_none(fields.get("cpu revision"))
+        arch = "unknown"
+    else:
+        vendor, family, model, stepping = (_sysctl("machdep.cpu.vendor") if cpuinfo_text is None else "") or "unknown", \
+            None, None, None
+        arch = "unknown"
+    root = Path(cache_root) if cache_root is not None else Path("/sys/devices/system/cpu/cpu0/cache")
+    return {"cpu_vendor": vendor, "cpu_family": family, "cpu_model_id": model, "cpu_stepping": stepping,
+            "cpu_microarch": arch, **_cache_kib(root)}
+
+
+def _read_cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def _cpuinfo_fields(text: str) -> dict[str, str]:
+    """First value of each ``key : value`` line of a cpuinfo text, keys lower-cased."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if ":" in line:
+            key, value = line.split(":", 1)
+            fields.setdefault(key.strip().lower(), value.strip())
+    return fields
+
+
+def _sysctl(name: str) -> str:
+    """``sysctl -n name`` on macOS/BSD, or "" where there is no sysctl or no such key."""
+    if platform.system() not in ("Darwin", "FreeBSD"):
+        return ""
+    try:
+        return subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+# Instruction-set features the book cares about, and the /proc/cpuinfo flag names that show them.
+X86_FEATURES = {"avx2": ("avx2",), "avx512f": ("avx512f",), "avx512_vnni": ("avx512_vnni",),
+                "avx_vnni": ("avx_vnni",), "amx": ("amx_tile", "amx_int8")}
+ARM_FEATURES = {"neon": ("asimd", "neon"), "dotprod": ("asimddp",), "i8mm": ("i8mm",), "bf16": ("bf16",)}
+_MAC_SYSCTL = {"neon": "hw.optional.neon", "dotprod": "hw.optional.arm.FEAT_DotProd",
+               "i8mm": "hw.optional.arm.FEAT_I8MM", "bf16": "hw.optional.arm.FEAT_BF16"}
+FEATURES_ENV = "GRAPHBOOK_CPU_FEATURES"
+
+
+def _arch_family(machine: str) -> str:
+    machine = machine.lower()
+    if machine in ("x86_64", "amd64", "i386", "i686", "x86"):
+        return "x86"
+    if machine in ("aarch64", "arm64") or machine.startswith("armv8"):
+        return "arm"
+    return "other"
+
+
+def cpu_features(cpuinfo_text: str | None = None, machine: str | None = None, *,
+                 sysctl=None, environ=None) -> dict:
+    """The instruction-set features this CPU offers, on x86 and ARM alike (Chapter 1, used in Chapter 4).
+
+    Returns a dict: ``arch`` ("x86", "arm" or "other"), ``machine`` (platform.machine()), ``source``
+    (where the answer came from: "/proc/cpuinfo", "sysctl", the override variable, or "unknown"),
+    one key per feature -- x86: ``avx2``, ``avx512f``, ``avx512_vnni``, ``avx_vnni``, ``amx``;
+    ARM: ``neon``, ``dotprod``, ``i8mm``, ``bf16`` -- each True, False or None (None: could not be
+    read, never a guess), ``vnni`` (either VNNI form; None if unknown), ``isa`` (a short label for
+    fingerprints, e.g. "avx512_vnni", "avx2", "neon+dotprod+i8mm", "unknown") and ``torch_isa`` (the
+    instruction set PyTorch dispatches to, which ``ATEN_CPU_CAPABILITY`` can cap; "" without torch).
+
+    Nothing assumes x86: on aarch64 the ``Features`` line is read, on macOS ``sysctl hw.optional``.
+    The variable ``GRAPHBOOK_CPU_FEATURES`` (comma-separated feature names, e.g. ``avx2`` for a
+    laptop without AVX-512 or VNNI, or ``none``) replaces detection, so a reader can ask the book to
+    choose as it would on another CPU; ONNX Runtime's own kernels still use the real CPU (it offers no
+    cap). ``cpuinfo_text``, ``machine``, ``sysctl`` (a function name -> str) and ``environ`` let tests
+    describe any CPU.
+    """
+    environ = os.environ if environ is None else environ
+    machine = platform.machine() if machine is None else machine
+    arch = _arch_family(machine)
+    names = X86_FEATURES if arch == "x86" else ARM_FEATURES if arch == "arm" else {}
+    result: dict = {"arch": arch, "machine": machine, "source": "unknown"}
+    override = environ.get(FEATURES_ENV, "").strip()
+    have: set[str] | None = None
+    if override:
+        have = {f.strip().lower() for f in override.split(",") if f.strip() and f.strip().lower() != "none"}
+        result["source"] = FEATURES_ENV
+        if arch == "other":  # the override names the family itself
+            arch = "x86" if have & set(X86_FEATURES) else "arm" if have & set(ARM_FEATURES) else "other"
+            names = X86_FEATURES if arch == "x86" else ARM_FEATURES if arch == "arm" else {}
+            result["arch"] = arch
+        values = {feature: feature in have for feature in names}
+    else:
+        text = _read_cpuinfo() if cpuinfo_text is None else cpuinfo_text
+        fields = _cpuinfo_fields(text)
+        flag_line = fields.get("flags") or fields.get("features")
+        if flag_line is not None and names:
+            flags = set(flag_line.split())
+            values = {feature: any(f in flags for f in aliases) for feature, aliases in names.items()}
+            result["source"] = "/proc/cpuinfo"
+        else:
+            values = {feature: None for feature in names}
+            read = sysctl or (_sysctl if cpuinfo_text is None else (lambda name: ""))
+            if arch == "arm":  # Apple Silicon: one sysctl key per feature, "1" or "0"
+                found = {feature: read(key).strip() for feature, key in _MAC_SYSCTL.items()}
+                if any(found.values()):
+                    values = {feature: (found[feature] == "1") if found[feature] else None for feature in names}
+                    result["source"] = "sysctl"
+            elif arch == "x86":  # an Intel Mac: the CPUID feature words as upper-case names
+                flags = set((read("machdep.cpu.features") + " " + read("machdep.cpu.leaf7_features")).lower().split())
+                if flags:
+                    aliases = {"avx2": ("avx2",), "avx512f": ("avx512f",), "avx512_vnni": ("avx512vnni",),
+                               "avx_vnni": ("avxvnni",), "amx": ("amxtile", "amxint8")}
+                    values = {feature: any(a in flags for a in aliases[feature]) for feature in names}
+                    result["source"] = "sysctl"
+    result.update(values)
+    if arch == "x86":
+        vnni = [values.get("avx512_vnni"), values.get("avx_vnni")]
+        result["vnni"] = True if any(vnni) else (None if None in vnni else False)
+    else:
+        result["vnni"] = None if arch == "other" else False
+    result["isa"] = _isa_label(arch, values)
+    result["torch_isa"] = torch_isa()
+    return result
+
+
+def _isa_label(arch: str, values: dict) -> str:
+    """The most telling feature names, joined by "+": the instruction set in a fingerprint column."""
+    if not values or all(v is None for v in values.values()):
+        return "unknown"
+    if arch == "x86":
+        if values.get("amx"):
+            return "amx"
+        if values.get("avx512f"):
+            return "avx512_vnni" if values.get("avx512_vnni") else "avx512"
+        if values.get("avx2"):
+            return "avx2+avx_vnni" if values.get("avx_vnni") else "avx2"
+        return "x86-baseline"
+    present = [name for name in ("neon", "dotprod", "i8mm", "bf16") if values.get(name)]
+    return "+".join(present) or "arm-baseline"
+
+
+def torch_isa() -> str:
+    """The CPU instruction set PyTorch dispatches to, e.g. "AVX512" or "AVX2" (Chapter 1).
+
+    ``ATEN_CPU_CAPABILITY=avx2`` caps it (oneDNN's own cap is ``ONEDNN_MAX_CPU_ISA``); "" without torch.
+    """
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except Exception:  # an absent or old torch is recorded as "", not fatal
+        return ""
+
+
+def isa_caps(environ=None) -> dict:
+    """The instruction-set caps set in the environment (Chapter 1): ``ATEN_CPU_CAPABILITY`` and
+    ``ONEDNN_MAX_CPU_ISA`` (or the older ``DNNL_MAX_CPU_ISA``), "" when unset. ONNX Runtime has no such cap."""
+    environ = os.environ if environ is None else environ
+    return {"ATEN_CPU_CAPABILITY": environ.get("ATEN_CPU_CAPABILITY", ""),
+            "ONEDNN_MAX_CPU_ISA": environ.get("ONEDNN_MAX_CPU_ISA", environ.get("DNNL_MAX_CPU_ISA", ""))}
+
+
+def _isa_caps_label(environ=None) -> str:
+    """The caps in force as one fingerprint field, e.g. "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2",
+    or "" when nothing is capped (Chapter 1). oneDNN runs PyTorch's convolutions, so its cap changes
+    their speed even where ``torch_isa`` does not show it."""
+    return " ".join(f"{k}={v}" for k, v in isa_caps(environ).items() if v)
+
+
+def inductor_cache_dir_for_caps(environ=None) -> str | None:
+    """A separate Inductor cache folder for a process whose instruction set is capped, or None (Chapter 2).
+
+    torch 2.13's FX graph cache does not key its entries on the vector ISA that ``ATEN_CPU_CAPABILITY``
+    selects: a process capped to AVX2 that finds a graph compiled by an uncapped AVX-512 process reuses
+    its 16-lane code with 8-lane AVX2 vectors, and every second block of the output is never written
+    (chapter 2's check caught it: max abs diff 30.9 instead of 0). Returns None when nothing is capped
+    or the reader chose a cache folder (``TORCHINDUCTOR_CACHE_DIR``) themselves; otherwise the default
+    folder with the caps appended, so capped and uncapped runs never share compiled graphs.
+    """
+    environ = os.environ if environ is None else environ
+    label = _isa_caps_label(environ)
+    if not label:
+        return None
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        user = "unknown_user"
+    default = os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+    chosen = environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen and os.path.abspath(chosen) != os.path.abspath(default):
+        return None
+    return default + "_" + re.sub(r"[^A-Za-z0-9]+", "_", label).strip("_").lower()
+
+
+#: Set by ``scripts/execute_notebooks.py`` for the pages it executes: the commit the whole run started
+#: from. The pages it writes in turn would otherwise make every later page read "+dirty".
+EXECUTION_COMMIT_VARIABLE = "GRAPHBOOK_EXECUTION_COMMIT"
+
+
+def git_commit(root: Path = REPO_ROOT) -> str:
+    """Short commit hash of the book's repository, with ``+dirty`` if files changed. Chapter 1.
+
+    Inside a run of ``scripts/execute_notebooks.py`` it is the commit that run started from
+    (:data:`EXECUTION_COMMIT_VARIABLE`), dirty only if the tree was dirty when it started.
+    """
+    if os.environ.get(EXECUTION_COMMIT_VARIABLE):
+        return os.environ[EXECUTION_COMMIT_VARIABLE]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        if not sha:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _version(module: str) -> str:
+    try:
+        mod = __import__(module)
+        return str(getattr(mod, "__version__", "unknown"))
+    except Exception:  # an optional package that is absent or broken is recorded, not fatal
+        return "absent"
+
+
+def _gpu_info() -> dict:
+    """Name, driver and CUDA version of GPU 0, or empty strings without CUDA. Chapter 1."""
+    info = {"gpu_name": "", "gpu_driver": "", "cuda_version": ""}
+    try:
+        if torch.cuda.is_available():
+            info["gpu_name"] = torch.cuda.get_device_name(0)
+            info["cuda_version"] = str(torch.version.cuda or "")
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20).stdout.strip()
+            info["gpu_driver"] = out.splitlines()[0] if out else ""
+    except (OSError, subprocess.SubprocessError, RuntimeError):
+        pass
+    return info
+
+
+def _clock():
+    ghz = measured_clock_ghz()
+    return round(ghz, 2) if ghz is not None else None
+
+
+def fingerprint(threads: int | None = None) -> dict:
+    """Everything a measurement needs to be compared later (Chapter 1).
+
+    Keys: date (UTC, ISO 8601), git_commit, cpu_model, the CPU's identity (:func:`cpu_identity`: vendor,
+    family, model, stepping, microarchitecture, caches) and its measured clock ``cpu_ghz``
+    (:func:`graphbook.measure.probes.measured_clock_ghz`, None where it cannot be measured), cpu_isa (the instruction set the CPU offers,
+    :func:`cpu_features`), torch_isa (the one PyTorch uses, lower when ``ATEN_CPU_CAPABILITY`` caps it),
+    isa_caps (:func:`_isa_caps_label`: the instruction-set caps set in the environment, "" for none),
+    cpu_cores (logical), threads (torch's intra-op count, or the given one), gpu_name, gpu_driver,
+    cuda_version, python, torch, onnxruntime, platform.
+    """
+    features = cpu_features()
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit(),
+        "cpu_model": cpu_model(),
+        **cpu_identity(),
+        "cpu_ghz": _clock(),
+        "cpu_isa": features["isa"],
+        "torch_isa": features["torch_isa"],
+        "isa_caps": _isa_caps_label(),
+        "cpu_cores": os.cpu_count() or 0,
+        "threads": int(threads if threads is not None else torch.get_num_threads()),
+        **_gpu_info(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "onnxruntime": _version("onnxruntime"),
+        "platform": platform.platform(terse=True),
+    }

@@ -1,0 +1,466 @@
+"""BlurBall, the table-tennis ball detector measured in the book, rebuilt from its specification.
+
+Introduced in Chapter 5 (and used by Chapters 3, 4, 6 and 7).
+
+BlurBall (Gossard et al., 2025) is WASB's small HRNet (Tarashima et al., 2023) with one
+Squeeze-and-Excitation (SE) block inside every BasicBlock. It reads three consecutive RGB frames
+stacked along channels, ``(N, 9, 288, 512)``, and writes one heatmap logit per frame,
+``(N, 3, 288, 512)``. The layer names follow the authors' released checkpoint, so
+``load_state_dict(strict=True)`` accepts their weights (see :func:`_load_weights`); without weights the
+model is initialised from a fixed seed, so every chapter sees the same numbers.
+
+Two flavours share one set of parameter names:
+
+- :class:`BlurBall` returns ``{0: logits}`` exactly as the released model does (one entry per output
+  scale; BlurBall has only scale 0).
+- :class:`BlurBallHeatmap` returns the logits tensor itself. A plain tensor is what
+  ``torch.compile``, ``torch.onnx.export`` and the timing harness handle most simply, so the book's
+  measurements use this flavour. The computation is identical.
+
+Stage 4 computes all four of its fused outputs, as the released model does, although only the
+full-resolution one feeds the head: 13 of the 72 convolutions are dead compute in eager mode, which
+a graph compiler may remove. :func:`graphbook.model.model_cost.macs_by_module` lets a chapter count them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import torch
+from torch import nn
+
+from graphbook.paths import TRAINED_CHECKPOINT
+
+# Input contract (spec section 3): three frames, ImageNet statistics per frame.
+FRAMES_IN = 3
+FRAMES_OUT = 3
+INPUT_HEIGHT = 288
+INPUT_WIDTH = 512
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+# WASB / BlurBall HRNet configuration (identical in both projects).
+STEM_CHANNELS = 64
+BOTTLENECK_PLANES = 32
+BOTTLENECK_EXPANSION = 4
+STAGE_CHANNELS = ((16, 32), (16, 32, 64), (16, 32, 64, 128))
+BLOCKS_PER_BRANCH = 2
+SE_REDUCTION = 16
+BN_MOMENTUM = 0.1
+DEFAULT_SEED = 0
+
+# Stage-4 fuse outputs 1-3 are computed but never read (spec section 5, row 11).
+DEAD_MODULE_PREFIXES = ("stage4.0.fuse_layers.1.", "stage4.0.fuse_layers.2.", "stage4.0.fuse_layers.3.")
+
+#: The checkpoint ``code/train_blurball.py --seed 0`` wrote for the book (relative to the repository).
+
+
+class CheckpointError(ValueError):
+    """A weights file that is not a BlurBall checkpoint, or whose keys do not match (Chapter 5)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Building blocks
+# --------------------------------------------------------------------------------------------------
+
+def _conv3x3(in_ch: int, out_ch: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(in_ch, out_ch, kernel_size=3, stride=stride, padding=1, bias=False)
+
+
+def _conv1x1(in_ch: int, out_ch: int) -> nn.Conv2d:
+    return nn.Conv2d(in_ch, out_ch, kernel_size=1, stride=1, padding=0, bias=False)
+
+
+def _bn(channels: int) -> nn.BatchNorm2d:
+    return nn.BatchNorm2d(channels, eps=1e-5, momentum=BN_MOMENTUM)
+
+
+class SqueezeExcitation(nn.Module):
+    """Channel attention: global average pool, two bias-free Linear layers, sigmoid gate (Chapter 5).
+
+    Parameters are named ``fc.0`` and ``fc.2`` as in the released checkpoint.
+    """
+
+    def __init__(self, channels: int, reduction: int = SE_REDUCTION):
+        super().__init__()
+        hidden = channels // reduction
+        self.fc = nn.Sequential(nn.Linear(channels, hidden, bias=False), nn.ReLU(inplace=True),
+                                nn.Linear(hidden, channels, bias=False), nn.Sigmoid())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = self.fc(x.mean(dim=(2, 3)))
+        return x * gate[:, :, None, None]
+
+
+class BasicBlockSE(nn.Module):
+    """HRNet BasicBlock with SE after the second BN, before the residual add (Chapter 5)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv1 = _conv3x3(channels, channels)
+        self.bn1 = _bn(channels)
+        self.conv2 = _conv3x3(channels, channels)
+        self.bn2 = _bn(channels)
+        self.se = SqueezeExcitation(channels)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.se(self.bn2(self.conv2(out)))
+        return self.relu(out + x)
+
+
+class Bottleneck(nn.Module):
+    """HRNet stage-1 Bottleneck (1x1, 3x3, 1x1) with a 1x1 projection shortcut, no SE (Chapter 5)."""
+
+    def __init__(self, in_ch: int, planes: int, expansion: int = BOTTLENECK_EXPANSION):
+        super().__init__()
+        out_ch = planes * expansion
+        self.conv1 = _conv1x1(in_ch, planes)
+        self.bn1 = _bn(planes)
+        self.conv2 = _conv3x3(planes, planes)
+        self.bn2 = _bn(planes)
+        self.conv3 = _conv1x1(planes, out_ch)
+        self.bn3 = _bn(out_ch)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = nn.Sequential(_conv1x1(in_ch, out_ch), _bn(out_ch))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + self.downsample(x))
+
+
+def _fuse_path(channels: Sequence[int], src: int, dst: int) -> nn.Module | None:
+    """The path that brings branch ``src`` to branch ``dst``'s resolution and width (None if equal)."""
+    if src == dst:
+        return None
+    if src > dst:  # lower resolution into higher: 1x1 conv, BN, then nearest upsampling
+        return nn.Sequential(_conv1x1(channels[src], channels[dst]), _bn(channels[dst]),
+                             nn.Upsample(scale_factor=2 ** (src - dst), mode="nearest"))
+    steps = []  # higher resolution into lower: a chain of stride-2 3x3 convs
+    for step in range(dst - src):
+        last = step == dst - src - 1
+        out_ch = channels[dst] if last else channels[src]
+        layers = [_conv3x3(channels[src], out_ch, stride=2), _bn(out_ch)]
+        if not last:
+            layers.append(nn.ReLU(inplace=True))
+        steps.append(nn.Sequential(*layers))
+    return nn.Sequential(*steps)
+
+
+class HighResolutionModule(nn.Module):
+    """Parallel branches of BasicBlocks, then every branch fused into every output (Chapter 5).
+
+    All fused outputs are computed, as in the released model, even where only output 0 is read.
+    """
+
+    def __init__(self, channels: Sequence[int], blocks: int = BLOCKS_PER_BRANCH):
+        super().__init__()
+        self.branches = nn.ModuleList(
+            nn.Sequential(*[BasicBlockSE(c) for _ in range(blocks)]) for c in channels)
+        self.fuse_layers = nn.ModuleList(
+            nn.ModuleList(_fuse_path(channels, j, i) for j in range(len(channels)))
+            for i in range(len(channels)))
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        xs = [branch(x) for branch, x in zip(self.branches, xs)]
+        fused = []
+        for i, paths in enumerate(self.fuse_layers):
+            total = xs[0] if i == 0 else paths[0](xs[0])
+            for j in range(1, len(xs)):
+                total = total + (xs[j] if i == j else paths[j](xs[j]))
+            fused.append(self.relu(total))
+        return fused
+
+
+def _transition(prev: Sequence[int], new: Sequence[int]) -> nn.ModuleList:
+    """Adapt the previous stage's branches to the next stage's and open one new branch."""
+    layers: list[nn.Module | None] = []
+    for i, out_ch in enumerate(new):
+        if i < len(prev):
+            layers.append(None if prev[i] == out_ch else
+                          nn.Sequential(_conv3x3(prev[i], out_ch), _bn(out_ch), nn.ReLU(inplace=True)))
+        else:  # the new, lower-resolution branch is taken from the last existing branch
+            layers.append(nn.Sequential(nn.Sequential(_conv3x3(prev[-1], out_ch, stride=2), _bn(out_ch),
+                                                      nn.ReLU(inplace=True))))
+    return nn.ModuleList(layers)
+
+
+def _apply_transition(transition: nn.ModuleList, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+    out = []
+    for i, layer in enumerate(transition):
+        if layer is None:
+            out.append(xs[i])
+        else:
+            out.append(layer(xs[i] if i < len(xs) else xs[-1]))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The model
+# --------------------------------------------------------------------------------------------------
+
+class BlurBall(nn.Module):
+    """BlurBall as released: ``forward(x)`` returns ``{0: logits}`` with logits ``(N, 3, H, W)``.
+
+    Introduced in Chapter 5. Input ``(N, 9, H, W)``: three normalised RGB frames in time order (see
+    :func:`_normalize_frames`). H and W must be multiples of 8 (three stride-2 levels).
+    Construct it with :func:`build_blurball` for a seeded, evaluation-mode model.
+    """
+
+    def __init__(self):
+        super().__init__()
+        c1, c2, c3 = STAGE_CHANNELS
+        self.conv1 = _conv3x3(3 * FRAMES_IN, STEM_CHANNELS)
+        self.bn1 = _bn(STEM_CHANNELS)
+        self.conv2 = _conv3x3(STEM_CHANNELS, STEM_CHANNELS)
+        self.bn2 = _bn(STEM_CHANNELS)
+        self.relu = nn.ReLU(inplace=True)
+        self.layer1 = nn.Sequential(Bottleneck(STEM_CHANNELS, BOTTLENECK_PLANES))
+        stage1_out = BOTTLENECK_PLANES * BOTTLENECK_EXPANSION
+        self.transition1 = _transition([stage1_out], c1)
+        self.stage2 = nn.Sequential(HighResolutionModule(c1))
+        self.transition2 = _transition(c1, c2)
+        self.stage3 = nn.Sequential(HighResolutionModule(c2))
+        self.transition3 = _transition(c2, c3)
+        self.stage4 = nn.Sequential(HighResolutionModule(c3))
+        self.final_layers = nn.ModuleList([nn.Conv2d(c3[0], FRAMES_OUT, kernel_size=1, bias=True)])
+
+    def heatmap_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The ``(N, 3, H, W)`` logits (no sigmoid), computing every stage-4 output like the release."""
+        if x.dim() != 4 or x.shape[1] != 3 * FRAMES_IN:
+            raise ValueError(f"BlurBall expects input (N, {3 * FRAMES_IN}, H, W), got {tuple(x.shape)}")
+        x = self.relu(self.bn1(self.conv1(x)))
+        x = self.relu(self.bn2(self.conv2(x)))
+        x = self.layer1(x)
+        xs = self.stage2(_apply_transition(self.transition1, [x]))
+        xs = self.stage3(_apply_transition(self.transition2, xs))
+        xs = self.stage4(_apply_transition(self.transition3, xs))
+        return self.final_layers[0](xs[0])
+
+    def forward(self, x: torch.Tensor) -> dict[int, torch.Tensor]:
+        return {0: self.heatmap_logits(x)}
+
+
+class BlurBallHeatmap(BlurBall):
+    """BlurBall whose ``forward`` returns the logits tensor directly (Chapter 5).
+
+    Same parameters and names as :class:`BlurBall`; the book compiles, exports and times this one
+    because a plain tensor output keeps ``torch.compile``, ONNX export and CUDA graphs simple.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return self.heatmap_logits(x)
+
+
+def _randomise_batchnorm(model: nn.Module, generator: torch.Generator) -> None:
+    # Default BN (gamma 1, beta 0, mean 0, var 1) is an identity in eval mode, which would make
+    # BN folding and BN timing trivially exact; give every BN non-trivial, well-scaled statistics.
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                n = module.num_features
+                module.weight.copy_(0.75 + 0.5 * torch.rand(n, generator=generator))
+                module.bias.copy_(0.1 * torch.randn(n, generator=generator))
+                module.running_mean.copy_(0.1 * torch.randn(n, generator=generator))
+                module.running_var.copy_(0.75 + 0.5 * torch.rand(n, generator=generator))
+
+
+def build_blurball(weights: str | Path | None = None, *, seed: int = DEFAULT_SEED,
+                   heatmap_only: bool = True) -> BlurBall:
+    """A BlurBall in eval mode: the released weights if ``weights`` is given, else seeded random init.
+
+    Introduced in Chapter 5. ``heatmap_only=True`` (default) returns a :class:`BlurBallHeatmap`
+    (tensor output); ``False`` returns the released dict-output :class:`BlurBall`. The seed is used
+    through a private generator, so building a model does not disturb the caller's random stream.
+    """
+    cls = BlurBallHeatmap if heatmap_only else BlurBall
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = cls()
+        generator = torch.Generator().manual_seed(seed + 1)
+        _randomise_batchnorm(model, generator)
+    if weights is not None:
+        _load_weights(model, weights)
+    return model.eval()
+
+
+# --------------------------------------------------------------------------------------------------
+# Weights
+# --------------------------------------------------------------------------------------------------
+
+def _first(names: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" (and {len(names) - limit} more)" if len(names) > limit else "")
+
+
+def _read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """The state dict stored in a checkpoint file (Chapter 5).
+
+    Accepts the authors' format (a dict with ``model_state_dict``) or a bare state dict; strips a
+    ``module.`` prefix left by DataParallel. Raises FileNotFoundError for a missing file and
+    :class:`CheckpointError` for anything that is not a checkpoint.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"BlurBall weights file not found: {path}")
+    try:
+        # weights_only=True: a checkpoint is data; never execute pickled code from a downloaded file.
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises several types for non-checkpoint files
+        raise CheckpointError(f"{path} is not a PyTorch checkpoint ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})") from exc
+    if isinstance(obj, Mapping) and "model_state_dict" in obj:
+        obj = obj["model_state_dict"]
+    if not isinstance(obj, Mapping) or not obj or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()):
+        raise CheckpointError(f"{path} holds no state dict (expected a mapping of parameter names to "
+                              f"tensors, optionally under 'model_state_dict')")
+    if all(k.startswith("module.") for k in obj):
+        obj = {k[len("module."):]: v for k, v in obj.items()}
+    return dict(obj)
+
+
+def _check_state_dict(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    """Raise :class:`CheckpointError` naming the first missing, extra or misshapen keys (Chapter 5)."""
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    extra = [k for k in state if k not in expected]
+    misshapen = [f"{k} {tuple(state[k].shape)} != {tuple(expected[k].shape)}"
+                 for k in expected if k in state and state[k].shape != expected[k].shape]
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} missing key(s): {_first(missing)}")
+    if extra:
+        problems.append(f"{len(extra)} unexpected key(s): {_first(extra)}")
+    if misshapen:
+        problems.append(f"{len(misshapen)} misshapen key(s): {_first(misshapen)}")
+    if problems:
+        raise CheckpointError("checkpoint does not match BlurBall: " + "; ".join(problems))
+
+
+def _load_weights(model: nn.Module, path: str | Path) -> nn.Module:
+    """Load a checkpoint into ``model`` with strict key and shape checking (Chapter 5). Returns it."""
+    state = _read_state_dict(path)
+    _check_state_dict(model, state)
+    model.load_state_dict(state, strict=True)
+    return model
+
+
+def save_weights(model: nn.Module, path: str | Path) -> Path:
+    """Save in the authors' layout, ``{"model_state_dict": ...}`` (Chapter 5)."""
+    path = Path(path)
+    torch.save({"model_state_dict": model.state_dict()}, path)
+    return path
+
+
+def load_trained_blurball(path: str | Path | None = None, *, heatmap_only: bool = True) -> BlurBall:
+    """The BlurBall trained on the synthetic clips (``TRAINED_CHECKPOINT``), in eval mode (Chapter 6).
+
+    ``path`` defaults to the book's checkpoint; its provenance (seed, commit, machine, metrics) sits
+    beside it in ``blurball_synthetic.provenance.json``. Raises FileNotFoundError naming the script
+    that recreates it when the file is missing.
+    """
+    path = Path(path) if path is not None else TRAINED_CHECKPOINT
+    if not path.is_file():
+        raise FileNotFoundError(f"trained BlurBall checkpoint not found: {path}; "
+                                "recreate it with `python code/train_blurball.py --seed 0`")
+    return build_blurball(path, heatmap_only=heatmap_only)
+
+
+# --------------------------------------------------------------------------------------------------
+# Input, output, cost
+# --------------------------------------------------------------------------------------------------
+
+def _normalize_frames(frames: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+    """Stack RGB frames into the model's input, normalising each with ImageNet mean and std.
+
+    Introduced in Chapter 5. ``frames`` is a tensor ``(F, 3, H, W)`` or ``(N, F, 3, H, W)``, or a
+    sequence of F tensors ``(3, H, W)`` / ``(N, 3, H, W)``, in time order, with values in [0, 1]
+    (float) or 0..255 (uint8). Returns float32 ``(N, 3F, H, W)`` ordered [f0 RGB, f1 RGB, ...].
+    """
+    if not isinstance(frames, torch.Tensor):
+        frames = list(frames)
+        if not frames or not all(isinstance(f, torch.Tensor) for f in frames):
+            raise ValueError("_normalize_frames needs a tensor or a non-empty sequence of tensors")
+        frames = torch.stack(frames, dim=-4)
+    if frames.dim() == 4:
+        frames = frames.unsqueeze(0)
+    if frames.dim() != 5 or frames.shape[2] != 3:
+        raise ValueError(f"expected frames (N, F, 3, H, W) or (F, 3, H, W), got {tuple(frames.shape)}")
+    if frames.dtype == torch.uint8:
+        frames = frames.float() / 255.0
+    elif not frames.is_floating_point():
+        raise ValueError(f"frames must be uint8 or floating point, got {frames.dtype}")
+    frames = frames.float()
+    mean = torch.tensor(IMAGENET_MEAN, device=frames.device).view(1, 1, 3, 1, 1)
+    std = torch.tensor(IMAGENET_STD, device=frames.device).view(1, 1, 3, 1, 1)
+    normalised = (frames - mean) / std
+    n, f, c, h, w = normalised.shape
+    return normalised.reshape(n, f * c, h, w)
+
+
+def imagenet_normalize(x: torch.Tensor) -> torch.Tensor:
+    """Per-frame ImageNet normalisation of frames already stacked as the model's channels (Chapter 6).
+
+    ``x`` is ``(N, 3F, H, W)`` in [0, 1], ordered [f0 RGB, f1 RGB, ...] (what
+    :func:`graphbook.model.synthetic_clips.frames_to_tensor` returns); :func:`_normalize_frames` does the work.
+    """
+    if x.ndim != 4 or x.shape[1] % 3 != 0:
+        raise ValueError(f"expected (N, 3*frames, H, W), got {tuple(x.shape)}")
+    n, c, h, w = x.shape
+    return _normalize_frames(x.reshape(n, c // 3, 3, h, w))
+
+
+def example_input(batch: int = 1, height: int = INPUT_HEIGHT, width: int = INPUT_WIDTH,
+                  seed: int = DEFAULT_SEED) -> torch.Tensor:
+    """A deterministic normalised input: three synthetic frames with a ball moving across (Chapter 5).
+
+    A textured background plus a bright disc that moves between frames, so the input has the
+    structure of real frames (and a well-defined temporal order), without shipping video.
+    """
+    if height % 8 or width % 8 or height < 8 or width < 8:
+        raise ValueError(f"height and width must be positive multiples of 8, got {height}x{width}")
+    gen = torch.Generator().manual_seed(seed)
+    background = 0.35 + 0.15 * torch.rand(batch, 1, 3, height, width, generator=gen)
+    frames = background.expand(batch, FRAMES_IN, 3, height, width).clone()
+    rows = torch.arange(height).view(-1, 1).float()
+    cols = torch.arange(width).view(1, -1).float()
+    radius = max(2.0, height / 48)
+    for t in range(FRAMES_IN):
+        cy, cx = height * (0.3 + 0.15 * t), width * (0.25 + 0.2 * t)
+        disc = ((rows - cy) ** 2 + (cols - cx) ** 2) <= radius ** 2
+        frames[:, t, :, disc] = torch.tensor([0.95, 0.9, 0.8]).view(1, 3, 1)
+    return _normalize_frames(frames)
+
+
+def heatmap_peaks(logits: torch.Tensor | Mapping[int, torch.Tensor]) -> torch.Tensor:
+    """Per-frame argmax positions of heatmaps, as a long tensor ``(N, F, 2)`` of (row, col).
+
+    Introduced in Chapter 5 as the book's correctness check beyond max-abs-diff: two variants of the
+    model "agree" when they put every frame's peak in the same pixel. Accepts the logits tensor
+    ``(N, F, H, W)`` or the released model's ``{0: logits}`` dict.
+    """
+    if isinstance(logits, Mapping):
+        logits = logits[0]
+    if logits.dim() != 4:
+        raise ValueError(f"expected heatmaps (N, F, H, W), got {tuple(logits.shape)}")
+    n, f, h, w = logits.shape
+    flat_index = logits.detach().float().reshape(n, f, h * w).argmax(dim=-1).cpu()
+    return torch.stack([flat_index // w, flat_index % w], dim=-1)
+
+
+def peak_margin(logits: torch.Tensor) -> float:
+    """Smallest gap, over frames, between the highest and second-highest logit (Chapter 5).
+
+    A variant whose max abs diff from eager is below half this gap cannot move any peak; the
+    chapters print it to show how much numerical slack the peak check has.
+    """
+    n, f, h, w = logits.shape
+    top2 = logits.detach().float().reshape(n * f, h * w).topk(2, dim=-1).values
+    return float((top2[:, 0] - top2[:, 1]).min())
+
+

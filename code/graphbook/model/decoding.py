@@ -1,0 +1,177 @@
+"""The heatmap decoder: BlurBall's logits back into ball positions, blur angles and lengths.
+
+Introduced in Chapter 5 (and used by the server of Chapter 7). Sigmoid, threshold, 8-connected
+components; per component a heat-weighted centroid, the angle of the binary blob's principal axis and
+its length, as BlurBall's own decoder does. Coordinates and angles follow the conventions of
+:mod:`graphbook.model.synthetic_clips` (``x`` = column, ``y`` = row, undirected angles in ``[-90, 90)`` deg).
+
+Public API: :class:`Detection`, :class:`FrameDecoding`, :func:`_connected_components`,
+:func:`_decode_heatmap`, :func:`decode_clip`, :func:`decode_batch`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from graphbook.model.synthetic_clips import normalize_angle
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One candidate blob in a decoded heatmap (Chapter 5).
+
+    ``x``, ``y``: heat-weighted centroid (px); ``score``: sum of the heat (sigmoid) values in the blob;
+    ``angle_deg``: ``0.5 * atan2(2 mu11, mu20 - mu02)`` of the binary blob; ``half_extent``: half of the
+    blob's extent along its first principal axis (the spec's "length"); ``half_length``: that minus the
+    half extent across the axis, an estimate of the streak's blur half-length ``l`` that does not depend
+    on how thick the blob is (0 for a round blob); ``area``: pixel count.
+    """
+
+    x: float
+    y: float
+    score: float
+    angle_deg: float
+    half_extent: float
+    half_length: float
+    area: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FrameDecoding:
+    """The decoder's answer for one frame: the best detection (highest score) or None, and all candidates (Chapter 5)."""
+
+    best: Detection | None
+    candidates: tuple[Detection, ...]
+
+
+def _as_numpy(array) -> np.ndarray:
+    if hasattr(array, "detach"):  # torch tensor, on any device and dtype
+        array = array.detach().float().cpu().numpy()
+    out = np.asarray(array, dtype=np.float32)
+    if not np.issubdtype(out.dtype, np.floating):
+        raise TypeError(f"expected a float array, got {out.dtype}")
+    return out
+
+
+def _connected_components(mask: np.ndarray, connectivity: int = 8) -> tuple[np.ndarray, int]:
+    """Label the connected components of a 2-D boolean mask (Chapter 5).
+
+    Returns ``(labels, count)``: int32 ``(H, W)`` with 0 for background and 1..count for the
+    components in raster order of their first pixel. Vectorised label propagation over the
+    foreground pixels only: each round hooks every pixel and its representative to the smallest
+    neighbouring label, then pointer jumping flattens the chains, so the number of rounds grows with
+    the logarithm of a blob's size, not its area.
+    """
+    mask = np.asarray(mask)
+    if mask.ndim != 2:
+        raise ValueError(f"mask must be 2-D, got shape {mask.shape}")
+    if connectivity not in (4, 8):
+        raise ValueError(f"connectivity must be 4 or 8, got {connectivity}")
+    mask = mask.astype(bool)
+    height, width = mask.shape
+    labels_img = np.zeros((height, width), np.int32)
+    rows, cols = np.nonzero(mask)
+    n = rows.size
+    if n == 0:
+        return labels_img, 0
+    index = np.full((height + 2, width + 2), -1, np.int64)  # padded so neighbours never go out of range
+    index[rows + 1, cols + 1] = np.arange(n)
+    offsets = [(0, 1), (1, 0)] + ([(1, 1), (1, -1)] if connectivity == 8 else [])
+    a_list, b_list = [], []
+    for di, dj in offsets:
+        nb = index[rows + 1 + di, cols + 1 + dj]
+        keep = nb >= 0
+        a_list.append(np.nonzero(keep)[0])
+        b_list.append(nb[keep])
+    a, b = np.concatenate(a_list), np.concatenate(b_list)
+    parent = np.arange(n)
+    while True:
+        low = np.minimum(parent[a], parent[b])
+        new = parent.copy()
+        np.minimum.at(new, parent[a], low)  # hook representatives, not just the pixels
+        np.minimum.at(new, parent[b], low)
+        np.minimum.at(new, a, low)
+        np.minimum.at(new, b, low)
+        while True:  # pointer jumping
+            jumped = new[new]
+            if np.array_equal(jumped, new):
+                break
+            new = jumped
+        if np.array_equal(new, parent):
+            break
+        parent = new
+    roots, compact = np.unique(parent, return_inverse=True)  # roots are the smallest index = raster order
+    labels_img[rows, cols] = compact.astype(np.int32) + 1
+    return labels_img, int(roots.size)
+
+
+def _blob_detection(ys: np.ndarray, xs: np.ndarray, heat: np.ndarray) -> Detection:
+    weight = float(heat.sum())
+    cx = float((xs * heat).sum() / weight) if weight > 0 else float(xs.mean())
+    cy = float((ys * heat).sum() / weight) if weight > 0 else float(ys.mean())
+    # Moments of the binary blob (the spec): the angle of the major axis from the x axis towards y.
+    mx, my = xs.mean(), ys.mean()
+    dx, dy = xs - mx, ys - my
+    mu20, mu02, mu11 = float((dx * dx).mean()), float((dy * dy).mean()), float((dx * dy).mean())
+    theta = 0.5 * math.atan2(2 * mu11, mu20 - mu02)
+    along = dx * math.cos(theta) + dy * math.sin(theta)
+    across = -dx * math.sin(theta) + dy * math.cos(theta)
+    half_extent = 0.5 * float(along.max() - along.min())
+    half_width = 0.5 * float(across.max() - across.min())
+    return Detection(x=cx, y=cy, score=weight, angle_deg=normalize_angle(math.degrees(theta)),
+                     half_extent=half_extent, half_length=max(half_extent - half_width, 0.0), area=int(xs.size))
+
+
+def _decode_heatmap(heatmap, threshold: float = 0.5, *, from_logits: bool = True) -> FrameDecoding:
+    """Decode one frame's heatmap ``(H, W)`` into ball detections, as BlurBall does (Chapter 5).
+
+    Sigmoid (when ``from_logits``), threshold, 8-connected components; per component the score is
+    the sum of the heat, the position the heat-weighted centroid, the angle from the binary blob's
+    central moments and the length from its extent along the first principal axis.
+    """
+    heat = _as_numpy(heatmap)
+    if heat.ndim != 2:
+        raise ValueError(f"heatmap must be 2-D (H, W), got shape {heat.shape}")
+    if not 0.0 < threshold < 1.0:
+        raise ValueError(f"threshold must be in (0, 1), got {threshold}")
+    if from_logits:
+        heat = 1.0 / (1.0 + np.exp(-np.clip(heat, -60.0, 60.0)))
+    mask = heat > threshold
+    labels, count = _connected_components(mask)
+    if count == 0:
+        return FrameDecoding(None, ())
+    rows, cols = np.nonzero(labels)
+    comp = labels[rows, cols]
+    order = np.argsort(comp, kind="stable")
+    rows, cols, comp = rows[order], cols[order], comp[order]
+    starts = np.searchsorted(comp, np.arange(1, count + 1))
+    ends = np.append(starts[1:], comp.size)
+    found = []
+    for s, e in zip(starts, ends):
+        ys, xs = rows[s:e].astype(np.float64), cols[s:e].astype(np.float64)
+        found.append(_blob_detection(ys, xs, heat[rows[s:e], cols[s:e]].astype(np.float64)))
+    found.sort(key=lambda d: -d.score)
+    return FrameDecoding(found[0], tuple(found))
+
+
+def decode_clip(heatmaps, threshold: float = 0.5, *, from_logits: bool = True) -> list[FrameDecoding]:
+    """Decode the ``(F, H, W)`` heatmaps of one clip (one per frame); see :func:`_decode_heatmap` (Chapter 5)."""
+    heat = _as_numpy(heatmaps)
+    if heat.ndim != 3:
+        raise ValueError(f"heatmaps must be (F, H, W), got shape {heat.shape}")
+    return [_decode_heatmap(h, threshold, from_logits=from_logits) for h in heat]
+
+
+def decode_batch(heatmaps, threshold: float = 0.5, *, from_logits: bool = True) -> list[list[FrameDecoding]]:
+    """Decode a batch of heatmaps ``(N, F, H, W)`` (the model's output); see :func:`_decode_heatmap` (Chapter 5)."""
+    if isinstance(heatmaps, dict):  # BlurBall's raw output {0: logits}
+        heatmaps = heatmaps[0]
+    heat = _as_numpy(heatmaps)
+    if heat.ndim != 4:
+        raise ValueError(f"heatmaps must be (N, F, H, W), got shape {heat.shape}")
+    return [decode_clip(h, threshold, from_logits=from_logits) for h in heat]

@@ -1,0 +1,83 @@
+"""What a model is made of and what one forward pass costs: modules, parameters, MACs (Chapter 5).
+
+Introduced in Chapter 5, where the MACs of one BlurBall forward turn measured times into GFLOP/s against
+the machine's ceiling, and the MACs of the stage-4 convolutions whose outputs nothing reads
+(:data:`graphbook.model.blurball.DEAD_MODULE_PREFIXES`) say how much work a graph compiler can delete.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from graphbook.model.blurball import DEAD_MODULE_PREFIXES
+
+
+def module_counts(model: nn.Module) -> dict[str, int]:
+    """How many modules of each class ``model`` contains, e.g. ``{"Conv2d": 72, ...}`` (Chapter 5)."""
+    counts: dict[str, int] = {}
+    for module in model.modules():
+        name = type(module).__name__
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def parameter_count(model: nn.Module) -> int:
+    """Number of learnable parameters (BN running statistics are buffers, not counted). Chapter 5."""
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+def macs_by_module(model: nn.Module, x: torch.Tensor) -> dict[str, int]:
+    """Multiply-accumulates of each Conv2d and Linear in one eager forward, by module name.
+
+    Introduced in Chapter 5. Measured with forward hooks on the actual output shapes, so the
+    count follows the input size; element-wise work (BN, ReLU, adds) is not counted, as is
+    customary. The counts are for the whole batch in ``x``.
+    """
+    counts: dict[str, int] = {}
+    handles = []
+
+    def hook(name):
+        def record(module, inputs, output):
+            if isinstance(module, nn.Conv2d):
+                kh, kw = module.kernel_size
+                per_output = (module.in_channels // module.groups) * kh * kw
+            else:
+                per_output = module.in_features
+            counts[name] = counts.get(name, 0) + int(output.numel()) * per_output
+        return record
+
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Conv2d, nn.Linear)):
+            handles.append(module.register_forward_hook(hook(name)))
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return counts
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """Parameter count and per-forward MACs of a model at one input size (Chapter 5)."""
+
+    parameters: int
+    macs: int
+    dead_macs: int
+    input_shape: tuple
+
+    @property
+    def gflop(self) -> float:
+        """Billions of floating-point operations per forward, counting 2 per MAC."""
+        return 2 * self.macs / 1e9
+
+
+def model_cost(model: nn.Module, x: torch.Tensor) -> ModelCost:
+    """Parameters, total MACs and the MACs of never-read stage-4 outputs, all by code (Chapter 5)."""
+    per_module = macs_by_module(model, x)
+    dead = sum(v for k, v in per_module.items() if k.startswith(DEAD_MODULE_PREFIXES))
+    return ModelCost(parameters=parameter_count(model), macs=int(sum(per_module.values())),
+                     dead_macs=int(dead), input_shape=tuple(x.shape))

@@ -1,0 +1,178 @@
+"""WebAssembly against native ONNX Runtime: the page script in headless Chromium, and the ratio (Chapter 4).
+
+Introduced in Chapter 4. :func:`measure_in_chromium` serves a one-page harness (the panel of
+:func:`graphbook.runtimes.browser_runtime.widget_html` and its script, with only the files
+:func:`graphbook.runtimes.browser_runtime.publish` copies) on loopback, opens it in headless Chromium and calls the
+script's own ``benchmark`` (check against the stored reference, then warm-up and timed calls), and times
+native ONNX Runtime on the same file, size, level and thread count in alternating order
+(``code/bench_browser_ort.py`` records the rows). :func:`ratio_table` turns recorded runs into the
+WASM/native ratio with its spread across runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import threading
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import pandas as pd
+
+from graphbook.measure import timing
+from graphbook.runtimes import onnx_utils
+from graphbook.runtimes.browser_runtime import (
+    ASSETS_DIR,
+    SIZES,
+    BrowserAssetsError,
+    compare,
+    load_manifest,
+    publish,
+    read_tensor,
+    time_native,
+    widget_html,
+)
+
+HARNESS = """<!doctype html><html><head><meta charset="utf-8"><title>onnxruntime-web harness</title>
+<link rel="icon" href="data:,"></head><body>
+{panel}
+<script type="module" src="widget.js"></script></body></html>
+"""
+
+
+def _harness_page(folder: str | Path, native=None, machine: str = "this machine") -> Path:
+    """``index.html`` in a published folder: the page's panel and script alone, for scripts and tests (Chapter 4)."""
+    frame = native if native is not None else pd.DataFrame(
+        columns=["size", "level", "threads", "median_ms", "min_ms", "max_ms", "passed"])
+    path = Path(folder) / "index.html"
+    path.write_text(HARNESS.format(panel=widget_html(frame, machine=machine, assets_url="./")))
+    return path
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    isolate = False
+
+    def end_headers(self):
+        if self.isolate:  # what makes a page cross-origin isolated, so that WASM threads are allowed
+            self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+            self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+        super().end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def serve(folder: str | Path, *, isolate: bool = False):
+    """Serve ``folder`` on loopback (optionally cross-origin isolated); yields the base URL (Chapter 4)."""
+    handler = functools.partial(type("Handler", (_Handler,), {"isolate": isolate}), directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _browser_benchmark(page, key: str, *, level: str, threads: int, warmup: int, repeats: int) -> dict:
+    """One check-then-time of the page script in an open Playwright page (Chapter 4).
+
+    Calls the script's exported ``benchmark`` (the same code the reader's button runs). Returns its
+    result: ``passed``, ``max_abs_diff``, ``same_peaks``, ``median_ms``, ``min_ms``, ``max_ms``,
+    ``threads``, ``error``.
+    """
+    return page.evaluate(
+        """async (o) => { const m = await import('./widget.js');
+             return await m.benchmark(o); }""",
+        {"size": key, "level": level, "threads": threads, "warmup": warmup, "repeats": repeats})
+
+
+def measure_in_chromium(*, sizes: Sequence[str] = tuple(SIZES), levels: Sequence[str] = ("all",),
+                        threads: int = 1, runs: int = 3, warmup: int = 2, repeats: Mapping[str, int] | int = 5,
+                        assets_dir: str | Path = ASSETS_DIR, workdir: str | Path, progress=print,
+                        probes: Callable[[], Mapping] | None = None) -> list[dict]:
+    """WASM in headless Chromium against native ONNX Runtime, same files, sizes and threads (Chapter 4).
+
+    The book's run protocol (:func:`graphbook.measure.timing.repeated_runs`): ``runs`` independent runs, each
+    timing every (size, level, runtime) once in an order that rotates between runs, after ``probes()`` (the
+    benchmark script's copy bandwidth). Every row: ``run``, ``run_order``, ``runtime``
+    (``onnxruntime_web_wasm`` or ``onnxruntime_native``), size, level, threads, median/min/max ms, the check
+    (``same_output``, ``same_peaks``, ``max_abs_diff``) and the browser's version. A variant that fails its
+    check is recorded without times.
+    """
+    from playwright.sync_api import sync_playwright
+
+    workdir = Path(workdir)
+    publish(workdir, assets_dir, webgpu=False, widget=True)
+    _harness_page(workdir)
+    manifest = load_manifest(assets_dir)
+    chromium = next((c for c in ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+                     if Path(c).exists()), None)
+    if chromium is None:
+        raise BrowserAssetsError("Chromium is not installed: run scripts/setup_browser.sh")
+    cases = {f"{runtime}_{level}@{key}": (key, level, runtime) for key in sizes for level in levels
+             for runtime in ("onnxruntime_web_wasm", "onnxruntime_native")}
+    with serve(workdir, isolate=threads > 1) as base, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"])
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(base + "index.html", wait_until="load")
+        version = browser.version
+
+        def measure(name: str, index: int) -> dict:
+            key, level, runtime = cases[name]
+            entry = manifest["sizes"][key]
+            n = repeats[key] if isinstance(repeats, Mapping) else int(repeats)
+            row = {"runtime": runtime, "variant": f"{runtime}_{level}", "size": key, "height": entry["height"],
+                   "width": entry["width"], "level": level, "threads": threads, "warmup": warmup, "repeats": n,
+                   "browser": f"Chromium {version}", "model_file": entry["model"], "model_sha256": entry["model_sha256"]}
+            if runtime == "onnxruntime_native":
+                clip = read_tensor(Path(assets_dir) / entry["clip"], entry["input_shape"])
+                check = compare(onnx_utils.run_session(onnx_utils.make_session(
+                    Path(assets_dir) / entry["model"], level=level, threads=threads), clip), assets_dir, key)
+                timed = time_native(Path(assets_dir) / entry["model"], clip, level=level, threads=threads,
+                                    warmup=warmup, repeats=n) if check["passed"] else {}
+                row.update({"max_abs_diff": check["max_abs_diff"], "same_output": check["same_output"],
+                            "same_peaks": check["same_peaks"], "passed": check["passed"]})
+            else:
+                timed = _browser_benchmark(page, key, level=level, threads=threads, warmup=warmup, repeats=n)
+                if timed.get("error"):
+                    raise BrowserAssetsError(f"the page failed at {key}: {timed['error']}")
+                row.update({"max_abs_diff": timed["max_abs_diff"], "same_output": timed["same_output"],
+                            "same_peaks": timed["same_peaks"], "passed": timed["passed"], "browser_threads": timed["threads"]})
+            row.update({k: timed.get(k, float("nan")) for k in ("median_ms", "min_ms", "max_ms")})
+            progress(f"run {index + 1} {key} {level} {runtime}: {row['median_ms']:.1f} ms, "
+                     f"check {'passed' if row['passed'] else 'FAILED'}")
+            return row
+
+        rows = timing.repeated_runs({name: None for name in cases}, runs=runs, warmup=warmup, repeats=1,
+                                    probe_bytes=None, probes=probes, measure=measure)
+        browser.close()
+    if errors:
+        raise BrowserAssetsError(f"the page raised: {errors[0]}")
+    return rows
+
+
+def ratio_table(frame):
+    """WASM / native median per (CPU, size, level, threads) across recorded runs, with the spread (Chapter 4).
+
+    Per run the ratio of the browser's median to native ONNX Runtime's median (same file, size, level
+    and threads); then the median of those ratios, their min and max, and how many runs. Runs where
+    either side failed its check are left out.
+    """
+    keys = [c for c in ("cpu_model", "cpu_family", "cpu_model_id", "source_file", "run", "size", "level",
+                        "threads") if c in frame.columns]
+    passed = frame[frame["passed"].astype(bool)]
+    wide = passed.pivot_table(index=keys, columns="runtime", values="median_ms", aggfunc="first").dropna()
+    if wide.empty:
+        return pd.DataFrame(columns=["size", "level", "threads", "ratio", "ratio_min", "ratio_max", "runs"])
+    wide["ratio"] = wide["onnxruntime_web_wasm"] / wide["onnxruntime_native"]
+    group = [k for k in keys if k != "run"]
+    out = wide.reset_index().groupby(group).agg(
+        ratio=("ratio", "median"), ratio_min=("ratio", "min"), ratio_max=("ratio", "max"), runs=("ratio", "size"),
+        wasm_ms=("onnxruntime_web_wasm", "median"), native_ms=("onnxruntime_native", "median")).reset_index()
+    return out

@@ -1,0 +1,245 @@
+"""Do optimised variants of the detector still put the ball in the same place? (Chapter 6)
+
+Introduced in Chapter 6. The article warns that fusion reorders additions, so the last digits of the
+logits change, and leaves open whether the *ball positions* change. This module answers it with data:
+each variant (``torch.compile`` with freezing off and on, bf16 autocast, channels-last, every ONNX
+Runtime optimisation level, the Q/DQ INT8 model) runs on held-out synthetic clips whose ball is known
+(:mod:`graphbook.model.synthetic_clips`) and is compared with eager FP32 twice:
+
+- with eager: max abs diff of the logits, and the share of frames whose decoded detection agrees
+  (both empty, or both found within ``agree_px`` of each other);
+- with the ground truth: detection rate, median position error and median blur-angle error.
+"""
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+import torch
+
+from graphbook.config import BATCH_SIZES, SAME_OUTPUT_ATOL, THREADS
+from graphbook.model import blurball, decoding, scoring, synthetic_clips
+from graphbook.record import results
+from graphbook.record.results import (
+    MAX_ABS_DIFF,
+    PEAK_FRAMES,
+    RELATIVE_DIFF,
+    SAME_OUTPUT,
+    SAME_PEAK_FRAMES,
+    SAME_PEAKS,
+)
+from graphbook.runtimes import onnx_utils, variants
+from graphbook.runtimes.onnx_utils import LEVEL_NAMES
+
+#: Two detections "agree" when their centres are within this many pixels (half a pixel: same blob, same place).
+DEFAULT_AGREE_PX = 0.5
+#: A "clear" ball: a decoded blob whose heat sums to at least this (a few pixels over the threshold). The ball check
+#: judges the frames where either side decodes one: which of two specks just over 0.5 ranks first is a coin toss
+#: any rounding flips, and a blob that crosses the line on one side only is still in the same place.
+MIN_BALL_SCORE = 2.0
+
+
+#: The variants of the correctness table, from :data:`graphbook.runtimes.variants.REGISTRY` (keyed by their labels).
+TORCH_VARIANTS = ("eager_fp32", "compile_default", "compile_freezing", "eager_bf16_autocast",
+                  "eager_fp32_channels_last")
+
+
+def _torch_variants(model: torch.nn.Module) -> dict[str, Callable]:
+    """Runners ``x -> logits`` for the PyTorch variants, keyed by label, eager FP32 first (Chapter 6).
+
+    Built by :mod:`graphbook.runtimes.variants`. The compiled ones compile on their first call (call them once
+    to warm up before timing).
+    """
+    return variants.runners(model.eval(), None, TORCH_VARIANTS)
+
+
+def _onnx_variants(model: torch.nn.Module, example: torch.Tensor, workdir: str | Path, *,
+                  calibration: list[torch.Tensor] | None = None, threads: int = THREADS,
+                  levels=None) -> dict[str, Callable]:
+    """Runners for ONNX Runtime at each optimisation level and, with ``calibration``, Q/DQ INT8 (Chapter 6).
+
+    Built by :mod:`graphbook.runtimes.variants` (the raw export at every level; INT8 from the exporter-optimized
+    one), at the example's batch size.
+    """
+    names = [f"ort_{level}" for level in (levels or LEVEL_NAMES)] + (["ort_int8_qdq_all"] if calibration else [])
+    context = variants.BuildContext(workdir=workdir, threads=threads, calibration=calibration)
+    built = variants.runners(model.eval(), example, names, context, skip_unavailable=False)
+    built.pop(variants.get(variants.REFERENCE).label, None)
+    return built
+
+
+def _detections_agree(a: list[list], b: list[list], agree_px: float = DEFAULT_AGREE_PX,
+                      min_score: float = 0.0) -> tuple[int, int, float]:
+    """Compare two decodings frame by frame (Chapter 6): ``(agreeing frames, frames, largest shift px)``.
+
+    Agreeing: neither found a ball with a score of at least ``min_score``, or both found one (any score) and
+    the centres are within ``agree_px``. The largest shift is over the frames judged (0 if none).
+    """
+    agree = total = 0
+    shift = 0.0
+    for clip_a, clip_b in zip(a, b, strict=True):
+        for fa, fb in zip(clip_a, clip_b, strict=True):
+            total += 1
+            if not any(f.best is not None and f.best.score >= min_score for f in (fa, fb)):
+                agree += 1
+                continue
+            if fa.best is None or fb.best is None:
+                continue
+            d = math.hypot(fa.best.x - fb.best.x, fa.best.y - fb.best.y)
+            shift = max(shift, d)
+            agree += d <= agree_px
+    return agree, total, shift
+
+
+def correctness_table(runners: dict[str, Callable], clips: list, *, reference: str = "eager fp32",
+                      batch_size: int = 1, threshold: float = 0.5, agree_px: float = DEFAULT_AGREE_PX) -> list[dict]:
+    """One row per variant: logits vs ``reference`` and detections vs reference and ground truth (Chapter 6).
+
+    Columns: variant, clips, frames, max_abs_diff, same_output (within
+    :data:`graphbook.config.SAME_OUTPUT_ATOL` on every batch, :func:`graphbook.runtimes.correctness.compare_to_reference`),
+    expected_to_match_eager (from :mod:`graphbook.runtimes.variants`; None for a label it does not know),
+    agree_frames, agree_share, max_shift_px, detection_rate, median_error_px, median_angle_error_deg,
+    false_positive_rate (plain Python values).
+    """
+    if reference not in runners:
+        raise ValueError(f"reference variant {reference!r} is not among {sorted(runners)}")
+    if not clips:
+        raise ValueError("need at least one held-out clip")
+    inputs = [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor(clips[i:i + batch_size]))
+              for i in range(0, len(clips), batch_size)]
+    outputs = {}
+    with torch.no_grad():
+        for name, run in runners.items():
+            outputs[name] = [run(x).float() for x in inputs]
+    decoded = {name: [d for out in outs for d in decoding.decode_batch(out, threshold)] for name, outs in outputs.items()}
+    rows = []
+    for name in runners:
+        checks = [compare_to_reference(o, r) for o, r in zip(outputs[name], outputs[reference])]
+        diff = max(c[results.MAX_ABS_DIFF] for c in checks)
+        try:
+            expected = variants.by_label(name).expected_to_match_eager
+        except ValueError:
+            expected = None
+        agree, frames, shift = _detections_agree(decoded[name], decoded[reference], agree_px)
+        truth = scoring.summarize_matches(scoring.match_detections(decoded[name], clips))
+        rows.append({"variant": name, "clips": len(clips), "frames": frames, results.MAX_ABS_DIFF: diff,
+                     results.SAME_OUTPUT: all(c[results.SAME_OUTPUT] for c in checks),
+                     results.EXPECTED_TO_MATCH: expected,
+                     "agree_frames": int(agree), "agree_share": agree / frames, "max_shift_px": float(shift),
+                     "detection_rate": float(truth["detection_rate"]),
+                     "median_error_px": float(truth["median_error_px"]),
+                     "median_angle_error_deg": float(truth["median_angle_error_deg"]),
+                     "false_positive_rate": float(truth["false_positive_rate"])})
+    return rows
+
+
+def all_variants(model: torch.nn.Module, example_clip, *, onnx: bool = True, calibration_clips: list | None = None,
+                 threads: int = THREADS, workdir: str | Path | None = None) -> dict[str, Callable]:
+    """Every variant this machine can run, eager FP32 first (Chapter 6).
+
+    ONNX variants need ``onnxruntime`` and ``onnxscript``; without them they are left out (the
+    chapter says so from the returned names). ``example_clip`` fixes the exported input shape (batch
+    1). The INT8 model is built only when ``calibration_clips`` are given: use clips that are *not*
+    the held-out ones, or the calibration ranges would have seen the test.
+    """
+    runners = _torch_variants(model)
+    if onnx and variants.onnx_available()[0]:
+        example = blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([example_clip]))
+        calibration = ([blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([c])) for c in calibration_clips]
+                       if calibration_clips else None)
+        # without a workdir the files go once the sessions are built (sessions hold their model in memory)
+        with tempfile.TemporaryDirectory(prefix="graphbook-onnx-") as scratch:
+            runners.update(_onnx_variants(model, example, workdir if workdir is not None else scratch,
+                                         calibration=calibration, threads=threads))
+    return runners
+
+
+def ball_check(run: Callable, clips: list, reference: Callable | list, *, threshold: float = 0.5,
+               agree_px: float = DEFAULT_AGREE_PX) -> dict:
+    """Does ``run`` put the ball where eager FP32 does, on held-out clips? (Chapter 5)
+
+    The check of a lower precision: its logits differ from eager's by design, so what must hold is the
+    decoded ball. The rule: wherever either side decodes a clear ball (a blob of heat :data:`MIN_BALL_SCORE`),
+    the other decodes its ball within ``agree_px`` of it. It sees a miscompile only
+    on hard clips (:func:`graphbook.model.synthetic_clips.check_clips`), and a lower precision also inherits its
+    FP32 twin's faults (:data:`graphbook.runtimes.variants.FP32_TWINS`). Each clip goes through ``run`` at batch 1
+    (the shape a variant was built for);
+    ``reference`` is eager FP32's runner, or its logits per clip (a list, computed once for several
+    variants). Returns plain Python values: ``ball_agree_frames``, ``ball_frames``, ``ball_max_shift_px``
+    (:func:`_detections_agree`), ``same_ball`` (every frame agrees) and, against the clips' ground
+    truth, ``ball_detection_rate`` and ``ball_median_error_px``.
+    """
+    if not clips:
+        raise ValueError("need at least one held-out clip")
+    inputs = [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([clip])) for clip in clips]
+    with torch.no_grad():
+        outputs = [run(x).float() for x in inputs]
+        ref = reference if isinstance(reference, list) else [reference(x).float() for x in inputs]
+    decoded = [d for out in outputs for d in decoding.decode_batch(out, threshold)]
+    decoded_ref = [d for out in ref for d in decoding.decode_batch(out, threshold)]
+    agree, frames, shift = _detections_agree(decoded, decoded_ref, agree_px, MIN_BALL_SCORE)
+    truth = scoring.summarize_matches(scoring.match_detections(decoded, clips))
+    return {results.BALL_AGREE_FRAMES: int(agree), results.BALL_FRAMES: int(frames),
+            results.BALL_SHIFT_PX: float(shift), results.SAME_BALL: bool(agree == frames),
+            "ball_detection_rate": float(truth["detection_rate"]),
+            "ball_median_error_px": float(truth["median_error_px"])}
+
+
+def compare_to_reference(output, reference, *, atol: float = SAME_OUTPUT_ATOL) -> dict:
+    """How far ``output`` is from ``reference`` (eager FP32's output), the book's one rule (Chapter 3).
+
+    Returns plain Python values: ``max_abs_diff`` (largest absolute difference, in float64),
+    ``reference_scale`` (largest absolute reference value), ``relative_diff``
+    (``max_abs_diff / max(1, reference_scale)``) and ``same_output`` (``relative_diff <= atol``, default
+    :data:`SAME_OUTPUT_ATOL`). For heatmaps ``(N, F, H, W)`` (or BlurBall's ``{0: logits}``) also
+    ``same_peak_frames``, ``peak_frames`` and ``same_peaks`` (every frame's argmax in the same pixel,
+    :func:`graphbook.model.blurball.heatmap_peaks`). Whether the *decoded balls* agree is a separate question
+    answered on clips with known balls by :func:`graphbook.runtimes.correctness._detections_agree`.
+    """
+    def as_array(value):
+        if isinstance(value, Mapping):
+            value = value[0]
+        if hasattr(value, "detach"):
+            value = value.detach().float().cpu().numpy()
+        return np.asarray(value, dtype=np.float64)
+
+    out, ref = as_array(output), as_array(reference)
+    if out.shape != ref.shape:
+        raise ValueError(f"output shape {out.shape} differs from the reference's {ref.shape}")
+    diff = float(np.max(np.abs(out - ref))) if out.size else 0.0
+    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+    relative = diff / max(1.0, scale)
+    result = {MAX_ABS_DIFF: diff, "reference_scale": scale, RELATIVE_DIFF: relative,
+              SAME_OUTPUT: bool(relative <= atol)}
+    if out.ndim == 4:
+        same = (blurball.heatmap_peaks(torch.from_numpy(out)) == blurball.heatmap_peaks(torch.from_numpy(ref))).all(dim=-1)
+        result.update({SAME_PEAK_FRAMES: int(same.sum()), PEAK_FRAMES: int(same.numel()),
+                       SAME_PEAKS: bool(same.all())})
+    return result
+
+
+def check_batches(model, path: str | Path, input_chw, batch_sizes=BATCH_SIZES, *, threads: int = THREADS,
+                  seed: int = 0) -> list[dict]:
+    """Serve every batch size from ONE session on ``path`` and compare each with eager ``model`` (Chapter 7).
+
+    Returns one dict per batch size: ``batch_size``, ``output_shape`` and the fields of
+    :func:`graphbook.runtimes.correctness.compare_to_reference` (``max_abs_diff``, ``same_output``...). A batch
+    the model refuses (a static export) gets ``error`` with ONNX Runtime's message instead.
+    """
+    session = onnx_utils.make_session(path, threads=threads)
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for b in batch_sizes:
+        x = torch.randn(b, *input_chw, generator=gen)
+        try:
+            out = onnx_utils.run_session(session, x)
+        except Exception as error:  # ORT's pybind errors: a dimension the model fixed
+            rows.append({"batch_size": int(b), "error": str(error).splitlines()[0][:300]})
+            continue
+        with torch.no_grad():
+            reference = model(x)
+        rows.append({"batch_size": int(b), "output_shape": tuple(out.shape), **compare_to_reference(out, reference)})
+    return rows

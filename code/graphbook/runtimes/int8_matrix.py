@@ -1,0 +1,302 @@
+"""A matrix of ONNX Runtime static INT8 quantization choices, scored where it matters.
+
+Introduced in Chapter 4. Chapter 4's first INT8 model (:func:`graphbook.runtimes.onnx_utils.quantize_qdq`) is one
+choice among many: weights per output channel or per tensor; activation ranges from MinMax, Entropy or
+Percentile calibration; the model pre-processed by ``onnxruntime.quantization.shape_inference.quant_pre_process``
+or not; every layer quantized, or the sensitive ones (the stem that sees the raw frames, the 1x1 head
+that writes the logits, the squeeze-and-excitation gates) kept in FP32; and ``reduce_range`` (7-bit
+weights), which :func:`graphbook.runtimes.onnx_utils.int8_settings_for` chooses for this CPU (on x86 without
+VNNI the u8 x s8 products saturate otherwise). This module builds those models, scores each on the
+*held-out* synthetic clips against their ground truth (detection rate, median position error, median
+blur-angle error; :mod:`graphbook.model.scoring`) and against the FP32 model's logits (max abs diff), times
+them, and lets ONNX Runtime's Q/DQ debugging helpers (``onnxruntime.quantization.qdq_loss_debug``)
+name the tensors that quantize worst.
+
+The design is fractional, not the full 2 x 4 x 2 x 5 x 2 = 160-model product (half a minute to a
+minute of a shared 2-core CPU each, counting calibration, scoring and timing): :func:`graphbook.runtimes.quantization.design` varies
+**one factor at a time** from a baseline (per-channel, MinMax, no pre-processing, everything
+quantized, ``reduce_range`` as chosen for this CPU), which measures each factor's main effect, and
+adds two **combinations** (the "careful" choice on every factor at once, and per-tensor weights with
+the sensitive layers excluded) to show whether the effects add up. Interactions beyond those two are
+not estimated. The calibration factor has four levels, because ``quantize_static``'s Entropy is
+MinMax in disguise: it builds its histogram with 128 bins, as many as the 128 quantized bins the
+entropy search slides over them, so the search has one candidate, the full range (the first
+recorded run shows identical scales); a real entropy calibration needs more bins, which only a
+calibration cache can hand to ``quantize_static`` (:class:`graphbook.runtimes.quantization.Int8Config`, ``histogram_bins``).
+
+Entry points for Chapter 4: :func:`graphbook.runtimes.quantization.design` (the configurations), :func:`run_matrix`
+(what ``code/bench_int8.py`` calls) and :func:`tensor_errors`; :mod:`graphbook.teach.int8_decision` reads the recorded
+runs back and chooses a configuration.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import onnx
+from onnxruntime.quantization import qdq_loss_debug as qld
+from onnxruntime.quantization.qdq_loss_debug import compute_signal_to_quantization_noice_ratio
+
+from graphbook.config import THREADS
+from graphbook.measure import timing
+from graphbook.model.blurball import imagenet_normalize
+from graphbook.model.decoding import decode_batch
+from graphbook.model.scoring import match_detections, summarize_matches
+from graphbook.model.synthetic_clips import frames_to_tensor
+from graphbook.runtimes.onnx_utils import make_session
+from graphbook.runtimes.quantization import (
+    Int8Config,
+    Int8MatrixError,
+    calibration_reader,
+    module_of,
+    node_group,
+    node_scopes,
+    quantize_config,
+    quiet_onnxruntime,
+)
+
+#: Result kinds (``graphbook.record.results.KINDS``) this module's rows are written as.
+KIND_MATRIX = "int8-matrix"
+KIND_TENSOR_ERRORS = "int8-tensor-errors"
+
+FP32_NAME = "fp32"
+#: Column of the largest logit difference from the FP32 model (the book's one name for it).
+MAX_ABS_DIFF = "max_abs_diff"
+
+
+# --------------------------------------------------------------------------------------------------
+# The design
+# --------------------------------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------------------------------
+# Which nodes belong to the stem, the head and the SE layers
+# --------------------------------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------------------------------
+# Building a quantized model
+# --------------------------------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------------------------------
+# Scoring and timing
+# --------------------------------------------------------------------------------------------------
+
+def clip_inputs(clips) -> list[np.ndarray]:
+    """One normalised ``(1, 9, H, W)`` float32 input per clip (ImageNet normalisation, as in training;
+    Chapter 4)."""
+    return [imagenet_normalize(frames_to_tensor(clip)).numpy().astype(np.float32) for clip in clips]
+
+
+def _score_outputs(logits: Sequence[np.ndarray], clips, reference: Sequence[np.ndarray] | None = None) -> dict:
+    """Score per-clip logits ``(1, 3, H, W)`` against the clips' labels, and against reference logits (Chapter 4).
+
+    Returns :func:`graphbook.model.scoring.summarize_matches`'s dict plus ``max_abs_diff`` (the largest
+    logit difference from ``reference`` over all clips; NaN without a reference).
+    """
+    if len(logits) != len(clips):
+        raise Int8MatrixError(f"{len(logits)} outputs for {len(clips)} clips")
+    decoded = [frames for out in logits for frames in decode_batch(out)]
+    summary = summarize_matches(match_detections(decoded, list(clips)))
+    diff = math.nan
+    if reference is not None:
+        diff = max(float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+                   for a, b in zip(logits, reference))
+    return {**summary, MAX_ABS_DIFF: diff}
+
+
+# --------------------------------------------------------------------------------------------------
+# The matrix
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class MatrixRun:
+    """What :func:`run_matrix` measured: one row per model (FP32 first), and the failures by name (Chapter 4)."""
+
+    rows: list[dict] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)
+    paths: dict[str, Path] = field(default_factory=dict)
+
+
+def run_matrix(fp32_path: str | Path, configs: Sequence[Int8Config], calibration_frames: Sequence, eval_clips,
+               *, workdir: str | Path, threads: int = THREADS, repeats: int = 5,
+               log: Callable[[str], object] | None = None) -> MatrixRun:
+    """Quantize, score and time every configuration, with the FP32 model as the reference row (Chapter 4).
+
+    ``calibration_frames``: model inputs drawn from the *training* clips; ``eval_clips``: the
+    held-out clips (:func:`graphbook.model.synthetic_clips.held_out_clips`) at the model's input size. Each
+    row holds the configuration, ``status`` ("ok" or the error that stopped it: a configuration that
+    fails is recorded, not dropped), the quantized model's node counts, the scores of
+    :func:`_score_outputs` and the latency (median, min, max over ``repeats`` round-robin calls of one
+    clip, ``threads`` intra-op threads, ONNX Runtime's default ``all`` optimization level).
+    """
+    if not configs:
+        raise Int8MatrixError("the matrix needs at least one configuration")
+    names = [c.name for c in configs]
+    if FP32_NAME in names or len(set(names)) != len(names):
+        raise Int8MatrixError(f"configuration names must be unique and not {FP32_NAME!r}: {names}")
+    say = log or (lambda message: None)
+    workdir = Path(workdir)
+    inputs = clip_inputs(eval_clips)
+    height, width = inputs[0].shape[-2:]
+    run = MatrixRun()
+    sessions = {}
+
+    def infer(session):
+        name = session.get_inputs()[0].name
+        return [session.run(None, {name: x})[0] for x in inputs]
+
+    fp32_session = make_session(fp32_path, threads=threads)
+    reference = infer(fp32_session)
+    sessions[FP32_NAME] = fp32_session
+    fp32_row = {"config": FP32_NAME, "role": "reference", "precision": "fp32", "per_channel": "",
+                "calibration": "", "histogram_bins": "", "pre_process": "", "excluded": "", "reduce_range": "", "status": "ok",
+                "quantize_s": 0.0, "excluded_nodes": 0, "quantize_nodes": 0,
+                **_score_outputs(reference, eval_clips, reference)}
+    run.rows.append(fp32_row)
+    run.paths[FP32_NAME] = Path(fp32_path)
+    say(f"fp32: detection rate {fp32_row['detection_rate']:.3f}")
+    for config in configs:
+        row = {"config": config.name, "role": config.role, "precision": "int8", "per_channel": config.per_channel,
+               "calibration": config.calibration, "histogram_bins": config.histogram_bins or "",
+               "pre_process": config.pre_process, "excluded": config.excluded,
+               "reduce_range": config.reduce_range, "status": "ok"}
+        try:
+            built = quantize_config(fp32_path, workdir / f"int8_{config.name}.onnx", config, calibration_frames)
+            session = make_session(built["path"], threads=threads)
+            logits = infer(session)
+        except Exception as error:  # a configuration that cannot be built or run is a result, not a crash
+            message = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+            row["status"] = message
+            run.failures[config.name] = message
+            run.rows.append(row)
+            say(f"{config.name}: FAILED ({message})")
+            continue
+        row.update({"quantize_s": built["quantize_s"], "excluded_nodes": built["excluded_nodes"],
+                    "quantize_nodes": built["quantize_nodes"], **_score_outputs(logits, eval_clips, reference)})
+        sessions[config.name] = session
+        run.paths[config.name] = built["path"]
+        run.rows.append(row)
+        say(f"{config.name}: detection rate {row['detection_rate']:.3f}, max abs diff {row['max_abs_diff']:.3g}")
+
+    feed_name = fp32_session.get_inputs()[0].name
+    x0 = inputs[0]
+    times = timing.interleaved({name: (lambda s=s: s.run(None, {feed_name: x0})) for name, s in sessions.items()},
+                               warmup=1, repeats=repeats)
+    fp32_ms = times[FP32_NAME].median_ms
+    for row in run.rows:
+        timed = times.get(row["config"])
+        row.update({"height": int(height), "width": int(width), "threads": threads, "timing_runs": repeats,
+                    "calibration_clips": len(calibration_frames), "eval_clips": len(eval_clips)})
+        if timed:
+            row.update({"latency_ms": timed.median_ms, "latency_min_ms": timed.min_ms,
+                        "latency_max_ms": timed.max_ms, "speedup_vs_fp32": fp32_ms / timed.median_ms})
+        else:
+            row.update({"latency_ms": math.nan, "latency_min_ms": math.nan, "latency_max_ms": math.nan,
+                        "speedup_vs_fp32": math.nan})
+    return run
+
+
+# --------------------------------------------------------------------------------------------------
+# Which tensors quantize worst (onnxruntime.quantization.qdq_loss_debug)
+# --------------------------------------------------------------------------------------------------
+
+def _sqnr_db(reference, candidate) -> float:
+    """Signal-to-quantization-noise ratio in dB (``qdq_loss_debug``'s), NaN when the reference is all zero.
+
+    A tensor that is zero in the reference (a ReLU that is off for every input shown) carries no signal,
+    so its ratio says nothing about quantization: ONNX Runtime's own function returns 0 dB for it,
+    which would rank it first.
+    """
+    values = [reference] if isinstance(reference, np.ndarray) else list(reference)
+    if not values or float(np.linalg.norm(np.concatenate([np.ravel(v) for v in values]))) <= 1e-12:
+        return math.nan
+    return float(compute_signal_to_quantization_noice_ratio(reference, candidate))
+
+
+def _producers_and_consumers(model_path: Path) -> tuple[dict, dict]:
+    model = onnx.load(str(model_path), load_external_data=False)
+    produced, consumed = {}, {}
+    for node in model.graph.node:
+        for name in node.output:
+            produced[name] = node
+        for name in node.input:
+            consumed.setdefault(name, node)
+    return produced, consumed
+
+
+def tensor_errors(fp32_path: str | Path, qdq_path: str | Path, frames: Sequence, *, workdir: str | Path,
+                  top: int = 10) -> list[dict]:
+    """The ``top`` worst-quantized activations and weights of a Q/DQ model, ranked by SQNR (Chapter 4).
+
+    Uses ONNX Runtime's ``qdq_loss_debug``: both models are augmented to output every intermediate
+    tensor (``modify_model_output_intermediate_tensors``), run on ``frames`` (``collect_activations``),
+    matched (``create_activation_matching``, ``create_weight_matching``) and compared
+    (``compute_activation_error``, ``compute_weight_error``) as signal-to-quantization-noise ratios in
+    dB: lower is worse. Activations are ranked by ``qdq_sqnr_db``, the error of quantizing that tensor
+    alone; ``xmodel_sqnr_db`` is the FP32 model's tensor against the quantized model's (errors
+    accumulated from the input up to there).
+
+    Two corrections to the raw helpers: the Q/DQ format drops a ReLU and lets the quantizer's clamp
+    at zero do its work, so the tensor "before Q" of a ReLU output is the pre-ReLU value; the ReLU is
+    applied to it before comparing, so that ``qdq_sqnr_db`` measures rounding and clipping only. And
+    a tensor that is all zero in the reference has no signal-to-noise ratio (NaN, not ranked) instead
+    of the helpers' 0 dB.
+
+    Rows: tensor_kind ("activation" or "weight"), rank, tensor, module (from the exporter's module
+    names; for a weight, its parameter's module), group (:func:`node_group`, "other" outside the
+    stem, head and SE layers), op (the producing or consuming node's type), sqnr_db (the ranking
+    value), qdq_sqnr_db, xmodel_sqnr_db.
+    """
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise Int8MatrixError(f"top must be a positive integer, got {top!r}")
+    fp32_path, qdq_path, workdir = Path(fp32_path), Path(qdq_path), Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    produced, consumed = _producers_and_consumers(fp32_path)
+
+    input_name = onnx.load(str(fp32_path), load_external_data=False).graph.input[0].name
+    with quiet_onnxruntime():
+        activations = {}
+        for label, path in (("float", fp32_path), ("qdq", qdq_path)):
+            augmented = workdir / f"debug_{label}_{path.stem}.onnx"
+            qld.modify_model_output_intermediate_tensors(str(path), str(augmented))
+            activations[label] = qld.collect_activations(str(augmented), calibration_reader(input_name, frames))
+        matched = qld.create_activation_matching(activations["qdq"], activations["float"])
+        matched = {name: m for name, m in matched.items() if m.get("float")}
+        for name, match in matched.items():
+            node = produced.get(name)
+            if node is not None and node.op_type == "Relu":  # the Q/DQ model dropped it: see the docstring
+                match["pre_qdq"] = [np.maximum(a, 0) for a in match["pre_qdq"]]
+        act_err = qld.compute_activation_error(matched, err_func=_sqnr_db)
+        weight_err = qld.compute_weight_error(qld.create_weight_matching(str(fp32_path), str(qdq_path)))
+    rows = []
+    finite = [(name, err) for name, err in act_err.items() if not math.isnan(err["qdq_err"])]
+    ranked = sorted(finite, key=lambda item: item[1]["qdq_err"])[:top]
+    for rank, (name, err) in enumerate(ranked, 1):
+        node = produced.get(name) or consumed.get(name)
+        rows.append({"tensor_kind": "activation", "rank": rank, "tensor": name,
+                     "module": module_of(node_scopes(node)) if node is not None else "",
+                     "group": (node_group(node_scopes(node)) or "other") if node is not None else "other",
+                     "op": node.op_type if node is not None else "", "sqnr_db": err["qdq_err"],
+                     "qdq_sqnr_db": err["qdq_err"], "xmodel_sqnr_db": err.get("xmodel_err", math.nan)})
+    for rank, (name, err) in enumerate(sorted(weight_err.items(), key=lambda item: item[1])[:top], 1):
+        node = consumed.get(name)
+        parameter = name.rsplit(".", 1)
+        module = parameter[0] if len(parameter) == 2 and parameter[1] in ("weight", "bias") else \
+            (module_of(node_scopes(node)) if node is not None else "")
+        rows.append({"tensor_kind": "weight", "rank": rank, "tensor": name, "module": module,
+                     "group": (node_group(node_scopes(node)) or "other") if node is not None else "other",
+                     "op": node.op_type if node is not None else "", "sqnr_db": err,
+                     "qdq_sqnr_db": math.nan, "xmodel_sqnr_db": math.nan})
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# The recommendation
+# --------------------------------------------------------------------------------------------------
+
+

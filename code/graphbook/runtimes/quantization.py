@@ -1,0 +1,444 @@
+"""Static INT8 quantization of an ONNX file with ONNX Runtime: Q/DQ nodes, calibration, settings (Chapter 4).
+
+Introduced in Chapter 4: :func:`int8_settings_for` picks the activation and weight types this CPU can run
+without overflow, :func:`calibration_reader` feeds calibration frames, :func:`quantize_qdq` writes the Q/DQ
+model and :func:`qdq_counts` counts its nodes. The configuration space Chapter 4's matrix explores lives here too: :class:`Int8Config` and its
+:func:`design` (one factor at a time from a baseline), the layer groups a configuration can keep in FP32
+(:func:`_classify_nodes`) and :func:`quantize_config`, one configuration's model. :mod:`graphbook.runtimes.int8_matrix`
+builds, scores and times the matrix.
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import logging
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnxruntime import quantization as quant
+from onnxruntime.quantization import CalibrationDataReader, QuantType
+from onnxruntime.quantization.calibrate import create_calibrator, save_tensors_data
+from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+from onnxruntime.quantization.shape_inference import quant_pre_process
+
+from graphbook.measure.environment import cpu_features
+from graphbook.runtimes.onnx_utils import QDQ_OPS, _ops, check_model_file, op_counts
+
+INT16_MAX = 32767
+UINT8_MAX = 255
+
+
+def calibration_reader(input_name: str, frames: Iterable):
+    """An ONNX Runtime ``CalibrationDataReader`` that feeds ``frames`` one at a time (Chapter 4).
+
+    Each frame is one model input (e.g. a ``(1, 9, 288, 512)`` array or tensor).
+    """
+    batches = [f.detach().cpu().numpy() if hasattr(f, "detach") else np.asarray(f, dtype=np.float32)
+               for f in frames]
+    if not batches:
+        raise ValueError("calibration needs at least one input frame")
+
+    class FrameReader(CalibrationDataReader):
+        def __init__(self):
+            self._items = iter({input_name: b.astype(np.float32)} for b in batches)
+
+        def get_next(self):
+            return next(self._items, None)
+
+    return FrameReader()
+
+
+def worst_u8s8_pair_sum(reduce_range: bool) -> int:
+    """The largest |a1*w1 + a2*w2| of two uint8 activations and two int8 weights (Chapter 4).
+
+    x86 CPUs without VNNI multiply u8 x s8 with ``vpmaddubsw``, which adds each pair of products
+    into a *16-bit* lane and saturates at 32767. Full int8 weights (|w| <= 127) can reach
+    2 x 255 x 127 = 64770 and saturate; ``reduce_range`` weights (|w| <= 64) reach at most
+    2 x 255 x 64 = 32640, which fits. A number fixed by the arithmetic, the same on every CPU.
+    """
+    return 2 * UINT8_MAX * (64 if reduce_range else 127)
+
+
+@dataclass(frozen=True)
+class Int8Settings:
+    """The static-quantization settings chosen for a CPU, and why (Chapter 4)."""
+
+    activation_type: str = "QUInt8"
+    weight_type: str = "QInt8"
+    reduce_range: bool = False
+    per_channel: bool = True
+    reason: str = ""
+
+    def quantize_static_kwargs(self) -> dict:
+        """Keyword arguments for ``onnxruntime.quantization.quantize_static``."""
+        return {"activation_type": getattr(QuantType, self.activation_type),
+                "weight_type": getattr(QuantType, self.weight_type),
+                "reduce_range": self.reduce_range, "per_channel": self.per_channel}
+
+
+def int8_settings_for(features: Mapping | None = None, *, per_channel: bool = True) -> Int8Settings:
+    """INT8 settings that do not saturate on the CPU described by ``features`` (Chapter 4).
+
+    ``features`` is a :func:`graphbook.measure.environment.cpu_features` dict (default: this CPU, which the
+    variable ``GRAPHBOOK_CPU_FEATURES`` can override to ask what another CPU would get). uint8
+    activations and int8 weights throughout; ``reduce_range`` (7-bit weights) is switched on wherever
+    the u8 x s8 products may go through a 16-bit intermediate -- x86 without VNNI, or a CPU whose
+    features cannot be read -- and the returned ``reason`` says which case applied, in one sentence.
+    ONNX Runtime picks its kernel from the real CPU and offers no way to cap it, so these settings
+    are decided from the features, not from the kernel it will run.
+    """
+    if features is None:
+        features = cpu_features()
+    arch, vnni = features.get("arch", "other"), features.get("vnni")
+    full, reduced = worst_u8s8_pair_sum(False), worst_u8s8_pair_sum(True)
+    if arch == "x86" and vnni:
+        which = "AVX-512 VNNI" if features.get("avx512_vnni") else "AVX-VNNI"
+        return Int8Settings(reduce_range=False, per_channel=per_channel, reason=(
+            f"This CPU has {which}, whose instruction adds u8 x s8 products straight into 32-bit sums, "
+            "so full 8-bit weights cannot overflow and reduce_range stays off."))
+    if arch == "x86" and vnni is False:
+        return Int8Settings(reduce_range=True, per_channel=per_channel, reason=(
+            f"This CPU has no VNNI: ONNX Runtime's INT8 kernels add each pair of u8 x s8 products into a "
+            f"16-bit intermediate that saturates at {INT16_MAX}; with 8-bit weights a pair can reach "
+            f"{full}, so the weights are quantized to 7 bits (reduce_range=True, at most {reduced})."))
+    if arch == "arm":
+        return Int8Settings(reduce_range=False, per_channel=per_channel, reason=(
+            "On ARM, ONNX Runtime's INT8 kernels widen every product before adding (NEON multiply-long, "
+            "or SDOT/UDOT into 32-bit lanes), so the 16-bit overflow of x86 without VNNI does not arise "
+            "and reduce_range stays off."))
+    return Int8Settings(reduce_range=True, per_channel=per_channel, reason=(
+        "This CPU's instruction set could not be read, so the settings that hold on every x86 CPU are used: "
+        f"7-bit weights (reduce_range=True), whose u8 x s8 pairs stay below {INT16_MAX} (at most {reduced})."))
+
+
+def quantize_qdq(fp32_path: str | Path, out_path: str | Path, frames: Iterable, *,
+                 per_channel: bool = True, settings: Int8Settings | None = None,
+                 features: Mapping | None = None) -> Path:
+    """Static INT8 quantization to the explicit Q/DQ format, calibrated on ``frames`` (Chapter 4).
+
+    Activations are uint8 and weights int8 (per output channel by default), with min-max ranges
+    from the calibration frames. The result is an ordinary ONNX file in which every quantized tensor
+    passes through QuantizeLinear/DequantizeLinear: the explicit style that replaced TensorRT's
+    calibrators. Use a model whose BatchNorm is already folded (an ``optimize=True`` export).
+    ``settings`` default to :func:`int8_settings_for` ``(features)``: 7-bit weights on x86 without
+    VNNI, where 8-bit ones saturate (max abs error 0.274 instead of 0.035 on the test block).
+    """
+    fp32_path = check_model_file(fp32_path)
+    out_path = Path(out_path)
+    if out_path.suffix != ".onnx":
+        raise ValueError(f"the output path must end in .onnx, got {str(out_path)!r}")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+
+    if settings is None:
+        settings = int8_settings_for(features, per_channel=per_channel)
+    input_name = onnx.load(str(fp32_path), load_external_data=False).graph.input[0].name
+    reader = calibration_reader(input_name, frames)
+    root_logger = logging.getLogger()
+    previous = root_logger.level
+    root_logger.setLevel(logging.ERROR)  # the quantizer logs a pre-processing hint as a warning
+    try:
+        quant.quantize_static(str(fp32_path), str(out_path), reader, quant_format=quant.QuantFormat.QDQ,
+                              calibrate_method=quant.CalibrationMethod.MinMax, **settings.quantize_static_kwargs())
+    finally:
+        root_logger.setLevel(previous)
+    return out_path
+
+
+def qdq_counts(model_or_path) -> dict[str, int]:
+    """Number of QuantizeLinear and DequantizeLinear nodes in a model (Chapter 4)."""
+    counts = op_counts(model_or_path)
+    return {op: _ops(counts, op) for op in QDQ_OPS}
+
+
+#: The calibration methods of ``onnxruntime.quantization.CalibrationMethod`` the matrix compares.
+CALIBRATIONS = ("MinMax", "Entropy", "Percentile")
+
+
+#: The layer groups that can be kept in FP32 (see :func:`node_group`).
+GROUPS = ("stem", "head", "se")
+
+
+#: Module names of BlurBall's stem (top-level convolutions, their BatchNorms, and the stem's ReLU).
+STEM_MODULES = ("conv1", "bn1", "conv2", "bn2", "relu")
+
+
+#: Module name of BlurBall's head (the 1x1 convolution that writes the logits).
+HEAD_MODULE = "final_layers"
+
+
+#: How prose names each layer group.
+GROUP_WORDS = {"stem": "stem", "head": "head", "se": "SE layers"}
+
+
+#: Quantized bins of ONNX Runtime's entropy calibrator (its default, kept here); see :class:`Int8Config`.
+ENTROPY_QUANTIZED_BINS = 128
+
+
+#: Histogram bins of the design's real entropy calibration: 4x the quantized bins gives the search
+#: 193 candidate ranges; 2048 (TensorRT's choice) makes ONNX Runtime's Python search take minutes.
+ENTROPY_BINS = 512
+
+
+class Int8MatrixError(ValueError):
+    """A configuration or an argument the INT8 matrix refuses, with the reason (Chapter 4)."""
+
+
+@dataclass(frozen=True)
+class Int8Config:
+    """One static-quantization choice (Chapter 4).
+
+    ``exclude`` names layer groups kept in FP32 (a subset of :data:`GROUPS`); ``reduce_range`` is
+    the value used; ``role`` says where the configuration sits in the design ("baseline",
+    "vary <factor>", "combination"). ``histogram_bins`` (Entropy and Percentile only) sets the
+    calibrator's histogram size; None keeps what ``quantize_static`` uses, which cannot be changed
+    through its arguments: 128 bins for Entropy -- as many as the 128 quantized bins the entropy
+    search needs, which leaves it one candidate threshold, the full range, i.e. MinMax's -- and 2048
+    for Percentile.
+    """
+
+    name: str
+    per_channel: bool = True
+    calibration: str = "MinMax"
+    pre_process: bool = False
+    exclude: tuple[str, ...] = ()
+    reduce_range: bool = False
+    role: str = "baseline"
+    histogram_bins: int | None = None
+
+    def __post_init__(self):
+        if self.calibration not in CALIBRATIONS:
+            raise Int8MatrixError(f"calibration must be one of {list(CALIBRATIONS)}, got {self.calibration!r}")
+        unknown = [g for g in self.exclude if g not in GROUPS]
+        if unknown:
+            raise Int8MatrixError(f"unknown layer group(s) {unknown}; choose from {list(GROUPS)}")
+        if len(set(self.exclude)) != len(self.exclude):
+            raise Int8MatrixError(f"layer groups repeated in {self.exclude}")
+        if self.histogram_bins is not None:
+            if self.calibration == "MinMax":
+                raise Int8MatrixError("histogram_bins applies to Entropy and Percentile calibration, not MinMax")
+            if isinstance(self.histogram_bins, bool) or not isinstance(self.histogram_bins, int) \
+                    or self.histogram_bins < 2 * ENTROPY_QUANTIZED_BINS:
+                raise Int8MatrixError(f"histogram_bins must be an integer >= {2 * ENTROPY_QUANTIZED_BINS} "
+                                      f"(the entropy search needs more bins than its {ENTROPY_QUANTIZED_BINS} "
+                                      f"quantized ones), got {self.histogram_bins!r}")
+
+    @property
+    def excluded(self) -> str:
+        """The excluded groups as one cell, e.g. ``"stem+head+se"`` ("" when everything is quantized)."""
+        return "+".join(g for g in GROUPS if g in self.exclude)
+
+    def describe(self) -> str:
+        """A short phrase for prose, e.g. "per-channel weights, Entropy calibration, stem kept in FP32"."""
+        parts = ["per-channel weights" if self.per_channel else "per-tensor weights",
+                 f"{self.calibration} calibration"
+                 + (f" ({self.histogram_bins} histogram bins)" if self.histogram_bins else "")]
+        if self.pre_process:
+            parts.append("quant_pre_process")
+        parts.append(excluded_phrase(self.excluded))
+        parts.append(f"reduce_range={self.reduce_range}")
+        return ", ".join(parts)
+
+
+def design(reduce_range: bool, *, smoke: bool = False) -> list[Int8Config]:
+    """The configurations of the matrix, baseline first (Chapter 4).
+
+    One factor at a time from the baseline (per-channel, MinMax, no pre-processing, nothing
+    excluded, ``reduce_range`` as given, i.e. as :func:`graphbook.runtimes.onnx_utils.int8_settings_for`
+    chose for this CPU): per-tensor weights; Entropy as ``quantize_static`` runs it, and Entropy with
+    :data:`ENTROPY_BINS` histogram bins (see :class:`Int8Config`: the first is MinMax in disguise);
+    Percentile; ``quant_pre_process``; the stem, the head, the SE layers, and all three kept in FP32;
+    the opposite ``reduce_range`` (to show what the CPU-specific choice is worth). Then two
+    combinations: ``careful`` (Percentile, pre-processed, all three groups excluded) and
+    ``per-tensor-excluded`` (per-tensor weights with all three excluded). 13 configurations.
+    ``smoke=True`` gives 2 that still touch every code path: the baseline and a per-tensor, Entropy
+    (own histogram), pre-processed, everything-excluded combination.
+    """
+    if not isinstance(reduce_range, bool):
+        raise Int8MatrixError(f"reduce_range must be True or False, got {reduce_range!r}")
+    base = Int8Config(BASELINE_NAME, reduce_range=reduce_range, role="baseline")
+    if smoke:
+        return [base, replace(base, name="smoke-combination", per_channel=False, calibration="Entropy",
+                              histogram_bins=2 * ENTROPY_QUANTIZED_BINS, pre_process=True, exclude=GROUPS,
+                              role="combination")]
+    return [
+        base,
+        replace(base, name="per-tensor", per_channel=False, role="vary per_channel"),
+        replace(base, name="entropy", calibration="Entropy", role="vary calibration"),
+        replace(base, name=f"entropy-{ENTROPY_BINS}-bins", calibration="Entropy", histogram_bins=ENTROPY_BINS,
+                role="vary calibration"),
+        replace(base, name="percentile", calibration="Percentile", role="vary calibration"),
+        replace(base, name="pre-processed", pre_process=True, role="vary pre_process"),
+        replace(base, name="no-stem", exclude=("stem",), role="vary exclude"),
+        replace(base, name="no-head", exclude=("head",), role="vary exclude"),
+        replace(base, name="no-se", exclude=("se",), role="vary exclude"),
+        replace(base, name="no-stem-head-se", exclude=GROUPS, role="vary exclude"),
+        replace(base, name=f"reduce-range-{str(not reduce_range).lower()}", reduce_range=not reduce_range,
+                role="vary reduce_range"),
+        replace(base, name="careful", calibration="Percentile", pre_process=True, exclude=GROUPS,
+                role="combination"),
+        replace(base, name="per-tensor-excluded", per_channel=False, exclude=GROUPS, role="combination"),
+    ]
+
+
+def int8_settings() -> dict:
+    """``reduce_range`` for this CPU and why, as :func:`graphbook.runtimes.onnx_utils.int8_settings_for` decides (Chapter 4).
+
+    Returns ``{"reduce_range": bool, "reduce_range_reason": str, "cpu_isa": str, "vnni": bool | None}``.
+    The choice lives in ``int8_settings_for`` (one place decides for the whole book); this records it
+    with the instruction set it was decided from (:func:`graphbook.measure.environment.cpu_features`).
+    """
+    features = cpu_features()
+    settings = int8_settings_for(features)
+    return {"reduce_range": bool(settings.reduce_range), "reduce_range_reason": settings.reason,
+            "cpu_isa": features.get("isa", "unknown"), "vnni": features.get("vnni")}
+
+
+def node_scopes(node) -> list[str]:
+    """The module path the exporter recorded for ``node`` (``pkg.torch.onnx.name_scopes``), or []."""
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes":
+            try:
+                value = ast.literal_eval(prop.value)
+            except (ValueError, SyntaxError):
+                return []
+            return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
+    return []
+
+
+def node_group(scopes: Sequence[str]) -> str | None:
+    """``"stem"``, ``"head"``, ``"se"`` or None for a node's module path (Chapter 4).
+
+    ``scopes`` is the exporter's ``name_scopes`` list, e.g. ``['', 'stage2', ..., 'stage2.0.branches.0.0.se',
+    'mean']``. Stem: the first module is one of :data:`STEM_MODULES` (BlurBall's only top-level ReLU is
+    the stem's; a BatchNorm folded into its convolution keeps the BatchNorm's name); head:
+    :data:`HEAD_MODULE`; SE: any module path with an ``se`` part (``...se`` or ``...se.fc.0``).
+    """
+    modules = [s for s in scopes if s]
+    if not modules:
+        return None
+    if any("se" in m.split(".") for m in modules):
+        return "se"
+    top = modules[0].split(".")[0]
+    if top == HEAD_MODULE:
+        return "head"
+    if top in STEM_MODULES:
+        return "stem"
+    return None
+
+
+def module_of(scopes: Sequence[str]) -> str:
+    """The innermost module path in a ``name_scopes`` list (its last entry names the operation; Chapter 4)."""
+    modules = [s for s in scopes if s]
+    return modules[-2] if len(modules) >= 2 else (modules[0] if modules else "")
+
+
+def _classify_nodes(model_or_path) -> dict[str, str | None]:
+    """Node name -> :func:`node_group` for every node of an exported BlurBall (Chapter 4)."""
+    model = onnx.load(str(model_or_path), load_external_data=False) if isinstance(model_or_path, (str, Path)) \
+        else model_or_path
+    return {node.name: node_group(node_scopes(node)) for node in model.graph.node}
+
+
+def _nodes_in_groups(model_or_path, groups: Iterable[str]) -> list[str]:
+    """Names of the nodes in the given layer groups, for ``quantize_static(nodes_to_exclude=...)`` (Chapter 4).
+
+    Raises :class:`Int8MatrixError` when a requested group has no node: the model was not exported
+    with module names (``pkg.torch.onnx.name_scopes``), and excluding nothing would be a silent lie.
+    """
+    groups = tuple(groups)
+    unknown = [g for g in groups if g not in GROUPS]
+    if unknown:
+        raise Int8MatrixError(f"unknown layer group(s) {unknown}; choose from {list(GROUPS)}")
+    classes = _classify_nodes(model_or_path)
+    chosen = [name for name, group in classes.items() if group in groups]
+    empty = [g for g in groups if not any(group == g for group in classes.values())]
+    if empty:
+        raise Int8MatrixError(f"no node of the model belongs to {empty}: was it exported by torch.onnx with "
+                              "module names (pkg.torch.onnx.name_scopes metadata)?")
+    return chosen
+
+
+@contextlib.contextmanager
+def quiet_onnxruntime():
+    """Silence the quantizer: calibration progress on stdout and the pre-processing hint on the root logger."""
+    root = logging.getLogger()
+    previous = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        root.setLevel(previous)
+
+
+def _calibrate_to_cache(model_path: Path, reader, config: Int8Config, cache: Path, *, workdir: Path) -> None:
+    """Run ONNX Runtime's histogram calibrator with ``config.histogram_bins`` bins; save its ranges to ``cache``.
+
+    ``quantize_static`` passes no bin count to its calibrator, but it accepts a calibration cache
+    (``calibration_cache_path``) in the format of ``calibrate.save_tensors_data``: the same
+    calibrator (``create_calibrator``, on the operator types ``quantize_static`` would calibrate)
+    writes one with the bins asked for.
+    """
+    if cache.exists():
+        cache.unlink()  # a stale cache would be loaded instead of calibrating
+    op_types = sorted(set(QLinearOpsRegistry) | set(QDQRegistry))  # quantize_static's default op types
+    calibrator = create_calibrator(Path(model_path), op_types,
+                                   augmented_model_path=str(workdir / f"{cache.stem}.augmented.onnx"),
+                                   calibrate_method=getattr(quant.CalibrationMethod, config.calibration),
+                                   extra_options={"num_bins": config.histogram_bins,
+                                                  "num_quantized_bins": ENTROPY_QUANTIZED_BINS})
+    calibrator.collect_data(reader)
+    save_tensors_data(calibrator.compute_data(), cache)
+
+
+def quantize_config(fp32_path: str | Path, out_path: str | Path, config: Int8Config, frames: Sequence) -> dict:
+    """Build the Q/DQ model of one configuration, calibrated on ``frames`` (Chapter 4).
+
+    With ``config.pre_process`` the FP32 model first goes through ``quant_pre_process`` (symbolic
+    shape inference and ONNX Runtime's basic graph optimizations) into ``<out>.pre.onnx``. The
+    nodes of the excluded groups are looked up in the model that is actually quantized. Activations
+    are uint8, weights int8. Returns ``{"path", "quantize_s", "excluded_nodes", "quantize_nodes"}``.
+    """
+    fp32_path = check_model_file(fp32_path)
+    out_path = Path(out_path)
+    if out_path.suffix != ".onnx":
+        raise Int8MatrixError(f"the output path must end in .onnx, got {str(out_path)!r}")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    source = fp32_path
+    with quiet_onnxruntime():
+        if config.pre_process:
+            source = out_path.with_name(out_path.stem + ".pre.onnx")
+            quant_pre_process(str(fp32_path), str(source))
+        excluded = _nodes_in_groups(source, config.exclude) if config.exclude else []
+        input_name = onnx.load(str(source), load_external_data=False).graph.input[0].name
+        reader, cache = calibration_reader(input_name, frames), None
+        if config.histogram_bins is not None:  # calibrate here, hand the ranges over as a calibration cache
+            cache = out_path.with_name(out_path.stem + ".calibration.json")
+            _calibrate_to_cache(source, reader, config, cache, workdir=out_path.parent)
+            reader = None
+        quant.quantize_static(str(source), str(out_path), reader,
+                              quant_format=quant.QuantFormat.QDQ, activation_type=quant.QuantType.QUInt8,
+                              weight_type=quant.QuantType.QInt8, per_channel=config.per_channel,
+                              reduce_range=config.reduce_range, nodes_to_exclude=excluded or None,
+                              calibrate_method=getattr(quant.CalibrationMethod, config.calibration),
+                              calibration_cache_path=str(cache) if cache else None)
+    return {"path": out_path, "quantize_s": time.perf_counter() - start, "excluded_nodes": len(excluded),
+            "quantize_nodes": qdq_counts(out_path)["QuantizeLinear"]}
+
+
+BASELINE_NAME = "baseline"
+
+
+def excluded_phrase(excluded: str) -> str:
+    """``"stem+head+se"`` -> "stem, head and SE layers kept in FP32"; "" -> "every layer quantized"."""
+    words = [GROUP_WORDS.get(g, g) for g in str(excluded).split("+") if g]
+    if not words:
+        return "every layer quantized"
+    joined = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+    return f"{joined} kept in FP32"

@@ -1,0 +1,384 @@
+"""The BlurBall variants the book measures, in one registry (Chapters 3-7).
+
+Introduced in Chapter 5. Every script and chapter that runs "eager FP32 against channels-last, bf16,
+torch.compile with and without freezing, ONNX Runtime, OpenVINO..." builds the variant here, so a name
+means the same thing everywhere:
+
+- :data:`REGISTRY` -- name -> :class:`Variant` (human label, description, precision, family, whether it
+  is expected to give eager FP32's output, and the builder);
+- :func:`build` -- build one variant for a model and an example input: a runner ``x -> logits`` (a float
+  tensor) plus the build time (compile, or export + session, including the first call);
+- :func:`freezing` -- the one way the book turns Inductor freezing on (a config patch *and*
+  ``torch.no_grad()``: with autograd on, Inductor silently skips freezing);
+- the comparison with eager is :func:`graphbook.runtimes.correctness.compare_to_reference` under
+  :data:`graphbook.config.SAME_OUTPUT_ATOL`.
+
+``expected_to_match_eager`` is what the variant *should* do: FP32 rewrites reorder additions and stay
+within the tolerance; lower precisions do not. A variant expected to match that does not (Inductor
+freezing on BlurBall in torch 2.13, Chapter 3) is a failure the book reports, not a property of the
+variant.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import shutil
+import tempfile
+import time
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import onnxruntime as ort
+import torch
+import torch._inductor.config as inductor_config
+
+from graphbook.config import THREADS
+from graphbook.measure.warmup import logits_of
+from graphbook.runtimes import onnx_utils, openvino_runtime, quantization
+from graphbook.runtimes.onnx_utils import LEVEL_NAMES
+
+# torch is imported where it is used, so that a script can check its --variants (and fail fast on bad
+# arguments) without paying torch's import.
+Runner = Callable[["torch.Tensor"], "torch.Tensor"]
+
+#: The reference every variant is compared with.
+REFERENCE = "eager_fp32"
+
+
+class VariantUnavailable(RuntimeError):
+    """A variant cannot be built here (a missing package, no calibration frames); the message says why (Chapter 5)."""
+
+
+@contextlib.contextmanager
+def freezing(enabled: bool = True):
+    """Inductor freezing on (or, with ``enabled=False``, explicitly off) for what runs inside (Chapter 3).
+
+    The one way the book switches freezing: ``torch._inductor.config.patch(freezing=...)`` together with
+    ``torch.no_grad()``. Compile *and* call inside it. ``torch.compile(options={"freezing": True})``
+    is silently ignored in torch 2.13, and freezing is skipped when autograd is on (Chapter 3).
+    """
+    with inductor_config.patch(freezing=bool(enabled)), torch.no_grad():
+        yield
+
+
+def _autocast(enabled: bool, x: torch.Tensor):
+    if not enabled:
+        return contextlib.nullcontext()
+
+    return torch.autocast(x.device.type, dtype=torch.bfloat16)
+
+
+@dataclass
+class BuildContext:
+    """What the builders share (Chapter 5): a folder for exported files, threads, calibration frames.
+
+    ``workdir=None`` makes a temporary folder that is deleted when the context is closed (use it as a
+    ``with`` block; ONNX Runtime sessions and OpenVINO compiled models keep their model in memory, so
+    runners still work after).
+    Exports are cached per model and input shape, so every ONNX Runtime level reuses one export.
+    """
+
+    workdir: str | Path | None = None
+    threads: int = THREADS
+    calibration: Sequence[torch.Tensor] | None = None
+    cache: dict = field(default_factory=dict)
+    _scratch: Path | None = field(default=None, repr=False)
+
+    def folder(self) -> Path:
+        if self.workdir is not None:
+            path = Path(self.workdir)
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="graphbook-onnx-"))
+        return self._scratch
+
+    def close(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One BlurBall variant (Chapter 5). ``builder(model, example, context) -> runner``."""
+
+    name: str
+    label: str
+    description: str
+    precision: str                  # "fp32", "bf16", "int8"
+    family: str                     # "eager", "compile", "onnxruntime", "openvino"
+    expected_to_match_eager: bool
+    builder: Callable[[torch.nn.Module, torch.Tensor, BuildContext], Runner] = field(repr=False)
+    needs_calibration: bool = False
+
+
+@dataclass
+class Built:
+    """A built variant (Chapter 5): ``run(x)`` returns logits as a float tensor."""
+
+    variant: Variant
+    run: Runner
+    compile_s: float
+    note: str = ""
+    artifact: Path | None = None
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+
+# ------------------------------------------------------------------------------------------ builders
+def _eager(model, example, context, *, channels_last=False, bf16=False) -> Runner:
+    module = copy.deepcopy(model).to(memory_format=torch.channels_last) if channels_last else model
+
+    def run(x):
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.no_grad(), _autocast(bf16, x):
+            return logits_of(module(x)).float().contiguous()
+    return run
+
+
+def own_code(model):
+    """A copy of ``model`` whose ``forward`` has its own code object (Chapter 3).
+
+    Dynamo caches compiled code on the code object of the frame it captures (the model's ``forward``),
+    which every copy of a module shares, and Inductor settings such as freezing are not among its
+    guards: two compiles of copies would share one cache entry, and "compile_freezing" would be
+    measured with the graph of "compile_default". With its own code object each compiled copy keeps
+    its own graph, so variants can alternate without ``torch._dynamo.reset()`` or a recompile.
+    """
+    model = copy.deepcopy(model)
+    forward = type(model).forward
+    code = forward.__code__.replace()  # equal code, a distinct object: its own Dynamo cache
+    model.forward = types.MethodType(types.FunctionType(code, forward.__globals__, forward.__name__,
+                                                        forward.__defaults__, forward.__closure__), model)
+    return model
+
+
+def _compiled(model, example, context, *, freeze=False, bf16=False) -> Runner:
+    compiled = torch.compile(own_code(model))
+
+    def run(x):
+        with freezing(freeze), _autocast(bf16, x):
+            return logits_of(compiled(x)).float()
+    return run
+
+
+def onnx_available() -> tuple[bool, str]:
+    """Whether the ONNX variants can be built here, and if not why (Chapter 4)."""
+    try:
+        import onnxscript  # noqa: F401
+    except ImportError as error:
+        return False, f"ONNX variants need onnxscript ({error})"
+    return True, ""
+
+
+def onnx_file(model, example, context: BuildContext, export: str) -> Path:
+    """The exported model for ``export`` in ``raw``, ``optimized``, ``int8`` (cached in the context; Chapter 4).
+
+    ``raw``: exporter optimizer off, constants folded, so ONNX Runtime's own levels do the rewrites;
+    ``optimized``: the exporter's optimizer on (BatchNorm folded); ``int8``: the optimized export
+    statically quantized to Q/DQ, calibrated on ``context.calibration``.
+    """
+    available, why = onnx_available()
+    if not available:
+        raise VariantUnavailable(why)
+    key = (id(model), tuple(example.shape), export)
+    if key in context.cache:
+        return context.cache[key]
+    folder = context.folder()
+    if export == "raw":
+        path = onnx_utils.export_onnx(model.eval(), (example,), folder / "blurball_raw.onnx", optimize=False,
+                                      fold_constants=True, external_data=False)
+    elif export == "optimized":
+        path = onnx_utils.export_onnx(model.eval(), (example,), folder / "blurball_optimized.onnx",
+                                      external_data=False)
+    elif export == "int8":
+        if not context.calibration:
+            raise VariantUnavailable("the INT8 Q/DQ variant needs calibration frames (BuildContext.calibration)")
+        path = quantization.quantize_qdq(onnx_file(model, example, context, "optimized"),
+                                       folder / "blurball_int8_qdq.onnx", list(context.calibration))
+    else:
+        raise ValueError(f"unknown export {export!r}; choose raw, optimized or int8")
+    context.cache[key] = path
+    return path
+
+
+def _ort(model, example, context, *, export: str, level: str, disabled: Sequence[str] = ()) -> Runner:
+    session = onnx_utils.make_session(onnx_file(model, example, context, export), level=level,
+                                      threads=context.threads, disabled_optimizers=disabled)
+
+    def run(x):
+        return torch.from_numpy(np.asarray(onnx_utils.run_session(session, x))).float()
+    run.session = session
+    return run
+
+
+def _openvino(model, example, context, *, export: str, precision: str) -> Runner:
+    """OpenVINO's CPU plugin on the book's ONNX file: the same file ONNX Runtime runs, another compiler."""
+    available, why = openvino_runtime.available()
+    if not available:
+        raise VariantUnavailable(why)
+    if precision == "bf16":  # without native BF16 the hint would time an emulation, not the CPU's bf16
+        native, why = openvino_runtime.bf16_native()
+        if not native:
+            raise VariantUnavailable(why)
+    return openvino_runtime.runner(onnx_file(model, example, context, export), precision=precision,
+                                   threads=context.threads)
+
+
+#: The ONNX file each ONNX-based variant runs (the others run the raw export).
+_EXPORTS = {"ort_exporter_optimized_all": "optimized", "ort_int8_qdq_all": "int8", "openvino_int8": "int8"}
+
+
+def _registry() -> dict[str, Variant]:
+    entries = [
+        Variant("eager_fp32", "eager fp32", "eager, FP32, NCHW (the reference)", "fp32", "eager", True,
+                _eager),
+        Variant("eager_fp32_channels_last", "channels-last", "eager, FP32, channels-last (NHWC) model and input",
+                "fp32", "eager", True, lambda m, x, c: _eager(m, x, c, channels_last=True)),
+        Variant("eager_bf16_autocast", "bf16 autocast", "eager, bfloat16 autocast", "bf16", "eager", False,
+                lambda m, x, c: _eager(m, x, c, bf16=True)),
+        Variant("compile_default", "compile", "torch.compile, default mode, freezing off (the default)",
+                "fp32", "compile", True, _compiled),
+        # Expected to match: freezing folds constants, an exact rewrite. torch 2.13 miscompiles BlurBall with
+        # it (Chapter 3), which the book reports as a failure of this variant.
+        Variant("compile_freezing", "compile + freezing",
+                "torch.compile, default mode, Inductor freezing on (BN folded, oneDNN convs)", "fp32", "compile",
+                True, lambda m, x, c: _compiled(m, x, c, freeze=True)),
+        Variant("compile_bf16", "compile bf16", "torch.compile, freezing off, under bfloat16 autocast", "bf16",
+                "compile", False, lambda m, x, c: _compiled(m, x, c, bf16=True)),
+        Variant("compile_freezing_bf16", "compile + freezing bf16",
+                "torch.compile with Inductor freezing, under bfloat16 autocast", "bf16", "compile", False,
+                lambda m, x, c: _compiled(m, x, c, freeze=True, bf16=True)),
+    ]
+    for level in LEVEL_NAMES:
+        entries.append(Variant(f"ort_{level}", f"onnxruntime {level}",
+                               f"ONNX Runtime, raw export, level {level}", "fp32", "onnxruntime", True,
+                               lambda m, x, c, level=level: _ort(m, x, c, export="raw", level=level)))
+    entries += [
+        # The layout level's blocked-layout rewrite taken out of level all: what NCHWc is worth on its own.
+        Variant("ort_all_without_nchwc", "onnxruntime all without NCHWc",
+                "ONNX Runtime, raw export, level all with the NCHWc rewrite disabled", "fp32", "onnxruntime", True,
+                lambda m, x, c: _ort(m, x, c, export="raw", level="all", disabled=("NchwcTransformer",))),
+        Variant("ort_exporter_optimized_all", "onnxruntime exporter-optimized",
+                "ONNX Runtime, exporter-optimized export, level all", "fp32", "onnxruntime", True,
+                lambda m, x, c: _ort(m, x, c, export="optimized", level="all")),
+        Variant("ort_int8_qdq_all", "onnxruntime int8 q/dq",
+                "ONNX Runtime, INT8 Q/DQ (static, min-max), level all", "int8", "onnxruntime", False,
+                lambda m, x, c: _ort(m, x, c, export="int8", level="all"), needs_calibration=True),
+        # OpenVINO from the same files: FP32 and BF16 from the raw export (OpenVINO folds BN itself), INT8
+        # from the Q/DQ model ONNX Runtime runs, so the two runtimes are compared on one quantized graph.
+        Variant("openvino_fp32", "openvino fp32", "OpenVINO CPU plugin, raw export, f32 inference precision",
+                "fp32", "openvino", True, lambda m, x, c: _openvino(m, x, c, export="raw", precision="f32")),
+        Variant("openvino_bf16", "openvino bf16",
+                "OpenVINO CPU plugin, raw export, bf16 inference precision (native BF16 only)", "bf16", "openvino",
+                False, lambda m, x, c: _openvino(m, x, c, export="raw", precision="bf16")),
+        Variant("openvino_int8", "openvino int8 q/dq", "OpenVINO CPU plugin, the INT8 Q/DQ model (static, min-max)",
+                "int8", "openvino", False, lambda m, x, c: _openvino(m, x, c, export="int8", precision="f32"),
+                needs_calibration=True),
+    ]
+    return {v.name: v for v in entries}
+
+
+#: name -> :class:`Variant`, in the order the book reports them (eager FP32 first).
+REGISTRY: dict[str, Variant] = _registry()
+
+#: Each lower precision's FP32 twin: the same runtime and settings in FP32. A lower precision passes only when
+#: it keeps the decoded ball *and* its twin gives eager's output: rounding can hide a miscompile it inherits
+#: (compile + freezing bf16 keeps the ball, yet its logits are as far off as the FP32 freezing miscompile's).
+FP32_TWINS = {"eager_bf16_autocast": "eager_fp32", "compile_bf16": "compile_default",
+              "compile_freezing_bf16": "compile_freezing", "ort_int8_qdq_all": "ort_exporter_optimized_all",
+              "openvino_bf16": "openvino_fp32", "openvino_int8": "openvino_fp32"}
+
+
+def get(name: str) -> Variant:
+    """The registered variant ``name``; ValueError listing the names otherwise (Chapter 5)."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown variant {name!r}; choose from {', '.join(REGISTRY)}") from None
+
+
+def names(*, families: Sequence[str] | None = None, precisions: Sequence[str] | None = None) -> list[str]:
+    """Registered names, optionally only some families / precisions, in registry order (Chapter 5)."""
+    return [n for n, v in REGISTRY.items() if (families is None or v.family in families)
+            and (precisions is None or v.precision in precisions)]
+
+
+def by_label(label: str) -> Variant:
+    """The variant whose human label is ``label`` (Chapter 6's table is keyed by labels)."""
+    for variant in REGISTRY.values():
+        if variant.label == label:
+            return variant
+    raise ValueError(f"no variant labelled {label!r}")
+
+
+_NOTES = {"compile_default": "freezing off", "compile_freezing": "freezing on", "compile_bf16": "freezing off",
+          "compile_freezing_bf16": "freezing on"}
+
+
+def build(name: str, model: torch.nn.Module, example: torch.Tensor, context: BuildContext | None = None, *,
+          warm: bool = True) -> Built:
+    """Build variant ``name`` for ``model`` and ``example`` (Chapter 5).
+
+    With ``warm=True`` the runner is called once on ``example`` and ``compile_s`` is the time of the
+    build plus that first call (the compile, or export + session creation); otherwise the build alone.
+    ONNX variants are exported at ``example``'s shape. Raises :class:`VariantUnavailable` when this
+    machine cannot build it.
+    """
+    variant = get(name)
+    own_context = context is None
+    context = context or BuildContext()
+    try:
+        start = time.perf_counter()
+        run = variant.builder(model.eval(), example, context)
+        if warm:
+            run(example)
+        seconds = time.perf_counter() - start
+        note, artifact = _NOTES.get(name, ""), None
+        if variant.family in ("onnxruntime", "openvino"):
+            if variant.family == "onnxruntime":
+                note = f"ORT {ort.__version__}"
+            else:
+                note = f"OpenVINO {openvino_runtime.version()}"
+            export = _EXPORTS.get(name, "raw")
+            artifact = None if own_context else context.cache.get((id(model), tuple(example.shape), export))
+    finally:
+        if own_context:  # a session keeps its model in memory: the files can go
+            context.close()
+    return Built(variant, run, seconds, note, artifact)
+
+
+def runners(model: torch.nn.Module, example: torch.Tensor, selected: Sequence[str] | None = None,
+            context: BuildContext | None = None, *, key: str = "label", skip_unavailable: bool = True,
+            warm: bool = False) -> dict[str, Runner]:
+    """Runners for several variants, keyed by label (default) or name, reference first (Chapter 6).
+
+    Variants this machine cannot build (no ONNX or OpenVINO packages, no native BF16, no calibration
+    frames) are left out when ``skip_unavailable``; the caller can tell from the keys.
+    """
+    selected = list(selected) if selected is not None else list(REGISTRY)
+    if REFERENCE not in selected:
+        selected.insert(0, REFERENCE)
+    out = {}
+    for name in selected:
+        try:
+            built = build(name, model, example, context, warm=warm)
+        except VariantUnavailable:
+            if not skip_unavailable:
+                raise
+            continue
+        out[getattr(built.variant, key)] = built.run
+    return out

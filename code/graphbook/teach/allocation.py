@@ -1,0 +1,149 @@
+"""What a fresh tensor costs on a CPU, and the allocator removed as a cause (Chapter 2).
+
+The bytes-moved model of Chapter 2 counts reads and writes. On a CPU a freshly allocated output costs more:
+glibc's ``malloc`` serves a block above its mmap threshold with a new mapping and returns it to the kernel on
+``free``, so each fresh large tensor's pages fault on first touch. :func:`minor_page_faults` counts those
+faults; :func:`allocator_ablation` removes the cause (glibc told to keep freed memory) and times the unchanged
+eager chain in fresh processes; :func:`allocator_runs` repeats it for the recorded runs of
+``code/03_fusion.py``; :func:`recorded_split` reads those runs back: allocation against traffic, per machine.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+
+import pandas as pd
+import torch
+
+from graphbook.config import THREADS
+from graphbook.measure import compiletime, timing
+from graphbook.record import runs
+from graphbook.teach.fusion_demo import chain, chain_into
+
+
+def minor_page_faults(fn, calls: int = 3, trials: int = 5) -> float | None:
+    """Minor page faults per call of ``fn`` after one untimed call; None where not measurable (Chapter 2).
+
+    A minor fault is the operating system mapping a page on its first touch. Counted with
+    ``resource.getrusage``, which exists on Linux and macOS only. The count covers the whole process,
+    so other threads (a notebook kernel's, a busy machine's page migration) can only add faults:
+    the smallest per-call count of ``trials`` rounds of ``calls`` calls is the one that belongs to ``fn``.
+    """
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    fn()
+    counts = []
+    for _ in range(trials):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(calls):
+            fn()
+        counts.append((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls)
+    return min(counts)
+
+
+#: glibc's malloc serves a block above its mmap threshold (128 KiB, growing with the blocks freed, to at most
+#: 32 MiB on 64-bit) with an mmap of its own and returns it to the kernel on free, so every fresh 64 MiB tensor
+#: gets new pages that fault on first touch.
+#: These switches make it serve every block from its heap and keep what is freed: no mmap, no trimming.
+GLIBC_MMAP_THRESHOLD_DEFAULT = 128 * 1024              #: bytes: glibc's starting mmap threshold (mallopt(3))
+GLIBC_MMAP_THRESHOLD_MAX = 4 * 1024 * 1024 * 8          #: bytes: the largest it grows to on a 64-bit system
+KEEP_FREED_MEMORY = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2 ** 40)}
+_ALLOCATION_TAG = "GRAPHBOOK_ALLOCATION "
+
+
+def _allocation_child(n_elements: int, repeats: int) -> dict:
+    """In a fresh process: the eager chain, ``x * 2`` into a new tensor and into ``out=``, and page faults."""
+    x, out = torch.randn(n_elements), torch.zeros(n_elements)
+    with torch.no_grad():
+        times = timing.interleaved({"eager chain": lambda: chain(x), "x * 2, new tensor": lambda: x * 2,
+                                    "x * 2, out=": lambda: torch.mul(x, 2, out=out),
+                                    "chain into out=": lambda: chain_into(x, out)}, warmup=2, repeats=repeats)
+        faults = minor_page_faults(lambda: x * 2)
+    return {**{name: result.median_ms for name, result in times.items()}, "faults_per_new_tensor": faults}
+
+
+def allocator_ablation(n_elements: int = 2 ** 24, threads: int = THREADS, repeats: int = 7,
+                       timeout: float = 300.0, swap: bool = False) -> list[dict] | str:
+    """The fresh-tensor cost removed at its cause: the same eager code with glibc told to keep freed memory
+    (Chapter 2).
+
+    Two fresh processes time the eager chain, ``x * 2`` into a new tensor and into ``out=``, and the chain into
+    ``out=``: one with the default allocator, one with :data:`KEEP_FREED_MEMORY`. Returns one row per
+    process (``allocator``, the medians in ms, ``faults_per_new_tensor``), or a sentence saying why the
+    experiment does not apply here (it needs glibc, whose switches these are). ``swap`` starts the process that
+    keeps freed memory first (the rows then come in that order).
+    """
+    if platform.libc_ver()[0] != "glibc":
+        return (f"the allocator experiment needs glibc's malloc (this system's C library is "
+                f"{platform.libc_ver()[0] or 'not glibc'}), whose switches it uses")
+    code = ("import json, torch; from graphbook.teach import allocation; torch.set_num_threads(%d); "
+            "print(%r + json.dumps(allocation._allocation_child(%d, %d)))" % (threads, _ALLOCATION_TAG, n_elements,
+                                                                             repeats))
+    rows = []
+    allocators = (("glibc default", {}), ("glibc keeping freed memory", KEEP_FREED_MEMORY))
+    for label, extra in (allocators[::-1] if swap else allocators):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+        env.update(extra, OMP_NUM_THREADS=str(threads))
+        result, _ = compiletime.run_tagged_child(
+            [sys.executable, "-c", code], _ALLOCATION_TAG, env=env, timeout=timeout,
+            timeout_message=f"the allocation child ({label}) exceeded {timeout:.0f} s",
+            failure_message=lambda proc: f"the allocation child ({label}) failed: {(proc.stderr or '')[-800:]}")
+        rows.append({"allocator": label, **result})
+    return rows
+
+
+def allocator_runs(n_elements: int = 2 ** 25, threads: int = 1, runs: int = 3,
+                   repeats: int = 7) -> list[dict] | str:
+    """:func:`allocator_ablation` repeated ``runs`` times, the two allocators' order swapped each run (Chapter 2).
+
+    Returns the rows with ``run`` (1, 2, ...) and ``run_order`` added, or the sentence saying why the
+    experiment does not apply here.
+    """
+    rows = []
+    for number in range(1, runs + 1):
+        pair = allocator_ablation(n_elements, threads=threads, repeats=repeats, swap=number % 2 == 0)
+        if isinstance(pair, str):
+            return pair
+        rows += [{**row, "run": number, "run_order": order} for order, row in enumerate(pair, start=1)]
+    return rows
+
+
+def recorded_split(frame):
+    """The chain's speed-up split into allocation and traffic, and the allocator ablation, from recorded runs (Chapter 2).
+
+    ``frame``: ``results.load("fusion-demo")``. Per machine (:func:`graphbook.record.runs.add_machine`) and per
+    run of the newest recording that has every part: ``allocation`` (eager over eager into ``out=``),
+    ``traffic`` (eager into ``out=`` over the compiled loop into ``out=``), ``both`` (eager over the compiled
+    loop into ``out=``) and, where recorded, ``allocator`` (the eager chain with glibc's default allocator over
+    the same chain with freed memory kept). Returns one row per machine with the medians across runs, their
+    ranges and ``runs``; empty when no recording has the parts.
+    """
+    needed = {"eager", "preallocated out=", "torch.compile, out="}
+    chain_rows = frame[frame["part"] == "chain"]
+    rows = []
+    if chain_rows.empty:
+        return pd.DataFrame(rows)
+    for machine, mine in runs.add_machine(frame).groupby(runs.MACHINE, sort=False):
+        files = [f for f in mine.sort_values("date")["source_file"].unique()
+                 if needed <= set(mine[(mine.source_file == f) & (mine.part == "chain")]["variant"])]
+        if not files:
+            continue
+        newest = mine[mine["source_file"] == files[-1]]
+        chain_times = newest[newest["part"] == "chain"].pivot_table(index="run_id", columns="variant", values="median_ms")
+        chain_times = chain_times[sorted(needed)].dropna()
+        factors = {"allocation": chain_times["eager"] / chain_times["preallocated out="],
+                   "traffic": chain_times["preallocated out="] / chain_times["torch.compile, out="],
+                   "both": chain_times["eager"] / chain_times["torch.compile, out="]}
+        kept = newest[newest["part"] == "allocator"].pivot_table(index="run_id", columns="variant", values="median_ms")
+        if {"glibc default", "glibc keeping freed memory"} <= set(kept.columns):
+            factors["allocator"] = kept["glibc default"] / kept["glibc keeping freed memory"]
+        row = {"machine": machine, "source_file": files[-1], "runs": int(len(chain_times))}
+        for name, values in factors.items():
+            values = [float(v) for v in values.dropna()]
+            row.update({name: statistics.median(values), f"{name}_min": min(values), f"{name}_max": max(values)})
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,45 @@
+"""Chapter set-up and the book's data files (every chapter, from Chapter 1).
+
+Chapters call :func:`setup_chapter` in their first cell so that threads, seeds and the plotting
+style are the same whether a chapter runs under nbval, the book build or a reader's Jupyter.
+"""
+from __future__ import annotations
+
+import os
+import random
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import torch
+
+from graphbook.config import THREADS
+from graphbook.measure.environment import fingerprint, inductor_cache_dir_for_caps, set_threads
+from graphbook.paths import DATA_DIR
+
+
+def setup_chapter(threads: int = THREADS, seed: int = 0) -> dict:
+    """Fix threads, random seeds and the plot style; return the environment fingerprint (Chapter 1).
+
+    ``threads`` is explicit because the default (all cores) changes from machine to machine and
+    would make two runs of a chapter incomparable.
+    """
+    set_threads(threads)
+    capped_cache = inductor_cache_dir_for_caps()   # capped ISA: never reuse graphs compiled without the cap
+    if capped_cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = capped_cache
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    matplotlib.rcParams.update({"figure.dpi": 110, "savefig.dpi": 110, "figure.figsize": (7.0, 4.0),
+                                "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
+                                "axes.spines.right": False})
+    return fingerprint(threads)
+
+
+def read_data_csv(relative: str):
+    """Read a CSV from ``data/`` as a pandas DataFrame, with a clear error if it is missing (Chapter 2)."""
+    path = DATA_DIR / relative
+    if not path.exists():
+        raise FileNotFoundError(f"data file {relative!r} is missing under {DATA_DIR}; see data/README.md")
+    return pd.read_csv(path)

@@ -1,0 +1,126 @@
+"""The recorded BlurBall CPU matrix as the book reads it (Chapter 5 and the appendix "Machines and runs").
+
+``code/bench_blurball_cpu.py`` records every variant of :mod:`graphbook.runtimes.variants` at batch 1, with its
+correctness check, in ``cpu-blurball`` files. This module reads them the one way both pages need:
+
+- :func:`full_size_rows`: the variant rows at the article's input size, flagged for load, each joined with
+  its variant's verdict over its own machine's recorded runs (:func:`check_verdicts`);
+- :func:`run_table`: one row per recorded run (file, date, machine, eager FP32, load flag);
+- :func:`machine_verdict`: what one machine's quiet runs allow the book to say, as a sentence.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from graphbook.config import FULL_SIZE
+from graphbook.record import results, runs
+from graphbook.runtimes import variants
+
+
+def _own_check(name: str, group: pd.DataFrame) -> tuple[bool, str]:
+    """One variant's own check over one machine's runs: FP32 rewrites on the logits, a lower precision on the
+    decoded ball (recorded only with the trained checkpoint: older random-weight files cannot pass it)."""
+    if variants.get(name).expected_to_match_eager:
+        passed = bool(group[results.SAME_OUTPUT].astype(bool).all())
+        return passed, "same output as eager FP32" if passed else "output differs from eager FP32"
+    checked = group[group[results.SAME_BALL].notna()] if results.SAME_BALL in group else group.iloc[:0]
+    if checked.empty:
+        return False, "no decoded-ball check recorded (random-weight runs)"
+    frames = int(checked[results.BALL_FRAMES].min())
+    moved = frames - int(checked[results.BALL_AGREE_FRAMES].min())
+    if bool(checked[results.SAME_BALL].astype(bool).all()):
+        return True, f"decoded ball kept on {frames} held-out frames"
+    return False, f"decoded ball moved on {moved} of {frames} held-out frames"
+
+
+def check_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per machine and variant, from that machine's runs only: did it pass its check in every run
+    (``check_passed``), a phrase saying which check and why (``check``), its largest difference from eager
+    FP32 (``max_abs_diff``).
+
+    FP32 rewrites must give eager FP32's logits within the book's tolerance. A lower precision passes when
+    it keeps the decoded ball on the held-out clips *and* its FP32 twin (:data:`graphbook.runtimes.variants.FP32_TWINS`)
+    passes its own check on the same machine: the book's one rule, which Chapter 7's serving decision applies too.
+    Introduced in Chapter 5.
+    """
+    own = {key: (*_own_check(key[1], group), float(group[results.MAX_ABS_DIFF].max()))
+           for key, group in rows.groupby([runs.MACHINE, "variant"], sort=False)}
+    verdicts = {}
+    for (machine, name), (passed, why, diff) in own.items():
+        twin = variants.FP32_TWINS.get(name)
+        if twin is not None and not own.get((machine, twin), (False,))[0]:
+            twin_says = "differs from eager FP32" if (machine, twin) in own else "was not recorded on this machine"
+            why = (f"{why}, but " if passed else f"{why}; ") + f"its FP32 twin {variants.get(twin).label} {twin_says}"
+            passed = False
+        verdicts[machine, name] = {"check_passed": passed, "check": ("passed: " if passed else "FAILED: ") + why,
+                                   "max_abs_diff": diff}
+    frame = pd.DataFrame.from_dict(verdicts, orient="index")
+    frame.index.names = [runs.MACHINE, "variant"]
+    return frame
+
+
+def full_size_rows(recorded: pd.DataFrame | None = None,
+                   machine: str | None = None) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """The recorded variant rows at :data:`FULL_SIZE`, flagged for load and joined with ``check_passed``
+    (each machine judged on its own runs), and the per-variant verdicts of ``machine``; ``(None, None)``
+    when no full-size run is recorded.
+
+    ``recorded`` defaults to every ``cpu-blurball`` file (:func:`graphbook.record.results.load`); ``machine``
+    to :func:`graphbook.record.runs.deciding_machine` (the reference machine when it has three quiet runs). A machine's
+    verdicts are never pooled with another's. Introduced in Chapter 5.
+    """
+    recorded = results.load("cpu-blurball") if recorded is None else recorded
+    if recorded.empty:
+        return None, None
+    full = ((recorded.record == "variant") & (recorded.height == FULL_SIZE[0])
+            & (recorded.width == FULL_SIZE[1]))
+    if not full.any():
+        return None, None
+    rows = runs.flag_under_load(recorded[full])
+    verdicts = check_verdicts(rows)
+    machine = machine or runs.deciding_machine(rows) or rows[runs.MACHINE].iloc[0]
+    return rows.join(verdicts[["check_passed"]], on=[runs.MACHINE, "variant"]), verdicts.loc[machine]
+
+
+def run_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per recorded run: its file, date (UTC), machine, torch, eager FP32's median and whether its
+    own data flag it as taken under load (and why). Introduced in the appendix "Machines and runs"."""
+    def eager_ms(group):
+        eager = group[group.variant == variants.REFERENCE]
+        return float(eager.median_ms.iloc[0]) if len(eager) else float("nan")
+
+    out = []
+    for _, group in rows.groupby("run_id", sort=False):
+        first = group.iloc[0]
+        loaded = bool(first[runs.UNDER_LOAD])
+        out.append({"recorded file": first.source_file, "date (UTC)": str(first.date)[:16].replace("T", " "),
+                    "machine": first[runs.MACHINE], "torch": first.torch, "eager FP32 (ms)": round(eager_ms(group)),
+                    "under load?": "yes: " + str(first[runs.LOAD_REASON]) if loaded else "no"})
+    return pd.DataFrame(out)
+
+
+def machine_verdict(rows: pd.DataFrame, machine: str) -> tuple[str, str | None]:
+    """What the recorded runs of ``machine`` allow the book to say (a sentence), and the variant it
+    decides for, or None when its quiet runs are too few or disagree. ``rows`` come from
+    :func:`full_size_rows`. Introduced in Chapter 5."""
+    mine = rows[rows[runs.MACHINE] == machine]
+    flags = mine.groupby("run_id", sort=False)[runs.UNDER_LOAD].first()
+    n_quiet, n_loaded = int((~flags).sum()), int(flags.sum())
+    head = f"{runs.named(machine)}: {runs.count(len(flags), 'recorded run')}" + (
+        f", {n_loaded} flagged under load (not used)." if n_loaded else ".")
+    failed = sorted(set(mine.variant[~mine.check_passed.astype(bool)]))
+    excluded = (" Left out because they failed their check: " + ", ".join(variants.get(v).label for v in failed)
+                + ".") if failed else ""
+    best = runs.choose_best(mine, correct="check_passed", skip_under_load=True)
+    best = best.iloc[0] if len(best) else None
+    if best is None or best["best"] is None:
+        return head + " No variant passed its check." + excluded, None
+    lead = (f"{variants.get(best['best']).label} ({best['best_median']:.0f} ms, median of its quiet runs) "
+            f"against {variants.get(best['runner_up']).label} ({best['runner_up_median']:.0f} ms), "
+            f"ahead in {best['won_runs']} of {runs.count(int(best['runs']), 'quiet run')}")
+    if n_quiet < runs.MIN_RUNS:
+        return (head + f" Fewer than {runs.MIN_RUNS} quiet runs, so no best variant is declared; the quiet runs "
+                f"have {lead}." + excluded, None)
+    if not best["decided"]:
+        return head + f" The quiet runs do not agree on an order ({lead}): no best variant." + excluded, None
+    return head + f" Best correct variant: {lead}." + excluded, best["best"]

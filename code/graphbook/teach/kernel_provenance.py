@@ -1,0 +1,207 @@
+"""Which eager operators each Inductor kernel holds, read from the compiler's own record (Chapter 3).
+
+Introduced in Chapter 3. With ``INDUCTOR_PROVENANCE=1`` and ``TORCH_TRACE`` set, Inductor writes
+``inductor_provenance_tracking_node_mappings`` into the trace: each kernel launch (``name:handle``, one
+handle per call site) -> the post-grad nodes it computes -> the pre-grad (Dynamo) nodes those came
+from. ``tlparse --inductor-provenance`` turns the same trace into a three-pane page (pre-grad graph,
+post-grad graph, generated code, linked line by line).
+
+* :func:`trace_blurball` compiles BlurBall in a fresh process with both on, runs tlparse, and returns the
+  mapping, each pre-grad node's operator and module, and the provenance page; ``code/trace_kernel_provenance.py``
+  records the rows (results kind ``kernel-provenance``) and publishes the page
+  (``images/extra/tlparse_provenance/``, served at :data:`PROVENANCE_SITE_PATH`).
+* :func:`provenance_rows` flattens a mapping into one row per (launch, post-grad node, pre-grad node);
+  :func:`block_table` shows one module's operators beside the book's groups
+  (:func:`book_groups_by_node`, ``fusion_rules.fuse_groups`` on the same pre-grad graph);
+  :func:`fusion_differences` names where Inductor's kernels and the book's groups disagree.
+"""
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Mapping
+
+import pandas as pd
+import torch
+
+from graphbook.compilers import inductor_tools
+from graphbook.config import THREADS
+from graphbook.teach import fusion_rules
+from graphbook.teach.diagnostics import tlparse_command
+
+#: The provenance page relative to the site root (``html_extra_path`` copies ``images/extra/``); a chapter
+#: page links it as ``../tlparse_provenance/index.html``.
+PROVENANCE_SITE_PATH = "tlparse_provenance/index.html"
+
+# The child: BlurBall compiled by Inductor behind a backend that first notes each pre-grad node's operator
+# and module (the mapping names nodes only), so the rows can say "stage2...se: mean".
+_TRACE_SCRIPT = """\
+import json, sys, torch
+from torch._inductor.compile_fx import compile_fx
+from graphbook.model import blurball
+from graphbook.teach import fusion_rules
+torch.set_num_threads({threads})
+model = blurball.build_blurball()
+x = blurball.example_input(height={height}, width={width})
+nodes = {{}}
+def backend(gm, example_inputs):
+    for node in fusion_rules.compute_nodes(gm):
+        stack = list((node.meta.get("nn_module_stack") or {{}}).values())
+        path = stack[-1][0] if stack else ""
+        nodes[node.name] = {{"op": fusion_rules.op_name(node, gm),
+                            "module": path.removeprefix("L['self']").lstrip(".")}}
+    return compile_fx(gm, example_inputs)
+with torch.no_grad():
+    torch.compile(model, backend=backend)(x)
+json.dump(nodes, open(sys.argv[1], "w"))
+"""
+
+
+def trace_blurball(*, height: int = 96, width: int = 160, threads: int = THREADS, timeout: float = 1800) -> dict:
+    """Compile BlurBall with provenance tracking on and read Inductor's record back (Chapter 3).
+
+    Returns ``{"mapping": ..., "nodes": ..., "page": ...}``: the node-mapping JSON as Inductor wrote it,
+    pre-grad node -> ``{"op", "module"}`` in graph order, and the text of tlparse's provenance page for the compiled
+    frame. Caches are off (a cache hit would leave the trace without the mapping). Raises
+    ``RuntimeError`` when tlparse is missing, a step fails, or the trace holds other than one frame.
+    """
+    tlparse = tlparse_command()
+    if tlparse is None:
+        raise RuntimeError("tlparse is not installed (pip install tlparse; see requirements.txt)")
+    with tempfile.TemporaryDirectory(prefix="graphbook-provenance-") as work:
+        work = Path(work)
+        env = {**os.environ, "TORCH_TRACE": str(work / "trace"), "INDUCTOR_PROVENANCE": "1",
+               "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "OMP_NUM_THREADS": str(threads)}
+        script = _TRACE_SCRIPT.format(threads=threads, height=height, width=width)
+        proc = subprocess.run([sys.executable, "-c", script, str(work / "nodes.json")], env=env,
+                              capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the traced compile failed: {proc.stderr[-1500:]}")
+        logs = sorted((work / "trace").glob("*.log"))
+        if not logs:
+            raise RuntimeError("TORCH_TRACE wrote no log")
+        out = work / "tlparse"
+        proc = subprocess.run([tlparse, str(logs[-1]), "-o", str(out), "--inductor-provenance", "--overwrite",
+                               "--no-browser"], capture_output=True, text=True, timeout=timeout)
+        mappings = sorted(out.glob("*/inductor_provenance_tracking_node_mappings_*.json"))
+        pages = [p for p in out.glob("provenance_tracking_*.html") if p.name != "provenance_tracking_-_-_-_-.html"]
+        if proc.returncode != 0 or len(mappings) != 1 or len(pages) != 1:
+            raise RuntimeError(f"expected one compiled frame's mapping and page, found {len(mappings)} and "
+                               f"{len(pages)}: {(proc.stdout + proc.stderr)[-800:]}")
+        return {"mapping": json.loads(mappings[0].read_text()),
+                "nodes": json.loads((work / "nodes.json").read_text()), "page": pages[0].read_text()}
+
+
+def provenance_rows(mapping: Mapping, nodes: Mapping[str, Mapping]) -> list[dict]:
+    """One row per (kernel launch, post-grad node, pre-grad node) of an Inductor mapping (Chapter 3).
+
+    ``mapping`` is the node-mapping JSON (``cppCodeToPost`` on CPU, ``tritonCodeToPost`` on GPU, and
+    ``postToPre``); ``nodes`` gives each pre-grad node's ``op`` and ``module``. A post-grad node with no
+    pre-grad origin still gets a row, with empty ``pre_grad_node``, so a kernel traced to nothing shows.
+    """
+    code_to_post = next((v for k, v in mapping.items() if k.endswith("CodeToPost")), None)
+    if code_to_post is None or "postToPre" not in mapping:
+        raise ValueError(f"not an Inductor provenance mapping: keys {sorted(mapping)}")
+    order = {name: i for i, name in enumerate(nodes)}   # the pre-grad graph's order: eager's
+    rows = []
+    for launch, post_nodes in code_to_post.items():
+        kernel, _, handle = launch.rpartition(":")
+        for post in sorted(post_nodes):
+            for pre in mapping["postToPre"].get(post) or [""]:
+                info = nodes.get(pre, {})
+                rows.append({"kernel": kernel, "launch": int(handle), "post_grad_node": post, "pre_grad_node": pre,
+                             "node_index": order.get(pre, -1), "op": info.get("op", ""), "module": info.get("module", "")})
+    return sorted(rows, key=lambda r: (r["launch"], r["node_index"], r["post_grad_node"]))
+
+
+def launches(source: str) -> list[str]:
+    """The kernels the wrapper's ``call`` launches, in order, named as the mapping names them (Chapter 3):
+    a generated kernel by its name, a library call as ``extern_kernels.mm`` or ``torch.ops.mkldnn...``."""
+    return [call[:-len("(...)")] for call in inductor_tools.call_sequence(source)]
+
+
+def page_output_code(page: str) -> str:
+    """The generated wrapper code shown in the right-hand pane of tlparse's provenance page (Chapter 3)."""
+    match = re.search(r'<div id="generatedCode" class="editor">\s*<pre[^>]*>(.*?)</pre>', page, re.S)
+    if match is None:
+        raise ValueError("no generated code pane in this provenance page")
+    return html.unescape(re.sub(r"<[^>]+>", "", match.group(1)))   # the pane is syntax-highlighted spans
+
+
+def book_groups_by_node(model: torch.nn.Module, example: torch.Tensor) -> dict[str, fusion_rules.FusionGroup]:
+    """Pre-grad node -> the book's fusion group holding it: ``fusion_rules.fuse_groups`` on the graph
+    TorchDynamo hands Inductor, whose node names the mapping uses (Chapter 3)."""
+    with torch.no_grad():
+        (graph,) = inductor_tools.dynamo_graphs(model, example)
+    return {node: group for group in fusion_rules.fuse_groups(graph) for node in group.nodes}
+
+
+def _in_module(frame: pd.DataFrame, module: str) -> pd.Series:
+    return (frame["module"] == module) | frame["module"].str.startswith(module + ".")
+
+
+def block_table(frame: pd.DataFrame, module: str,
+                groups: Mapping[str, fusion_rules.FusionGroup] | None = None) -> pd.DataFrame:
+    """One module's eager operators in eager order: the post-grad nodes each became (the first three, then
+    how many more), the kernel launches that compute them, and (given ``groups``) the book's group (Chapter 3).
+
+    ``frame`` holds :func:`provenance_rows`; ``module`` is a qualified name (``"stage2.0.branches.0.0"``).
+    """
+    rows = frame[_in_module(frame, module) & (frame["pre_grad_node"] != "")]
+    if rows.empty:
+        raise ValueError(f"no traced operator in module {module!r}")
+    table = []
+    for pre, ops in rows.sort_values(["node_index", "launch"]).groupby("pre_grad_node", sort=False):
+        where = ops["module"].iloc[0].removeprefix(module).lstrip(".") or "(block)"
+        post = list(dict.fromkeys(ops["post_grad_node"]))
+        entry = {"eager operator": f"{where}: {ops['op'].iloc[0]}", "pre-grad node": pre,
+                 "post-grad nodes": ", ".join(post[:3]) + (f" +{len(post) - 3} more" if len(post) > 3 else ""),
+                 "Inductor kernels": ", ".join(dict.fromkeys(f"{k} #{n}" for k, n in zip(ops["kernel"], ops["launch"])))}
+        if groups is not None:
+            group = groups.get(pre)
+            entry["book group"] = f"{group.index}: {' + '.join(group.ops)}" if group else "-"
+        table.append(entry)
+    return pd.DataFrame(table)
+
+
+def fusion_differences(table: pd.DataFrame) -> list[dict]:
+    """Where a :func:`block_table` (with its ``book group`` column) has Inductor and the book disagree
+    (Chapter 3): a kernel launch holding operators of several book groups (Inductor fused what the book's
+    rules keep apart) and a book group spread over several launches (the book fuses what Inductor splits).
+    """
+    pairs = [(kernel, row["book group"], row["eager operator"]) for _, row in table.iterrows()
+             for kernel in row["Inductor kernels"].split(", ")]
+    found = []
+    for side, key, other in (("Inductor fused, the book splits", 0, 1), ("the book fuses, Inductor splits", 1, 0)):
+        for name in dict.fromkeys(p[key] for p in pairs):
+            across = sorted({p[other] for p in pairs if p[key] == name})
+            if len(across) > 1:
+                found.append({"difference": side, "where": name, "across": "; ".join(across),
+                              "operators": ", ".join(dict.fromkeys(p[2] for p in pairs if p[key] == name))})
+    return found
+
+
+def publish_page(page: str, out_dir: str | Path, record: Mapping) -> Path:
+    """Write the provenance page as ``out_dir/index.html`` (replacing the folder) with ``provenance.json``
+    saying how it was made (Chapter 3)."""
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    (out_dir / "index.html").write_text(page)
+    (out_dir / "provenance.json").write_text(json.dumps(dict(record), indent=1) + "\n")
+    return out_dir / "index.html"
+
+
+def untraced_launches(frame: pd.DataFrame, source: str) -> list[str]:
+    """The wrapper's launches (``name #k``, k counting from 1 in launch order, as the mapping's handles do)
+    that the rows do not trace to an eager operator, or trace under another kernel's name (Chapter 3)."""
+    traced = {(k, n) for k, n, pre in zip(frame["kernel"], frame["launch"], frame["pre_grad_node"]) if pre}
+    return [f"{name} #{k}" for k, name in enumerate(launches(source), start=1) if (name, k) not in traced]

@@ -1,0 +1,297 @@
+"""Where BlurBall's time goes on a CPU: profiler ops grouped the article's way, and work against the peak.
+
+Introduced in Chapter 5. The article profiles BlurBall on a GPU and groups the kernels into
+convolution, batch norm, element-wise and other. :func:`op_category` is the book's one rule that puts
+an op (or a GPU kernel) in a category, on the CPU and on the GPU alike (:mod:`graphbook.lab.gpu_profiling`
+uses it for its kernels): the *innermost* op decides, so the weight casts that autocast runs inside
+``aten::conv2d`` count as "cast/copy", not as convolution. :func:`profile_eager` profiles one eager
+forward on the CPU and groups its op units (:func:`cpu_op_units`: nested ops of one category are one
+unit, with its own time), :func:`_group_profile` sums counts and time shares. :func:`variant_rows` turns measured medians into
+the matrix's derived columns: speedup over eager FP32, achieved GFLOP/s (2 x MACs / median time) and
+the share of the matmul peak of the same precision.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from graphbook.config import THREADS
+from graphbook.measure.probes import fp32_ceiling, precision_ceiling
+from graphbook.record.results import SPEEDUP_VS_EAGER
+from graphbook.runtimes.onnx_utils import make_session, run_session
+from graphbook.runtimes.variants import REGISTRY
+
+#: Profile categories, in table order (the CPU profile and the GPU kernel profile share them).
+CATEGORIES = ("convolution", "batch_norm", "cast/copy", "elementwise", "other")
+#: Element-wise ops, by their short name (``aten::relu_`` -> ``relu_``).
+ELEMENTWISE_OPS = frozenset({"relu", "relu_", "add", "add_", "mul", "mul_", "sub", "sub_", "div", "div_",
+                             "sigmoid", "sigmoid_", "clamp", "clamp_", "clamp_min", "clamp_min_",
+                             "hardtanh", "hardtanh_", "threshold", "threshold_"})
+_CONV_WORDS = ("conv", "fprop", "implicit_gemm", "winograd", "convolve")
+_BN_WORDS = ("batch_norm", "batchnorm", "bn_fw", "bn_inf")
+_COPY_WORDS = ("copy", "_to_copy", "cast")
+_COPY_OPS = ("aten::to", "aten::_to_copy", "aten::copy_", "aten::clone", "aten::contiguous")
+# CPU ops that only allocate or re-view memory: never counted as work in a CPU profile.
+CPU_BOOKKEEPING_OPS = frozenset({
+    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::as_strided", "aten::view", "aten::reshape",
+    "aten::_reshape_alias", "aten::resize_", "aten::t", "aten::transpose", "aten::expand", "aten::detach",
+    "aten::detach_", "aten::alias", "aten::select", "aten::slice", "aten::unsqueeze", "aten::squeeze",
+    "aten::permute", "aten::lift_fresh", "aten::set_", "aten::as_strided_", "aten::_nnpack_available"})
+REFERENCE = "eager_fp32"
+FORWARD_LABEL = "blurball_forward"
+
+
+def op_category(op_name: str, kernel_name: str = "") -> str:
+    """Category of an op, or of a kernel from its innermost launching op, else its own name (Chapter 5).
+
+    One of :data:`CATEGORIES`. The op decides when it names a category (``aten::mkldnn_convolution``,
+    ``aten::cudnn_batch_norm``, ``aten::copy_``, ``aten::relu_``...); an op that names none falls back to
+    the kernel name, which is how Inductor's fused Triton kernels
+    (``triton_poi_fused__native_batch_norm_legit_no_training_relu_3``) and kernels without a known op
+    are classified. Pass the innermost op: a top-level ``aten::conv2d`` would also take in its casts.
+    """
+    for name in ((op_name or "").lower(), (kernel_name or "").lower()):
+        if not name:
+            continue
+        if name in _COPY_OPS:
+            return "cast/copy"
+        if any(word in name for word in _CONV_WORDS):
+            return "convolution"
+        if any(word in name for word in _BN_WORDS):
+            return "batch_norm"
+        if any(word in name for word in _COPY_WORDS):
+            return "cast/copy"
+        if name.split("::")[-1] in ELEMENTWISE_OPS:
+            return "elementwise"
+    return "other"
+
+
+def is_annotation(event) -> bool:
+    """True for a profiler event that is a user annotation, not work (Chapter 5).
+
+    Covers ``record_function`` ranges on the CPU (``user_annotation``), their GPU-timeline copies
+    (``gpu_user_annotation``) and Inductor's ``## Call CompiledFxGraph <key> ##`` /
+    ``## <kernel> ##`` ranges, whatever flag the installed profiler version sets.
+    """
+    if getattr(event, "is_user_annotation", False):
+        return True
+    activity = str(getattr(event, "activity_type", "") or "").lower()
+    if "user_annotation" in activity:
+        return True
+    name = str(getattr(event, "name", ""))
+    return name.startswith("## ") and name.endswith(" ##")
+
+
+def device_kind(event) -> str:
+    """``"CPU"`` or ``"CUDA"``: the device type of a profiler event (Chapter 5)."""
+    kind = getattr(event, "device_type", "")
+    return str(getattr(kind, "name", kind)).upper().replace("DEVICETYPE.", "")
+
+
+def cpu_op_units(events: Iterable) -> list[dict]:
+    """The work of a CPU profile as units, each categorised by its innermost op (Chapter 5).
+
+    A CPU op has no kernels to count, so the book counts *units*: an ``aten::`` op starts a unit when
+    its category (:func:`op_category`) differs from the unit it runs in, and nested ops of the same
+    category stay in it (``aten::conv2d`` > ``aten::convolution`` > ``aten::mkldnn_convolution`` is one
+    convolution). A unit's time is its own: its ops' time minus the units nested in it. So, as on the
+    GPU, the casts that bf16 autocast runs inside ``aten::conv2d`` are "cast/copy" units and time, not
+    convolution. Annotations, non-``aten`` events and allocation or view ops
+    (:data:`CPU_BOOKKEEPING_OPS`) start no unit. Returns dicts ``name`` (the unit's first op),
+    ``category``, ``start_us``, ``us``, in the order the units started.
+    """
+    events = list(events)
+    units: list[dict] = []
+
+    def visit(event, unit):
+        work = (device_kind(event) == "CPU" and not is_annotation(event) and str(event.name).startswith("aten::")
+                and event.name not in CPU_BOOKKEEPING_OPS)
+        if work and (unit is None or op_category(event.name) != unit["category"]):
+            length = event.time_range.end - event.time_range.start
+            if unit is not None:
+                unit["us"] -= length
+            unit = {"name": event.name, "category": op_category(event.name), "start_us": event.time_range.start,
+                    "us": length}
+            units.append(unit)
+        for child in getattr(event, "cpu_children", []) or []:
+            visit(child, unit)
+
+    nested = {id(child) for event in events for child in getattr(event, "cpu_children", []) or []}
+    for event in events:
+        if id(event) not in nested and device_kind(event) == "CPU":
+            visit(event, None)
+    units.sort(key=lambda u: u["start_us"])
+    return units
+
+
+def _group_profile(ops: Iterable[tuple[str, float]]) -> list[dict]:
+    """Counts, milliseconds and time shares per category from (op name, microseconds) pairs (Chapter 5).
+
+    One dict per category of :data:`CATEGORIES`, in that order: ``category``, ``ops``, ``ms``, ``share``.
+    """
+    totals = {c: {"count": 0, "us": 0.0} for c in CATEGORIES}
+    for name, micros in ops:
+        bucket = totals[op_category(name)]
+        bucket["count"] += 1
+        bucket["us"] += float(micros)
+    all_us = sum(b["us"] for b in totals.values()) or 1.0
+    return [{"category": c, "ops": totals[c]["count"], "ms": totals[c]["us"] / 1e3,
+             "share": totals[c]["us"] / all_us} for c in CATEGORIES]
+
+
+
+@contextlib.contextmanager
+def without_profiler_banner():
+    """Silence the native log lines the profiler writes on start and stop ("USDT: ... profiler_start") (Chapter 5).
+
+    Kineto prints them on file descriptor 2 from C++, outside Python's ``sys.stderr``, and no switch turns them
+    off, so the descriptor is pointed at ``/dev/null`` while the block runs and restored after it, even on an
+    error. Python's own warnings and exceptions are unaffected: only the block's native stderr is dropped.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as sink:
+            os.dup2(sink.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def profile_eager(model, x, autocast_dtype=None) -> list[dict]:
+    """Profile one eager forward on the CPU; group its op units (:func:`cpu_op_units`) by category (Chapter 5).
+
+    One untimed forward first (oneDNN primitive creation is not part of a steady-state forward).
+    ``autocast_dtype`` (e.g. ``torch.bfloat16``) runs both forwards under CPU autocast; its weight casts
+    then count as "cast/copy". Returns :func:`_group_profile`'s list.
+    """
+    def forward():  # autocast entered per forward, as a caller does: its cast cache lives for one block
+        with (torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype is not None
+              else contextlib.nullcontext()):
+            return model(x)
+
+    with torch.no_grad():
+        forward()
+        with without_profiler_banner(), profile(activities=[ProfilerActivity.CPU]) as prof:
+            with record_function(FORWARD_LABEL):
+                forward()
+    return _group_profile((u["name"], u["us"]) for u in cpu_op_units(prof.events()))
+
+
+def variant_rows(measured: list[dict], macs: int, peaks: dict, reference: str = REFERENCE) -> list[dict]:
+    """Each measured row plus speedup over ``reference``, achieved GFLOP/s and share of the matmul rate (Chapter 5).
+
+    ``measured`` rows have ``variant``, ``precision`` and (unless skipped) ``median_ms``; ``peaks`` maps a
+    precision to the matrix-product rate in GFLOP/s measured in the same run (a library's rate, not the machine's
+    ceiling: a variant can exceed it). A precision without a measured rate gets ``""`` for the peak and its share; a skipped row (no ``median_ms``) is passed through.
+    """
+    reference_row = next(r for r in measured if r["variant"] == reference)
+    rows = []
+    for r in measured:
+        row = dict(r)
+        if r.get("median_ms"):
+            row[SPEEDUP_VS_EAGER] = reference_row["median_ms"] / r["median_ms"]
+            row["gflop_per_s"] = 2 * macs / (r["median_ms"] * 1e-3) / 1e9
+            peak = peaks.get(r.get("precision", "fp32"))
+            row["peak_gflop_per_s"] = peak if peak else ""
+            row["share_of_matmul_rate"] = row["gflop_per_s"] / peak if peak else ""
+        rows.append(row)
+    return rows
+
+
+def _read_profile(profile_path: str | Path, runs: int = 1):
+    """Per-operator time from an ONNX Runtime profile (Chrome-trace JSON), per run (Chapter 4).
+
+    Uses the ``Node`` events whose names end in ``_kernel_time``; their ``dur`` is in microseconds.
+    Returns a DataFrame with columns op_name, nodes (kernel events per run), total_ms (per run) and
+    share (of the summed kernel time), sorted by time.
+    """
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ValueError(f"runs must be a positive integer, got {runs!r}")
+    events = json.loads(Path(profile_path).read_text())
+    rows = [(e["args"].get("op_name", "?"), float(e.get("dur", 0)))
+            for e in events if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")]
+    if not rows:
+        raise ValueError(f"{profile_path} has no kernel events; was the session run after profiling was enabled?")
+    frame = pd.DataFrame(rows, columns=["op_name", "dur_us"])
+    table = frame.groupby("op_name").agg(nodes=("dur_us", "size"), total_us=("dur_us", "sum")).reset_index()
+    table["nodes"] = (table["nodes"] / runs).round().astype(int)
+    table["total_ms"] = table["total_us"] / runs / 1e3
+    table["share"] = table["total_us"] / table["total_us"].sum()
+    return table.drop(columns="total_us").sort_values("total_ms", ascending=False).reset_index(drop=True)
+
+
+def profile_operators(path: str | Path, inputs, *, level="all", threads: int = THREADS, runs: int = 3,
+                      workdir: str | Path):
+    """Run the model ``runs`` times (after one untimed run) under the profiler; per-op table (Chapter 4).
+
+    The warm-up run happens in a separate session so the profile holds only the timed runs.
+    """
+    warm = make_session(path, level=level, threads=threads)
+    run_session(warm, inputs)
+    del warm
+    session = make_session(path, level=level, threads=threads, profile_prefix=Path(workdir) / "ort_profile")
+    for _ in range(runs):
+        run_session(session, inputs)
+    profile_file = session.end_profiling()
+    return _read_profile(profile_file, runs=runs)
+
+
+#: FP32 variants allowed above their machine's ceiling, each with the measured reason (none so far: a
+#: rate above the ceiling means the work was miscounted, or an algorithm did fewer multiplications).
+EXPLAINED_ABOVE_CEILING: dict[str, str] = {}
+
+
+def executed_rates(frame):
+    """Recorded BlurBall rows with the rate of the work each variant really executes, against its ceiling (Chapter 5).
+
+    ``frame``: variant rows of ``results.load("cpu-blurball")`` (``variant``, ``median_ms``, ``macs``,
+    ``dead_macs``, ``precision`` and the fingerprint). Eager executes every MAC, the never-read stage-4 outputs
+    included; every other family (Inductor, ONNX Runtime and the rest) runs a graph from which they are gone,
+    so its rate counts the live MACs only. Adds ``executed_macs``, ``executed_gflop_per_s`` (operations per
+    second for int8), ``ceiling_gflop_per_s`` (:func:`graphbook.measure.probes.precision_ceiling` of the row's own
+    machine in the row's own precision; empty when the file did not record the CPU's identity and clock, or
+    the CPU has no instructions for that precision), ``share_of_ceiling``, ``fp32_ceiling_gflop_per_s`` and
+    ``share_of_fp32_ceiling``.
+    """
+    out = frame.copy()
+    eager = out["variant"].map(lambda v: getattr(REGISTRY.get(v), "family", "") == "eager")
+    out["executed_macs"] = out["macs"] - out["dead_macs"].where(~eager, 0)
+    out["executed_gflop_per_s"] = 2 * out["executed_macs"] / (out["median_ms"] * 1e-3) / 1e9
+    records = out.to_dict("records")
+    precisions = [str(r.get("precision") or "fp32") for r in records]
+    out["ceiling_gflop_per_s"] = [precision_ceiling(r, p if p in ("bf16", "int8") else "fp32")["gflop_per_s"]
+                                  for r, p in zip(records, precisions)]
+    out["share_of_ceiling"] = out["executed_gflop_per_s"] / out["ceiling_gflop_per_s"].astype(float)
+    out["fp32_ceiling_gflop_per_s"] = [fp32_ceiling(r)["gflop_per_s"] for r in records]
+    out["share_of_fp32_ceiling"] = out["executed_gflop_per_s"] / out["fp32_ceiling_gflop_per_s"].astype(float)
+    return out
+
+
+def share_of_ceiling(median_ms: float, executed_macs: float, precision: str, env: dict) -> dict:
+    """One timing's rate and its share of the machine's ceiling in that precision (Chapter 4).
+
+    ``executed_macs`` are the multiply-accumulates the timed graph really runs (two operations each);
+    ``precision`` is "fp32", "bf16" or "int8" (:func:`graphbook.measure.probes.precision_ceiling`); ``env`` a
+    fingerprint. Returns ``gflop_per_s``, ``ceiling_gflop_per_s`` and ``share`` (None without a ceiling).
+    """
+    rate = 2 * executed_macs / (median_ms * 1e-3) / 1e9
+    ceiling = precision_ceiling(env, precision)["gflop_per_s"]
+    return {"gflop_per_s": rate, "ceiling_gflop_per_s": ceiling, "share": rate / ceiling if ceiling else None}
+
+
+def above_ceiling(frame):
+    """The FP32 rows of :func:`executed_rates` faster than their machine's ceiling, less the explained ones (Chapter 5)."""
+    rated = executed_rates(frame) if "share_of_ceiling" not in frame.columns else frame
+    fp32 = rated["precision"].astype(str).eq("fp32") if "precision" in rated.columns else True
+    over = rated[fp32 & (rated["share_of_ceiling"].astype(float) > 1.0)]
+    return over[~over["variant"].isin(list(EXPLAINED_ABOVE_CEILING))]

@@ -1,0 +1,477 @@
+"""Restart paths side by side: how long a fresh process takes to its first correct output (Chapter 6).
+
+Introduced in Chapter 6 (and used by Chapter 7's server). A server that restarts pays whatever its
+model needs before the first answer. Each path below is measured in **fresh processes** (at least 3),
+from the moment the parent launches the child to the moment the child holds the first output; the
+parent then checks that output against eager FP32 with :func:`graphbook.runtimes.correctness.compare_to_reference`
+(a fast wrong answer is not a restart path):
+
+==========================  =====================================================================
+``eager``                   build BlurBall, load the checkpoint, run it (no compile; the baseline)
+``compile-cold``            ``torch.compile`` with an empty ``TORCHINDUCTOR_CACHE_DIR``
+``compile-warm``            the same, with the cache directory the build run filled
+``compile-artifacts``       an empty cache directory plus ``torch.compiler.load_cache_artifacts``
+``aoti-static``             ``torch._inductor.aoti_load_package`` of a ``.pt2`` exported at batch 1
+``aoti-static-vec-isa-ok``  the same with ``TORCHINDUCTOR_VEC_ISA_OK=1`` (skips the g++ ISA probe)
+``aoti-static-probe-cached`` the same, with an Inductor cache directory that already holds the probe
+                            builds (one untimed load filled it; a container image can ship it)
+``aoti-dynamic``            a ``.pt2`` exported from batch 2 with ``Dim("batch", min=1, max=3)``
+``aoti-dynamic-vec-isa-ok`` the same with ``TORCHINDUCTOR_VEC_ISA_OK=1``
+``aoti-cpp``                the static ``.pt2`` loaded by libtorch's C++ ``AOTIModelPackageLoader``
+                            (``cpp/aoti_load.cpp``, built once with g++): no Python, no probe
+``aoti-cpp-dynamic``        the dynamic ``.pt2`` through the same C++ loader, batches 1, 2, 3
+``ort-raw``                 ONNX Runtime on the exported ``.onnx`` (level ``all``, optimizes at load)
+``ort-optimized-onnx``      the model ONNX Runtime saved after optimizing (level ``disabled``)
+``ort-optimized-ort``       the same in ORT format (FlatBuffers; level ``disabled``)
+``ort-dynamic``             a dynamic-batch ``.onnx`` serving batches 1, 2, 3 from one session
+``openvino``                OpenVINO reads the same ``.onnx`` and compiles it for this CPU (FP32)
+``openvino-cached``         the same with OpenVINO's model cache (``CACHE_DIR``) that one untimed
+                            start filled: the compiled blob is loaded, the ONNX graph is not read
+==========================  =====================================================================
+
+The ONNX Runtime and OpenVINO children never import torch (each row records ``torch_imported``). The one-time
+build of every artifact (export, AOTInductor compile, ORT optimization) also runs in a fresh
+process with its own empty cache directory, so its cost is what a build machine pays.
+
+Why ``TORCHINDUCTOR_VEC_ISA_OK=1`` matters: ``aoti_load_package`` asks Inductor which vector
+instruction set this CPU supports (``torch._inductor.cpu_vec_isa.pick_vec_isa``); to answer, Inductor
+compiles a small C++ file with g++ for each candidate ISA and ``dlopen``s it in a subprocess. The
+package's kernels were compiled when it was built, so the answer only feeds a check; the variable
+tells Inductor to trust the CPU flags instead of compiling the base check. On an AVX-512 CPU the
+sub-feature checks (AVX-512 BF16, VNNI) still compile (``VecAVX512.__bool__`` and
+``VecAVX512VNNI.__bool__`` call ``check_build`` regardless), so the variable removes only part of
+the probe there; the builds land in ``TORCHINDUCTOR_CACHE_DIR`` and are reused when that directory
+persists, which ``aoti-static-probe-cached`` measures. The C++ loader (``aoti-cpp``) is the path
+PyTorch documents for deployment ("Inference in C++" in the AOTInductor docs); it never imports
+Python or Inductor and never probes, so its start is libtorch's shared libraries plus the model.
+
+The child is this module run as ``python -m graphbook.teach.restart_paths --child SPEC_JSON``; it prints one
+line ``GRAPHBOOK_RESULT {...}``. This module imports only the standard library at the top, so an ONNX
+Runtime or OpenVINO child stays free of torch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from graphbook.compilers import compile_cache
+from graphbook.compilers.aoti_cpp import build_cpp_loader
+from graphbook.compilers.restart_child import RESULT_MARKER, RestartPathError
+from graphbook.config import BATCH_SIZES, THREADS
+from graphbook.measure.compiletime import run_tagged_child
+from graphbook.model.blurball import build_blurball
+from graphbook.record import results
+from graphbook.runtimes import correctness
+from graphbook.runtimes.onnx_utils import op_counts
+from graphbook.runtimes.openvino_runtime import available as openvino_available
+
+KIND = "restart-paths"
+
+
+#: Each path as prose names it (Chapters 6, 7).
+LABELS = {"eager": "eager (no compile)", "compile-cold": "torch.compile, cold",
+          "compile-warm": "torch.compile, warm cache", "compile-artifacts": "torch.compile, cache artifacts",
+          "aoti-static": "AOTInductor .pt2, batch 1", "aoti-static-vec-isa-ok": ".pt2, batch 1, ISA probe skipped",
+          "aoti-static-probe-cached": ".pt2, batch 1, probe cached", "aoti-dynamic": "AOTInductor .pt2, batch 1-3",
+          "aoti-dynamic-vec-isa-ok": ".pt2, batch 1-3, probe skipped",
+          "aoti-cpp": "AOTInductor .pt2, C++ loader, batch 1", "aoti-cpp-dynamic": ".pt2, C++ loader, batch 1-3",
+          "ort-raw": "ONNX Runtime, raw .onnx",
+          "ort-optimized-onnx": "ONNX Runtime, saved optimized .onnx", "ort-optimized-ort": "ONNX Runtime, saved .ort",
+          "ort-dynamic": "ONNX Runtime, .onnx batch 1-3",
+          "openvino": "OpenVINO, raw .onnx (compiled at start)",
+          "openvino-cached": "OpenVINO, .onnx + model cache"}
+
+
+@dataclass(frozen=True)
+class RestartPath:
+    """One way to get a model running in a new process (Introduced in Chapter 6).
+
+    ``runtime``: ``eager``, ``compile``, ``aoti`` (Python loader), ``aoti-cpp`` (C++ loader), ``ort`` or
+    ``openvino``.
+    ``artifact``: the build output it loads (a key of :func:`_build_artifacts`' result, or None). ``cache``: for ``compile``, which Inductor cache
+    directory the child gets (``empty``, ``warm`` or ``artifacts``). ``env``: extra environment
+    variables. ``batch_sizes``: called in order; the first one's output is "the first output".
+    ``tied_to``: what must match between the machine that built the artifact and the one loading it.
+    """
+
+    name: str
+    runtime: str
+    artifact: str | None = None
+    cache: str | None = None
+    level: str = "all"
+    env: dict = field(default_factory=dict)
+    batch_sizes: tuple[int, ...] = (1,)
+    tied_to: str = ""
+
+
+_TORCH = "torch version (and Python for the compile caches)"
+PATHS: tuple[RestartPath, ...] = (
+    RestartPath("eager", "eager", "checkpoint", tied_to="the checkpoint only (any torch that loads it)"),
+    RestartPath("compile-cold", "compile", "checkpoint", cache="empty",
+                tied_to="nothing saved; needs a C++ compiler at start-up"),
+    RestartPath("compile-warm", "compile", "checkpoint", cache="warm",
+                tied_to=f"{_TORCH}, CPU vector ISA (part of the cache key); needs g++ at start-up"),
+    RestartPath("compile-artifacts", "compile", "checkpoint", cache="artifacts",
+                tied_to=f"{_TORCH}, CPU vector ISA; the artifacts hold C++ source, so g++ compiles again"),
+    RestartPath("aoti-static", "aoti", "aoti-static",
+                tied_to="torch version (package ABI), CPU vector ISA the kernels were compiled for, batch 1"),
+    RestartPath("aoti-static-vec-isa-ok", "aoti", "aoti-static", env={"TORCHINDUCTOR_VEC_ISA_OK": "1"},
+                tied_to="as aoti-static; the env var skips the g++ ISA probe, so no compiler is needed"),
+    RestartPath("aoti-static-probe-cached", "aoti", "aoti-static", cache="probe",
+                env={"TORCHINDUCTOR_VEC_ISA_OK": "1"},
+                tied_to="as aoti-static; the Inductor cache directory already holds the ISA probe's "
+                        "builds (e.g. baked into the container image)"),
+    RestartPath("aoti-dynamic", "aoti", "aoti-dynamic", batch_sizes=BATCH_SIZES,
+                tied_to="torch version, CPU vector ISA; batch 1..3"),
+    RestartPath("aoti-dynamic-vec-isa-ok", "aoti", "aoti-dynamic", env={"TORCHINDUCTOR_VEC_ISA_OK": "1"},
+                batch_sizes=BATCH_SIZES, tied_to="as aoti-dynamic, no g++ probe"),
+    RestartPath("aoti-cpp", "aoti-cpp", "aoti-static",
+                tied_to="as aoti-static, plus the libtorch the loader was linked against (same torch wheel); "
+                        "g++ only once, to build the loader"),
+    RestartPath("aoti-cpp-dynamic", "aoti-cpp", "aoti-dynamic", batch_sizes=BATCH_SIZES,
+                tied_to="as aoti-dynamic, plus the libtorch the loader was linked against"),
+    RestartPath("ort-raw", "ort", "onnx-raw", level="all",
+                tied_to="ONNX opset (any ORT that supports it); portable across CPUs"),
+    RestartPath("ort-optimized-onnx", "ort", "onnx-optimized", level="disabled",
+                tied_to="ORT version (com.microsoft contrib ops) and this CPU (NCHWc layout, ORT docs: not portable)"),
+    RestartPath("ort-optimized-ort", "ort", "ort-format", level="disabled",
+                tied_to="ORT format version (ORT >= 1.14 reads v5) and this CPU (NCHWc layout)"),
+    RestartPath("ort-dynamic", "ort", "onnx-dynamic", level="all", batch_sizes=BATCH_SIZES,
+                tied_to="ONNX opset; portable; batch 1..3 from one session"),
+    RestartPath("openvino", "openvino", "onnx-raw",
+                tied_to="ONNX opset (any OpenVINO that reads it); portable; compiled for this CPU at every start"),
+    RestartPath("openvino-cached", "openvino", "onnx-raw", cache="openvino",
+                tied_to="OpenVINO version and this CPU (the cached blob is compiled for it; a mismatch recompiles)"),
+)
+PATH_NAMES = tuple(p.name for p in PATHS)
+
+
+def _path_by_name(name: str) -> RestartPath:
+    """The :class:`RestartPath` called ``name`` (ValueError listing the names otherwise; Chapter 6)."""
+    for p in PATHS:
+        if p.name == name:
+            return p
+    raise ValueError(f"unknown restart path {name!r}; choose from {', '.join(PATH_NAMES)}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Children (fresh processes)
+# --------------------------------------------------------------------------------------------------
+
+
+def _run_child(spec: dict, env_extra: dict | None = None, *, cache_dir=None, timeout: float = 1800.0) -> dict:
+    env = dict(os.environ)
+    for var in ("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCH_COMPILE_DEBUG",
+                "TORCHINDUCTOR_VEC_ISA_OK"):
+        env.pop(var, None)
+    env.update(env_extra or {})
+    if cache_dir is not None:
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
+    env["OMP_NUM_THREADS"] = str(spec["threads"])
+    spec = dict(spec, launched_at=time.time())
+    cmd = [sys.executable, "-m", "graphbook.compilers.restart_child", "--child", json.dumps(spec)]
+    return _start_child(cmd, env, spec.get('name') or spec.get('what'), "child", timeout)
+
+
+def _start_child(cmd, env, name: str, what: str, timeout: float) -> dict:
+    """Run one fresh process to its GRAPHBOOK_RESULT line; RestartPathError with its stderr tail otherwise."""
+    result, wall = run_tagged_child(
+        cmd, RESULT_MARKER, env=env, timeout=timeout, error=RestartPathError,
+        timeout_message=f"{name}: {what} exceeded {timeout:.0f} s",
+        failure_message=lambda proc: f"{name}: {what} exited with {proc.returncode}: "
+                                     f"{(proc.stderr or proc.stdout)[-1500:]}")
+    result["process_wall_s"] = wall
+    return result
+
+
+def _run_cpp_child(spec: dict, loader, *, timeout: float = 1800.0) -> dict:
+    """Start the C++ loader on a package; it prints the same GRAPHBOOK_RESULT line as a Python child."""
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(spec["threads"])
+    Path(spec["out_dir"]).mkdir(parents=True, exist_ok=True)
+    launched = time.time()
+    cmd = [str(loader), spec["artifact_path"], spec["work"], spec["out_dir"], repr(launched), str(spec["threads"]),
+           str(spec["steady_runs"]), *(str(b) for b in spec["batch_sizes"])]
+    return _start_child(cmd, env, spec["name"], "C++ loader", timeout)
+
+
+# --------------------------------------------------------------------------------------------------
+# Parent: reference, builds, fresh-process loads
+# --------------------------------------------------------------------------------------------------
+def _file_bytes(path: Path) -> int:
+    """Size of an artifact on disk: a file plus its ``.data`` sibling (ONNX external weights; Chapter 6)."""
+    path = Path(path)
+    data = path.with_name(path.name + ".data")
+    return sum(p.stat().st_size for p in (path, data) if p.is_file())
+
+
+def _nchwc_summary(model_path) -> dict:
+    """Operators of a saved ONNX Runtime model by domain: how many are CPU-layout specific (Chapter 6).
+
+    Returns ``nchwc_ops`` (operators in ``com.microsoft.nchwc``: ORT's blocked channel layout, whose block
+    size MLAS picks from the CPU it runs on), ``contrib_ops`` (``com.microsoft``) and ``total_ops``.
+    """
+    counts = op_counts(model_path)
+    total = sum(counts.values())
+    by_domain: dict[str, int] = {}
+    for (domain, _op), n in counts.items():
+        by_domain[domain] = by_domain.get(domain, 0) + n
+    return {"nchwc_ops": by_domain.get("com.microsoft.nchwc", 0),
+            "contrib_ops": by_domain.get("com.microsoft", 0), "total_ops": total}
+
+
+def _prepare_reference(work: Path, checkpoint, input_hw, batch_sizes=BATCH_SIZES, seed: int = 0) -> dict:
+    """Seeded inputs and eager FP32 outputs per batch size, saved as ``.npy`` in ``work`` (Chapter 6)."""
+    model = build_blurball(checkpoint)
+    gen = torch.Generator().manual_seed(seed)
+    refs = {}
+    with torch.no_grad():
+        for b in batch_sizes:
+            x = torch.randn(b, 9, *input_hw, generator=gen)
+            np.save(work / f"input-b{b}.npy", x.numpy())
+            refs[b] = model(x).numpy()
+    return refs
+
+
+def _build_artifacts(work: Path, checkpoint, threads: int = THREADS, timeout: float = 1800.0,
+                    which=("onnx", "aoti-static", "aoti-dynamic")) -> dict:
+    """Build every artifact in its own fresh process and empty cache; time and size each (Chapter 6).
+
+    Returns ``{artifact key: {"path", "build_s", "bytes", ...}}`` for ``onnx-raw``, ``onnx-dynamic``,
+    ``onnx-optimized``, ``ort-format``, ``aoti-static`` and ``aoti-dynamic``.
+    """
+    base = {"role": "build", "work": str(work), "checkpoint": str(checkpoint), "threads": threads}
+    built = {}
+    if "onnx" in which:
+        _build_onnx(base, work, built, timeout)
+    for what in ("aoti-static", "aoti-dynamic"):
+        if what not in which:
+            continue
+        t = _run_child({**base, "what": what}, cache_dir=work / f"cache-build-{what}", timeout=timeout)
+        built[what] = {"path": work / f"{what}.pt2", "build_s": t["export_s"] + t["compile_s"],
+                       "export_s": t["export_s"], "bytes": _file_bytes(work / f"{what}.pt2")}
+    return built
+
+
+def _build_onnx(base: dict, work: Path, built: dict, timeout: float) -> None:
+    onnx_t = _run_child({**base, "what": "onnx"}, cache_dir=work / "cache-build-onnx", timeout=timeout)
+    built["onnx-raw"] = {"path": work / "raw.onnx", "build_s": onnx_t["export_s"]}
+    built["onnx-dynamic"] = {"path": work / "dynamic.onnx", "build_s": onnx_t["export_dynamic_s"]}
+    built["onnx-optimized"] = {"path": work / "optimized.onnx",
+                               "build_s": onnx_t["export_s"] + onnx_t["optimize_onnx_s"]}
+    built["ort-format"] = {"path": work / "optimized.ort", "build_s": onnx_t["export_s"] + onnx_t["optimize_ort_s"]}
+    for key in ("onnx-raw", "onnx-dynamic", "onnx-optimized", "ort-format"):
+        built[key]["bytes"] = _file_bytes(built[key]["path"])
+    # the ORT-format file holds the same optimized graph (the onnx package cannot read it)
+    layout = _nchwc_summary(built["onnx-optimized"]["path"])
+    built["onnx-optimized"].update(layout)
+    built["ort-format"].update(layout)
+
+
+def _measure_path(path: RestartPath, work: Path, repeat: int, *, checkpoint, artifacts: dict,
+                 threads: int = THREADS, steady_runs: int = 5, timeout: float = 1800.0) -> dict:
+    """One fresh-process start of ``path``; returns the child's timings (Chapter 6).
+
+    Compile paths get the cache directory their ``cache`` names: a new empty one per start
+    (``empty``), the one the first cold start filled (``warm``), or a new empty one plus the cache
+    artifacts the first cold start saved (``artifacts``). The first cold start (repeat 0) saves them.
+    """
+    out_dir = work / "outputs" / f"{path.name}-{repeat}"
+    spec = {"role": "load", "name": path.name, "runtime": path.runtime, "level": path.level,
+            "batch_sizes": list(path.batch_sizes), "work": str(work), "out_dir": str(out_dir),
+            "threads": threads, "steady_runs": steady_runs}
+    cache_dir = None
+    if path.runtime in ("eager", "compile"):
+        spec["artifact_path"] = str(checkpoint)
+    else:
+        spec["artifact_path"] = str(artifacts[path.artifact]["path"])
+    if path.runtime in ("compile", "aoti", "eager"):
+        cache_dir = work / "caches" / f"{path.name}-{repeat}"
+    if path.cache == "probe":
+        cache_dir = work / "caches" / "aoti-probe"
+    if path.runtime == "compile":
+        if path.cache == "empty" and repeat == 0:
+            cache_dir = work / "caches" / "warm"
+            spec["save_artifacts"] = str(work / "cache-artifacts.bin")
+        elif path.cache == "warm":
+            cache_dir = work / "caches" / "warm"
+        elif path.cache == "artifacts":
+            spec["load_artifacts"] = str(work / "cache-artifacts.bin")
+    if path.cache == "openvino":  # one folder for every start: the first (untimed) start filled it
+        spec["openvino_cache_dir"] = str(work / "caches" / "openvino")
+    if path.runtime == "aoti-cpp":
+        result = _run_cpp_child(spec, artifacts["cpp-loader"]["path"], timeout=timeout)
+    else:
+        result = _run_child(spec, path.env, cache_dir=cache_dir, timeout=timeout)
+    result["out_dir"] = str(out_dir)
+    return result
+
+
+def _order(paths) -> list[RestartPath]:
+    # compile-cold first (it fills the warm cache and saves the artifacts the others load)
+    return sorted(paths, key=lambda p: 0 if p.name == "compile-cold" else 1)
+
+
+def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, threads: int = THREADS,
+                      paths=PATH_NAMES, steady_runs: int = 5, workdir=None, timeout: float = 1800.0,
+                      progress=None, server_repeats: int = 0, server_rows: list | None = None) -> list[dict]:
+    """Build the artifacts, then start every path in ``repeats`` fresh processes (Chapter 6).
+
+    Starts are interleaved by round (every path once, then again), so a slow phase of a shared
+    machine spreads over all paths instead of hitting one. Every first output is compared with eager
+    FP32 (:func:`graphbook.runtimes.correctness.compare_to_reference`). Returns one row per (path, repeat).
+    With ``server_repeats > 0`` the server is also started from the model and from the artifacts
+    (:func:`graphbook.compilers.compile_cache.server_readiness`) and its rows are appended to the list ``server_rows``.
+    """
+    say = progress or (lambda msg: None)
+    chosen = [_path_by_name(n) for n in paths]
+    ov_ok, ov_why = openvino_available() if any(p.runtime == "openvino" for p in chosen) else (True, "")
+    if not ov_ok:  # no wheel for this platform: the other paths still run, and the rows show which are absent
+        say(f"skipping the OpenVINO paths: {ov_why}")
+        chosen = [p for p in chosen if p.runtime != "openvino"]
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if any(p.cache in ("warm", "artifacts") for p in chosen) and "compile-cold" not in paths:
+        raise ValueError("compile-warm and compile-artifacts need compile-cold (it fills the cache they load)")
+    own_tmp = tempfile.TemporaryDirectory(prefix="graphbook-restart-") if workdir is None else None
+    work = Path(own_tmp.name if own_tmp else workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        say(f"reference: eager FP32 at {input_hw[0]}x{input_hw[1]}")
+        refs = _prepare_reference(work, checkpoint, input_hw)
+        artifacts = {}
+        if any(p.runtime in ("aoti", "aoti-cpp", "ort", "openvino") for p in chosen):
+            say("building artifacts (ONNX export + ORT optimization, AOTInductor static and dynamic)")
+            which = {"onnx" if p.runtime in ("ort", "openvino") else p.artifact for p in chosen
+                     if p.runtime in ("aoti", "aoti-cpp", "ort", "openvino")}
+            artifacts = _build_artifacts(work, checkpoint, threads, timeout, which=tuple(which))
+            if any(p.runtime == "aoti-cpp" for p in chosen):
+                artifacts["cpp-loader"] = build_cpp_loader(work)
+            for key, info in artifacts.items():
+                say(f"  {key}: {info['build_s']:.1f} s, {info['bytes'] / 1e6:.1f} MB")
+        if any(p.cache == "probe" for p in chosen):  # one untimed load leaves the probe builds in the cache
+            say("priming an Inductor cache directory with the vector-ISA probe (untimed)")
+            _measure_path(_path_by_name("aoti-static-probe-cached"), work, -1, checkpoint=checkpoint,
+                         artifacts=artifacts, threads=threads, steady_runs=1, timeout=timeout)
+        if any(p.cache == "openvino" for p in chosen):  # one untimed start leaves the compiled blob in the cache
+            say("filling OpenVINO's model cache (untimed)")
+            _measure_path(_path_by_name("openvino-cached"), work, -1, checkpoint=checkpoint, artifacts=artifacts,
+                         threads=threads, steady_runs=1, timeout=timeout)
+        rows = []
+        for repeat in range(repeats):
+            for path in _order(chosen):
+                res = _measure_path(path, work, repeat, checkpoint=checkpoint, artifacts=artifacts,
+                                   threads=threads, steady_runs=steady_runs, timeout=timeout)
+                checks = [correctness.compare_to_reference(np.load(Path(res["out_dir"]) / f"out-b{b}.npy"), refs[b])
+                          for b in path.batch_sizes]
+                art = artifacts.get(path.artifact, {})
+                build_s = art.get("build_s")
+                artifact_bytes = art.get("bytes")
+                if path.runtime == "eager":
+                    build_s, artifact_bytes = 0.0, _file_bytes(Path(checkpoint))
+                elif path.runtime == "aoti-cpp":  # the loader is built once per torch version; counted here
+                    build_s = build_s + artifacts["cpp-loader"]["build_s"]
+                elif path.runtime == "compile":
+                    artifact_bytes = (Path(work / "cache-artifacts.bin").stat().st_size
+                                      if path.cache == "artifacts" else _dir_bytes(work / "caches" / "warm")
+                                      if path.cache == "warm" else 0)
+                    build_s = None
+                steady = res["steady_s"]
+                row = {
+                    "path": path.name, "runtime": path.runtime, "repeat": repeat,
+                    "input_hw": f"{input_hw[0]}x{input_hw[1]}",
+                    "batch_sizes": ",".join(map(str, path.batch_sizes)),
+                    "first_output_s": res["first_output_s"], "ready_s": res["ready_s"],
+                    "interpreter_s": res["interpreter_s"], "import_s": res["import_s"], "load_s": res["load_s"],
+                    "first_call_s": res["first_call_s"][str(path.batch_sizes[0])],
+                    "steady_median_ms": 1e3 * statistics.median(steady),
+                    "steady_min_ms": 1e3 * min(steady), "steady_max_ms": 1e3 * max(steady),
+                    "process_wall_s": res["process_wall_s"],
+                    results.MAX_ABS_DIFF: max(c[results.MAX_ABS_DIFF] for c in checks),
+                    results.SAME_OUTPUT: all(c[results.SAME_OUTPUT] for c in checks),
+                    results.SAME_PEAKS: all(c.get(results.SAME_PEAKS, True) for c in checks),
+                    "torch_imported": bool(res["torch_imported"]),
+                    "build_s": build_s, "artifact_bytes": artifact_bytes,
+                    "nchwc_ops": art.get("nchwc_ops"), "contrib_ops": art.get("contrib_ops"),
+                    "env_overrides": " ".join(f"{k}={v}" for k, v in path.env.items()),
+                    "loadavg_1m": res.get("loadavg_1m"),
+                    "tied_to": path.tied_to,
+                }
+                rows.append(row)
+                with (work / "rows.jsonl").open("a") as log:  # a record that survives a failure later on
+                    log.write(json.dumps(row, default=str) + "\n")
+                say(f"  [{repeat}] {path.name:>24}: first correct output {row['first_output_s']:7.2f} s "
+                    f"(import {row['import_s']:.2f}, load {row['load_s']:.2f}, first call "
+                    f"{row['first_call_s']:.2f}), steady {row['steady_median_ms']:.0f} ms, "
+                    f"diff {row[results.MAX_ABS_DIFF]:.1e}")
+        if server_repeats and server_rows is not None:
+            say("time to ready of serve_blurball.py started from the model and from the artifacts")
+            try:
+                # the server starts the chosen paths correspond to: eager, and the compile with its saved artifacts
+                names = {p.name for p in chosen}
+                model_servers = [name for name, wanted in (("eager", "eager" in names),
+                                                           ("compile cold", "compile-cold" in names),
+                                                           ("compile from saved cache artifacts", "compile-cold" in names))
+                                 if wanted]
+                server_rows.extend(compile_cache.server_readiness(artifacts, work, input_hw, repeats=server_repeats,
+                                                                  threads=threads, timeout=timeout, progress=say,
+                                                                  error=RestartPathError, model_servers=model_servers))
+            except RestartPathError as exc:  # the restart rows are still worth keeping
+                say(f"server readiness failed: {str(exc).strip().splitlines()[-1]}")
+        cold = [r for r in rows if r["path"] == "compile-cold"]
+        if cold:  # the cold compile is the compile paths' build cost
+            cold_median = statistics.median(r["first_output_s"] for r in cold)
+            for r in rows:
+                if r["runtime"] == "compile":
+                    r["build_s"] = cold_median
+        return rows
+    finally:
+        if own_tmp is not None:
+            own_tmp.cleanup()
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def summarize(frame, baseline: str = "compile-cold"):
+    """One row per path: median and spread of the first correct output, ratio to the cold compile (Chapter 6).
+
+    ``frame`` holds one recorded run (e.g. ``results.latest_run(results.load("restart-paths"))``).
+    Columns: ``path``, ``starts``, ``first_output_median_s``, ``first_output_min_s``,
+    ``first_output_max_s``, ``speedup_vs_cold`` (baseline median / this median), ``speedup_vs_cold_min``
+    (the least favourable pairing: the fastest cold start against this path's slowest),
+    ``steady_median_ms``, ``build_s``, ``artifact_mb``, ``same_output`` (every start), ``tied_to``.
+    """
+    if frame.empty:
+        return pd.DataFrame()
+    base = frame[frame["path"] == baseline]["first_output_s"]
+    rows = []
+    for name, group in frame.groupby("path", sort=False):
+        first = group["first_output_s"]
+        same = group["same_output"].astype(bool).all()
+        rows.append({
+            "path": name, "starts": int(len(group)),
+            "first_output_median_s": float(first.median()), "first_output_min_s": float(first.min()),
+            "first_output_max_s": float(first.max()),
+            "speedup_vs_cold": float(base.median() / first.median()) if len(base) else float("nan"),
+            "speedup_vs_cold_min": float(base.min() / first.max()) if len(base) else float("nan"),
+            "import_median_s": float(group["import_s"].median()), "load_median_s": float(group["load_s"].median()),
+            "first_call_median_s": float(group["first_call_s"].median()),
+            "steady_median_ms": float(group["steady_median_ms"].median()),
+            "build_s": float(group["build_s"].iloc[0]) if pd.notna(group["build_s"].iloc[0]) else float("nan"),
+            "artifact_mb": float(group["artifact_bytes"].iloc[0]) / 1e6 if pd.notna(group["artifact_bytes"].iloc[0]) else float("nan"),
+            "same_output": bool(same), "tied_to": group["tied_to"].iloc[0],
+        })
+    return pd.DataFrame(rows)
+
