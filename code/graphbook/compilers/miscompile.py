@@ -33,8 +33,9 @@ from pathlib import Path
 import torch
 
 from graphbook.compilers.inductor_tools import _EXTERN_CALL, _call_body, compile_and_get_code
-from graphbook.config import THREADS
+from graphbook.config import BATCH_SIZES, FULL_SIZE, SMALL_SIZE, THREADS
 from graphbook.model import blurball
+from graphbook.runtimes import correctness, variants
 from graphbook.paths import CODE_DIR
 
 REPRO_SCRIPT = CODE_DIR / "repro_freezing_miscompile.py"      # model scale: a small HRNet
@@ -48,14 +49,15 @@ _DIFF_LINE = re.compile(r"max abs diff, freezing:\s+([0-9.eE+-]+|nan|inf)")
 
 # ----------------------------------------------------------------------------------------- verdict
 def run_minimal(config: dict | None = None, *, wrapper: bool = False, replace: dict[str, str] | None = None,
-                timeout: float = 300) -> dict:
+                fix: str = "none", timeout: float = 300) -> dict:
     """The minimal reproducer in a fresh process, with extra Inductor ``config`` set first (appendix).
 
     ``replace`` edits the program before it runs: each key must occur exactly once in the script's source and
     is replaced by its value (another input shape, an extra use of a value). ``{"present", "max_abs_diff",
     "seconds", "code"}``: ``present`` is its exit status 1 (the bug); ``code`` is the generated wrapper when
     ``wrapper=True`` (Inductor's ``output_code`` log), else "". Raises ``RuntimeError`` when the script neither
-    passes nor fails (a crash is not a verdict), ``ValueError`` when an edit does not apply.
+    passes nor fails (a crash is not a verdict), ``ValueError`` when an edit does not apply. ``fix`` runs it
+    inside :func:`graphbook.runtimes.variants.freezing` with that one of its fixes.
     """
     source = MINIMAL_SCRIPT.read_text()
     for old, new in (replace or {}).items():
@@ -63,8 +65,9 @@ def run_minimal(config: dict | None = None, *, wrapper: bool = False, replace: d
             raise ValueError(f"the edit {old!r} must match the reproducer exactly once, it matches {source.count(old)}")
         source = source.replace(old, new)
     settings = "".join(f"c.{key} = {value!r}; " for key, value in (config or {}).items())
-    program = (f"import torch._inductor.config as c; {settings}"
-               f"exec(compile({source!r}, {MINIMAL_SCRIPT.name!r}, 'exec'), {{'__name__': '__main__'}})")
+    program = (f"import torch._inductor.config as c; {settings}\n"
+               f"from graphbook.runtimes.variants import freezing\nwith freezing(True, {fix!r}):\n"
+               f"    exec(compile({source!r}, {MINIMAL_SCRIPT.name!r}, 'exec'), {{'__name__': '__main__'}})")
     env = {**os.environ, **({"TORCH_LOGS": "output_code"} if wrapper else {})}
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=timeout, env=env)
@@ -345,3 +348,31 @@ def frozen_wrappers(model, x: torch.Tensor, fused=None) -> dict:
         fused = compile_and_get_code(model, x, options={"freezing": True})
     unfused = compile_and_get_code(model, x, options={"freezing": True, "max_fusion_size": 1})
     return {"fused": fused, "unfused": unfused}
+
+
+# ------------------------------------------------------------------------------------ the fixes checked
+def check_fix(fix: str, model, *, sizes=(SMALL_SIZE, FULL_SIZE), batch_sizes=BATCH_SIZES, seed: int = 0) -> list[dict]:
+    """Freezing with one of :data:`graphbook.runtimes.variants.FREEZING_FIXES` against eager FP32 (Chapter 5).
+
+    BlurBall (``model``) is compiled once per input size and called at each batch size in turn, as a server
+    would (the second batch size makes Dynamo compile a dynamic-batch graph); every output is compared with
+    eager's element-wise. The minimal reproducer runs with the same fix in a fresh process. Rows: ``fix``,
+    ``case`` (``blurball`` or ``reproducer``), ``height``, ``width``, ``batch_size``, ``max_abs_diff`` and
+    ``same_output``; a fix is the book's workaround only where every row says ``same_output``.
+    """
+    name = "compile_freezing" if fix == "none" else f"compile_freezing_{fix}"
+    generator = torch.Generator().manual_seed(seed)
+    rows = []
+    for height, width in sizes:
+        inputs = {b: torch.randn(b, 9, height, width, generator=generator) for b in batch_sizes}
+        built = variants.build(name, model, inputs[batch_sizes[0]], warm=False)
+        for batch, x in inputs.items():
+            with torch.no_grad():
+                reference = model(x)
+            check = correctness.compare_to_reference(built.run(x), reference)
+            rows.append({"fix": fix, "case": "blurball", "height": height, "width": width, "batch_size": batch,
+                         "max_abs_diff": check["max_abs_diff"], "same_output": check["same_output"]})
+    minimal = run_minimal(fix=fix)
+    rows.append({"fix": fix, "case": "reproducer", "height": None, "width": None, "batch_size": None,
+                 "max_abs_diff": minimal["max_abs_diff"], "same_output": not minimal["present"]})
+    return rows

@@ -111,6 +111,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("freezing-repro", "cpu-freezing-repro", "code/repro_freezing_miscompile.py"),
     Kind("freezing-bisect", "cpu-freezing-bisect", "code/bisect_freezing.py"),
     Kind("freezing-minimize", "cpu-freezing-minimize", "code/minimize_freezing.py"),
+    Kind("freezing-fixes", "cpu-freezing-fixes", "code/check_freezing_fixes.py"),
     Kind("tvm", "cpu-tvm", "code/bench_tvm.py"),
     Kind("kernel-provenance", "cpu-kernel-provenance", "code/trace_kernel_provenance.py"),
     Kind("browser-ort", "cpu-browser-ort", "code/bench_browser_ort.py"),

@@ -22,10 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
+import re
 import shutil
+import sys
 import tempfile
 import time
 import types
+from unittest import mock
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -33,7 +37,9 @@ from typing import Callable, Sequence
 import numpy as np
 import onnxruntime as ort
 import torch
+import torch._functorch.config as functorch_config
 import torch._inductor.config as inductor_config
+from torch._inductor.fx_passes import mkldnn_fusion
 
 from graphbook.config import THREADS
 from graphbook.measure.warmup import logits_of
@@ -52,15 +58,51 @@ class VariantUnavailable(RuntimeError):
     """A variant cannot be built here (a missing package, no calibration frames); the message says why (Chapter 5)."""
 
 
+@dataclass(frozen=True)
+class FreezingFix:
+    """One switch that may give freezing eager's output back on BlurBall under torch 2.13 (Chapter 5).
+
+    ``config`` is patched into Inductor's config; ``inplace_conv_add=False`` keeps freezing's oneDNN conv + add
+    fusion but out of place, so no generated kernel can read the sum's buffer before the convolution adds into it.
+    """
+
+    label: str
+    config: dict = field(default_factory=dict)
+    inplace_conv_add: bool = True
+
+
+#: The switches the book tries, narrowest last: scheduler fusion off, every pattern rewrite off, or only the
+#: in-place form of one rewrite off (the rewrite the bisector named, Chapter 3). The last one adds fusion off to
+#: the narrowest, so that fusion's worth is measured with nothing else changed.
+FREEZING_FIXES = {
+    "none": FreezingFix("freezing alone"),
+    "no_fusion": FreezingFix("max_fusion_size=1", {"max_fusion_size": 1}),
+    "no_pattern_matcher": FreezingFix("pattern_matcher=False", {"pattern_matcher": False}),
+    "out_of_place_conv_add": FreezingFix("conv + add out of place", inplace_conv_add=False),
+    "out_of_place_conv_add_no_fusion": FreezingFix("conv + add out of place, max_fusion_size=1",
+                                                   {"max_fusion_size": 1}, inplace_conv_add=False),
+}
+
+
 @contextlib.contextmanager
-def freezing(enabled: bool = True):
+def freezing(enabled: bool = True, fix: str = "none"):
     """Inductor freezing on (or, with ``enabled=False``, explicitly off) for what runs inside (Chapter 3).
 
     The one way the book switches freezing: ``torch._inductor.config.patch(freezing=...)`` together with
     ``torch.no_grad()``. Compile *and* call inside it. ``torch.compile(options={"freezing": True})``
-    is silently ignored in torch 2.13, and freezing is skipped when autograd is on (Chapter 3).
+    is silently ignored in torch 2.13, and freezing is skipped when autograd is on (Chapter 3). ``fix`` names
+    one of :data:`FREEZING_FIXES`.
     """
-    with inductor_config.patch(freezing=bool(enabled)), torch.no_grad():
+    chosen = FREEZING_FIXES[fix]
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(inductor_config.patch(freezing=bool(enabled), **chosen.config))
+        stack.enter_context(torch.no_grad())
+        if not chosen.inplace_conv_add:
+            # a patched predicate is not part of the compile caches' keys: without them off, a cached plain
+            # freezing graph would come back
+            stack.enter_context(inductor_config.patch(fx_graph_cache=False))
+            stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
+            stack.enter_context(mock.patch.object(mkldnn_fusion, "_can_be_inplace", lambda other: False))
         yield
 
 
@@ -166,11 +208,11 @@ def own_code(model):
     return model
 
 
-def _compiled(model, example, context, *, freeze=False, bf16=False) -> Runner:
-    compiled = torch.compile(own_code(model))
+def _compiled(model, example, context, *, freeze=False, bf16=False, fix="none", mode=None) -> Runner:
+    compiled = torch.compile(own_code(model), mode=mode)
 
     def run(x):
-        with freezing(freeze), _autocast(bf16, x):
+        with freezing(freeze, fix), _autocast(bf16, x):
             return logits_of(compiled(x)).float()
     return run
 
@@ -263,6 +305,28 @@ def _registry() -> dict[str, Variant]:
                 "torch.compile with Inductor freezing, under bfloat16 autocast", "bf16", "compile", False,
                 lambda m, x, c: _compiled(m, x, c, freeze=True, bf16=True)),
     ]
+    # Freezing made correct, each by one switch, and what freezing unlocks on a CPU: bf16 and max-autotune's
+    # C++ GEMM templates (Chapter 5). They match eager by construction of the switch, and are checked for it.
+    for fix in ("no_fusion", "no_pattern_matcher", "out_of_place_conv_add", "out_of_place_conv_add_no_fusion"):
+        label = FREEZING_FIXES[fix].label
+        entries.append(Variant(f"compile_freezing_{fix}", f"compile + freezing, {label}",
+                               f"torch.compile with Inductor freezing and {label}", "fp32", "compile", True,
+                               lambda m, x, c, fix=fix: _compiled(m, x, c, freeze=True, fix=fix)))
+    for fix in ("out_of_place_conv_add", "out_of_place_conv_add_no_fusion"):
+        label = FREEZING_FIXES[fix].label
+        entries.append(Variant(f"compile_freezing_{fix}_bf16", f"compile + freezing, {label} bf16",
+                               f"torch.compile with Inductor freezing and {label}, under bfloat16 autocast",
+                               "bf16", "compile", False,
+                               lambda m, x, c, fix=fix: _compiled(m, x, c, freeze=True, fix=fix, bf16=True)))
+    for precision in ("fp32", "bf16"):
+        suffix = "" if precision == "fp32" else "_bf16"
+        entries.append(Variant(f"compile_max_autotune{suffix}", f"max-autotune + freezing{' bf16' * bool(suffix)}",
+                               "torch.compile mode max-autotune with Inductor freezing and conv + add out of place"
+                               + (", under bfloat16 autocast" if suffix else ""), precision, "compile",
+                               precision == "fp32",
+                               lambda m, x, c, bf16=bool(suffix): _compiled(m, x, c, freeze=True, bf16=bf16,
+                                                                            fix="out_of_place_conv_add",
+                                                                            mode="max-autotune")))
     for level in LEVEL_NAMES:
         entries.append(Variant(f"ort_{level}", f"onnxruntime {level}",
                                f"ONNX Runtime, raw export, level {level}", "fp32", "onnxruntime", True,
@@ -299,7 +363,9 @@ REGISTRY: dict[str, Variant] = _registry()
 #: it keeps the decoded ball *and* its twin gives eager's output: rounding can hide a miscompile it inherits
 #: (compile + freezing bf16 keeps the ball, yet its logits are as far off as the FP32 freezing miscompile's).
 FP32_TWINS = {"eager_bf16_autocast": "eager_fp32", "compile_bf16": "compile_default",
-              "compile_freezing_bf16": "compile_freezing", "ort_int8_qdq_all": "ort_exporter_optimized_all",
+              "compile_freezing_bf16": "compile_freezing", "compile_max_autotune_bf16": "compile_max_autotune",
+              "compile_freezing_out_of_place_conv_add_no_fusion_bf16": "compile_freezing_out_of_place_conv_add_no_fusion",
+              "compile_freezing_out_of_place_conv_add_bf16": "compile_freezing_out_of_place_conv_add", "ort_int8_qdq_all": "ort_exporter_optimized_all",
               "openvino_bf16": "openvino_fp32", "openvino_int8": "openvino_fp32"}
 
 
@@ -329,6 +395,25 @@ _NOTES = {"compile_default": "freezing off", "compile_freezing": "freezing on", 
           "compile_freezing_bf16": "freezing on"}
 
 
+_AUTOTUNED = re.compile(r"^AUTOTUNE (\w+)\(([^)]*)\)\n(?:\S.*\n)*?\s+(\S+) [0-9.]+ ms", re.M)
+
+
+def autotuned(log: str) -> str:
+    """What max-autotune tuned, from the report it writes to stderr: the products and which kind won (Chapter 5).
+
+    On a CPU Inductor's templates cover matrix products (with freezing on); each report names one product, its
+    shapes and its candidates, fastest first. A winner whose name starts ``cpp_`` is a generated C++ template,
+    anything else a library kernel (oneDNN, MKL). Returns "" when nothing was tuned.
+    """
+    tuned = _AUTOTUNED.findall(log)
+    if not tuned:
+        return ""
+    ops = sorted({op for op, _, _ in tuned})
+    templates = sum(winner.startswith("cpp_") for _, _, winner in tuned)
+    return (f"max-autotune tuned {len(tuned)} matrix products ({', '.join(ops)}; first {tuned[0][1]}); "
+            f"a C++ template won {templates}")
+
+
 def build(name: str, model: torch.nn.Module, example: torch.Tensor, context: BuildContext | None = None, *,
           warm: bool = True) -> Built:
     """Build variant ``name`` for ``model`` and ``example`` (Chapter 5).
@@ -342,12 +427,17 @@ def build(name: str, model: torch.nn.Module, example: torch.Tensor, context: Bui
     own_context = context is None
     context = context or BuildContext()
     try:
+        tuning_log = io.StringIO()
         start = time.perf_counter()
         run = variant.builder(model.eval(), example, context)
         if warm:
-            run(example)
+            try:
+                with contextlib.redirect_stderr(tuning_log):   # max-autotune reports each tuned product there
+                    run(example)
+            finally:
+                sys.stderr.write(tuning_log.getvalue())
         seconds = time.perf_counter() - start
-        note, artifact = _NOTES.get(name, ""), None
+        note, artifact = _NOTES.get(name, "") or autotuned(tuning_log.getvalue()), None
         if variant.family in ("onnxruntime", "openvino"):
             if variant.family == "onnxruntime":
                 note = f"ORT {ort.__version__}"

@@ -1,0 +1,63 @@
+"""Check each switch that may make Inductor freezing correct on BlurBall under torch 2.13 (Chapter 5).
+
+For every fix in ``graphbook.runtimes.variants.FREEZING_FIXES`` (``none`` is freezing alone, the miscompile):
+the trained BlurBall compiled with freezing and that fix, at both input sizes, called at batch sizes 1, 2 and 3,
+each output against eager FP32 element-wise; and the minimal reproducer with the same fix in a fresh process
+(``graphbook.compilers.miscompile.check_fix``). A fix is the book's workaround only where every row matches.
+Rows go to a new ``cpu-freezing-fixes-<date>[-N].csv`` under ``--results-dir``.
+
+Usage::
+
+    python code/check_freezing_fixes.py                          # every fix, 96x160 and 288x512
+    python code/check_freezing_fixes.py --fixes out_of_place_conv_add
+
+Exit status: 0 written; 2 bad arguments; 3 the trained checkpoint is missing.
+"""
+from __future__ import annotations
+
+import sys
+
+import pandas as pd
+import torch
+
+from graphbook.compilers import miscompile
+from graphbook.config import THREADS
+from graphbook.measure import environment
+from graphbook.model import blurball
+from graphbook.paths import TRAINED_CHECKPOINT
+from graphbook.record import cli, results
+from graphbook.runtimes.variants import FREEZING_FIXES
+
+PROG = "check_freezing_fixes.py"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = cli.make_parser(PROG, __doc__.splitlines()[0])
+    parser.add_argument("--fixes", default=",".join(FREEZING_FIXES),
+                        help=f"comma-separated, from {', '.join(FREEZING_FIXES)} (default: all)")
+    args = parser.parse_args(argv)
+    fixes = [fix.strip() for fix in args.fixes.split(",") if fix.strip()]
+    unknown = [fix for fix in fixes if fix not in FREEZING_FIXES]
+    if unknown or not fixes:
+        parser.error(f"unknown fix(es) {unknown or [args.fixes]}; choose from {', '.join(FREEZING_FIXES)}")
+    if not TRAINED_CHECKPOINT.is_file():
+        print(f"{PROG}: error: checkpoint {TRAINED_CHECKPOINT} is missing; recreate it with "
+              "code/train_blurball.py", file=sys.stderr)
+        return cli.EXIT_RESOURCE_ABSENT
+    torch.set_num_threads(THREADS)
+    model = blurball.load_trained_blurball()
+    rows = []
+    for fix in fixes:
+        checked = miscompile.check_fix(fix, model)
+        print(f"{fix}: {'matches eager everywhere' if all(r['same_output'] for r in checked) else 'DIFFERS'} "
+              f"(largest max abs diff {max(r['max_abs_diff'] for r in checked):.3g})", flush=True)
+        rows += checked
+    path = results.write_run("freezing-fixes", rows, environment.fingerprint(threads=THREADS),
+                             results_dir=args.results_dir)
+    print(pd.DataFrame(rows).to_string(index=False))
+    print(f"wrote {path}")
+    return cli.EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
