@@ -150,8 +150,8 @@ def test_live_runs_gives_independent_alternated_runs_of_one_machine():
     assert list(rows["run_id"]) == ["live-1", "live-1", "live-2", "live-2", "live-3", "live-3"]
     assert list(rows["variant"]) == ["fast", "slow", "slow", "fast", "fast", "slow"]
     assert list(rows["went_first"]) == ["fast", "fast", "slow", "slow", "fast", "fast"]
-    assert calls[:2] == ["a", "b"] and calls[6:8] == ["b", "a"]  # run 2 lets B go first
-    assert len(calls) == 3 * 2 * (1 + 2)
+    turns = [c for i, c in enumerate(calls) if i == 0 or calls[i - 1] != c]  # the Timer calls a name in bursts
+    assert turns == ["a", "b"] * 8  # call by call in turn throughout; run 2's "b" first joins run 1's last turn
     summary = R.summarize_runs(rows)
     assert set(summary["runs"]) == {3} and set(summary[R.MACHINE]) == {R.machine_label(LAPTOP)}
 

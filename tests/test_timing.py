@@ -7,89 +7,47 @@ import torch
 from graphbook.measure import timing
 
 
-def test_summarize_median_quartiles_and_spread():
-    result = timing.summarize([5.0, 1.0, 3.0, 2.0, 4.0], name="x", warmup=2)
-    assert result.median_ms == 3.0
-    assert (result.min_ms, result.max_ms) == (1.0, 5.0)
-    assert (result.q1_ms, result.q3_ms) == (2.0, 4.0)
-    assert result.iqr_ms == 2.0
-    assert result.repeats == 5 and result.warmup == 2 and result.device == "cpu"
-    assert result.as_dict()["name"] == "x"
+def _turns(calls):
+    """The names in the order they took turns: the Timer calls a name several times in its turn."""
+    return [c for i, c in enumerate(calls) if i == 0 or calls[i - 1] != c]
 
 
-def test_summarize_single_sample_and_empty():
-    one = timing.summarize([7.0])
-    assert one.median_ms == one.q1_ms == one.q3_ms == 7.0
-    with pytest.raises(ValueError, match="at least one sample"):
-        timing.summarize([])
-
-
-def test_time_cpu_counts_warmup_and_repeats():
+def test_time_cpu_reports_the_timers_blocks_with_their_spread():
     calls = []
-    result = timing.time_cpu(lambda: calls.append(1), warmup=2, repeats=5, name="append")
-    assert len(calls) == 7
-    assert result.repeats == 5 and result.warmup == 2 and result.name == "append"
+    result = timing.time_cpu(lambda: calls.append(1), warmup=2, repeats=5)
+    assert len(calls) > 2 + 5 and result.warmup == 2 and result.repeats >= 1
     assert result.min_ms <= result.q1_ms <= result.median_ms <= result.q3_ms <= result.max_ms
 
 
 def test_time_cpu_measures_a_sleep():
     result = timing.time_cpu(lambda: time.sleep(0.01), warmup=0, repeats=3)
     # sleep never returns early; a generous upper bound because the machine is shared
-    assert 9.5 <= result.median_ms < 1000
+    assert 9.5 <= result.median_ms < 1000 and result.repeats >= 3
 
 
 def test_time_cpu_sets_and_restores_threads():
+    """The Timer runs at one thread unless told otherwise: the harness tells it the count in force."""
     before = torch.get_num_threads()
-    seen = []
-    timing.time_cpu(lambda: seen.append(torch.get_num_threads()), warmup=0, repeats=1, threads=1)
-    assert seen == [1]
-    assert torch.get_num_threads() == before
-
-
-@pytest.mark.parametrize("kwargs, message", [
-    ({"repeats": 0}, "repeats"), ({"warmup": -1}, "warmup"), ({"repeats": 2.5}, "repeats"),
-    ({"repeats": True}, "repeats")])
-def test_time_cpu_rejects_bad_counts(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        timing.time_cpu(lambda: None, **kwargs)
-
-
-def test_time_cpu_rejects_non_callable():
-    with pytest.raises(TypeError, match="callable"):
-        timing.time_cpu(42)
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA error path")
-def test_time_cuda_without_cuda_is_a_clear_runtime_error():
-    with pytest.raises(RuntimeError, match="CUDA"):
-        timing.time_cuda(lambda: None)
-    with pytest.raises(RuntimeError, match="CUDA"):
-        timing.time_fn(lambda: None, device="cuda")
+    seen = set()
+    timing.time_cpu(lambda: seen.add(torch.get_num_threads()), warmup=0, repeats=1, threads=1)
+    assert seen == {1} and torch.get_num_threads() == before
+    if before > 1:
+        timing.time_cpu(lambda: seen.add(torch.get_num_threads()), warmup=0, repeats=1)
+        assert seen == {1, before}
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_time_cuda_times_gpu_work():
+def test_time_cpu_times_gpu_work():
     a = torch.rand(512, 512, device="cuda")
-    result = timing.time_cuda(lambda: a @ a, warmup=2, repeats=5)
-    assert result.device == "cuda" and result.median_ms > 0
+    assert timing.time_cpu(lambda: a @ a, warmup=2, repeats=5).median_ms > 0
 
 
-def test_time_fn_dispatch():
-    assert timing.time_fn(lambda: None, device="cpu", warmup=0, repeats=2).device == "cpu"
-    with pytest.raises(ValueError, match="device"):
-        timing.time_fn(lambda: None, device="tpu")
-
-
-def test_interleaved_calls_in_turn_and_returns_results_in_order():
+def test_interleaved_takes_turns_and_returns_results_in_order():
     calls = []
     timed = timing.interleaved({"first": lambda: calls.append("a"), "second": lambda: calls.append("b")},
                                warmup=1, repeats=3)
-    assert calls == ["a", "b"] * 4  # one untimed round, then three timed ones
-    assert [(t.name, t.repeats, t.warmup) for t in timed.values()] == [("first", 3, 1), ("second", 3, 1)]
-    with pytest.raises(ValueError, match="repeats"):
-        timing.interleaved({"a": lambda: None}, repeats=0)
-    with pytest.raises(TypeError, match="callables"):
-        timing.interleaved({"a": 3})
+    assert _turns(calls)[-6:] == ["a", "b"] * 3  # after the warm-up, one turn each per round
+    assert [(name, t.repeats, t.warmup) for name, t in timed.items()] == [("first", 3, 1), ("second", 3, 1)]
 
 
 def test_repeated_runs_rotates_the_order_and_probes_every_run(monkeypatch):
@@ -101,7 +59,7 @@ def test_repeated_runs_rotates_the_order_and_probes_every_run(monkeypatch):
     rows = timing.repeated_runs({"a": lambda: calls.append("a"), "b": lambda: calls.append("b"),
                                  "c": lambda: calls.append("c")}, runs=3, warmup=0, repeats=1, probe_bytes=1024,
                                 probes=lambda: {"peak": 1.0}, log=log.append)
-    assert probed == [1024] * 3 and calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert probed == [1024] * 3 and _turns(calls) == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
     assert [r["went_first"] for r in rows[::3]] == ["a", "b", "c"]
     assert [(r["run"], r["run_order"], r["variant"]) for r in rows[:3]] == [(1, 1, "a"), (1, 2, "b"), (1, 3, "c")]
     assert all(r["copy_gbps"] == 7.0 and r["peak"] == 1.0 and r["run_count"] == 3 and r["median_ms"] >= 0
@@ -113,7 +71,9 @@ def test_repeated_runs_interleaves_or_hands_the_timing_to_measure():
     calls = []
     rows = timing.repeated_runs({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, runs=2, warmup=0,
                                 repeats=2, interleave=True, probe_bytes=None)
-    assert calls == ["a", "b", "a", "b", "b", "a", "b", "a"] and "copy_gbps" not in rows[0]
+    # run 1: a warm-up turn each, then two rounds: a b a b a b; run 2, rotated: b a b a b a (its first b joins
+    # run 1's last turn)
+    assert _turns(calls) == ["a", "b"] * 5 + ["a"] and "copy_gbps" not in rows[0]
     seen = []
     rows = timing.repeated_runs({"a": None, "b": None}, runs=2, probe_bytes=None,
                                 measure=lambda name, index: seen.append((name, index)) or {"score": index})

@@ -82,8 +82,7 @@ def timed_with_cores(fn: Callable[[], object], *, warmup: int, repeats: int, thr
     cpu_start, wall_start = time.process_time(), time.perf_counter()
     result = timing.time_cpu(fn, warmup=warmup, repeats=repeats, threads=threads)
     busy = (time.process_time() - cpu_start) / (time.perf_counter() - wall_start)
-    columns = {k: v for k, v in result.as_dict().items() if k != "name"}
-    return {**columns, "busy_cores": round(busy, 2)}
+    return {**result.as_dict(), "busy_cores": round(busy, 2)}
 
 
 def add_speedups(rows: Iterable[dict], baselines: Mapping[str, str] = SPEEDUP_BASELINES) -> list[dict]:

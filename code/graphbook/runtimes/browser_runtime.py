@@ -23,7 +23,6 @@ import hashlib
 import html
 import json
 import shutil
-import time
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -232,24 +231,13 @@ def publish(dest: str | Path, assets_dir: str | Path = ASSETS_DIR, *, webgpu: bo
 
 def time_native(model_path: str | Path, clip: np.ndarray, *, level: str = "all", threads: int = 1,
                 warmup: int = 2, repeats: int = 10) -> dict:
-    """Native ONNX Runtime on one file: check against nothing, just median/min/max ms per call (Chapter 4).
+    """Native ONNX Runtime on one file, timed by the book's harness: median/min/max ms per call (Chapter 4).
 
-    The session is :func:`graphbook.runtimes.onnx_utils.make_session` (explicit intra-op threads); the clock is
-    :func:`time.perf_counter` around ``session.run``, warm-up calls first, as on the page.
+    The session is :func:`graphbook.runtimes.onnx_utils.make_session` (explicit intra-op threads).
     """
     session = onnx_utils.make_session(model_path, level=level, threads=threads)
     feed = {session.get_inputs()[0].name: clip}
-    output = session.run(None, feed)[0]
-    for _ in range(warmup):
-        session.run(None, feed)
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        session.run(None, feed)
-        samples.append(1e3 * (time.perf_counter() - start))
-    summary = timing.summarize(samples, warmup=warmup)
-    return {"median_ms": summary.median_ms, "min_ms": summary.min_ms, "max_ms": summary.max_ms,
-            "repeats": repeats, "warmup": warmup, "output": output}
+    return timing.time_cpu(lambda: session.run(None, feed), warmup=warmup, repeats=repeats).as_dict()
 
 
 def compare(output, assets_dir: str | Path, key: str) -> dict:
