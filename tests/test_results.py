@@ -107,6 +107,20 @@ def test_write_run_keeps_a_given_run_id_and_refuses_empty_rows(tmp_path):
         results.write_run("cpu-onnxruntime", [{}], ENV, results_dir=tmp_path)
 
 
+def test_a_frame_goes_to_the_file_as_it_is_and_comes_back_typed(tmp_path):
+    frame = pd.DataFrame([{"run": 1, "variant": "a", "median_ms": 2.5, "same_output": True},
+                          {"run": 2, "variant": "a", "median_ms": 3.0, "same_output": False},
+                          {"variant": "profile", "ops": 7, "threads": 1}])
+    path = results.write_run("cpu-blurball", frame, ENV, results_dir=tmp_path, per_run=True)
+    rows = _read(path)
+    assert rows[0] == ["run_id", "run", "variant", "median_ms", "same_output", "ops", "threads", "date", "git_commit"]
+    assert rows[1][:5] == [f"{path.stem}/r1", "1", "a", "2.5", "True"]  # a whole number with gaps stays whole
+    assert rows[3][:3] == [path.stem, "", "profile"]  # measured once per invocation: the file's own run id
+    back = results.load("cpu-blurball", tmp_path)
+    assert back["threads"].tolist() == [2, 2, 1]  # the environment fills the gaps, a row's own value wins
+    assert str(back["same_output"].dtype) == "boolean" and back["median_ms"].iloc[1] == 3.0
+
+
 def test_write_run_defaults_to_the_books_results_dir(tmp_path, monkeypatch):
     from graphbook import paths
 

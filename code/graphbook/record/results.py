@@ -171,9 +171,10 @@ def _read_header(path: Path) -> list[str] | None:
 _TAG_RE = re.compile(r"^[A-Za-z0-9_.]+(?:-[A-Za-z0-9_.]+)*$")
 
 
-def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
+def write_run(kind_name: str, rows: Iterable[dict] | pd.DataFrame, env: dict | None = None,
               results_dir: str | Path | None = None, tag: str | None = None, *, per_run: bool = False) -> Path:
-    """Write one run's ``rows`` to a NEW file of kind ``kind_name``; returns its path (Chapter 2).
+    """Write one run's ``rows`` (dicts, or a DataFrame as it is) to a NEW file of kind ``kind_name``; returns its path
+    (Chapter 2).
 
     The file is ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv`` under ``results_dir`` (default
     ``paths.RESULTS_DIR``, which honours ``GRAPHBOOK_RESULTS_DIR``); ``-N`` is added when a file of that
@@ -195,7 +196,10 @@ def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
         raise ValueError(f"result kind {k.name!r} takes no tag, got {tag!r}")
     if tag and not _TAG_RE.match(tag):
         raise ValueError(f"tag must be letters, digits, '.', '_' or single '-' between them, got {tag!r}")
-    rows = _nonempty_rows(rows, "write_run")
+    frame = rows.reset_index(drop=True) if isinstance(rows, pd.DataFrame) else \
+        pd.DataFrame(_nonempty_rows(rows, "write_run"))
+    if frame.empty:
+        raise ValueError("write_run needs at least one row")
     day = _dt.datetime.now(_dt.timezone.utc).date().isoformat()
     if env and env.get(DATE):
         day = str(env[DATE])[:10]
@@ -204,18 +208,14 @@ def write_run(kind_name: str, rows: Iterable[dict], env: dict | None = None,
     if not k.matches(path.name):  # checked before the file exists: a bad name leaves no orphan behind
         raise ValueError(f"{path.name} does not match kind {k.name!r}'s own pattern "
                          f"(the date comes from env['date'], got {str((env or {}).get(DATE))[:40]!r})")
-    for row in rows:
-        if per_run and row.get(RUN) not in (None, ""):
-            row.setdefault(RUN_ID, f"{path.stem}/r{int(row[RUN])}")
-        row.setdefault(RUN_ID, path.stem)
-    columns = _columns(rows, env)
-    columns.remove(RUN_ID)
-    columns.insert(0, RUN_ID)
-    with path.open("x", newline="") as handle:  # "x": fail rather than touch an existing file
-        writer = csv.DictWriter(handle, fieldnames=columns, restval="")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({**(env or {}), **row})
+    run_ids = pd.Series(path.stem, index=frame.index, dtype=object)
+    numbered = pd.to_numeric(frame[RUN], errors="coerce").dropna() if per_run and RUN in frame else pd.Series()
+    run_ids[numbered.index] = [f"{path.stem}/r{int(run)}" for run in numbered]
+    frame.insert(0, RUN_ID, frame.pop(RUN_ID).fillna(run_ids) if RUN_ID in frame else run_ids)
+    for key, value in (env or {}).items():  # a row's own value wins
+        frame[key] = frame[key].fillna(value) if key in frame else value
+    # whole numbers stay whole where a column has gaps ("3", not "3.0"); "x": fail rather than touch a file
+    frame.convert_dtypes().to_csv(path, mode="x", index=False)
     return path
 
 
