@@ -79,6 +79,8 @@ def _parse(argv):
 def main(argv=None) -> int:
     """Run parts (a)-(c), write the report and the results; return the exit status (Chapter 2)."""
     args = _parse(argv)  # before importing torch, so that a typo fails in a fraction of a second
+    import pandas as pd
+
     from graphbook.measure import environment
     from graphbook.record import results
     from graphbook.teach import allocation, fusion_demo
@@ -87,23 +89,21 @@ def main(argv=None) -> int:
     env = environment.fingerprint(args.threads)
     print(f"03_fusion.py: {args.threads} thread(s), N = {args.size}, {args.repeats} repeats, {args.runs} runs",
           flush=True)
-    folding, chain_result = fusion_demo.measure_runs(
+    frame = fusion_demo.measure_runs(
         tuple(args.feature_map), args.size, args.repeats, runs=args.runs, compile_chain=not args.no_compile,
         progress=lambda message: print("  " + message, flush=True))
     print("  (a) BN folding and (b) chain done", flush=True)
-    compile_result = (None if args.no_compile else
-                      fusion_demo.measure_compile_time(args.size, args.threads, runs=args.runs))
-    print("  (c) compile time " + ("skipped" if compile_result is None else "done"), flush=True)
+    compile_frame = None if args.no_compile else fusion_demo.measure_compile_time(args.size, args.threads, runs=args.runs)
+    print("  (c) compile time " + ("skipped" if compile_frame is None else "done"), flush=True)
     allocator = ("--no-allocator" if args.no_allocator else
                  allocation.allocator_runs(args.size, args.threads, runs=args.runs, repeats=args.repeats))
     print("  (d) allocator " + (f"skipped: {allocator}" if isinstance(allocator, str) else "done"), flush=True)
-    report = fusion_demo.write_report(args.report_dir, env, folding, chain_result, compile_result)
-    rows = fusion_demo.csv_rows(folding, chain_result, compile_result,
-                                allocator=None if isinstance(allocator, str) else allocator)
-    results_csv = results.write_run("fusion-demo", rows, env, results_dir=args.results_dir, per_run=True)
+    report = fusion_demo.write_report(args.report_dir, env, frame, compile_frame)
+    recorded = pd.concat([compile_frame, frame, None if isinstance(allocator, str) else allocator])
+    results_csv = results.write_run("fusion-demo", recorded, env, results_dir=args.results_dir, per_run=True)
     print(report.read_text())
     print(f"wrote {report} and {results_csv}")
-    failed = fusion_demo.failed_checks(folding, chain_result, SAME_OUTPUT_ATOL)
+    failed = fusion_demo.failed_checks(frame, SAME_OUTPUT_ATOL)
     return cli.exit_status_for("03_fusion.py", failed)  # 1 if a version differs (its rows are written above)
 
 

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 import torch
 
-from graphbook.teach import allocation, fusion_demo
+from graphbook.teach import allocation
 
 
 def test_minor_page_faults_counts_first_touch_and_ignores_other_threads(monkeypatch):
@@ -51,8 +51,11 @@ def test_allocator_runs_alternate_which_allocator_goes_first(monkeypatch):
     monkeypatch.setattr(allocation, "allocator_ablation", fake)
     rows = allocation.allocator_runs(1024, threads=1, runs=3)
     assert calls == [False, True, False]
-    assert [(r["run"], r["run_order"], r["allocator"][:10]) for r in rows[:4]] == [
+    assert [(r.run, r.run_order, r.variant[:10]) for r in rows[:4].itertuples()] == [
         (1, 1, "glibc defa"), (1, 2, "glibc keep"), (2, 1, "glibc keep"), (2, 2, "glibc defa")]
+    # the rows code/03_fusion.py records: the eager chain's median and the faults, part "allocator"
+    assert rows["median_ms"].tolist()[:2] == [100.0, 40.0] and set(rows["part"]) == {"allocator"}
+    assert rows["faults_per_new_tensor"].tolist()[:2] == [16000.0, 0.0] and set(rows["size_elements"]) == {1024}
     monkeypatch.setattr(allocation, "allocator_ablation", lambda *a, **k: "needs glibc")
     assert allocation.allocator_runs(1024, runs=3) == "needs glibc"
 
@@ -81,11 +84,3 @@ def test_the_recorded_split_keeps_machines_apart_and_multiplies_to_the_whole():
     without = frame[frame["part"] != "allocator"]
     assert "allocator" not in allocation.recorded_split(without).columns
     assert allocation.recorded_split(frame[frame["part"] == "allocator"]).empty
-
-
-def test_csv_rows_record_the_allocator_part_per_run():
-    folding, chain = fusion_demo.measure_runs((2, 8, 8), 2048, repeats=3, compile_chain=False)
-    allocator = [{"allocator": "glibc default", "eager chain": 9.0, "faults_per_new_tensor": 5.0, "run": 1, "run_order": 1}]
-    rows = fusion_demo.csv_rows(folding, chain, None, allocator=allocator)
-    (row,) = [r for r in rows if r["part"] == "allocator"]
-    assert row["variant"] == "glibc default" and row["median_ms"] == 9.0 and row["faults_per_new_tensor"] == 5.0

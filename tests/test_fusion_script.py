@@ -35,11 +35,12 @@ def test_script_defaults_agree_with_the_module():
 
 
 def test_failed_checks_name_the_versions_that_differ():
-    folding = {"max_abs_diff": 1e-6}
-    chain = {"variants": [{"variant": "eager", "max_abs_diff": 0.0}, {"variant": "torch.compile", "max_abs_diff": 0.5}]}
-    assert fusion_demo.failed_checks(folding, chain, atol=1e-4) == ["torch.compile"]
-    assert fusion_demo.failed_checks({"max_abs_diff": 1.0}, chain, atol=1.0) == []
-    assert fusion_demo.failed_checks({"max_abs_diff": 1.0}, chain, atol=1e-4) == ["folded conv", "torch.compile"]
+    def frame(fold_diff, compile_diff):
+        return pd.DataFrame({"variant": ["unfolded", "folded", "eager", "torch.compile", fusion_demo.PROBE],
+                             "max_abs_diff": [fold_diff, fold_diff, 0.0, compile_diff, None]})
+    assert fusion_demo.failed_checks(frame(1e-6, 0.5), atol=1e-4) == ["torch.compile"]
+    assert fusion_demo.failed_checks(frame(1.0, 0.5), atol=1.0) == []
+    assert fusion_demo.failed_checks(frame(1.0, 0.5), atol=1e-4) == ["folded conv", "torch.compile"]
 
 
 def test_chain_versions_agree(fusion):
@@ -68,18 +69,22 @@ def test_count_cpp_kernels(fusion):
 
 def test_measure_runs_times_both_parts_in_the_run_protocol(fusion):
     messages = []
-    folding, chain = fusion.measure_runs((4, 16, 16), 4096, repeats=3, runs=5, compile_chain=False,
-                                         progress=messages.append)
-    assert folding["max_rel_diff"] < 1e-5 and len(folding["runs"]) == 5
+    frame = fusion.measure_runs((4, 16, 16), 4096, repeats=3, runs=5, compile_chain=False, progress=messages.append)
+    firsts = frame[frame["run_order"] == 1].pivot(index="run", columns="part", values="variant")
     # each part rotates on its own: the BN pair alternates, the chain's versions take turns going first
-    assert [run["first"] for run in folding["runs"]] == ["unfolded", "folded", "unfolded", "folded", "unfolded"]
-    assert [v["variant"] for v in chain["variants"]] == ["eager", "manual in-place", "preallocated out="]
-    assert [run["order"][0] for run in chain["runs"]] == ["eager", "manual in-place", "preallocated out=", "eager",
-                                                           "manual in-place"]
-    assert all(run["copy"]["gb_per_s"] > 0 for run in chain["runs"])
-    assert all(v["max_abs_diff"] == 0 for v in chain["variants"])
-    assert chain["variants"][0]["speedup_vs_eager"] == 1.0
-    assert sum(m.startswith("run ") for m in messages) == 5
+    assert firsts["bn_folding"].tolist() == ["unfolded", "folded", "unfolded", "folded", "unfolded"]
+    assert firsts["chain"].tolist() == ["eager", "manual in-place", "preallocated out=", "eager", "manual in-place"]
+    chain = frame[frame["part"] == "chain"]
+    probe = chain[chain["variant"] == fusion.PROBE]
+    assert probe["run_order"].eq(0).all() and probe["gb_per_s"].gt(0).all() and len(probe) == 5
+    assert (probe.set_index("run")["gb_per_s"] == chain.groupby("run")["copy_gbps"].first()).all()  # the run's own
+    versions = chain[chain["variant"] != fusion.PROBE]
+    assert versions["max_abs_diff"].eq(0).all() and versions.groupby("run").size().eq(3).all()
+    assert versions[versions["variant"] == "eager"]["speedup_vs_eager"].eq(1.0).all()
+    folded = frame[frame["variant"] == "folded"].set_index("run")
+    unfolded = frame[frame["variant"] == "unfolded"].set_index("run")["median_ms"]
+    assert ((unfolded - folded["median_ms"]) / unfolded * 100 == folded["change_pct"]).all()
+    assert folded["max_rel_diff"].lt(1e-5).all() and sum(m.startswith("run ") for m in messages) == 5
 
 
 @pytest.mark.slow
@@ -114,32 +119,31 @@ def test_tiny_end_to_end_run(tmp_path):
     assert (frame["threads"] == 1).all()
 
 
-def _compile_pair(run: int, cold_s: float, warm_s: float) -> dict:
-    return {"run": run, "cold": {"seconds": cold_s, "fxgraph_cache_hit": 0, "fxgraph_cache_miss": 1},
-            "warm": {"seconds": warm_s, "fxgraph_cache_hit": 1, "fxgraph_cache_miss": 0},
-            "warm_over_cold": warm_s / cold_s}
+def _compile_rows(seconds):
+    return pd.DataFrame([{"part": "compile_time", "variant": variant, "run": run, "run_order": order,
+                          "compile_s": s, "fxgraph_cache_hit": order - 1, "fxgraph_cache_miss": 2 - order}
+                         for run, (cold, warm) in enumerate(seconds, start=1)
+                         for order, (variant, s) in enumerate((("cold", cold), ("warm", warm)), start=1)])
 
 
-def test_csv_rows_give_each_compile_pair_the_run_it_belongs_to(tmp_path):
-    folding, chain = fusion_demo.measure_runs((2, 8, 8), 2048, repeats=3, compile_chain=False)
-    compile_result = {"runs": [_compile_pair(k, 9.0 + k, 1.0) for k in (1, 2, 3)], "warm_over_cold": 0.1}
-    rows = fusion_demo.csv_rows(folding, chain, compile_result)
-    compile_rows = [r for r in rows if r["part"] == "compile_time"]
-    assert rows[:6] == compile_rows
-    assert [(r["run"], r["variant"], r["run_order"]) for r in compile_rows] == [
-        (k, variant, order) for k in (1, 2, 3) for order, variant in ((1, "cold"), (2, "warm"))]
+def test_recorded_rows_give_each_compile_pair_the_run_it_belongs_to(tmp_path):
+    frame = fusion_demo.measure_runs((2, 8, 8), 2048, repeats=3, compile_chain=False)
+    compile_frame = _compile_rows([(10.0, 1.0), (11.0, 1.0), (12.0, 1.0)])
     from graphbook.record import results, runs
 
-    path = results.write_run("fusion-demo", rows, {"date": "2026-11-30T00:00:00+00:00"}, results_dir=tmp_path,
-                             per_run=True)
-    frame = results.load("fusion-demo", tmp_path)
-    compile_frame = frame[frame["part"] == "compile_time"]
-    assert sorted(compile_frame[results.RUN_ID].unique()) == [f"{path.stem}/r{k}" for k in (1, 2, 3)]
-    summary = runs.summarize_runs(compile_frame, by="variant", value=results.COMPILE_S).set_index("variant")
+    path = results.write_run("fusion-demo", pd.concat([compile_frame, frame]),
+                             {"date": "2026-11-30T00:00:00+00:00"}, results_dir=tmp_path, per_run=True)
+    back = results.load("fusion-demo", tmp_path)
+    compile_back = back[back["part"] == "compile_time"]
+    assert sorted(compile_back[results.RUN_ID].unique()) == [f"{path.stem}/r{k}" for k in (1, 2, 3)]
+    summary = runs.summarize_runs(compile_back, by="variant", value=results.COMPILE_S).set_index("variant")
     assert summary.loc["cold", "runs"] == 3 and summary.loc["cold", "median"] == 11.0
-    assert results.latest_run(frame)[results.RUN_ID].unique().tolist() == [path.stem + "/r3"]
-    report = fusion_demo._format_report({}, folding, chain, compile_result)
+    assert results.latest_run(back)[results.RUN_ID].unique().tolist() == [path.stem + "/r3"]
+    chain = back[(back["part"] == "chain") & (back["variant"] != fusion_demo.PROBE)]
+    assert (runs.summarize_runs(chain)["runs"] == 3).all()  # what the chapter reads back: three runs per version
+    report = fusion_demo._format_report({}, frame, compile_frame)
     assert "3 runs in a rotated order" in report and "run 3: empty cache 12.00 s" in report
+    assert "median warm/cold ratio: 0.09" in report and "timed first" in report
 
 
 def test_each_compile_time_run_starts_from_its_own_empty_cache(monkeypatch):
@@ -158,7 +162,8 @@ def test_each_compile_time_run_starts_from_its_own_empty_cache(monkeypatch):
     assert folders[0::2] == folders[1::2] and len(set(folders)) == 3  # a pair shares one new folder
     assert not any(folder.exists() for folder in folders)             # and leaves nothing behind
     assert {(tuple(map(tuple, shapes)), threads) for _, _, shapes, threads in calls} == {(((4096,),), 2)}
-    assert [pair["run"] for pair in result["runs"]] == [1, 2, 3] and result["warm_over_cold"] == 0.25
+    assert result["run"].tolist() == [1, 1, 2, 2, 3, 3] and result["compile_s"].tolist() == [8.0, 2.0] * 3
+    assert result["variant"].tolist() == ["cold", "warm"] * 3 and result["fxgraph_cache_hit"].tolist() == [0, 1] * 3
     with pytest.raises(ValueError, match="runs must be an integer >= 1"):
         fusion_demo.measure_compile_time(4096, runs=0)
 

@@ -97,19 +97,22 @@ def allocator_ablation(n_elements: int = 2 ** 24, threads: int = THREADS, repeat
 
 
 def allocator_runs(n_elements: int = 2 ** 25, threads: int = 1, runs: int = 3,
-                   repeats: int = 7) -> list[dict] | str:
+                   repeats: int = 7) -> pd.DataFrame | str:
     """:func:`allocator_ablation` repeated ``runs`` times, the two allocators' order swapped each run (Chapter 2).
 
-    Returns the rows with ``run`` (1, 2, ...) and ``run_order`` added, or the sentence saying why the
-    experiment does not apply here.
+    Returns the rows ``code/03_fusion.py`` records, part ``allocator``: the allocator as ``variant``, the eager
+    chain's median as ``median_ms``, ``faults_per_new_tensor``, ``run`` (1, 2, ...) and ``run_order``; or the
+    sentence saying why the experiment does not apply here.
     """
-    rows = []
+    pairs = []
     for number in range(1, runs + 1):
         pair = allocator_ablation(n_elements, threads=threads, repeats=repeats, swap=number % 2 == 0)
         if isinstance(pair, str):
             return pair
-        rows += [{**row, "run": number, "run_order": order} for order, row in enumerate(pair, start=1)]
-    return rows
+        pairs.append(pd.DataFrame(pair).assign(run=number, run_order=[1, 2]))
+    frame = pd.concat(pairs, ignore_index=True).rename(columns={"allocator": "variant", "eager chain": "median_ms"})
+    return frame[["variant", "run", "run_order", "median_ms", "faults_per_new_tensor"]].assign(
+        part="allocator", size_elements=n_elements)
 
 
 def recorded_split(frame):
