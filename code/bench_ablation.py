@@ -75,9 +75,12 @@ def _unique_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-def run(args) -> tuple[list[dict], list[str]]:
-    """Compile and check every requested configuration once, time them all in ``args.runs`` rotated runs,
-    write one new results file. Returns the rows and the configurations whose output differs from eager FP32."""
+def run(args) -> tuple[object, list[str]]:
+    """Compile and check every requested configuration once, time them all in ``args.runs`` rotated runs
+    (``graphbook.runtimes.bench``), write one new results file. Returns its path and the configurations whose
+    output differs from eager FP32."""
+    import functools
+
     import torch
 
     from graphbook.compilers import inductor_tools
@@ -85,71 +88,59 @@ def run(args) -> tuple[list[dict], list[str]]:
     from graphbook.measure.environment import fingerprint, set_threads
     from graphbook.model import blurball
     from graphbook.record import results
-    from graphbook.record.results import COMPILE_S, MAX_ABS_DIFF, SAME_OUTPUT, SAME_PEAKS, SPEEDUP_VS_EAGER
-    from graphbook.runtimes import correctness, variants
+    from graphbook.record.results import COMPILE_S, SPEEDUP_VS_EAGER
+    from graphbook.runtimes import variants
+    from graphbook.runtimes.bench import build_check_time
 
     set_threads(args.threads)
     env = fingerprint(args.threads)
     model = blurball.build_blurball()
     x = blurball.example_input(height=args.height, width=args.width)
-    builds, failed, rows = {}, [], []
+    compiled = {}
+
+    def build(name):  # on the model's own code object: one Dynamo cache per configuration, no recompile later
+        start = time.perf_counter()
+        if name in inductor_tools.UNFUSED_ABLATION_BACKENDS:  # no Inductor: no generated code to count
+            options = {"backend": inductor_tools.UNFUSED_ABLATION_BACKENDS[name]}
+            compiled[name] = torch.compile(variants.own_code(model), backend=options["backend"])
+            compiled[name](x)
+            counts = {"kernels": 0, "generated_launches": 0, "extern_calls": 0}
+        else:
+            options = inductor_tools.ablation_options(name)
+            generated = inductor_tools.compile_and_get_code(variants.own_code(model), x, options=options, reset=False)
+            compiled[name] = generated.compiled
+            counts = {"kernels": generated.kernel_count, "generated_launches": generated.launches["generated"],
+                      "extern_calls": len(generated.extern_calls)}
+        return compiled[name], {"options": repr(options), COMPILE_S: round(time.perf_counter() - start, 3), **counts}
+
+    def against_eager(name: str, index: int) -> dict:
+        """One configuration timed in alternated pairs with eager; every second run it goes first."""
+        graphs = _unique_graphs()
+        pair = {"eager": lambda: model(x), name: lambda: compiled[name](x)}
+        timed = timing.interleaved(dict(reversed(pair.items())) if index % 2 else pair, warmup=args.warmup,
+                                   repeats=args.repeats)
+        eager_t, compiled_t = timed["eager"], timed[name]
+        print(f"  {name:30s} eager {eager_t.median_ms:8.1f} ms  compiled {compiled_t.median_ms:8.1f} ms  "
+              f"speedup {eager_t.median_ms / compiled_t.median_ms:.2f}x", flush=True)
+        return {**{f"eager_{k}": getattr(eager_t, k) for k in ("median_ms", "q1_ms", "q3_ms")},
+                **{f"compiled_{k}": getattr(compiled_t, k) for k in ("median_ms", "q1_ms", "q3_ms")},
+                SPEEDUP_VS_EAGER: eager_t.median_ms / compiled_t.median_ms, "repeats": args.repeats,
+                "warmup": args.warmup, "recompiles": _unique_graphs() - graphs}
+
     with torch.no_grad():
         reference = model(x)
         torch._dynamo.reset()  # nothing compiled earlier in this process is reused
-        for name in args.variants:  # compile and check each configuration ONCE
-            start = time.perf_counter()
-            if name in inductor_tools.UNFUSED_ABLATION_BACKENDS:  # no Inductor: no generated code to count
-                options = {"backend": inductor_tools.UNFUSED_ABLATION_BACKENDS[name]}
-                compiled_fn = torch.compile(variants.own_code(model), backend=options["backend"])
-                output = compiled_fn(x)
-                kernels, launches, extern = 0, 0, 0
-            else:
-                options = inductor_tools.ablation_options(name)
-                generated = inductor_tools.compile_and_get_code(variants.own_code(model), x, options=options,
-                                                                reset=False)
-                compiled_fn, output = generated.compiled, generated.output
-                kernels, launches = generated.kernel_count, generated.launches["generated"]
-                extern = len(generated.extern_calls)
-            compile_s = time.perf_counter() - start
-            check = correctness.compare_to_reference(output, reference)
-            if not check[SAME_OUTPUT]:  # every configuration is FP32: all are expected to match
-                failed.append(name)
-            builds[name] = {"compiled": compiled_fn, "row": {
-                "variant": name, "options": repr(options), "height": args.height, "width": args.width, "batch": 1,
-                COMPILE_S: round(compile_s, 3), "kernels": kernels, "generated_launches": launches,
-                "extern_calls": extern,
-                MAX_ABS_DIFF: check[MAX_ABS_DIFF], SAME_OUTPUT: check[SAME_OUTPUT], SAME_PEAKS: check[SAME_PEAKS]}}
-            print(f"{name:30s} compile {compile_s:7.1f} s  kernels {kernels:4d}  "
-                  f"diff {check[MAX_ABS_DIFF]:.1e}", flush=True)
-        def against_eager(name: str, index: int) -> dict:
-            """One configuration timed in alternated pairs with eager; every second run it goes first."""
-            compiled = builds[name]["compiled"]
-            graphs = _unique_graphs()
-            pair = {"eager": lambda: model(x), name: lambda: compiled(x)}
-            if index % 2:
-                pair = dict(reversed(list(pair.items())))
-            timed = timing.interleaved(pair, warmup=args.warmup, repeats=args.repeats)
-            eager_t, compiled_t = timed["eager"], timed[name]
-            print(f"  {name:30s} eager {eager_t.median_ms:8.1f} ms  compiled {compiled_t.median_ms:8.1f} ms  "
-                  f"speedup {eager_t.median_ms / compiled_t.median_ms:.2f}x", flush=True)
-            return {**builds[name]["row"],
-                    "eager_median_ms": eager_t.median_ms, "eager_q1_ms": eager_t.q1_ms, "eager_q3_ms": eager_t.q3_ms,
-                    "compiled_median_ms": compiled_t.median_ms, "compiled_q1_ms": compiled_t.q1_ms,
-                    "compiled_q3_ms": compiled_t.q3_ms, SPEEDUP_VS_EAGER: eager_t.median_ms / compiled_t.median_ms,
-                    "repeats": args.repeats, "warmup": args.warmup, "recompiles": _unique_graphs() - graphs}
-
-        # independent timed runs: nothing is recompiled, the order rotates
-        rows = timing.repeated_runs({name: builds[name]["compiled"] for name in args.variants}, runs=args.runs,
-                                    warmup=args.warmup, repeats=args.repeats, probe_bytes=args.probe_mib * probes.MIB,
-                                    measure=against_eager, log=lambda line: print(line, flush=True))
-    rows.sort(key=lambda r: (r[results.RUN], args.variants.index(r["variant"])))  # each run in variant order
-    path = results.write_run("ablation", rows, env, results_dir=args.results_dir, per_run=True)
-    recompiled = sum(r["recompiles"] for r in rows)
-    if recompiled:
-        print(f"bench_ablation.py: {recompiled} recompile(s) during the timed runs (their warm-up absorbed them)",
-              file=sys.stderr)
-    print(f"wrote {len(rows)} rows ({args.runs} runs) to {path}")
-    return rows, failed
+        frame, failed = build_check_time(
+            {name: functools.partial(build, name) for name in args.variants}, x, reference,
+            columns={name: {"height": args.height, "width": args.width, "batch": 1} for name in args.variants},
+            runs=args.runs, warmup=args.warmup, repeats=args.repeats, probe_bytes=args.probe_mib * probes.MIB,
+            measure=against_eager, log=lambda line: print(line, flush=True))
+    path = results.write_run("ablation", frame, env, results_dir=args.results_dir, per_run=True)
+    if frame["recompiles"].sum():
+        print(f"bench_ablation.py: {frame['recompiles'].sum()} recompile(s) during the timed runs (their warm-up "
+              "absorbed them)", file=sys.stderr)
+    print(f"wrote {len(frame)} rows ({args.runs} runs) to {path}")
+    return path, failed
 
 
 if __name__ == "__main__":

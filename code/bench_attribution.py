@@ -29,16 +29,18 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def run(args) -> tuple[list[dict], list[str]]:
-    """Build and check every rung once, time them in ``args.runs`` interleaved runs, write one new file."""
+def run(args) -> tuple[object, list[str]]:
+    """Build and check every rung once, time them in ``args.runs`` interleaved runs (``graphbook.runtimes.bench``),
+    write one new file. Returns its path and the rungs whose output differs from eager."""
+    import time
+
     import torch
 
-    from graphbook.measure import timing
     from graphbook.measure.environment import fingerprint, set_threads
     from graphbook.model import blurball
     from graphbook.record import results
-    from graphbook.record.results import COMPILE_S, MAX_ABS_DIFF, SAME_OUTPUT, SAME_PEAKS
-    from graphbook.runtimes import correctness
+    from graphbook.record.results import COMPILE_S
+    from graphbook.runtimes.bench import build_check_time
     from graphbook.teach import attribution
 
     set_threads(args.threads)
@@ -48,27 +50,25 @@ def run(args) -> tuple[list[dict], list[str]]:
     with torch.no_grad():
         reference = model(x)
     torch._dynamo.reset()
-    runners, checks, failed = attribution.build_rungs(model, x), {}, []
-    for name, runner in runners.items():  # the first call compiles the compiled rungs: that is their build
-        clock = timing.Stopwatch()
-        check = correctness.compare_to_reference(runner(x), reference)
-        checks[name] = {COMPILE_S: round(clock.seconds(), 3), MAX_ABS_DIFF: check[MAX_ABS_DIFF],
-                        SAME_OUTPUT: check[SAME_OUTPUT], SAME_PEAKS: check[SAME_PEAKS]}
-        if not check[SAME_OUTPUT]:
-            failed.append(name)
-        print(f"{name:40s} first call {clock.seconds():6.1f} s  diff {check[MAX_ABS_DIFF]:.1e}", flush=True)
-    rows = timing.repeated_runs({name: (lambda r=runner: r(x)) for name, runner in runners.items()},
-                                runs=args.runs, warmup=args.warmup, repeats=args.repeats, interleave=True,
-                                log=lambda line: print(line, flush=True))
-    for row in rows:
-        row.update(checks[row["variant"]], height=args.height, width=args.width, batch=1)
-    path = results.write_run("attribution", rows, env, results_dir=args.results_dir, per_run=True)
+
+    def first_call(runner):  # the first call compiles the compiled rungs: that is their build
+        start = time.perf_counter()
+        runner(x)
+        return runner, {COMPILE_S: round(time.perf_counter() - start, 3)}
+
+    runners = attribution.build_rungs(model, x)
+    frame, failed = build_check_time(
+        {name: (lambda runner=runner: first_call(runner)) for name, runner in runners.items()}, x, reference,
+        columns={name: {"height": args.height, "width": args.width, "batch": 1} for name in runners},
+        runs=args.runs, warmup=args.warmup, repeats=args.repeats, interleave=True,
+        log=lambda line: print(line, flush=True))
+    path = results.write_run("attribution", frame, env, results_dir=args.results_dir, per_run=True)
     steps, total = attribution.ladder(results.load("attribution", path.parent).query("source_file == @path.name"))
     for step in steps:
         print(f"  {step.rung:24s} {step.median_ms:8.1f} ms  step {step.step:5.2f}x  cumulative {step.cumulative:5.2f}x")
     print(f"total {total['total']:.2f}x measured, rungs multiply to {total['product']:.2f}x "
-          f"(residual {total['residual']:.2f}); wrote {len(rows)} rows ({args.runs} runs) to {path}")
-    return rows, failed
+          f"(residual {total['residual']:.2f}); wrote {len(frame)} rows ({args.runs} runs) to {path}")
+    return path, failed
 
 
 if __name__ == "__main__":

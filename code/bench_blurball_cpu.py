@@ -51,7 +51,6 @@ from graphbook.record.results import (
     EXPECTED_TO_MATCH,
     MAX_ABS_DIFF,
     SAME_BALL,
-    SAME_OUTPUT,
     SAME_PEAKS,
     SPEEDUP_VS_EAGER,
 )
@@ -63,7 +62,6 @@ DEFAULT_VARIANTS = ("eager_fp32", "eager_fp32_channels_last", "eager_bf16_autoca
                     "ort_int8_qdq_all", "openvino_fp32", "openvino_bf16", "openvino_int8")
 #: Fastest ball (px per frame) of the clips the trained checkpoint was trained and scored on (as bench_int8.py).
 MAX_SPEED = 30.0
-VARIANTS = {name: registry.get(name).description for name in DEFAULT_VARIANTS}
 REFERENCE = registry.REFERENCE
 
 
@@ -109,22 +107,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def format_table(rows: list[dict]) -> str:
-    """A fixed-width text table of the variant rows."""
-    lines = [f"{'run':>3s} {'variant':28s} {'median ms':>10s} {'IQR ms':>8s} {'x eager':>8s} {'GFLOP/s':>8s} "
-             f"{'%matmul':>7s} {'max|diff|':>10s} {'peaks':>6s} {'build s':>8s}"]
-    for r in rows:
-        if not r.get("median_ms"):
-            lines.append(f"{r.get('run', ''):>3} {r['variant']:28s} skipped: {r.get('note', '')}")
-            continue
-        share = r.get("share_of_matmul_rate")
-        lines.append(f"{r.get('run', ''):>3} {r['variant']:28s} {r['median_ms']:10.1f} {r['q3_ms'] - r['q1_ms']:8.1f} "
-                     f"{r[SPEEDUP_VS_EAGER]:8.2f} {r['gflop_per_s']:8.1f} "
-                     f"{(100 * share if share != '' else float('nan')):7.1f} {r[MAX_ABS_DIFF]:10.2e} "
-                     f"{'same' if r[SAME_PEAKS] else 'DIFF':>6s} {r[COMPILE_S]:8.1f}")
-    return "\n".join(lines)
-
-
 def _weights(args: argparse.Namespace) -> Path | None:
     """The checkpoint the matrix runs (None: seeded random weights)."""
     from graphbook.paths import TRAINED_CHECKPOINT
@@ -144,18 +126,19 @@ def main(argv=None) -> int:
 
 
 def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
-    """Build every requested variant once, then time them all in ``args.runs`` rotated runs; write the
-    rows to a new CSV. Returns its path and the FP32 variants that failed their check against eager."""
+    """Build and check every requested variant once, time them all in ``args.runs`` rotated runs
+    (``graphbook.runtimes.bench``), write one new CSV. Returns its path and the variants that failed their check."""
+    import pandas as pd
     import torch
 
     from graphbook.measure import probes
     from graphbook.measure.environment import fingerprint, set_threads
-    from graphbook.measure.timing import repeated_runs
     from graphbook.model import blurball, model_cost, synthetic_clips
     from graphbook.record import results, runs as runs_lib
     from graphbook.runtimes import correctness
+    from graphbook.runtimes.bench import build_check_time
     from graphbook.runtimes.variants import VariantUnavailable
-    from graphbook.teach.profiling import profile_eager, variant_rows
+    from graphbook.teach.profiling import profile_eager, with_rates
 
     set_threads(args.threads)
     env = fingerprint(args.threads)
@@ -177,41 +160,25 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     cost = model_cost.model_cost(model, x)
     reference_run = registry.build(REFERENCE, model, x, warm=False).run
     reference = reference_run(x)
-
-    def built_reference(clip):
-        return reference_run(blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([clip])))
-    margin = blurball.peak_margin(reference)
+    reference_logits = [reference_run(blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([clip])))
+                        for clip in ball_clips]
     bf16_ok, bf16_reason = probes.bf16_support()
-    common = {"batch": 1, "height": args.height, "width": args.width, "macs": cost.macs,
-              "dead_macs": cost.dead_macs, "parameters": cost.parameters, "peak_margin": margin,
+    common = {"record": "variant", "batch": 1, "height": args.height, "width": args.width, "macs": cost.macs,
+              "dead_macs": cost.dead_macs, "parameters": cost.parameters, "peak_margin": blurball.peak_margin(reference),
               "weights": "trained" if weights is not None else "random"}
-    reference_logits = None
-    rows: list[dict] = []
-    if not args.no_profile:  # once per invocation (not a timing): these rows keep the file's own run id
-        for group in profile_eager(model, x):
-            rows.append({"record": "profile", "variant": REFERENCE, "precision": "fp32",
-                         "category": group["category"], "ops": group["ops"],
-                         "profile_ms": group["ms"], "share": group["share"]})
-    bases, skipped, built, failed = {}, {}, {}, []
-    with registry.BuildContext(threads=args.threads, calibration=calibration) as context:
-        for name in args.variants:  # build and check each variant ONCE; the runs reuse it
+    columns = {name: {"description": registry.get(name).description, "precision": registry.get(name).precision,
+                      EXPECTED_TO_MATCH: registry.get(name).expected_to_match_eager, **common} for name in args.variants}
+    # once per invocation (not a timing): these rows keep the file's own run id
+    profile = pd.DataFrame([] if args.no_profile else profile_eager(model, x)).rename(columns={"ms": "profile_ms"})
+    profile = profile.assign(record="profile", variant=REFERENCE, precision="fp32") if len(profile) else None
+
+    def builder(name, context):
+        def build():
             variant = registry.get(name)
-            bases[name] = {"record": "variant", "variant": name, "description": variant.description,
-                           "precision": variant.precision, EXPECTED_TO_MATCH: variant.expected_to_match_eager,
-                           **common}
             if variant.precision == "bf16" and not bf16_ok:
-                skipped[name] = f"skipped: {bf16_reason}"
-                print(f"{name}: skipped ({bf16_reason})", flush=True)
-                continue
-            print(f"{name}: building and checking ...", flush=True)
-            try:
-                one = registry.build(name, model, x, context)
-            except VariantUnavailable as why:  # a missing package or CPU feature: a skipped row says why
-                skipped[name] = f"unavailable: {why}"
-                print(f"{name}: unavailable ({why})", flush=True)
-                continue
-            check = correctness.compare_to_reference(one.run(x), reference)
-            note = one.note
+                raise VariantUnavailable(bf16_reason)
+            one = registry.build(name, model, x, context)
+            note = one.note or (bf16_reason if variant.precision == "bf16" else "")
             if variant.family == "openvino":  # what OpenVINO really executed: a bf16 hint is not a bf16 run
                 from graphbook.runtimes.openvino_runtime import describe_runtime
 
@@ -219,65 +186,50 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
                 note += (f"; executed {graph['layers']} layers ("
                          + ", ".join(f"{p} {n}" for p, n in graph["by_precision"].items())
                          + f"), {graph['fused_layers']} of them fused from {graph['fused_ops']} operations")
-            if variant.expected_to_match_eager and not check[SAME_OUTPUT]:
-                note = (note + "; " if note else "") + "output differs from eager FP32"
-                failed.append(name)
-            if ball_clips:
-                if reference_logits is None:  # eager's logits once, for every variant's comparison
-                    reference_logits = [built_reference(c) for c in ball_clips]
-                check.update(correctness.ball_check(one.run, ball_clips, reference_logits))
-                if not check[SAME_BALL]:
-                    note = (note + "; " if note else "") + (
-                        f"decoded ball differs from eager FP32 on {check[BALL_FRAMES] - check[BALL_AGREE_FRAMES]} "
-                        f"of {check[BALL_FRAMES]} held-out frames")
-            built[name] = one
-            bases[name].update({**check, COMPILE_S: one.compile_s,
-                                "note": note or (bf16_reason if variant.precision == "bf16" else "")})
-        timed = [name for name in args.variants if name in built]
+            return one.run, {COMPILE_S: one.compile_s, "note": note}
+        return build
 
-        def matmul_peaks() -> dict:  # the compute reference of each run, beside its copy_ bandwidth
-            peaks = {"peak_fp32": probes.matmul_peak(n=args.peak_n, repeats=5)["gflop_per_s"]}
-            if bf16_ok:
-                peaks["peak_bf16"] = probes.matmul_peak(n=args.peak_n, dtype=torch.bfloat16, repeats=5)["gflop_per_s"]
-            return peaks
+    def ball(run) -> dict:  # every frame's decoded ball in eager FP32's place: what a lower precision must keep
+        if not ball_clips:
+            return {}
+        check = correctness.ball_check(run, ball_clips, reference_logits)
+        return check if check[SAME_BALL] else {**check, "note": (
+            f"decoded ball differs from eager FP32 on {check[BALL_FRAMES] - check[BALL_AGREE_FRAMES]} "
+            f"of {check[BALL_FRAMES]} held-out frames")}
 
-        timed_rows = repeated_runs({name: (lambda one=built[name]: one.run(x)) for name in timed}, runs=args.runs,
-                                   warmup=args.warmup, repeats=args.repeats, probe_bytes=args.probe_mib * probes.MIB,
-                                   probes=matmul_peaks, log=lambda line: print(line, flush=True))
-        for number in range(1, args.runs + 1):
-            this_run = [r for r in timed_rows if r[results.RUN] == number]
-            peaks = {key.removeprefix("peak_"): value for key, value in this_run[0].items() if key.startswith("peak_")}
-            per_run = {key: this_run[0][key] for key in (results.RUN, "run_count", "run_started", results.COPY_GBPS,
-                                                         "went_first")}
-            measured = [{**bases[r["variant"]], **{k: v for k, v in r.items() if not k.startswith("peak_")}}
-                        for r in this_run]
-            measured += [{**bases[name], **per_run, "note": why} for name, why in skipped.items()]
-            measured.sort(key=lambda r: args.variants.index(r["variant"]))  # registry order in the file
-            rows += variant_rows(measured, cost.macs, peaks)
-            for precision, value in peaks.items():
-                rows.append({"record": "peak", "variant": f"matmul_{precision}", "precision": precision,
-                             "peak_gflop_per_s": value, "note": f"{args.peak_n}x{args.peak_n} matmul", **per_run})
-    path = results.write_run("cpu-blurball", rows, env, results_dir=args.results_dir, per_run=True)
-    variant_table = [r for r in rows if r["record"] == "variant"]
-    print()
-    print(format_table(variant_table))
-    frame = results.load("cpu-blurball", path.parent)
-    frame = runs_lib.flag_under_load(frame[(frame[results.SOURCE_FILE] == path.name) & (frame["record"] == "variant")])
-    summary = runs_lib.summarize_runs(frame)
+    def matmul_peaks() -> dict:  # the compute reference of each run, beside its copy_ bandwidth
+        peaks = {"matmul_fp32": probes.matmul_peak(n=args.peak_n, repeats=5)["gflop_per_s"]}
+        if bf16_ok:
+            peaks["matmul_bf16"] = probes.matmul_peak(n=args.peak_n, dtype=torch.bfloat16, repeats=5)["gflop_per_s"]
+        return peaks
+
+    with registry.BuildContext(threads=args.threads, calibration=calibration) as context:
+        frame, failed = build_check_time(
+            {name: builder(name, context) for name in args.variants}, x, reference, columns=columns, check=ball,
+            runs=args.runs, warmup=args.warmup, repeats=args.repeats, probe_bytes=args.probe_mib * probes.MIB,
+            probes=matmul_peaks, log=lambda line: print(line, flush=True))
+    frame = with_rates(frame, cost.macs, note=f"{args.peak_n}x{args.peak_n} matmul")
+    path = results.write_run("cpu-blurball", pd.concat([profile, frame]), env, results_dir=args.results_dir,
+                             per_run=True)
+    table = frame[frame["record"] == "variant"]
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(table[["run", "variant", "median_ms", SPEEDUP_VS_EAGER, "gflop_per_s", "share_of_matmul_rate",
+                     MAX_ABS_DIFF, SAME_PEAKS, COMPILE_S, "note"]].to_string(index=False, float_format="{:.3g}".format))
+    recorded = results.load("cpu-blurball", path.parent)
+    recorded = runs_lib.flag_under_load(recorded[(recorded[results.SOURCE_FILE] == path.name)
+                                                 & (recorded["record"] == "variant")])
     print(f"\nacross the {args.runs} runs (median, min..max ms):")
-    for row in summary.itertuples():
+    for row in runs_lib.summarize_runs(recorded).itertuples():
         print(f"  {row.variant:28s} {row.median:10.1f}  {row.min:.1f}..{row.max:.1f}")
-    flagged = frame.loc[frame[runs_lib.UNDER_LOAD], [results.RUN_ID, runs_lib.LOAD_REASON]].drop_duplicates()
+    flagged = recorded.loc[recorded[runs_lib.UNDER_LOAD], [results.RUN_ID, runs_lib.LOAD_REASON]].drop_duplicates()
     for row in flagged.itertuples(index=False):
         print(f"  {row[0]} looks taken under load: {row[1]}")
     if ball_clips:  # what these runs alone say about a lower precision (Chapter 7 decides on every recorded run)
         from graphbook.serving.decisions import lower_precision_worker
 
-        print(f"lower precision, from these runs: {lower_precision_worker(frame, here=env)}")
-    print(f"\nMACs per forward {cost.macs / 1e9:.2f} G ({cost.dead_macs / 1e9:.2f} G in never-read "
-          f"stage-4 outputs); peaks (last run): " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()))
-    print(f"bf16: {bf16_reason}")
-    print(f"wrote {path}")
+        print(f"lower precision, from these runs: {lower_precision_worker(recorded, here=env)}")
+    print(f"\nMACs per forward {cost.macs / 1e9:.2f} G ({cost.dead_macs / 1e9:.2f} G in never-read stage-4 outputs)")
+    print(f"bf16: {bf16_reason}\nwrote {path}")
     return path, failed
 
 

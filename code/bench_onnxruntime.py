@@ -38,7 +38,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphbook.config import SAME_OUTPUT_ATOL
 from graphbook.record import cli
 from graphbook.record.cli import int_at_least, multiple_of_8, positive_int
 
@@ -71,116 +70,64 @@ def calibration_frames(count: int, height: int, width: int):
     return [blurball.example_input(height=height, width=width, seed=100 + i) for i in range(count)]
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from graphbook.measure import probes, timing
+    import functools
+
+    from graphbook.measure import probes
     from graphbook.measure.environment import fingerprint, set_threads
     from graphbook.model import blurball
     from graphbook.record import results
-    from graphbook.record.results import (
-        COMPILE_S,
-        EXPECTED_TO_MATCH,
-        MAX_ABS_DIFF,
-        PEAK_FRAMES,
-        SAME_OUTPUT,
-        SAME_PEAK_FRAMES,
-        SAME_PEAKS,
-        SPEEDUP_VS_EAGER,
-    )
-    from graphbook.runtimes import correctness, onnx_utils as ou, quantization, variants
+    from graphbook.record.results import COMPILE_S, EXPECTED_TO_MATCH
+    from graphbook.runtimes import onnx_utils as ou, quantization, variants
+    from graphbook.runtimes.bench import build_check_time
 
     set_threads(max(args.threads))
     env = fingerprint()
     model = blurball.build_blurball()
     x = blurball.example_input(height=args.height, width=args.width)
     reference = variants.build(variants.REFERENCE, model, x, warm=False).run(x)
+    builders, columns = {}, {}  # one per (variant, thread count): built and checked once, timed in every run
 
-    slots: list[dict] = []  # one per (variant, thread count): built and checked once, timed in every run
-    failures: list[str] = []
+    def add(name, threads, build, **extra):
+        variant = variants.get(name)
+        builders[f"{name}@{threads}"] = build
+        columns[f"{name}@{threads}"] = {"variant": name, "description": variant.description, **extra,
+                                        "height": args.height, "width": args.width, "threads": threads,
+                                        EXPECTED_TO_MATCH: variant.expected_to_match_eager}
 
-    def add(built, *, extra: dict | None = None, thread_counts=None) -> None:
-        variant = built.variant
-        check = correctness.compare_to_reference(built.run(x), reference)  # correctness first, untimed
-        if variant.expected_to_match_eager and not check[SAME_OUTPUT]:  # still timed: what would it buy?
-            failures.append(f"{variant.name}: max abs diff {check[MAX_ABS_DIFF]:.3g} > {SAME_OUTPUT_ATOL:g}")
-            print(f"{variant.name}: DOES NOT MATCH eager, max abs diff {check[MAX_ABS_DIFF]:.3g} exceeds "
-                  f"{SAME_OUTPUT_ATOL:g}", file=sys.stderr)
-        for threads in thread_counts or args.threads:
-            slots.append({"key": f"{variant.name}@{threads}", "built": built, "threads": threads, "row": {
-                "variant": variant.name, "description": variant.description, **(extra or {}),
-                "height": args.height, "width": args.width, "threads": threads,
-                MAX_ABS_DIFF: check[MAX_ABS_DIFF], SAME_OUTPUT: check[SAME_OUTPUT],
-                EXPECTED_TO_MATCH: variant.expected_to_match_eager, SAME_PEAK_FRAMES: check[SAME_PEAK_FRAMES],
-                PEAK_FRAMES: check[PEAK_FRAMES], SAME_PEAKS: check[SAME_PEAKS], COMPILE_S: built.compile_s}})
-        print(f"{variant.name:>26s} built and checked: max|diff| {check[MAX_ABS_DIFF]:.2e}  "
-              f"peaks {check[SAME_PEAK_FRAMES]}/{check[PEAK_FRAMES]}", flush=True)
-
-    add(variants.build(variants.REFERENCE, model, x))
-    if not args.no_compile:
-        for name in ("compile_default", "compile_freezing"):
-            built = variants.build(name, model, x)
-            print(f"{name} first call: {built.compile_s:.1f} s", flush=True)
-            add(built)
-
-    rows: list[dict] = []
+    torch_names = [variants.REFERENCE] + ([] if args.no_compile else ["compile_default", "compile_freezing"])
+    for name in torch_names:  # built once, timed at every thread count
+        once = functools.cache(lambda name=name: variants.build(name, model, x))
+        for threads in args.threads:
+            add(name, threads, lambda once=once: (once().run, {COMPILE_S: once().compile_s}))
+    # the level ladder, level all without its NCHWc rewrite (what that one rewrite is worth), the exporter's file
+    ort_names = [f"ort_{level}" for level in ou.LEVEL_NAMES] + ["ort_all_without_nchwc", "ort_exporter_optimized_all"]
+    ort_names += [] if args.no_quantize else ["ort_int8_qdq_all"]
     with contextlib.ExitStack() as stack:
         workdir = args.onnx_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ort-bench-")))
-        calibration = (None if args.no_quantize else
-                       calibration_frames(args.calibration_frames, args.height, args.width))
+        calibration = None if args.no_quantize else calibration_frames(args.calibration_frames, args.height, args.width)
         shared: dict = {}  # one export of each kind, whatever the thread count
-        # the level ladder, level all without its NCHWc rewrite (what that one rewrite is worth), the exporter's file
-        names = [f"ort_{level}" for level in ou.LEVEL_NAMES] + ["ort_all_without_nchwc", "ort_exporter_optimized_all"]
-        names += [] if args.no_quantize else ["ort_int8_qdq_all"]
-        for name in names:
-            # one session per thread count: ONNX Runtime fixes its thread pool when a session is created
+
+        def ort_build(name, threads):  # one session per thread count: ONNX Runtime fixes its pool at creation
+            context = variants.BuildContext(workdir=workdir, threads=threads, calibration=calibration, cache=shared)
+            built = variants.build(name, model, x, context)
+            counts = quantization.qdq_counts(built.artifact) if name == "ort_int8_qdq_all" else {}
+            return built.run, {COMPILE_S: built.compile_s, "quantize_linear": counts.get("QuantizeLinear"),
+                               "dequantize_linear": counts.get("DequantizeLinear")}
+
+        for name in ort_names:
             for threads in args.threads:
-                context = variants.BuildContext(workdir=workdir, threads=threads, calibration=calibration,
-                                                cache=shared)
-                built = variants.build(name, model, x, context)
-                extra = {"level": "all" if name in ("ort_exporter_optimized_all", "ort_int8_qdq_all", "ort_all_without_nchwc")
-                         else name.removeprefix("ort_"),
-                         "export": {"ort_exporter_optimized_all": "optimized",
-                                    "ort_int8_qdq_all": "int8_qdq"}.get(name, "raw")}
-                if name == "ort_int8_qdq_all":
-                    counts = quantization.qdq_counts(built.artifact)
-                    extra.update(quantize_linear=counts["QuantizeLinear"],
-                                 dequantize_linear=counts["DequantizeLinear"])
-                add(built, extra=extra, thread_counts=[threads])
-
-        # independent runs: nothing is rebuilt, the order rotates, each slot at its own thread count
-        by_key = {slot["key"]: slot for slot in slots}
-        timed = timing.repeated_runs({key: (lambda one=slot["built"]: one.run(x)) for key, slot in by_key.items()},
-                                     runs=args.runs, warmup=args.warmup, repeats=args.repeats,
-                                     probe_bytes=args.probe_mib * probes.MIB,
-                                     threads={key: slot["threads"] for key, slot in by_key.items()},
-                                     log=lambda line: print(line, flush=True))
-        for row in timed:
-            row.update(by_key[row.pop("variant")]["row"])
-        for number in range(1, args.runs + 1):
-            eager_ms = {r["threads"]: r["median_ms"] for r in timed
-                        if r[results.RUN] == number and r["variant"] == variants.REFERENCE}
-            for r in timed:
-                if r[results.RUN] == number:
-                    r[SPEEDUP_VS_EAGER] = eager_ms[r["threads"]] / r["median_ms"] if r["threads"] in eager_ms else ""
-        keys = list(by_key)  # the file lists each run in the build order
-        timed.sort(key=lambda r: (r[results.RUN], keys.index(f"{r['variant']}@{r['threads']}")))
-        rows += timed
-
-    if not rows:
-        print("nothing was timed", file=sys.stderr)
-        return 1
-    columns = [results.RUN, "variant", "description", "level", "export", "height", "width", "threads",
-               "median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats", "warmup", "device",
-               SPEEDUP_VS_EAGER, MAX_ABS_DIFF, SAME_OUTPUT, EXPECTED_TO_MATCH, SAME_PEAKS, SAME_PEAK_FRAMES,
-               PEAK_FRAMES, COMPILE_S, "quantize_linear", "dequantize_linear", results.RUN_ORDER, "went_first",
-               "run_count", "run_started", results.COPY_GBPS]
-    rows = [{c: row.get(c, "") for c in columns} for row in rows]
-    path = results.write_run("cpu-onnxruntime", rows, env, results_dir=args.results_dir, per_run=True)
-    print(f"wrote {len(rows)} rows ({args.runs} runs) to {path}")
-    if failures:
-        print("; ".join(failures), file=sys.stderr)
-        return cli.EXIT_CHECK_FAILED
-    return cli.EXIT_OK
+                add(name, threads, functools.partial(ort_build, name, threads),
+                    level=name.removeprefix("ort_") if name.removeprefix("ort_") in ou.LEVEL_NAMES else "all",
+                    export={"ort_exporter_optimized_all": "optimized", "ort_int8_qdq_all": "int8_qdq"}.get(name, "raw"))
+        frame, failed = build_check_time(builders, x, reference, columns=columns, runs=args.runs, warmup=args.warmup,
+                                         repeats=args.repeats, probe_bytes=args.probe_mib * probes.MIB,
+                                         threads={key: c["threads"] for key, c in columns.items()},
+                                         log=lambda line: print(line, flush=True))
+    path = results.write_run("cpu-onnxruntime", frame, env, results_dir=args.results_dir, per_run=True)
+    print(f"wrote {len(frame)} rows ({args.runs} runs) to {path}")
+    return cli.exit_status_for("bench_onnxruntime.py", [key.split("@")[0] for key in failed])
 
 
 if __name__ == "__main__":

@@ -74,18 +74,28 @@ def test_group_profile():
     assert sum(g["share"] for g in groups) == pytest.approx(1.0)
 
 
-def test_variant_rows_ratios_and_peak_share():
-    measured = [{"variant": "eager_fp32", "precision": "fp32", "median_ms": 1000.0},
-                {"variant": "compile_freezing", "precision": "fp32", "median_ms": 500.0},
-                {"variant": "eager_bf16_autocast", "precision": "bf16", "median_ms": 250.0},
-                {"variant": "compile_freezing_bf16", "precision": "bf16", "note": "skipped: no bf16"}]
-    rows = profiling.variant_rows(measured, macs=10 ** 9, peaks={"fp32": 8.0})
-    assert rows[0]["speedup_vs_eager"] == pytest.approx(1.0)
-    assert rows[1]["speedup_vs_eager"] == pytest.approx(2.0)
-    assert rows[1]["gflop_per_s"] == pytest.approx(4.0)
-    assert rows[1]["share_of_matmul_rate"] == pytest.approx(0.5)
-    assert rows[2]["share_of_matmul_rate"] == ""           # no bf16 peak measured
-    assert "median_ms" not in rows[3]
+def test_rates_take_the_peak_of_each_rows_precision_from_its_own_run():
+    import pandas as pd
+
+    per_run = {"run_count": 2, "run_started": "t", "copy_gbps": 9.0}
+    frame = pd.DataFrame([
+        {"run": 1, "went_first": "eager_fp32", "variant": "eager_fp32", "precision": "fp32", "median_ms": 1000.0,
+         "matmul_fp32": 8.0, **per_run},
+        {"run": 1, "went_first": "eager_fp32", "variant": "eager_bf16_autocast", "precision": "bf16",
+         "median_ms": 250.0, "matmul_fp32": 8.0, **per_run},
+        {"run": 1, "went_first": "eager_fp32", "variant": "openvino_bf16", "precision": "bf16", "note": "skipped",
+         **per_run},
+        {"run": 2, "went_first": "eager_fp32", "variant": "eager_fp32", "precision": "fp32", "median_ms": 500.0,
+         "matmul_fp32": 4.0, **per_run}])
+    rows = profiling.with_rates(frame, macs=10 ** 9, note="64x64 matmul")
+    variants = rows[rows["variant"] == "eager_fp32"].set_index("run")
+    assert variants["gflop_per_s"].tolist() == [2.0, 4.0] and variants["share_of_matmul_rate"].tolist() == [0.25, 1.0]
+    assert rows[rows["variant"] == "eager_bf16_autocast"]["share_of_matmul_rate"].isna().all()  # no bf16 rate measured
+    assert rows[rows["variant"] == "openvino_bf16"]["gflop_per_s"].isna().all()
+    peaks = rows[rows["record"] == "peak"]
+    assert peaks[["run", "variant", "peak_gflop_per_s"]].values.tolist() == [[1, "matmul_fp32", 8.0],
+                                                                            [2, "matmul_fp32", 4.0]]
+    assert rows["run"].tolist() == [1, 1, 1, 1, 2, 2] and "matmul_fp32" not in rows
 
 
 def test_profile_eager_groups_a_real_forward():

@@ -6,9 +6,9 @@ an op (or a GPU kernel) in a category, on the CPU and on the GPU alike (:mod:`gr
 uses it for its kernels): the *innermost* op decides, so the weight casts that autocast runs inside
 ``aten::conv2d`` count as "cast/copy", not as convolution. :func:`profile_eager` profiles one eager
 forward on the CPU and groups its op units (:func:`cpu_op_units`: nested ops of one category are one
-unit, with its own time), :func:`_group_profile` sums counts and time shares. :func:`variant_rows` turns measured medians into
-the matrix's derived columns: speedup over eager FP32, achieved GFLOP/s (2 x MACs / median time) and
-the share of the matmul peak of the same precision.
+unit, with its own time), :func:`_group_profile` sums counts and time shares. :func:`with_rates` adds
+the matrix's derived columns: achieved GFLOP/s (2 x MACs / median time) and the share of the matmul rate of the
+same precision.
 """
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from graphbook.config import THREADS
 from graphbook.measure.probes import fp32_ceiling, precision_ceiling
-from graphbook.record.results import SPEEDUP_VS_EAGER
 from graphbook.runtimes.onnx_utils import make_session, run_session
 from graphbook.runtimes.variants import REGISTRY
 
@@ -45,7 +44,6 @@ CPU_BOOKKEEPING_OPS = frozenset({
     "aten::_reshape_alias", "aten::resize_", "aten::t", "aten::transpose", "aten::expand", "aten::detach",
     "aten::detach_", "aten::alias", "aten::select", "aten::slice", "aten::unsqueeze", "aten::squeeze",
     "aten::permute", "aten::lift_fresh", "aten::set_", "aten::as_strided_", "aten::_nnpack_available"})
-REFERENCE = "eager_fp32"
 FORWARD_LABEL = "blurball_forward"
 
 
@@ -187,25 +185,24 @@ def profile_eager(model, x, autocast_dtype=None) -> list[dict]:
     return _group_profile((u["name"], u["us"]) for u in cpu_op_units(prof.events()))
 
 
-def variant_rows(measured: list[dict], macs: int, peaks: dict, reference: str = REFERENCE) -> list[dict]:
-    """Each measured row plus speedup over ``reference``, achieved GFLOP/s and share of the matmul rate (Chapter 5).
+def with_rates(frame: pd.DataFrame, macs: int, note: str) -> pd.DataFrame:
+    """The benchmark's frame with achieved GFLOP/s and the share of the matmul rate, and that rate's own rows (Chapter 5).
 
-    ``measured`` rows have ``variant``, ``precision`` and (unless skipped) ``median_ms``; ``peaks`` maps a
-    precision to the matrix-product rate in GFLOP/s measured in the same run (a library's rate, not the machine's
-    ceiling: a variant can exceed it). A precision without a measured rate gets ``""`` for the peak and its share; a skipped row (no ``median_ms``) is passed through.
+    ``frame`` rows carry ``precision``, ``median_ms`` (none when the variant was not timed) and their run's
+    ``matmul_<precision>`` columns: a library's matrix-product rate in GFLOP/s measured in the same run (not the
+    machine's ceiling: a variant can exceed it). Each row gets ``gflop_per_s`` (2 x ``macs`` / median time),
+    ``peak_gflop_per_s`` of its precision and ``share_of_matmul_rate``; each run's rates become rows of their
+    own (record ``peak``, variant ``matmul_<precision>``, with ``note``) after that run's variants.
     """
-    reference_row = next(r for r in measured if r["variant"] == reference)
-    rows = []
-    for r in measured:
-        row = dict(r)
-        if r.get("median_ms"):
-            row[SPEEDUP_VS_EAGER] = reference_row["median_ms"] / r["median_ms"]
-            row["gflop_per_s"] = 2 * macs / (r["median_ms"] * 1e-3) / 1e9
-            peak = peaks.get(r.get("precision", "fp32"))
-            row["peak_gflop_per_s"] = peak if peak else ""
-            row["share_of_matmul_rate"] = row["gflop_per_s"] / peak if peak else ""
-        rows.append(row)
-    return rows
+    rates = [c for c in frame if c.startswith("matmul_")]
+    frame = frame.assign(gflop_per_s=2 * macs / (frame["median_ms"] * 1e-3) / 1e9,
+                         peak_gflop_per_s=frame.apply(lambda row: row.get(f"matmul_{row['precision']}"), axis=1))
+    frame["share_of_matmul_rate"] = frame["gflop_per_s"] / frame["peak_gflop_per_s"]
+    per_run = ["run", "run_count", "run_started", "copy_gbps", "went_first"]
+    peaks = (frame.dropna(subset=["median_ms"]).drop_duplicates("run")[per_run + rates]
+             .melt(id_vars=per_run, var_name="variant", value_name="peak_gflop_per_s"))
+    peaks = peaks.assign(record="peak", precision=peaks["variant"].str.removeprefix("matmul_"), note=note)
+    return pd.concat([frame.drop(columns=rates), peaks]).sort_values("run", kind="stable", ignore_index=True)
 
 
 def _read_profile(profile_path: str | Path, runs: int = 1):

@@ -1,0 +1,69 @@
+"""The CPU benchmarks' one path: build every version once, check it against eager, time all in the run protocol (Ch. 3-5).
+
+``code/bench_blurball_cpu.py``, ``bench_onnxruntime.py``, ``bench_ablation.py`` and ``bench_attribution.py`` differ
+in what they build; :func:`build_check_time` does the rest the same way for all, and returns one frame that goes
+to :func:`graphbook.record.results.write_run` as it is.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import pandas as pd
+
+from graphbook.measure import timing
+from graphbook.record.results import EXPECTED_TO_MATCH, RUN, SAME_OUTPUT, SPEEDUP_VS_EAGER
+from graphbook.runtimes.correctness import compare_to_reference
+from graphbook.runtimes.variants import REFERENCE, VariantUnavailable
+
+#: The columns every row of one run shares (repeated_runs'), given to the rows of a version that was not timed.
+_PER_RUN = [RUN, "run_count", "run_started", "went_first", "copy_gbps"]
+
+
+def build_check_time(builders: Mapping[str, Callable[[], tuple[Callable, dict]]], x, reference, *,
+                     columns: Mapping[str, dict] | None = None, check: Callable[[Callable], dict] | None = None,
+                     log: Callable[[str], object] = print, **protocol) -> tuple[pd.DataFrame, list[str]]:
+    """Build every version once, check it against eager, then time them all in one run protocol (Chapters 3-5).
+
+    ``builders[name]()`` returns ``(run, build_columns)``; ``run(x)`` is compared with ``reference`` by
+    :func:`graphbook.runtimes.correctness.compare_to_reference` (and by ``check(run)``, whose columns join the
+    row). ``columns[name]`` go on every row of ``name`` (``expected_to_match_eager`` defaults to True; a
+    ``variant`` there replaces the name, so one variant can be timed at several thread counts). A builder that
+    raises :class:`graphbook.runtimes.variants.VariantUnavailable` gives a row per run whose ``note`` says why,
+    never timed. A version expected to match eager that does not is still timed (what would it buy?): its
+    ``note`` says so and its name is among the failed ones returned. ``protocol`` goes to
+    :func:`graphbook.measure.timing.repeated_runs`.
+
+    Returns one row per run and name, each run in the builders' order, with ``speedup_vs_eager`` against eager
+    FP32 of the same run (and thread count) where eager was timed, and the names that failed their check.
+    """
+    runs, rows, failed = {}, {}, []
+    for name, build in builders.items():
+        row = {"_name": name, "variant": name, **(columns or {}).get(name, {})}
+        try:
+            run, built = build()
+        except VariantUnavailable as why:  # a missing package or CPU feature: a row that says why
+            rows[name] = {**row, "note": f"skipped: {why}"}
+            log(f"{name}: skipped ({why})")
+            continue
+        checked = {**compare_to_reference(run(x), reference), **(check(run) if check else {})}
+        notes = [built.pop("note", ""), checked.pop("note", "")]
+        if row.get(EXPECTED_TO_MATCH, True) and not checked[SAME_OUTPUT]:
+            notes.append("output differs from eager FP32")
+            failed.append(name)
+        runs[name], rows[name] = run, {**row, **built, **checked, "note": "; ".join(filter(None, notes))}
+        log(f"{name}: built and checked, max|diff| {checked['max_abs_diff']:.2e}"
+            + (", DIFFERS from eager FP32" if name in failed else ""))
+    timed = pd.DataFrame(timing.repeated_runs({name: (lambda run=run: run(x)) for name, run in runs.items()},
+                                              log=log, **protocol))
+    per_run = timed.drop_duplicates(RUN)[[c for c in _PER_RUN if c in timed]]
+    untimed = pd.DataFrame([rows[name] for name in builders if name not in runs])
+    frame = pd.concat([timed.rename(columns={"variant": "_name"}).merge(
+        pd.DataFrame([rows[name] for name in runs]), on="_name", how="left"),
+        per_run.merge(untimed, how="cross") if len(untimed) else None])
+    frame["_name"] = frame["_name"].map({name: i for i, name in enumerate(builders)})
+    frame = frame.sort_values([RUN, "_name"], kind="stable", ignore_index=True).drop(columns="_name")
+    if REFERENCE in set(frame["variant"]) and "median_ms" in frame:
+        keys = [RUN] + [c for c in ("threads",) if c in frame]
+        eager = frame["median_ms"].where(frame["variant"] == REFERENCE).groupby([frame[k] for k in keys])
+        frame[SPEEDUP_VS_EAGER] = eager.transform("max") / frame["median_ms"]
+    return frame, failed
