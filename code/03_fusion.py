@@ -50,11 +50,11 @@ DEFAULT_RUNS = 3
 
 def _parse(argv):
     parser = cli.make_parser("03_fusion.py", __doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    parser.add_argument("--size", type=int, default=DEFAULT_SIZE,
+    parser.add_argument("--threads", type=cli.positive_int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--size", type=int_at_least(1024), default=DEFAULT_SIZE,
                         help=f"float32 elements per array in the chain (default {DEFAULT_SIZE})")
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="timed runs per median (>= 3)")
-    parser.add_argument("--feature-map", type=int, nargs=3, metavar=("C", "H", "W"),
+    parser.add_argument("--repeats", type=int_at_least(3), default=DEFAULT_REPEATS, help="timed runs per median (>= 3)")
+    parser.add_argument("--feature-map", type=cli.positive_int, nargs=3, metavar=("C", "H", "W"),
                         default=list(DEFAULT_FEATURE_MAP), help="conv+BN feature map (default 64 288 512)")
     parser.add_argument("--runs", type=int_at_least(3), default=DEFAULT_RUNS,
                         help=f"independent runs of (a) and (b), each in a rotated order (default {DEFAULT_RUNS}, at least 3)")
@@ -64,19 +64,10 @@ def _parse(argv):
                         help="skip torch.compile (the compiled chain and the compile-time part)")
     parser.add_argument("--no-allocator", action="store_true",
                         help="skip part (d), the allocator experiment in fresh processes")
-    args = parser.parse_args(argv)
-    if args.threads < 1:
-        parser.error(f"--threads must be >= 1, got {args.threads}")
-    if args.size < 1024:
-        parser.error(f"--size must be >= 1024 elements, got {args.size}")
-    if args.repeats < 3:
-        parser.error(f"--repeats must be >= 3, got {args.repeats}")
-    if min(args.feature_map) < 1:
-        parser.error(f"--feature-map values must be >= 1, got {args.feature_map}")
-    return args
+    return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run parts (a)-(c), write the report and the results; return the exit status (Chapter 2)."""
     args = _parse(argv)  # before importing torch, so that a typo fails in a fraction of a second
     import pandas as pd

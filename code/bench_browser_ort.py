@@ -49,7 +49,7 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from graphbook.measure import environment, probes
     from graphbook.record import results

@@ -17,22 +17,21 @@ from __future__ import annotations
 
 import sys
 import tempfile
-from pathlib import Path
 
-from graphbook.record.cli import OneLineParser, positive_int, positive_int_list
+from graphbook.config import BATCH_SIZES
+from graphbook.record.cli import make_parser, positive_int, positive_int_list
 
 FACTORIES = {"blurball": "graphbook.model.blurball:build_blurball", "tiny": "graphbook.measure.warmup:tiny_clip_net"}
 
 
 def parse_args(argv=None):
-    p = OneLineParser(prog="bench_compile_cache.py", description=__doc__.splitlines()[0])
+    p = make_parser("bench_compile_cache.py", __doc__.splitlines()[0])
     p.add_argument("--model", choices=sorted(FACTORIES), default="blurball")
     p.add_argument("--height", type=positive_int, default=288)
     p.add_argument("--width", type=positive_int, default=512)
-    p.add_argument("--batch-sizes", type=positive_int_list, default="1,2,3")
+    p.add_argument("--batch-sizes", type=positive_int_list, default=BATCH_SIZES)
     p.add_argument("--threads", type=positive_int, default=2)
     p.add_argument("--mode", default=None, help="torch.compile mode (default: the default mode)")
-    p.add_argument("--results-dir", type=Path, default=None, help="where the results files go (default data/results)")
     p.add_argument("--timeout", type=positive_int, default=3600, help="seconds per fresh process")
     args = p.parse_args(argv)
     if args.model == "blurball" and (args.height % 8 or args.width % 8):
@@ -62,7 +61,7 @@ def measure_cache_paths(args, work: str, env: dict) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from graphbook.measure.environment import fingerprint
 

@@ -31,6 +31,8 @@ from graphbook.record.cli import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     add_load_test_options,
+    check_load_test,
+    int_at_least,
     make_parser,
     positive_float,
     positive_int,
@@ -43,7 +45,7 @@ PROG = "bench_litserve.py"
 def parse_args(argv=None):
     p = make_parser(PROG, __doc__.splitlines()[0])
     add_load_test_options(p)
-    p.add_argument("--runs", type=positive_int, default=3, help="runs, alternating the order (at least 3)")
+    p.add_argument("--runs", type=int_at_least(3), default=3, help="runs, alternating the order (at least 3)")
     p.add_argument("--model", choices=("blurball", "tiny"), default="blurball",
                    help="'tiny' serves the two-layer stand-in (for tests); default the trained BlurBall")
     p.add_argument("--faults", action="store_true", help="hostile clients instead of the load test")
@@ -56,18 +58,11 @@ def parse_args(argv=None):
         p.error(f"--max-stalled must be at most 256 and --hold at most 120 s, got {args.max_stalled} and {args.hold:g}")
     if args.faults and args.max_queue > 21:  # the burst of three times the queue stays within 64 clients
         p.error(f"--max-queue must be at most 21 with --faults, got {args.max_queue}")
-    if args.runs < 3:
-        p.error(f"--runs must be at least 3 (a comparison rests on repeated runs), got {args.runs}")
-    if max(args.concurrency) > 64 or not 0 <= args.overload_clients <= 64:
-        p.error("at most 64 clients per level")
-    if max(args.concurrency) > args.max_queue and not args.faults:
-        p.error(f"--concurrency levels must not exceed --max-queue ({args.max_queue}); only the overload level does")
-    if not 0 <= args.max_wait_ms <= 1000:
-        p.error(f"--max-wait-ms must be in 0..1000, got {args.max_wait_ms}")
+    check_load_test(p, args, queue_bound=not args.faults)
     return args
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         import litserve  # noqa: F401 - only its presence is checked here

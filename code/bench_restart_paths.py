@@ -23,21 +23,20 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from graphbook.record.cli import OneLineParser, comma_choices, multiple_of_8, positive_int
+from graphbook.record.cli import comma_choices, int_at_least, make_parser, multiple_of_8, positive_int
 
 
 def parse_args(argv=None):
     from graphbook.teach.restart_paths import PATH_NAMES
 
-    paths = comma_choices(PATH_NAMES, "restart path")
-    p = OneLineParser(prog="bench_restart_paths.py", description=__doc__.splitlines()[0])
-    p.add_argument("--paths", type=paths, default=",".join(PATH_NAMES),
+    p = make_parser("bench_restart_paths.py", __doc__.splitlines()[0])
+    p.add_argument("--paths", type=comma_choices(PATH_NAMES, "restart path"), default=PATH_NAMES,
                    help="comma-separated restart paths (default: all)")
     p.add_argument("--height", type=multiple_of_8, default=288)
     p.add_argument("--width", type=multiple_of_8, default=512)
     p.add_argument("--repeats", type=positive_int, default=3, help="fresh starts per path (default 3)")
     p.add_argument("--steady-runs", type=positive_int, default=5, help="calls timed after the first (default 5)")
-    p.add_argument("--server-repeats", type=int, default=3,
+    p.add_argument("--server-repeats", type=int_at_least(0), default=3,
                    help="also time serve_blurball.py to ready from the .pt2, .onnx and .ort artifacts this many "
                         "times (a serving-ready results file; 0 skips it; default 3)")
     p.add_argument("--threads", type=positive_int, default=2)
@@ -45,14 +44,9 @@ def parse_args(argv=None):
                    help="checkpoint (default: the book's trained BlurBall, data/checkpoints/blurball_synthetic.pt)")
     p.add_argument("--workdir", type=Path, default=None, help="keep the artifacts here (default: a temporary folder)")
     p.add_argument("--timeout", type=positive_int, default=1800, help="seconds per fresh process")
-    p.add_argument("--results-dir", type=Path, default=None, help="where the results file goes (default data/results)")
     args = p.parse_args(argv)
-    if isinstance(args.paths, str):
-        args.paths = paths(args.paths)
     if any(n in args.paths for n in ("compile-warm", "compile-artifacts")) and "compile-cold" not in args.paths:
         p.error("compile-warm and compile-artifacts need compile-cold in --paths (it fills their cache)")
-    if args.server_repeats < 0:
-        p.error(f"--server-repeats must be >= 0, got {args.server_repeats}")
     if args.weights is not None and not args.weights.is_file():
         p.error(f"--weights file {str(args.weights)!r} does not exist")
     if args.workdir is not None and args.workdir.exists() and any(args.workdir.iterdir()):
@@ -60,7 +54,7 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from graphbook.measure.environment import fingerprint
     from graphbook.paths import TRAINED_CHECKPOINT

@@ -23,14 +23,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from graphbook.record.cli import OneLineParser, add_load_test_options, comma_choices
+from graphbook.record.cli import add_load_test_options, check_load_test, comma_choices, make_parser
 
 SCRIPT = Path(__file__).resolve().parent / "serve_blurball.py"
 RUNTIMES = ("eager", "onnxruntime")
 
 
 def parse_args(argv=None):
-    p = OneLineParser(prog="bench_serving_load.py", description=__doc__.splitlines()[0])
+    p = make_parser("bench_serving_load.py", __doc__.splitlines()[0])
     add_load_test_options(p)
     p.add_argument("--runtimes", type=comma_choices(RUNTIMES, "runtime"), default=RUNTIMES,
                    help="comma-separated: eager (the checkpoint in PyTorch), onnxruntime (its dynamic-batch "
@@ -39,16 +39,10 @@ def parse_args(argv=None):
                    help="'tiny' loads a two-layer stand-in (for tests); default the trained BlurBall")
     p.add_argument("--artifact", type=Path, default=None,
                    help="serve only this .onnx/.ort/.pt2 (dynamic batch 1-3) instead of --runtimes")
-    p.add_argument("--results-dir", type=Path, default=None, help="where the results file goes (default data/results)")
     args = p.parse_args(argv)
-    if max(args.concurrency) > 64 or args.overload_clients > 64 or args.overload_clients < 0:
-        p.error("at most 64 clients per level")
-    if max(args.concurrency) > args.max_queue:  # a client resends before the worker takes the next request
-        p.error(f"--concurrency levels must not exceed --max-queue ({args.max_queue}); only the overload level does")
+    check_load_test(p, args)
     if args.artifact is not None and (args.artifact.suffix not in (".onnx", ".ort", ".pt2") or not args.artifact.is_file()):
         p.error(f"--artifact {str(args.artifact)!r} must be an existing .onnx, .ort or .pt2 file")
-    if not 0 <= args.max_wait_ms <= 1000:
-        p.error(f"--max-wait-ms must be in 0..1000, got {args.max_wait_ms}")
     return args
 
 
@@ -105,7 +99,7 @@ def _export_dynamic_batch(args, folder: Path) -> Path:
                                            folder / f"{args.model}-dynamic.onnx")
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import numpy as np
 

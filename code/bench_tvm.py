@@ -47,15 +47,14 @@ COLUMNS = ["run", "variant", "note", "target", "variant_threads", "tvm_num_threa
 def parse_args(argv=None):
     parser = cli.make_parser(PROG, __doc__.splitlines()[0])
     cli.add_input_size(parser, height=32, width=64)
-    cli.add_run_protocol_options(parser, repeats=10, warmup=2,
-                                 runs_help="each timing every variant once in a rotated order")
+    cli.add_run_protocol_options(parser, repeats=10, warmup=2)
     parser.add_argument("--trials", type=int_at_least(0), default=0,
                         help="MetaSchedule trials in all, tuned for the host CPU; 0 (default) skips tuning")
     parser.add_argument("--build-timeout", type=positive_int, default=120, help="seconds per MetaSchedule build")
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # TVM's thread pool reads this when it starts; a build without parallel loops never starts it
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))

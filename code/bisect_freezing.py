@@ -35,27 +35,20 @@ import textwrap
 import time
 from pathlib import Path
 
-from graphbook.record.cli import OneLineParser, multiple_of_8
+from graphbook.record.cli import int_at_least, make_parser, multiple_of_8, positive_int
 
 
 def parse_args(argv=None):
-    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser = make_parser("bisect_freezing.py", __doc__.splitlines()[0])
     parser.add_argument("--model", choices=["blurball", "repro"], default="blurball",
                         help="BlurBall (seeded weights) or the reproducer's small module")
     parser.add_argument("--height", type=multiple_of_8, default=32, help="BlurBall input height (default 32)")
     parser.add_argument("--width", type=multiple_of_8, default=64, help="BlurBall input width (default 64)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--minifier-timeout", type=int, default=300,
+    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--minifier-timeout", type=int_at_least(0), default=300,
                         help="seconds for the accuracy minifier; 0 skips it (default 300)")
     parser.add_argument("--skip-bisector", action="store_true", help="run only the minifier")
-    parser.add_argument("--results-dir", default=None,
-                        help="where the result file goes (default data/results, or $GRAPHBOOK_RESULTS_DIR)")
-    args = parser.parse_args(argv)
-    if args.minifier_timeout < 0:
-        parser.error("--minifier-timeout must be 0 or more")
-    if args.threads < 1:
-        parser.error("--threads must be at least 1")
-    return args
+    return parser.parse_args(argv)
 
 
 def run_bisector(model, inputs) -> dict:
@@ -136,7 +129,7 @@ def run_minifier(args) -> dict:
             "debug_info": " | ".join(lines[-8:])[:2000], "workdir": str(workdir)}
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 

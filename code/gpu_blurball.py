@@ -37,14 +37,11 @@ from __future__ import annotations
 import sys
 
 from graphbook.lab import gpu_measure as gm
-from graphbook.record.cli import EXIT_RESOURCE_ABSENT, EXIT_USAGE, exit_status_for
+from graphbook.record.cli import EXIT_RESOURCE_ABSENT, exit_status_for
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = gm.parse_args(argv)
-    if args.weights is not None and not args.weights.is_file():
-        print(f"{gm.PROG}: error: --weights {args.weights} is not a file", file=sys.stderr)
-        return EXIT_USAGE
     if args.cudnn_benchmark_child is not None:
         return gm.run_cudnn_benchmark_child(args)
     if not args.smoke:

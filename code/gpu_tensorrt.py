@@ -46,7 +46,7 @@ from graphbook.lab import gpu_runtimes as gr
 from graphbook.record.cli import EXIT_CHECK_FAILED, exit_status_for
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = gr.parse_args(argv)
     from graphbook.lab import gpu_runtimes
 

@@ -26,12 +26,12 @@ import sys
 from pathlib import Path
 
 from graphbook.paths import TLPARSE_REPORT_DIR
-from graphbook.record.cli import OneLineParser, multiple_of_8, positive_int
+from graphbook.record.cli import directory, make_parser, multiple_of_8, positive_int
 
 
 def parse_args(argv=None):
-    parser = OneLineParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(TLPARSE_REPORT_DIR),
+    parser = make_parser("make_tlparse_report.py", __doc__.splitlines()[0], results_dir=False)
+    parser.add_argument("--out", type=directory, default=TLPARSE_REPORT_DIR,
                         help="output folder, replaced (default images/extra/tlparse)")
     parser.add_argument("--height", type=multiple_of_8, default=32)
     parser.add_argument("--width", type=multiple_of_8, default=64)
@@ -39,7 +39,7 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from graphbook.teach import diagnostics
 

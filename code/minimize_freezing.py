@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from graphbook.record.cli import make_parser, multiple_of_8, positive_float, positive_int
+from graphbook.record.cli import comma_choices, make_parser, multiple_of_8, positive_float, positive_int
 
 #: The docstring (and ``--help``) of the reproducer ``--write-repro`` writes.
 REPRO_DOC = """Inductor CPU, freezing=True: a fused kernel reads a buffer before the in-place oneDNN conv + add into it.
@@ -39,17 +39,13 @@ def parse_args(argv=None):
                         help="seconds one candidate may take in its fresh process (default 180)")
     parser.add_argument("--budget", type=positive_float, default=1800,
                         help="seconds for the whole search; it stops with what it has (default 1800)")
-    parser.add_argument("--phases", default=",".join(PHASES),
+    parser.add_argument("--phases", type=comma_choices(PHASES, "phase"), default=PHASES,
                         help=f"comma-separated, in order, from {', '.join(PHASES)} (default: all)")
     parser.add_argument("--start", type=Path, default=None, metavar="FILE",
                         help="continue from a program an earlier run wrote with --write-repro")
     parser.add_argument("--write-repro", type=Path, default=None, metavar="FILE",
                         help="write the smallest failing program there as a standalone script")
     args = parser.parse_args(argv)
-    args.phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
-    unknown = [p for p in args.phases if p not in PHASES]
-    if unknown or not args.phases:
-        parser.error(f"--phases: unknown phase(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(PHASES)}")
     if args.start is not None and not args.start.is_file():
         parser.error(f"--start: {args.start} is not a file")
     if args.write_repro is not None and not args.write_repro.parent.is_dir():
@@ -57,7 +53,7 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 

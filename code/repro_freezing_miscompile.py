@@ -133,25 +133,16 @@ def compiled_output(model, inputs, **config):
         return torch.compile(model)(*inputs)
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not argparse's usage block
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def main(argv=None) -> int:
-    parser = _OneLineParser(description="Inductor freezing miscompile reproducer")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Inductor freezing miscompile reproducer")
     parser.add_argument("--height", type=int, default=32)
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-control", action="store_true", help="skip the max_fusion_size=1 control run")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as stop:
-        return 2 if stop.code else 0
+    args = parser.parse_args(argv)
     if args.height < 8 or args.width < 8 or args.height % 8 or args.width % 8 or args.threads < 1:
-        print("error: --height and --width must be positive multiples of 8, --threads at least 1", file=sys.stderr)
-        return 2
+        parser.error("--height and --width must be positive multiples of 8, --threads at least 1")
 
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, Python {platform.python_version()}, {platform.machine()}, "

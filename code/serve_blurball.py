@@ -32,7 +32,8 @@ import warnings
 from pathlib import Path
 
 _STARTED = time.perf_counter()
-from graphbook.record.cli import OneLineParser, positive_int, positive_int_list  # noqa: E402
+from graphbook.config import BATCH_SIZES  # noqa: E402
+from graphbook.record.cli import make_parser, positive_int, positive_int_list  # noqa: E402
 
 
 def _port(text: str) -> int:
@@ -50,7 +51,8 @@ def _stop_on_sigterm(signum, frame):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = OneLineParser(prog="serve_blurball.py", description="Serve BlurBall over HTTP (GET /livez, GET /readyz or /healthz, POST /predict).")
+    p = make_parser("serve_blurball.py", "Serve BlurBall over HTTP (GET /livez, GET /readyz or /healthz, POST /predict).",
+                    results_dir=False)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     p.add_argument("--port", type=_port, default=8080, help="port (0 picks a free one; default 8080)")
     p.add_argument("--weights", type=Path, default=None,
@@ -60,7 +62,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="'tiny' serves a two-layer stand-in with the same input contract (for demos and tests)")
     p.add_argument("--height", type=positive_int, default=288)
     p.add_argument("--width", type=positive_int, default=512)
-    p.add_argument("--batch-sizes", type=positive_int_list, default="1,2,3", help="comma-separated batch sizes to warm up (default 1,2,3)")
+    p.add_argument("--batch-sizes", type=positive_int_list, default=BATCH_SIZES,
+                   help="comma-separated batch sizes to warm up (default 1,2,3)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model; the warm-up compiles it")
     p.add_argument("--load-artifacts", type=Path, default=None,
                    help="torch.compiler cache artifacts to load before warming up")
@@ -164,7 +167,7 @@ def build_service(args):
     return serving.InferenceService(model, (args.height, args.width), compile=args.compile, **options), source
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from graphbook import serving
 

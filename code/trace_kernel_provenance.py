@@ -34,7 +34,7 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import pandas as pd
 
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     page = kp.publish_page(traced["page"], args.view_dir, {
         "torch": env["torch"], "tlparse": diagnostics.tlparse_version(), "cpu": env["cpu_model"],
         "date_utc": env["date"], "input_shape": [1, 9, args.height, args.width], "threads": args.threads,
-        "results_file": path.name, "command": "python code/trace_kernel_provenance.py " + " ".join(sys.argv[1:])})
+        "results_file": path.name, "command": "python code/trace_kernel_provenance.py " + " ".join(sys.argv[1:] if argv is None else argv)})
     launches = len({r["launch"] for r in rows})
     print(f"wrote {path} ({len(rows)} rows, {launches} launches traced) and {page}")
     return cli.EXIT_OK

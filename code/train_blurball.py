@@ -48,11 +48,7 @@ DEFAULT_CHECKPOINT_DIR = paths.CHECKPOINT_DIR
 DEFAULT_NAME = "blurball_synthetic"
 
 
-class UsageError(Exception):
-    """A bad command-line argument: reported as one line on stderr, exit status 2."""
-
-
-def build_parser() -> cli.OneLineParser:
+def parse_args(argv=None):
     # No --results-dir: training writes no results table, only a checkpoint with its log and provenance.
     p = cli.make_parser("train_blurball.py", "Train BlurBall on synthetic table-tennis clips on a CPU (Chapter 6).",
                         results_dir=False)
@@ -62,8 +58,7 @@ def build_parser() -> cli.OneLineParser:
     p.add_argument("--checkpoint-dir", type=cli.directory, default=DEFAULT_CHECKPOINT_DIR, metavar="DIR",
                    help="where the checkpoint, its log and provenance go (default data/checkpoints)")
     p.add_argument("--name", default=DEFAULT_NAME, help="file stem of the outputs")
-    p.add_argument("--height", type=int_at_least(32), default=96, help="training clip height (multiple of 8)")
-    p.add_argument("--width", type=int_at_least(32), default=160, help="training clip width (multiple of 8)")
+    cli.add_input_size(p, height=96, width=160)
     p.add_argument("--max-speed", type=positive_float, default=30.0,
                    help="fastest ball in px per frame (the full-size clips' default, so blur lengths match)")
     p.add_argument("--batch-size", type=int_at_least(1), default=4)
@@ -82,28 +77,20 @@ def build_parser() -> cli.OneLineParser:
     p.add_argument("--loss", choices=("weighted-mse", "mse"), default="weighted-mse")
     p.add_argument("--pos-weight", type=positive_float, default=20.0, help="weight of target pixels (weighted-mse)")
     p.add_argument("--prior", type=positive_float, default=0.05, help="initial sigmoid output of the head (< 1)")
-    return p
-
-
-def check_args(args) -> None:
-    """Raise :class:`UsageError` for arguments that parse but make no sense together."""
-    for name in ("height", "width"):
-        if getattr(args, name) % 8:
-            raise UsageError(f"--{name} must be a multiple of 8 (BlurBall halves it three times), got {getattr(args, name)}")
+    args = p.parse_args(argv)
+    if args.height < 32 or args.width < 32:
+        p.error(f"--height and --width must be at least 32, got {args.height}x{args.width}")
     if args.prior >= 1:
-        raise UsageError(f"--prior must be below 1, got {args.prior}")
+        p.error(f"--prior must be below 1, got {args.prior}")
     if not args.name or any(c in args.name for c in "/\\") or args.name.startswith("."):
-        raise UsageError(f"--name must be a plain file stem, got {args.name!r}")
+        p.error(f"--name must be a plain file stem, got {args.name!r}")
+    return args
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     try:
-        check_args(args)
         training.train(args)
-    except UsageError as exc:
-        print(f"train_blurball.py: error: {exc}", file=sys.stderr)
-        return cli.EXIT_USAGE
     except OSError as exc:  # e.g. an output directory that cannot be created or written
         print(f"train_blurball.py: error: {exc.strerror or exc} ({exc.filename or ''})", file=sys.stderr)
         return cli.EXIT_USAGE

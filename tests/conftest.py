@@ -1,5 +1,7 @@
 """Shared test set-up. The tests import the helper package as installed (``pip install -e .``, which
 scripts/setup_env.sh runs); nothing here edits the import path."""
+import importlib.util
+
 import pytest
 
 
@@ -44,3 +46,19 @@ def blurball_dynamic_onnx(tmp_path_factory):
     path = onnx_utils.export_dynamic_batch(model, torch.randn(2, 9, 32, 64),
                                            tmp_path_factory.mktemp("export") / "blurball-dyn.onnx")
     return model, path
+
+
+@pytest.fixture(scope="session")
+def script():
+    """``script("03_fusion.py")``: a script of code/ loaded as a module (once), to call its ``main(argv)`` here."""
+    loaded = {}
+
+    def load(name: str):
+        if name not in loaded:
+            from graphbook import paths
+
+            spec = importlib.util.spec_from_file_location(f"script_{name.removesuffix('.py')}", paths.script(name))
+            loaded[name] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(loaded[name])
+        return loaded[name]
+    return load

@@ -1,8 +1,6 @@
 """Tests of graphbook.compilers.miscompile: reading the two wrappers, the verdict cache, the reproducer's exit codes."""
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -134,18 +132,13 @@ def test_check_model_refuses_an_unknown_name():
         mc.check_model("resnet")
 
 
-def test_bisect_freezing_keeps_no_copy_and_no_path_setup(tmp_path):
+def test_bisect_freezing_keeps_no_copy_and_no_path_setup():
     source = paths.script("bisect_freezing.py").read_text()
     # (a regex for the import-path edit, so that this test does not itself contain the text it bans)
     assert not re.search(r"sys\.path", source), "bisect_freezing.py edits the import path"
     for banned in ("spec_from_file_location", "freezing=True", "class SmallHRNet"):
         assert banned not in source, banned
     assert "variants.freezing()" in source and "miscompile.check_model" in source
-    # the minifier's fresh process imports the model from graphbook, from any folder
-    proc = subprocess.run([sys.executable, "-c", "from graphbook.compilers import miscompile\nfrom graphbook.runtimes import variants\n"
-                           "m, (x,) = miscompile.check_model('repro', 8, 8)\nprint(tuple(x.shape))"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.strip() == "(1, 9, 8, 8)", proc.stderr[-500:]
 
 
 def test_run_minimal_sets_inductor_config_first_and_reads_the_verdict(monkeypatch, tmp_path):

@@ -1,6 +1,5 @@
-"""graphbook is an installed package: importable from any folder, the scripts in code/ are not modules,
-CONTRIBUTING.md lists every module, and chapters and tests never edit the import path (except the one
-documented fallback of a lone notebook)."""
+"""graphbook is an installed package: importable from any folder, CONTRIBUTING.md lists every module, and
+chapters and tests never edit the import path (except the one documented fallback of a lone notebook)."""
 import json
 import re
 import subprocess
@@ -29,11 +28,6 @@ def test_graphbook_imports_from_any_folder_and_is_this_checkout(tmp_path):
     proc = _python("import graphbook, graphbook.record.cli; print(graphbook.__file__)", tmp_path)
     assert proc.returncode == 0, f"graphbook is not installed (run scripts/setup_env.sh): {proc.stderr}"
     assert Path(proc.stdout.strip()) == PACKAGE / "__init__.py"
-
-
-def test_scripts_in_code_are_not_importable_modules(tmp_path):
-    proc = _python("import bench_blurball_cpu", tmp_path)
-    assert proc.returncode != 0 and "No module named 'bench_blurball_cpu'" in proc.stderr
 
 
 def test_pyproject_maps_only_the_package_and_declares_no_dependencies():
@@ -86,10 +80,10 @@ def test_first_cell_is_the_documented_import_and_nothing_else_touches_the_path(p
             f"code cell {index} edits the import path or loads a file with {IMPORTLIB}: import from graphbook"
 
 
-def test_no_test_edits_the_import_path_or_loads_a_script():
+def test_no_test_edits_the_import_path():
     offenders = [p.name for p in sorted((ROOT / "tests").glob("*.py"))
-                 if p.name != Path(__file__).name and (PATH_EDIT in p.read_text() or IMPORTLIB in p.read_text())]
-    assert not offenders, f"tests that edit {PATH_EDIT} or use {IMPORTLIB} (import graphbook instead): {offenders}"
+                 if p.name != Path(__file__).name and PATH_EDIT in p.read_text()]
+    assert not offenders, f"tests that edit {PATH_EDIT} (import graphbook instead): {offenders}"
 
 
 # The platforms the book's readers install on, as pip's environment markers see them.

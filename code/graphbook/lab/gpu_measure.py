@@ -27,12 +27,14 @@ from graphbook.lab import gpu_profiling as gp
 from graphbook.measure import timing
 from graphbook.measure.environment import fingerprint
 from graphbook.model import blurball
-from graphbook.paths import CODE_DIR
+from graphbook.paths import CODE_DIR, DATA_DIR
 from graphbook.record import results
 from graphbook.record.cli import EXIT_RESOURCE_ABSENT, make_parser, positive_int
 from graphbook.runtimes import correctness
 
 PROG = "gpu_blurball.py"
+#: The committed results: a smoke run (a CPU stand-in) must never write there.
+BOOK_RESULTS = (DATA_DIR / "results").resolve()
 KIND = "gpu-blurball"
 #: The command line the cuDNN-benchmark child process runs.
 SCRIPT = CODE_DIR / "gpu_blurball.py"
@@ -76,8 +78,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="run the whole pipeline on the CPU with a tiny model and sizes (needs --results-dir)")
     parser.add_argument("--cudnn-benchmark-child", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.smoke and args.results_dir is None and args.cudnn_benchmark_child is None:
+    if args.smoke and args.results_dir.resolve() == BOOK_RESULTS and args.cudnn_benchmark_child is None:
         parser.error("--smoke needs --results-dir (smoke rows must not reach data/results)")
+    if args.weights is not None and not args.weights.is_file():
+        parser.error(f"--weights {args.weights} is not a file")
     if args.smoke:
         args.repeats, args.warmup = SMOKE["repeats"], SMOKE["warmup"]
     return args

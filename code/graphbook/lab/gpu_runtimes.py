@@ -29,6 +29,7 @@ from graphbook.lab.tensorrt_engines import (
 )
 from graphbook.measure import timing
 from graphbook.model import blurball
+from graphbook.paths import DATA_DIR
 from graphbook.record import results
 from graphbook.record.cli import EXIT_RESOURCE_ABSENT, make_parser, positive_int
 from graphbook.runtimes import correctness, onnx_utils as ou, quantization
@@ -75,7 +76,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true",
                         help="run the whole pipeline on the CPU with a tiny model and sizes (needs --results-dir)")
     args = parser.parse_args(argv)
-    if args.smoke and args.results_dir is None:
+    if args.smoke and args.results_dir.resolve() == (DATA_DIR / "results").resolve():
         parser.error("--smoke needs --results-dir (smoke rows must not reach data/results)")
     if args.qdq_model is not None and not args.qdq_model.is_file():
         parser.error(f"--qdq-model {args.qdq_model} is not a file")
