@@ -4,32 +4,17 @@
     .venv/bin/python code/bench_ablation.py --height 288 --width 512 --repeats 5
     .venv/bin/python code/bench_ablation.py --runs 5                   # five timed runs instead of three
 
-BlurBall (batch 1) is compiled four times: all optimizations (freezing on), without fusion
-(``max_fusion_size=1``), without freezing, and without both (see ``graphbook.compilers.inductor_tools.
-ABLATION_CONFIGS`` for why these switches). Each variant is compiled ONCE, on its own copy of the
-model whose ``forward`` has its own code object, so Dynamo keeps one cache per variant and the runs
-reuse the compiled code without a reset or a recompile (the ``recompiles`` column counts any). Per
-variant, once:
-
-1. compile and first call (seconds; a cold or warm Inductor cache, as found);
-2. correctness against eager FP32: max abs diff and the per-frame heatmap peak positions;
-3. kernels generated (definitions in the code), their launches per call, and library calls.
-
-Then ``--runs`` independent timed runs (default and minimum 3), each measuring every variant once in an
-order that rotates between runs (round-robin), plus the ``copy_`` bandwidth (``copy_gbps``) as the run's
-physical reference: eager and compiled calls alternate, one each per repeat (compiled first in every
-second run), so every speedup is a ratio of medians taken under the same background load. Rows carry
-``run``, ``run_order`` (1 = went first) and ``run_id`` ``<file stem>/r<run>`` (``graphbook.record.runs``
-counts each run on its own); ``compile_s``, the kernel counts and the check are per build, the same
-in every run.
-
-Each run writes a new file ``cpu-ablation-<date>[-N].csv`` under ``--results-dir`` (default
-``data/results/``; ``graphbook.record.results.write_run``, never an existing file) with the environment columns;
-the runs recorded before, in ``ablation_cpu.csv``, are read back by ``results.load("ablation")``. Exit
-status (``graphbook.record.cli``): 0 ok; 1 a configuration's output differs from eager FP32 (checked with
-``correctness.compare_to_reference``; the rows are still written); 2 bad arguments.
-A cold run costs several minutes on 2 cores (four BlurBall compiles, once each); a warm cache, about
-one; each extra run adds the timed calls only.
+BlurBall (batch 1) is compiled once per configuration of ``graphbook.compilers.inductor_tools`` (all
+optimizations, without fusion, without freezing, without both, and the causes behind them; see
+``ABLATION_CONFIGS`` for why these switches), each on its own copy of the model whose ``forward`` has its own code
+object, so Dynamo keeps one cache per configuration and the runs reuse it without a recompile (the ``recompiles``
+column counts any). Each build records its compile time, the kernels generated, their launches per call and the
+library calls. ``graphbook.runtimes.bench`` checks every configuration against eager FP32 and times them in
+``--runs`` runs of the book's protocol, where each configuration alternates call by call with eager (compiled first
+in every second run), so every speed-up is a ratio of medians taken under the same load. All rows go to a new file
+``cpu-ablation-<date>[-N].csv`` under ``--results-dir``. Exit status (``graphbook.record.cli``): 0 ok; 1 a
+configuration's output differs from eager FP32 (the rows are still written); 2 bad arguments. A cold run costs
+several minutes on 2 cores; a warm cache, about one; each extra run adds the timed calls only.
 """
 from __future__ import annotations
 

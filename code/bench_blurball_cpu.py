@@ -4,37 +4,20 @@
     .venv/bin/python code/bench_blurball_cpu.py --variants eager_fp32,compile_freezing --repeats 5
     .venv/bin/python code/bench_blurball_cpu.py --runs 5                   # five runs instead of three
 
-Batch 1, explicit threads, the book's trained checkpoint (``--weights random`` for seeded random
-weights; the time of a forward does not depend on the weights, the decoded ball does). Variants come
-from ``graphbook.runtimes.variants`` (any registered name may be given to ``--variants``; the default set
-includes the lower precisions: compiled bf16 without freezing, ONNX Runtime's INT8 Q/DQ model, and
-OpenVINO in FP32, BF16 and INT8). Each is first checked against eager FP32 with
-``graphbook.runtimes.correctness.compare_to_reference`` (max abs diff under the one tolerance, and the per-frame
-heatmap peak positions) and, on ``--ball-clips`` hard held-out clips (``graphbook.model.synthetic_clips.check_clips``),
-with ``graphbook.runtimes.correctness.ball_check`` (the decoded ball of every frame in eager FP32's place: with its FP32
-twin's check, what a lower precision must pass; column ``same_ball``), then timed with the book's harness
-(warm-up, median, spread). The INT8 model is calibrated on ``--calibration-clips`` training clips, never the held-out
-ones. A variant this machine cannot build (no OpenVINO wheel, no native BF16) is a row whose note says why.
-
-Every variant is built (and compiled) once; then ``--runs`` independent runs (default and minimum 3)
-each time every variant once (``--warmup`` untimed calls, then ``--repeats`` timed ones), in an order
-that rotates between runs (round-robin: run 2 starts with the second variant...), so no variant
-always goes first. Each run also measures its own physical references: the ``copy_`` bandwidth
-(``copy_gbps``, which ``graphbook.record.runs.flag_under_load`` uses to flag a run taken under load) and the
-matmul peaks. Rows carry ``run`` (1, 2, 3...), ``run_order`` (1 = went first) and ``run_id``
-``<file stem>/r<run>``, so ``graphbook.record.runs.summarize_runs`` counts each run on its own and a chapter
-decides on the median across runs. The build cost (``compile_s``) and the correctness check are per
-build: the same in every run's rows. A compiled variant of ``graphbook.runtimes.variants`` re-enters Dynamo
-(from the in-memory and on-disk caches) on the first call of its block when another compiled variant
-ran in between: that happens in the untimed warm-up.
-Achieved GFLOP/s (2 x MACs counted by hooks / median time) is compared with the matmul peak
-measured in the same run, and one eager forward is profiled (once per invocation) and grouped like the article's GPU
-profile (convolution, batch norm, cast/copy, element-wise, other; by the innermost op, the rule of the
-GPU profile too: ``graphbook.teach.profiling``). All rows go to a new file ``cpu-blurball-<date>[-N].csv``
-under ``--results-dir`` (default ``data/results/``; never an existing file) and a table is printed. Exit
-status (``graphbook.record.cli``): 0 ok; 1 a variant expected to match eager differs from it by more than the
-tolerance (the results are still written; the variants are named on stderr); 2 bad arguments; 3 the
-checkpoint is missing.
+Batch 1, explicit threads, the book's trained checkpoint (``--weights random`` for seeded random weights; the time
+of a forward does not depend on the weights, the decoded ball does). Variants come from
+``graphbook.runtimes.variants`` (any registered name may be given to ``--variants``; the default set includes the
+lower precisions: compiled bf16 without freezing, ONNX Runtime's INT8 Q/DQ model calibrated on
+``--calibration-clips`` training clips, and OpenVINO in FP32, BF16 and INT8). ``graphbook.runtimes.bench`` builds
+each once and checks it against eager FP32 and, on ``--ball-clips`` hard held-out clips, by its decoded ball
+(``correctness.ball_check``: with its FP32 twin's check, what a lower precision must pass), then times all in
+``--runs`` runs of the book's protocol, each with its ``copy_`` probe and matmul rates. A variant this machine
+cannot build (no OpenVINO wheel, no native BF16) is a row whose note says why. Achieved GFLOP/s is compared with
+the matmul rate of the same run, and one eager forward is profiled and grouped like the article's GPU profile
+(``graphbook.teach.profiling``). All rows go to a new file ``cpu-blurball-<date>[-N].csv`` under ``--results-dir``.
+Exit status (``graphbook.record.cli``): 0 ok; 1 a variant expected to match eager differs from it by more than the
+tolerance (the results are still written; the variants are named on stderr); 2 bad arguments; 3 the checkpoint is
+missing.
 """
 from __future__ import annotations
 

@@ -4,30 +4,21 @@
     .venv/bin/python code/bench_onnxruntime.py --threads 2 --repeats 3 --no-compile
     .venv/bin/python code/bench_onnxruntime.py --runs 5                # five runs instead of three
 
-The measurement behind Chapter 4's recorded table. BlurBall (seeded weights, batch 1) is exported
-twice (exporter optimizer on; off with constants folded, so ONNX Runtime's own passes do the work),
-then these variants are each checked against eager FP32 (max abs diff, heatmap peak positions) and
-timed with the book's harness (warm-up, median, spread) at every requested thread count:
+The measurement behind Chapter 4's recorded table. BlurBall (seeded weights, batch 1) is exported twice (exporter
+optimizer on; off with constants folded, so ONNX Runtime's own passes do the work). ``graphbook.runtimes.bench``
+builds each of these variants once per requested thread count (one ONNX Runtime session each), checks it against
+eager FP32 and times all in ``--runs`` runs of the book's protocol, ``speedup_vs_eager`` against eager FP32 of the
+same run and thread count:
 
 - eager FP32 (the reference), and torch.compile (default mode) with Inductor freezing off and on;
-- the raw export at each ONNX Runtime level (disabled, basic, extended, layout, all);
+- the raw export at each ONNX Runtime level (disabled, basic, extended, layout, all), and level all without its
+  NCHWc rewrite;
 - the exporter-optimized export at level "all";
 - an INT8 Q/DQ model (static quantization calibrated on synthetic frames) at level "all".
 
-Every variant is built by ``graphbook.runtimes.variants`` and judged by ``graphbook.runtimes.correctness.compare_to_reference``
-ONCE (one ONNX Runtime session per thread count); then ``--runs`` independent runs (default and minimum
-3) each time every (variant, thread count) once (``--warmup`` untimed calls, ``--repeats`` timed ones) in
-an order that rotates between runs (round-robin), and measure the ``copy_`` bandwidth (``copy_gbps``) so
-that ``graphbook.record.runs.flag_under_load`` can flag a run taken under load. Rows carry ``run``,
-``run_order`` (1 = went first) and ``run_id`` ``<file stem>/r<run>``; ``speedup_vs_eager`` compares
-with eager FP32 of the same run and thread count; ``compile_s`` and the check are per build (the same
-in every run). A compiled variant re-enters Dynamo (from its caches) in the untimed warm-up when the
-other compiled variant ran in between. All rows go to a new file ``cpu-onnxruntime-<date>[-N].csv`` under ``--results-dir`` (default
-``data/results/``; ``results.write_run``, never an existing one), each with ``speedup_vs_eager`` against eager FP32 at the same thread count and the
-environment columns. Exported .onnx files go to a temporary folder, removed afterwards (or are kept in
-``--onnx-dir``). A variant expected
-to match eager that does not is still timed but recorded with ``same_output = False``. Exit status (``graphbook.record.cli``): 0 on
-success, 1 when a variant expected to match eager does not (the rows are still written), 2 for bad
+All rows go to a new file ``cpu-onnxruntime-<date>[-N].csv`` under ``--results-dir``. Exported .onnx files go to a
+temporary folder, removed afterwards (or are kept in ``--onnx-dir``). Exit status (``graphbook.record.cli``): 0 on
+success, 1 when a variant expected to match eager does not (still timed, the rows are still written), 2 for bad
 arguments (one line on stderr).
 """
 from __future__ import annotations

@@ -1,8 +1,13 @@
 """The CPU benchmarks' one path: build every version once, check it against eager, time all in the run protocol (Ch. 3-5).
 
 ``code/bench_blurball_cpu.py``, ``bench_onnxruntime.py``, ``bench_ablation.py`` and ``bench_attribution.py`` differ
-in what they build; :func:`build_check_time` does the rest the same way for all, and returns one frame that goes
-to :func:`graphbook.record.results.write_run` as it is.
+in what they build; :func:`build_check_time` does the rest the same way for all. Nothing is rebuilt between runs:
+``--runs`` independent runs (default and minimum 3) each time every version (``--warmup`` untimed calls, then about
+``--repeats`` timed ones) in an order that rotates between runs, after the run's own ``copy_`` probe
+(``copy_gbps``, which :func:`graphbook.record.runs.flag_under_load` reads). A compiled version re-enters Dynamo from
+its caches when another ran in between: that happens in the untimed warm-up. Rows carry ``run``, ``run_order``
+(1 = went first) and, once written by :func:`graphbook.record.results.write_run`, the ``run_id``
+``<file stem>/r<run>``; the build's columns and the check are the same in every run's rows.
 """
 from __future__ import annotations
 

@@ -68,21 +68,6 @@ MAX_ABS_DIFF = "max_abs_diff"
 
 
 # --------------------------------------------------------------------------------------------------
-# The design
-# --------------------------------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------------------------------
-# Which nodes belong to the stem, the head and the SE layers
-# --------------------------------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------------------------------
-# Building a quantized model
-# --------------------------------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------------------------------
 # Scoring and timing
 # --------------------------------------------------------------------------------------------------
 
@@ -184,20 +169,16 @@ def run_matrix(fp32_path: str | Path, configs: Sequence[Int8Config], calibration
         say(f"{config.name}: detection rate {row['detection_rate']:.3f}, max abs diff {row['max_abs_diff']:.3g}")
 
     feed_name = fp32_session.get_inputs()[0].name
-    x0 = inputs[0]
-    times = timing.interleaved({name: (lambda s=s: s.run(None, {feed_name: x0})) for name, s in sessions.items()},
-                               warmup=1, repeats=repeats)
-    fp32_ms = times[FP32_NAME].median_ms
-    for row in run.rows:
-        timed = times.get(row["config"])
+    times = {name: t.as_dict() for name, t in timing.interleaved(
+        {name: (lambda s=s: s.run(None, {feed_name: inputs[0]})) for name, s in sessions.items()},
+        warmup=1, repeats=repeats).items()}
+    for row in run.rows:  # a configuration that failed has no times: NaN
+        timed = times.get(row["config"], {})
         row.update({"height": int(height), "width": int(width), "threads": threads, "timing_runs": repeats,
-                    "calibration_clips": len(calibration_frames), "eval_clips": len(eval_clips)})
-        if timed:
-            row.update({"latency_ms": timed.median_ms, "latency_min_ms": timed.min_ms,
-                        "latency_max_ms": timed.max_ms, "speedup_vs_fp32": fp32_ms / timed.median_ms})
-        else:
-            row.update({"latency_ms": math.nan, "latency_min_ms": math.nan, "latency_max_ms": math.nan,
-                        "speedup_vs_fp32": math.nan})
+                    "calibration_clips": len(calibration_frames), "eval_clips": len(eval_clips),
+                    "latency_ms": timed.get("median_ms", math.nan), "latency_min_ms": timed.get("min_ms", math.nan),
+                    "latency_max_ms": timed.get("max_ms", math.nan),
+                    "speedup_vs_fp32": times[FP32_NAME]["median_ms"] / timed.get("median_ms", math.nan)})
     return run
 
 
@@ -293,10 +274,3 @@ def tensor_errors(fp32_path: str | Path, qdq_path: str | Path, frames: Sequence,
                      "op": node.op_type if node is not None else "", "sqnr_db": err,
                      "qdq_sqnr_db": math.nan, "xmodel_sqnr_db": math.nan})
     return rows
-
-
-# --------------------------------------------------------------------------------------------------
-# The recommendation
-# --------------------------------------------------------------------------------------------------
-
-

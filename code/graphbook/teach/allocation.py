@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import platform
-import statistics
 import sys
 
 import pandas as pd
@@ -125,28 +124,20 @@ def recorded_split(frame):
     the same chain with freed memory kept). Returns one row per machine with the medians across runs, their
     ranges and ``runs``; empty when no recording has the parts.
     """
-    needed = {"eager", "preallocated out=", "torch.compile, out="}
-    chain_rows = frame[frame["part"] == "chain"]
-    rows = []
-    if chain_rows.empty:
-        return pd.DataFrame(rows)
-    for machine, mine in runs.add_machine(frame).groupby(runs.MACHINE, sort=False):
-        files = [f for f in mine.sort_values("date")["source_file"].unique()
-                 if needed <= set(mine[(mine.source_file == f) & (mine.part == "chain")]["variant"])]
-        if not files:
-            continue
-        newest = mine[mine["source_file"] == files[-1]]
-        chain_times = newest[newest["part"] == "chain"].pivot_table(index="run_id", columns="variant", values="median_ms")
-        chain_times = chain_times[sorted(needed)].dropna()
-        factors = {"allocation": chain_times["eager"] / chain_times["preallocated out="],
-                   "traffic": chain_times["preallocated out="] / chain_times["torch.compile, out="],
-                   "both": chain_times["eager"] / chain_times["torch.compile, out="]}
-        kept = newest[newest["part"] == "allocator"].pivot_table(index="run_id", columns="variant", values="median_ms")
-        if {"glibc default", "glibc keeping freed memory"} <= set(kept.columns):
-            factors["allocator"] = kept["glibc default"] / kept["glibc keeping freed memory"]
-        row = {"machine": machine, "source_file": files[-1], "runs": int(len(chain_times))}
-        for name, values in factors.items():
-            values = [float(v) for v in values.dropna()]
-            row.update({name: statistics.median(values), f"{name}_min": min(values), f"{name}_max": max(values)})
-        rows.append(row)
-    return pd.DataFrame(rows)
+    chain_out, kept = ["eager", "preallocated out=", "torch.compile, out="], ["glibc default", "glibc keeping freed memory"]
+    if "part" not in frame or not (frame["part"] == "chain").any():
+        return pd.DataFrame()
+    times = (runs.add_machine(frame[frame["part"].isin(["chain", "allocator"])])
+             .pivot_table(index=[runs.MACHINE, "source_file", "run_id"], columns="variant", values="median_ms")
+             .reindex(columns=chain_out + kept).dropna(subset=chain_out))
+    factors = pd.DataFrame({"allocation": times["eager"] / times["preallocated out="],
+                            "traffic": times["preallocated out="] / times["torch.compile, out="],
+                            "both": times["eager"] / times["torch.compile, out="],
+                            "allocator": times["glibc default"] / times["glibc keeping freed memory"]}).reset_index()
+    dates = frame.groupby("source_file")["date"].max()
+    newest = factors.assign(date=factors["source_file"].map(dates)).sort_values("date", kind="stable")
+    newest = newest[newest["source_file"] == newest.groupby(runs.MACHINE)["source_file"].transform("last")]
+    stats = {f"{name}{suffix}": (name, how) for name in ("allocation", "traffic", "both", "allocator")
+             for suffix, how in (("", "median"), ("_min", "min"), ("_max", "max"))}
+    table = newest.groupby([runs.MACHINE, "source_file"], sort=False).agg(runs=("run_id", "size"), **stats)
+    return table.reset_index().dropna(axis=1, how="all")  # no allocator columns where none was recorded
