@@ -2,7 +2,9 @@
 # Every test: unit tests of code/ and the book's rules, nbval (strict) on every notebook against a
 # fresh execution, then a warning-free book build from the notebooks nbval just validated, then the
 # rendered book in a browser. Each stage prints its own time, so a slow stage is easy to find.
-# (For the edit loop: `.venv/bin/python -m pytest tests -m "not slow"`; this command runs everything.)
+# The fast tier, for the edit loop (no compile, export, process or browser; under a minute on two cores):
+#   .venv/bin/python -m pytest tests -m "not slow" -n 2
+# This command runs everything, the `slow` tier included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 begin=$(date +%s)

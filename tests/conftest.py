@@ -1,6 +1,14 @@
 """Shared test set-up. The tests import the helper package as installed (``pip install -e .``, which
 scripts/setup_env.sh runs); nothing here edits the import path."""
+import contextlib
 import importlib.util
+import inspect
+import os
+import re
+import subprocess
+import traceback
+from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -14,23 +22,91 @@ def pytest_configure(config):
     # A run with the instruction set capped (ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA, the README's AVX2
     # check) must not reuse graphs an uncapped run compiled: torch's FX graph cache ignores the cap and the
     # reused code computes wrong values. The tests and every process they start get their own cache folder.
-    import os
-
     from graphbook.measure.environment import inductor_cache_dir_for_caps
 
     capped_cache = inductor_cache_dir_for_caps()
     if capped_cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = capped_cache
+    # What every fingerprint carries and only a process can tell, looked up once before any test: the commit
+    # (git) and the clock (a small C program). The fast tier then starts no process.
+    from graphbook.measure import environment
+
+    os.environ.setdefault(environment.EXECUTION_COMMIT_VARIABLE, environment.git_commit())
+    environment.measured_clock_ghz()
 
 
-#: Fixtures that export a model with the Dynamo ONNX exporter: every test that takes one is slow.
-EXPORTING_FIXTURES = {"exported", "tiny_onnx", "blurball_dynamic_onnx"}
+# -- the tiers: `pytest -m "not slow"` is the edit loop (under a minute on two cores), the rest is `slow` ------
+#: What makes a test slow, found in its source, its fixtures' or the test-module functions it calls: a compile
+#: (torch.compile, Inductor), an export (torch.export, the Dynamo ONNX exporter), a subprocess or a fresh
+#: Python, a browser; or the package's functions that do one of these.
+SLOW_WORK = re.compile(
+    r"torch\.compile\(|torch\.export\.|onnx\.export\(|subprocess\.(?:run|Popen|check_output)|sys\.executable|"
+    r"sync_playwright|chromium\.launch|compile=True|compile_and_get_code|export_onnx|export_dynamic_batch|build_rungs|"
+    r"capture_aten_graph|dynamo_graphs|compile_for|chain_size_sweep|run_tagged_child|run_minimal|"
+    r"fresh_process|run_child|measured_clock_ghz|explain\(|count_compiles|export_browser_assets")
+
+
+def _sources(function, module, depth=2):
+    """The source of ``function`` and of the functions of ``module`` it names, ``depth`` calls deep."""
+    try:
+        text = inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
+    if depth:
+        for name in getattr(getattr(function, "__code__", None), "co_names", ()):
+            called = getattr(module, name, None)
+            if inspect.isfunction(called) and called.__module__ == module.__name__ and called is not function:
+                text += _sources(called, module, depth - 1)
+    return text
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if EXPORTING_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if item.get_closest_marker("slow") or not isinstance(item, pytest.Function):
+            continue
+        fixtures = [d.func for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs]
+        if any(SLOW_WORK.search(_sources(f, inspect.getmodule(f) or item.module)) for f in [item.function, *fixtures]):
             item.add_marker(pytest.mark.slow)
+
+
+def _refuse(item, what):
+    def refused(*args, **kwargs):
+        caller = next(f for f in reversed(traceback.extract_stack()[:-1]) if "/graphbook/" in f.filename
+                      or "/tests/" in f.filename and not f.filename.endswith("conftest.py"))
+        pytest.fail(f"{item.nodeid} {what} (in {caller.name}, {Path(caller.filename).name}:{caller.lineno}) but is "
+                    'not marked slow: mark it @pytest.mark.slow (the fast tier, `pytest -m "not slow"`, runs no '
+                    "compile, export, subprocess or browser)", pytrace=False)
+    return refused
+
+
+@contextlib.contextmanager
+def _no_slow_work(item):
+    """While an unmarked test (and the fixtures it sets up) runs, a compile, an export or a process fails it."""
+    if item.get_closest_marker("slow"):
+        yield
+        return
+    import torch
+    import torch._dynamo.convert_frame  # where Dynamo compiles a frame, whatever the backend
+
+    with contextlib.ExitStack() as stack:
+        for owner, name, what in ((torch._dynamo.convert_frame, "_compile", "compiles with torch.compile"),
+                                  (torch.export, "export", "exports with torch.export"),
+                                  (torch.onnx, "export", "exports to ONNX"),
+                                  (subprocess, "Popen", "starts a process")):
+            stack.enter_context(mock.patch.object(owner, name, _refuse(item, what)))
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    with _no_slow_work(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    with _no_slow_work(item):
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -50,14 +126,16 @@ def blurball_dynamic_onnx(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def script():
-    """``script("03_fusion.py")``: a script of code/ loaded as a module (once), to call its ``main(argv)`` here."""
+    """``script("03_fusion.py")``: a script of code/ (or ``scripts/...``) loaded as a module once, to call its
+    ``main(argv)`` in the test process."""
     loaded = {}
 
     def load(name: str):
         if name not in loaded:
             from graphbook import paths
 
-            spec = importlib.util.spec_from_file_location(f"script_{name.removesuffix('.py')}", paths.script(name))
+            path = paths.REPO_ROOT / name if "/" in name else paths.script(name)
+            spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
             loaded[name] = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(loaded[name])
         return loaded[name]

@@ -96,6 +96,7 @@ def test_table_rejects_missing_reference_and_empty_clips():
         correctness.correctness_table({"eager fp32": lambda t: t}, [])
 
 
+@pytest.mark.slow  # exports to ONNX
 def test_onnx_files_are_cleaned_up_without_a_workdir():
     import glob
     import tempfile

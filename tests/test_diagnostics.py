@@ -44,6 +44,7 @@ def test_chapter_artifacts_exist_and_unknown_names_are_refused():
 
 
 @pytest.mark.parametrize("values", [torch.zeros(8), torch.ones(8), torch.linspace(-2, 2, 33)])
+@pytest.mark.slow  # compiles
 def test_fixed_versions_compute_what_the_original_does(values):
     sink = io.StringIO()
     expected = d._detect_with_breaks(values, sink)

@@ -179,6 +179,7 @@ def test_the_fingerprint_carries_the_identity_and_a_measured_clock():
     assert {"cpu_vendor", "cpu_family", "cpu_model_id", "cpu_microarch", "cpu_l2_kib", "cpu_ghz"} <= set(env)
 
 
+@pytest.mark.slow  # asks git
 def test_a_run_of_the_executor_records_the_commit_it_started_from(monkeypatch):
     from graphbook.measure import environment
 

@@ -243,6 +243,7 @@ def test_shared_outputs_and_modules_called_twice_are_skipped():
     assert count == 0 and torch.equal(expected, actual)
 
 
+@pytest.mark.slow  # exports with torch.export
 def test_untraceable_forward_needs_example_inputs():
     model = _ChecksShape().eval()
     with pytest.raises(FoldingError, match="example_inputs"):
@@ -254,6 +255,7 @@ def test_untraceable_forward_needs_example_inputs():
     assert count == 1 and _max_relative_error(expected, actual) < 1e-5
 
 
+@pytest.mark.slow  # exports with torch.export
 def test_export_and_fx_plans_agree():
     model = _NamesLie().eval()
     x = torch.randn(1, 6, 7, 7)
@@ -292,6 +294,7 @@ def test_whole_model_folding_agrees_with_torch_fx_fuse():
     assert sum(isinstance(m, nn.BatchNorm2d) for m in fuse(shared).modules()) == 2
 
 
+@pytest.mark.slow  # exports with torch.export
 def test_blurball_folds_every_batch_norm_by_dataflow():
     from graphbook.model import blurball
 
@@ -342,7 +345,8 @@ def _efficientnet_style():
         nn.Conv2d(12, 32, 1, padding="same", bias=False), _random_bn(32), nn.SiLU()).eval()
 
 
-@pytest.mark.parametrize("traced_with_inputs", [False, True], ids=["torch.fx", "torch.export"])
+@pytest.mark.parametrize("traced_with_inputs", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["torch.fx", "torch.export"])
 def test_an_efficientnet_style_model_folds_every_pair(traced_with_inputs):
     model, x = _efficientnet_style(), torch.randn(1, 3, 32, 32)
     folded, count = fold_all_conv_bn(model, (x,) if traced_with_inputs else None)
@@ -359,6 +363,7 @@ class _SamePaddingConv(nn.Conv2d):
         return super().forward(nn.functional.pad(x, (1, 1, 1, 1), value=1.0))
 
 
+@pytest.mark.slow  # exports with torch.export
 def test_a_fold_that_finds_no_pair_says_so_and_a_conv_with_its_own_forward_is_not_folded():
     model = nn.Sequential(_SamePaddingConv(3, 4, 3), _random_bn(4)).eval()
     x = torch.randn(1, 3, 8, 8)

@@ -1,7 +1,7 @@
 """The browser check itself must be able to fail: a deliberately broken page is caught, a clean one passes.
 
-scripts/check_rendered_book.py is run as the command test.sh runs, in a subprocess (a script is not a module
-to import), and judged by its exit status and its report.
+scripts/check_rendered_book.py is run as the command test.sh runs, in a subprocess (Chromium is slow work),
+and judged by its exit status and its report; its refusals are called in this process.
 """
 import json
 import shutil
@@ -100,9 +100,10 @@ def test_a_broken_page_fails_on_each_defect(tmp_path):
         assert expected in problems, f"{expected!r} not reported in: {problems}"
 
 
-def test_cli_refuses_a_folder_without_a_built_book(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "no built book" in proc.stderr and "Traceback" not in proc.stderr
+def test_cli_refuses_a_folder_without_a_built_book(tmp_path, script, capsys):
+    with pytest.raises(SystemExit) as stop:
+        script("scripts/check_rendered_book.py").main([str(tmp_path)])
+    assert stop.value.code == 2 and "no built book" in capsys.readouterr().err
 
 
 BROKEN_PAGES = [
@@ -165,10 +166,9 @@ def test_figures_are_counted_per_page(tmp_path):
     assert proc.stdout.splitlines() == ["ok   index.html (2 figures)", "1 passed, 0 failed; 2 figures in all"]
 
 
-def test_print_browser_gives_the_chromium_path_and_flags_other_browser_tests_use():
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--print-browser"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and proc.stderr == ""
-    browser = json.loads(proc.stdout)
+def test_print_browser_gives_the_chromium_path_and_flags_other_browser_tests_use(script, capsys):
+    assert script("scripts/check_rendered_book.py").main(["--print-browser"]) == 0
+    browser = json.loads(capsys.readouterr().out)
     assert "--headless" in browser["args"] and (browser["chromium"] is None or Path(browser["chromium"]).exists())
 
 

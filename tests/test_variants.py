@@ -81,6 +81,7 @@ def test_onnx_builders_share_one_export_and_match(tiny, tmp_path):
         "blurball_int8_qdq.onnx", "blurball_optimized.onnx", "blurball_raw.onnx"]
 
 
+@pytest.mark.slow  # exports to ONNX
 def test_int8_without_calibration_is_unavailable_and_runners_skip_it(tiny):
     model, x = tiny
     with pytest.raises(variants.VariantUnavailable, match="calibration"):
@@ -89,6 +90,7 @@ def test_int8_without_calibration_is_unavailable_and_runners_skip_it(tiny):
     assert list(runners) == ["eager_fp32", "ort_all"]
 
 
+@pytest.mark.slow  # exports to ONNX
 def test_scratch_folder_is_removed(tiny):
     model, x = tiny
     context = variants.BuildContext(threads=1)

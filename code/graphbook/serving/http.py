@@ -21,6 +21,7 @@ do is bounded here:
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import socket
@@ -380,7 +381,9 @@ class InferenceServer(ThreadingHTTPServer):
     def start(self, *, warm_up: bool = True) -> "InferenceServer":
         """Serve in a background thread (and warm up in another, unless ``warm_up=False``)."""
         self._serving = True
-        for name, target in (("serve", self.serve_forever), ("reaper", self._reap)):
+        # a stop waits for the serving loop's next poll: a twentieth of a second, not socketserver's half
+        serve = functools.partial(self.serve_forever, poll_interval=0.05)
+        for name, target in (("serve", serve), ("reaper", self._reap)):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._workers.append(thread)
