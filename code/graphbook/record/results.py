@@ -147,19 +147,6 @@ def files(kind_name: str, results_dir: str | Path | None = None) -> list[Path]:
 # --------------------------------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------------------------------
-def _columns(rows: list[dict], env: dict | None) -> list[str]:
-    """Row keys in first-seen order, then the environment keys not already present."""
-    columns: list[str] = []
-    for row in rows:
-        for key in row:
-            if key not in columns:
-                columns.append(str(key))
-    for key in env or {}:
-        if key not in columns:
-            columns.append(str(key))
-    return columns
-
-
 def _read_header(path: Path) -> list[str] | None:
     """The header of an existing CSV, or None if the file is empty."""
     with path.open(newline="") as handle:
@@ -196,10 +183,7 @@ def write_run(kind_name: str, rows: Iterable[dict] | pd.DataFrame, env: dict | N
         raise ValueError(f"result kind {k.name!r} takes no tag, got {tag!r}")
     if tag and not _TAG_RE.match(tag):
         raise ValueError(f"tag must be letters, digits, '.', '_' or single '-' between them, got {tag!r}")
-    frame = rows.reset_index(drop=True) if isinstance(rows, pd.DataFrame) else \
-        pd.DataFrame(_nonempty_rows(rows, "write_run"))
-    if frame.empty:
-        raise ValueError("write_run needs at least one row")
+    frame = _framed(rows, env, "write_run")
     day = _dt.datetime.now(_dt.timezone.utc).date().isoformat()
     if env and env.get(DATE):
         day = str(env[DATE])[:10]
@@ -212,10 +196,7 @@ def write_run(kind_name: str, rows: Iterable[dict] | pd.DataFrame, env: dict | N
     numbered = pd.to_numeric(frame[RUN], errors="coerce").dropna() if per_run and RUN in frame else pd.Series()
     run_ids[numbered.index] = [f"{path.stem}/r{int(run)}" for run in numbered]
     frame.insert(0, RUN_ID, frame.pop(RUN_ID).fillna(run_ids) if RUN_ID in frame else run_ids)
-    for key, value in (env or {}).items():  # a row's own value wins
-        frame[key] = frame[key].fillna(value) if key in frame else value
-    # whole numbers stay whole where a column has gaps ("3", not "3.0"); "x": fail rather than touch a file
-    frame.convert_dtypes().to_csv(path, mode="x", index=False)
+    frame.to_csv(path, mode="x", index=False)  # "x": fail rather than touch an existing file
     return path
 
 
@@ -237,15 +218,24 @@ def write_and_report(kind_name: str, rows: Iterable[dict], env: dict | None = No
     return EXIT_OK
 
 
-def _nonempty_rows(rows: Iterable[dict], who: str) -> list[dict]:
-    """Copies of ``rows``; ValueError when there are none or one is empty."""
-    rows = [dict(row) for row in rows]
-    if not rows:
+def _framed(rows, env: dict | None, who: str) -> pd.DataFrame:
+    """``rows`` (dicts, or a frame) as a frame, ``env`` filling what a row lacks; ValueError when there is no row.
+
+    Dicts keep their exact values (object columns: ``3`` stays ``3`` beside ``2.5``); a frame's whole numbers stay
+    whole where a column has gaps (``convert_dtypes``: "3", not "3.0").
+    """
+    if isinstance(rows, pd.DataFrame):
+        frame = rows.reset_index(drop=True).convert_dtypes()
+    else:
+        rows = [dict(row) for row in rows]
+        if not all(rows):
+            raise ValueError(f"row {rows.index({})} is empty")
+        frame = pd.DataFrame(rows, dtype=object)
+    if frame.empty:
         raise ValueError(f"{who} needs at least one row")
-    for index, row in enumerate(rows):
-        if not row:
-            raise ValueError(f"row {index} is empty")
-    return rows
+    for key, value in (env or {}).items():  # a row's own value wins
+        frame[key] = frame[key].fillna(value) if key in frame else value
+    return frame
 
 
 def append_rows(path: str | Path, rows: Iterable[dict], env: dict | None = None) -> Path:
@@ -259,28 +249,18 @@ def append_rows(path: str | Path, rows: Iterable[dict], env: dict | None = None)
     columns that differ: appending would silently misalign the columns of earlier runs. Returns the path.
     """
     path = Path(path)
-    rows = _nonempty_rows(rows, "append_rows")
-    columns = _columns(rows, env)
+    frame = _framed(rows, env, "append_rows")
+    columns = list(frame.columns)
     existing = _read_header(path) if path.exists() else None
     if existing is not None and existing != columns:
-        missing = [c for c in existing if c not in columns]
-        extra = [c for c in columns if c not in existing]
-        detail = []
-        if missing:
-            detail.append(f"file has columns the new rows lack: {missing}")
-        if extra:
-            detail.append(f"new rows have columns the file lacks: {extra}")
-        if not detail:
-            detail.append(f"same columns in a different order: file {existing}, rows {columns}")
-        raise ValueError(f"header mismatch in {path}; nothing written ({'; '.join(detail)}). "
+        missing, extra = [c for c in existing if c not in columns], [c for c in columns if c not in existing]
+        detail = "; ".join([f"file has columns the new rows lack: {missing}"] * bool(missing)
+                           + [f"new rows have columns the file lacks: {extra}"] * bool(extra)) \
+            or f"same columns in a different order: file {existing}, rows {columns}"
+        raise ValueError(f"header mismatch in {path}; nothing written ({detail}). "
                          "Write to a new file (see _unique_path) instead of changing an old one.")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns, restval="")
-        if existing is None:
-            writer.writeheader()
-        for row in rows:
-            writer.writerow({**(env or {}), **row})
+    frame.to_csv(path, mode="a", header=existing is None, index=False)
     return path
 
 
