@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 
 from graphbook.record import cli
 from graphbook.record.cli import int_at_least, positive_int
@@ -119,26 +120,26 @@ def main(argv: list[str] | None = None) -> int:
     notes = {tvm_build.GENERIC: "TVM default pipeline, untuned, llvm without mcpu (generic x86-64)",
              tvm_build.HOST: "TVM default pipeline, untuned, llvm for the host CPU"}
     for name, target in untuned_targets.items():
-        stopwatch = timing.Stopwatch()
+        start = time.perf_counter()
         executable = tvm.compile(mod, target=target)
-        add_tvm(name, executable, target, notes[name], compile_s=round(stopwatch.seconds(), 1))
+        add_tvm(name, executable, target, notes[name], compile_s=round(time.perf_counter() - start, 1))
 
     failure_rows = []
     if args.trials:
         target = untuned_targets[tvm_build.HOST]
-        stopwatch = timing.Stopwatch()
+        start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="graphbook-ms-") as work_dir:
             try:
                 executable, info = tvm_build.tune(mod, target, trials=args.trials, build_timeout=args.build_timeout,
                                                   work_dir=work_dir)
                 add_tvm(tvm_build.TUNED, executable, target,
                         f"MetaSchedule for the host CPU, {info['trials']} trials over {info['tasks']} tasks, "
-                        "random cost model", compile_s=round(stopwatch.seconds(), 1), **info)
+                        "random cost model", compile_s=round(time.perf_counter() - start, 1), **info)
             except Exception as error:  # a tuning failure is a result too: record why (one row, no run)
                 first_line = str(error).splitlines()[0][:300] if str(error) else ""
                 failure_rows.append({"variant": tvm_build.TUNED, "target": str(target), "trials": args.trials,
                                      "note": f"tuning failed: {type(error).__name__}: {first_line}",
-                                     "tune_s": round(stopwatch.seconds(), 1), "height": args.height,
+                                     "tune_s": round(time.perf_counter() - start, 1), "height": args.height,
                                      "width": args.width})
                 print(failure_rows[-1], file=sys.stderr, flush=True)
 

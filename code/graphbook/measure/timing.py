@@ -4,13 +4,12 @@ Every per-call time the book reports comes from :func:`time_cpu` (or :func:`inte
 :func:`repeated_runs` wherever versions are compared. The Timer does the timing: warm-up calls, then blocks of
 calls (one call per block for anything slower than a few milliseconds) for about ``repeats`` calls' worth of time;
 the median block is the headline, min/max and the quartiles the spread. It runs at the thread count given (it
-would use one thread otherwise) and synchronizes CUDA itself, so the same function times GPU work. One-off
-durations (a compile, a build) use :class:`Stopwatch`.
+would use one thread otherwise) and synchronizes CUDA itself, so the same function times GPU work. A one-off
+duration (a compile, a build) is a difference of two ``time.perf_counter()`` readings.
 """
 from __future__ import annotations
 
 import datetime as dt
-import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Mapping, Sequence
 
@@ -150,17 +149,6 @@ def live_runs(calls: Mapping[str, Callable[[], object]], *, env: dict | None = N
     frame = pd.DataFrame(repeated_runs(calls, **{"interleave": True, "probe_bytes": None, **protocol}))
     frame.insert(0, "run_id", "live-" + frame["run"].astype(str))
     return frame.assign(**(fingerprint() if env is None else env))
-
-
-class Stopwatch:
-    """Seconds since it was started, for one-off durations: a compile, a build, a timeline (Chapter 6)."""
-
-    def __init__(self) -> None:
-        self._start = time.perf_counter()
-
-    def seconds(self) -> float:
-        """Seconds elapsed since the stopwatch started."""
-        return time.perf_counter() - self._start
 
 
 def rotated(names: Sequence, run_index: int) -> list:
