@@ -35,12 +35,7 @@ def test_defaults_follow_the_article(gpu):
         gpu.parse_args(["--smoke", "--results-dir", str(paths.DATA_DIR / "results")])
 
 
-def test_smoke_uses_tiny_counts(gpu, tmp_path):
-    args = gpu.parse_args(["--smoke", "--results-dir", str(tmp_path)])
-    assert (args.repeats, args.warmup) == (gpu.SMOKE["repeats"], gpu.SMOKE["warmup"])
-
-
-def test_plan_covers_the_article_matrix(gpu):
+def test_plan_covers_the_article_matrix_with_cudnn_benchmark_in_a_child_process(gpu):
     plan = gpu.plan_matrix()
     names = [c["variant"] for c in plan]
     assert len(names) == len(set(names)) == 12
@@ -54,12 +49,6 @@ def test_plan_covers_the_article_matrix(gpu):
     assert all(c["mode"] == "compile_max_autotune" for c in plan[-2:])  # slowest compile last
     short = gpu.plan_matrix(skip_max_autotune=True)
     assert len(short) == 10 and not any("max_autotune" in c["variant"] for c in short)
-
-
-# -- point 2: cuDNN benchmark rows in their own process ---------------------------------------------
-
-def test_cudnn_benchmark_rows_are_planned_for_a_child_process(gpu):
-    plan = gpu.plan_matrix()
     assert {c["variant"] for c in plan if c["process"] == "child"} == {
         "fp32_eager_nchw+cudnn_benchmark", "fp16_eager_nchw+cudnn_benchmark"}
     assert all(c["cudnn_benchmark"] == (c["process"] == "child") for c in plan)

@@ -138,33 +138,6 @@ def test_first_calls_stop_the_clock_after_synchronize():
         gp.first_calls(call, 0, synchronize=synchronize)
 
 
-def test_cuda_graph_modes():
-    assert gp.uses_cuda_graphs("reduce-overhead") and gp.uses_cuda_graphs("max-autotune")
-    assert not gp.uses_cuda_graphs("default")
-
-
-# -- points 5 and 6: dedicated streams, checked enqueues --------------------------------------------
-
-def test_default_stream_is_refused():
-    with pytest.raises(ValueError, match="default CUDA stream"):
-        gp.stream_handle(SimpleNamespace(cuda_stream=0))
-    assert gp.stream_handle(SimpleNamespace(cuda_stream=0x7F00)) == 0x7F00
-    assert gp.stream_handle(1234) == 1234
-
-
-@pytest.mark.parametrize("returned", [False, None])
-def test_failed_enqueue_raises(returned):
-    context = SimpleNamespace(execute_async_v3=lambda handle: returned)
-    with pytest.raises(RuntimeError, match="enqueue failed"):
-        gp.enqueue_or_raise(context, 99)
-
-
-def test_enqueue_passes_the_handle():
-    seen = []
-    gp.enqueue_or_raise(SimpleNamespace(execute_async_v3=lambda h: seen.append(h) or True), 4242)
-    assert seen == [4242]
-
-
 # -- point 7: SM count and is_big_gpu -----------------------------------------------------------------
 
 def test_autotune_verdict_without_cuda_is_blank():

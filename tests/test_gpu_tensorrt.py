@@ -33,19 +33,6 @@ def test_cpu_machine_exits_3_with_one_line_and_writes_nothing(tmp_path, script, 
     assert "no CUDA device" in lines[0] and list(tmp_path.iterdir()) == []
 
 
-def test_variant_list_parses_subsets():
-    script = load_script()
-    assert script.parse_args(["--variants", "eager_fp32,tensorrt_fp16"]).variants == ["eager_fp32", "tensorrt_fp16"]
-    assert script.parse_args([]).variants == list(script.VARIANTS)
-
-
-def test_device_slug():
-    script = load_script()
-    assert script.device_slug("NVIDIA H200") == "nvidia-h200"
-    assert script.device_slug("NVIDIA GeForce RTX 4060 Laptop GPU") == "nvidia-geforce-rtx-4060-laptop-gpu"
-    assert script.device_slug("") == "unknown-gpu"
-
-
 class FakeTensorRT:
     """Just enough of the tensorrt API to check which build path the script takes."""
 
