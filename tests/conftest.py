@@ -27,12 +27,12 @@ def pytest_configure(config):
     capped_cache = inductor_cache_dir_for_caps()
     if capped_cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = capped_cache
-    # What every fingerprint carries and only a process can tell, looked up once before any test: the commit
-    # (git) and the clock (a small C program). The fast tier then starts no process.
+    # What a fingerprint carries and only a process can tell, looked up once before any test: the commit (git),
+    # the clock (a small C program) and the platform (uname). The fast tier then starts no process.
     from graphbook.measure import environment
 
     os.environ.setdefault(environment.EXECUTION_COMMIT_VARIABLE, environment.git_commit())
-    environment.measured_clock_ghz()
+    environment.fingerprint(1)
 
 
 # -- the tiers: `pytest -m "not slow"` is the edit loop (under a minute on two cores), the rest is `slow` ------

@@ -33,32 +33,21 @@ def features(text, machine="x86_64", **kwargs):
     return env.cpu_features(text, machine, environ=kwargs.pop("environ", {}), **kwargs)
 
 
-def test_x86_with_avx512_vnni():
-    f = features(X86_AVX512_VNNI)
-    assert f["arch"] == "x86" and f["source"] == "/proc/cpuinfo"
-    assert f["avx2"] and f["avx512f"] and f["avx512_vnni"] and f["vnni"] is True
-    assert f["amx"] is False and f["isa"] == "avx512_vnni"
-    assert env.cpu_model(X86_AVX512_VNNI) == "AMD EPYC 9454 96-Core Processor"
-
-
-def test_x86_avx2_without_vnni_is_the_laptop_case():
-    f = features(X86_AVX2_ONLY)
-    assert f["avx2"] is True and f["avx512f"] is False and f["vnni"] is False
-    assert f["isa"] == "avx2"
-    assert env.cpu_model(X86_AVX2_ONLY) == "AMD EPYC 7B12"  # the numeric "model" line is not a name
-
-
-def test_x86_avx_vnni_without_avx512():
-    f = features(X86_AVX2_ONLY.replace("bmi2", "bmi2 avx_vnni"))
-    assert f["vnni"] is True and f["avx512f"] is False and f["isa"] == "avx2+avx_vnni"
-
-
-def test_aarch64_linux_reads_features_and_cpu_part():
-    f = features(AARCH64_LINUX, machine="aarch64")
-    assert f["arch"] == "arm" and "avx2" not in f
-    assert f["neon"] is True and f["dotprod"] is True and f["i8mm"] is False and f["bf16"] is False
-    assert f["vnni"] is False and f["isa"] == "neon+dotprod"
-    assert env.cpu_model(AARCH64_LINUX) == "ARM implementer 0x41 part 0xd0c"
+@pytest.mark.parametrize("text, machine, isa, expected, model", [
+    (X86_AVX512_VNNI, "x86_64", "avx512_vnni", {"avx2": True, "avx512f": True, "vnni": True, "amx": False},
+     "AMD EPYC 9454 96-Core Processor"),
+    (X86_AVX2_ONLY, "x86_64", "avx2", {"avx2": True, "avx512f": False, "vnni": False},  # the laptop case
+     "AMD EPYC 7B12"),  # the numeric "model" line is not a name
+    (X86_AVX2_ONLY.replace("bmi2", "bmi2 avx_vnni"), "x86_64", "avx2+avx_vnni", {"vnni": True, "avx512f": False}, None),
+    (AARCH64_LINUX, "aarch64", "neon+dotprod", {"arch": "arm", "neon": True, "dotprod": True, "i8mm": False,
+                                                "bf16": False, "vnni": False}, "ARM implementer 0x41 part 0xd0c"),
+    ("", "riscv64", "unknown", {"arch": "other", "vnni": None}, None),
+    ("", "x86_64", "unknown", {"avx2": None, "vnni": None, "source": "unknown"}, None),  # unreadable: never assumed
+])
+def test_cpu_features_from_cpuinfo(text, machine, isa, expected, model):
+    f = features(text, machine=machine)
+    assert f["isa"] == isa and {k: f[k] for k in expected} == expected
+    assert env.cpu_model(text) == model if model else isinstance(env.cpu_model(text), str)
 
 
 def test_apple_silicon_through_sysctl():
@@ -70,16 +59,6 @@ def test_apple_silicon_through_sysctl():
     assert f["isa"] == "neon+dotprod+i8mm"
 
 
-def test_unknown_cpu_is_unknown_not_x86():
-    f = features("", machine="riscv64")
-    assert f["arch"] == "other" and f["isa"] == "unknown" and f["vnni"] is None
-    assert "avx2" not in f and "neon" not in f
-    # an x86 machine whose flags cannot be read: features unknown (None), never assumed
-    g = features("", machine="x86_64")
-    assert g["avx2"] is None and g["vnni"] is None and g["isa"] == "unknown" and g["source"] == "unknown"
-    assert isinstance(env.cpu_model(""), str) and env.cpu_model("")
-
-
 def test_override_variable_simulates_another_cpu():
     f = features(X86_AVX512_VNNI, environ={env.FEATURES_ENV: "avx2"})
     assert f["source"] == env.FEATURES_ENV and f["avx512f"] is False and f["vnni"] is False and f["isa"] == "avx2"
@@ -87,29 +66,19 @@ def test_override_variable_simulates_another_cpu():
     assert none["avx2"] is False and none["isa"] == "x86-baseline"
 
 
-def test_isa_caps_read_the_environment():
+def test_isa_caps_read_the_environment_and_label_the_fingerprint():
     caps = env.isa_caps({"ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2"})
     assert caps == {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    assert env.isa_caps({}) == {"ATEN_CPU_CAPABILITY": "", "ONEDNN_MAX_CPU_ISA": ""}
+    assert env._isa_caps_label(caps) == "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2"
+    assert env.isa_caps({}) == {"ATEN_CPU_CAPABILITY": "", "ONEDNN_MAX_CPU_ISA": ""} and env._isa_caps_label({}) == ""
 
 
-def test_fingerprint_carries_the_instruction_set():
+def test_the_fingerprint_carries_the_instruction_set_the_identity_and_a_measured_clock():
     fp = env.fingerprint(threads=1)
-    assert {"cpu_model", "cpu_isa", "torch_isa", "threads"} <= set(fp)
-    assert fp["cpu_isa"] == env.cpu_features()["isa"]
-    assert fp["torch_isa"] == env.torch_isa() != ""
-
-
-@pytest.mark.parametrize("text", [X86_AVX512_VNNI, X86_AVX2_ONLY, AARCH64_LINUX, "", "garbage without colons"])
-def test_cpu_model_never_raises(text):
-    assert isinstance(env.cpu_model(text), str)
-
-
-def test_isa_caps_label_for_the_fingerprint():
-    assert env._isa_caps_label({"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}) == \
-        "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2"
-    assert env._isa_caps_label({}) == ""
-    assert env.fingerprint(threads=1)["isa_caps"] == env._isa_caps_label()
+    assert {"cpu_model", "threads", "cpu_vendor", "cpu_family", "cpu_model_id", "cpu_microarch", "cpu_l2_kib",
+            "cpu_ghz"} <= set(fp)
+    assert fp["cpu_isa"] == env.cpu_features()["isa"] and fp["torch_isa"] == env.torch_isa() != ""
+    assert fp["isa_caps"] == env._isa_caps_label()
 
 
 def test_a_capped_process_gets_its_own_inductor_cache():
@@ -174,16 +143,6 @@ def test_cpu_identity_on_arm_and_with_nothing_to_read(tmp_path):
     assert blank["cpu_family"] is None and blank["cpu_l2_kib"] is None
 
 
-def test_the_fingerprint_carries_the_identity_and_a_measured_clock():
-    env = environment.fingerprint(1)
-    assert {"cpu_vendor", "cpu_family", "cpu_model_id", "cpu_microarch", "cpu_l2_kib", "cpu_ghz"} <= set(env)
-
-
-@pytest.mark.slow  # asks git
 def test_a_run_of_the_executor_records_the_commit_it_started_from(monkeypatch):
-    from graphbook.measure import environment
-
     monkeypatch.setenv(environment.EXECUTION_COMMIT_VARIABLE, "0123456789ab")
     assert environment.git_commit() == "0123456789ab"
-    monkeypatch.delenv(environment.EXECUTION_COMMIT_VARIABLE)
-    assert environment.git_commit() != "0123456789ab"

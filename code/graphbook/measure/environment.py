@@ -7,6 +7,7 @@ chapter's provenance line is built from :func:`fingerprint`.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import getpass
 import os
 import platform
@@ -54,7 +55,13 @@ def cpu_model(cpuinfo_text: str | None = None) -> str:
         brand = _sysctl("machdep.cpu.brand_string")
         if brand:
             return brand
-    return platform.processor() or platform.machine() or "unknown"
+    return _platform_names()[0] or platform.machine() or "unknown"
+
+
+@functools.cache
+def _platform_names() -> tuple[str, str]:
+    """(processor, platform): Python runs uname(1) for them at every call, so ask once per process."""
+    return platform.processor(), platform.platform(terse=True)
 
 
 #: Microarchitecture names by (vendor, family, model), for the CPUs the book has met and their neighbours.
@@ -412,5 +419,5 @@ def fingerprint(threads: int | None = None) -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "onnxruntime": _version("onnxruntime"),
-        "platform": platform.platform(terse=True),
+        "platform": _platform_names()[1],
     }
