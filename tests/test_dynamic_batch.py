@@ -2,11 +2,12 @@
 import numpy as np
 import pytest
 import torch
-from torch.export import Dim
 
+from graphbook.config import BATCH_SIZES
 from graphbook.measure.warmup import tiny_clip_net
 from graphbook.record import results
 from graphbook.runtimes import correctness, onnx_utils
+from torch.export import Dim
 
 H, W = 16, 24
 
@@ -24,8 +25,8 @@ def test_torch_export_specialises_a_batch_of_one_so_export_from_two():
 def check_one_session_serves_batches(model, path, height, width):
     session = onnx_utils.make_session(path, threads=1)
     assert session.get_inputs()[0].shape[0] == "batch"
-    x = torch.randn(3, 9, height, width, generator=torch.Generator().manual_seed(0))
-    for b in (1, 2, 3):
+    x = torch.randn(max(BATCH_SIZES), 9, height, width, generator=torch.Generator().manual_seed(0))
+    for b in BATCH_SIZES:
         out = onnx_utils.run_session(session, x[:b])
         with torch.no_grad():
             check = correctness.compare_to_reference(out, model(x[:b]))
@@ -60,7 +61,7 @@ def test_check_batches_reports_each_batch_or_the_refusal(tmp_path):
     model = tiny_clip_net(hidden=4)
     dynamic = onnx_utils.export_dynamic_batch(model, torch.randn(2, 9, H, W), tmp_path / "dyn.onnx")
     rows = correctness.check_batches(model, dynamic, (9, H, W), threads=1)
-    assert [r["batch_size"] for r in rows] == [1, 2, 3] and all(r[results.SAME_OUTPUT] for r in rows)
+    assert [r["batch_size"] for r in rows] == list(BATCH_SIZES) and all(r[results.SAME_OUTPUT] for r in rows)
     static = onnx_utils.export_onnx(model, torch.randn(1, 9, H, W), tmp_path / "static.onnx")
     rows = correctness.check_batches(model, static, (9, H, W), threads=1)
     assert rows[0][results.SAME_OUTPUT] and "error" in rows[1] and "error" in rows[2]

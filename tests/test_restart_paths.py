@@ -7,7 +7,7 @@ import pytest
 
 from graphbook import paths
 from graphbook.compilers import aoti_cpp
-from graphbook.config import SAME_OUTPUT_ATOL
+from graphbook.config import BATCH_SIZES, SAME_OUTPUT_ATOL
 from graphbook.paths import TRAINED_CHECKPOINT
 from graphbook.record import results
 from graphbook.teach import restart_paths
@@ -62,7 +62,7 @@ def test_onnx_runtime_paths_are_correct_and_never_import_torch(tmp_path):
     for name, row in by_path.items():
         assert row[results.SAME_OUTPUT] and row["first_output_s"] > 0, name
         assert row["torch_imported"] is (name == "eager")
-    assert by_path["ort-dynamic"]["batch_sizes"] == "1,2,3"
+    assert by_path["ort-dynamic"]["batch_sizes"] == ",".join(map(str, BATCH_SIZES))
     assert by_path["ort-optimized-ort"]["nchwc_ops"] >= 0 and by_path["ort-raw"]["artifact_bytes"] > 1e6
 
 
@@ -79,9 +79,7 @@ def test_openvino_paths_are_correct_never_import_torch_and_the_cache_is_used(tmp
 
 
 def test_openvino_paths_are_skipped_where_openvino_is_absent(tmp_path, monkeypatch):
-    from graphbook.runtimes import openvino_runtime
-
-    monkeypatch.setattr(openvino_runtime, "available", lambda: (False, "no wheel here"))
+    monkeypatch.setattr(restart_paths, "openvino_available", lambda: (False, "no wheel here"))
     said = []
     # only OpenVINO paths asked for: after skipping them nothing is left to start, so nothing is built
     with pytest.raises(ValueError, match="repeats"):
@@ -127,7 +125,7 @@ def test_cpp_loader_runs_the_package_without_python_and_matches_eager(tmp_path):
     rows = restart_paths.run_restart_paths(TRAINED_CHECKPOINT, input_hw=(32, 64), repeats=1, threads=1,
                                            paths=("aoti-cpp-dynamic",), steady_runs=1, workdir=tmp_path)
     (row,) = rows
-    assert row["path"] == "aoti-cpp-dynamic" and row["batch_sizes"] == "1,2,3"
+    assert row["path"] == "aoti-cpp-dynamic" and row["batch_sizes"] == ",".join(map(str, BATCH_SIZES))
     assert row[results.SAME_OUTPUT] and row[results.MAX_ABS_DIFF] < SAME_OUTPUT_ATOL
     assert row["import_s"] == 0.0 and 0 < row["first_output_s"] <= row["ready_s"]
     # the build cost of the C++ path includes compiling the loader once

@@ -9,12 +9,14 @@ import json
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from graphbook import serving
+from graphbook.config import BATCH_SIZES
 from graphbook.measure import warmup
 from graphbook.paths import REPO_ROOT
-from graphbook.serving import batcher, http as serving_http
+from graphbook.serving import batcher
+from graphbook.serving import http as serving_http
+from torch import nn
 
 H, W = 16, 24
 
@@ -408,7 +410,7 @@ def test_server_starts_from_an_onnx_artifact_and_matches_eager(tiny_onnx):
         eager = serving.InferenceService(warmup.tiny_clip_net(hidden=4), (H, W))
         eager.warm_up()
         x = np.random.default_rng(0).standard_normal((3, 9, H, W)).astype(np.float32)
-        for b in (1, 2, 3):
+        for b in BATCH_SIZES:
             assert np.abs(runner(x[:b]) - eager.runner(x[:b])).max() < 1e-4
             status, payload = serving.predict(srv.url, x[:b])
             assert status == 200 and payload["batch_size"] == b
@@ -424,7 +426,7 @@ def test_a_static_batch_artifact_serves_only_batch_1(tmp_path):
     runner = serving.load_artifact(static, threads=1)
     assert runner.static_batch() == 1
     with pytest.raises(ValueError, match="static batch of 1"):
-        serving.InferenceService(runner, (H, W), batch_sizes=(1, 2, 3))
+        serving.InferenceService(runner, (H, W), batch_sizes=BATCH_SIZES)
     serving.InferenceService(runner, (H, W), batch_sizes=(1,)).warm_up()
 
 

@@ -6,6 +6,7 @@ with ``backend="eager"`` (milliseconds); one test runs the real Inductor path en
 import pytest
 import torch
 
+from graphbook.config import BATCH_SIZES
 from graphbook.measure import warmup
 
 CHW = (9, 8, 12)
@@ -29,10 +30,10 @@ def test_tiny_clip_net_keeps_blurball_contract(net):
     ("mark_dynamic", [True, True, False]),  # size 1 is specialised anyway; 2 gets the dynamic graph
 ])
 def test_count_compiles_per_strategy(net, strategy, expected_flags):
-    rows = warmup.count_compiles(net, CHW, (1, 2, 3), strategy, backend="eager")
+    rows = warmup.count_compiles(net, CHW, BATCH_SIZES, strategy, backend="eager")
     assert [r["compiled"] for r in rows] == expected_flags
     assert rows[-1]["graphs_total"] == sum(expected_flags)
-    assert [r["batch_size"] for r in rows] == [1, 2, 3]
+    assert [r["batch_size"] for r in rows] == list(BATCH_SIZES)
     assert all(r["seconds"] >= 0 for r in rows)
 
 
@@ -53,9 +54,9 @@ def test_incomplete_warm_up_is_caught_by_fail_on_recompile(net):
 def test_complete_warm_up_serves_without_recompiles_inductor(net):
     torch._dynamo.reset()
     compiled = warmup.compile_for(net, "automatic")
-    seconds = warmup.warm_up(compiled, CHW, (1, 2, 3))
-    assert sorted(seconds) == [1, 2, 3]
-    served = warmup.serve_random_sequence(compiled, CHW, (1, 2, 3), requests=30, seed=0)
+    seconds = warmup.warm_up(compiled, CHW, BATCH_SIZES)
+    assert sorted(seconds) == list(BATCH_SIZES)
+    served = warmup.serve_random_sequence(compiled, CHW, BATCH_SIZES, requests=30, seed=0)
     assert served == {"requests": 30, "sizes_seen": [1, 2, 3], "new_graphs": 0}
     with torch.no_grad():
         x = torch.randn(3, *CHW)

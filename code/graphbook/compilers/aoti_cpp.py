@@ -19,7 +19,7 @@ import torch
 from graphbook.compilers.restart_child import RestartPathError
 
 #: The C++ loader's source, shipped inside the package.
-CPP_LOADER_SOURCE = Path(__file__).resolve().parent / "cpp" / "aoti_load.cpp"
+CPP_LOADER_SOURCE = Path(__file__).resolve().parents[1] / "cpp" / "aoti_load.cpp"  # graphbook/cpp, beside the layers
 
 
 def _cpp_loader_command(source, output) -> list[str]:
