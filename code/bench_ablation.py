@@ -39,19 +39,12 @@ def parse_args(argv=None):
     configs = [*ABLATION_CONFIGS, *UNFUSED_ABLATION_CONFIGS, *CAUSE_ABLATION_CONFIGS, *UNFUSED_ABLATION_BACKENDS]
     parser = cli.make_parser("bench_ablation.py", __doc__.splitlines()[0])
     cli.add_input_size(parser, height=96, width=160)
-    cli.add_run_protocol_options(parser, repeats=10, warmup=3,
-                                 runs_help="every variant once per run in a rotated order")
+    cli.add_run_protocol_options(parser, repeats=10, warmup=3)
     parser.add_argument("--probe-mib", type=positive_int, default=64,
                         help="MiB per buffer of the copy_ bandwidth probe measured in every run (default 64)")
-    parser.add_argument("--variants", default=",".join(configs),
+    parser.add_argument("--variants", type=cli.comma_choices(configs, "variant"), default=tuple(configs),
                         help="comma-separated subset of: " + "; ".join(configs))
-    args = parser.parse_args(argv)
-    names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in names if v not in configs]
-    if unknown or not names:
-        parser.error(f"unknown variant(s) {unknown}; choose from {configs}")
-    args.variants = names
-    return args
+    return parser.parse_args(argv)
 
 
 def _unique_graphs() -> int:
@@ -128,5 +121,11 @@ def run(args) -> tuple[object, list[str]]:
     return path, failed
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Parse, run, then the exit status of ``graphbook.record.cli`` (1 when a configuration differs from eager)."""
+    _, failed = run(parse_args(argv))
+    return cli.exit_status_for("bench_ablation.py", failed)
+
+
 if __name__ == "__main__":
-    sys.exit(cli.run_checked("bench_ablation.py", parse_args, run))
+    sys.exit(main())

@@ -22,7 +22,7 @@ from graphbook.record import cli
 def parse_args(argv=None):
     parser = cli.make_parser("bench_attribution.py", __doc__.splitlines()[0])
     cli.add_input_size(parser, height=288, width=512)
-    cli.add_run_protocol_options(parser, repeats=8, warmup=2, runs_help="rungs interleaved call by call")
+    cli.add_run_protocol_options(parser, repeats=8, warmup=2)
     return parser.parse_args(argv)
 
 
@@ -68,5 +68,11 @@ def run(args) -> tuple[object, list[str]]:
     return path, failed
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Parse, run, then the exit status of ``graphbook.record.cli`` (1 when a rung differs from eager)."""
+    _, failed = run(parse_args(argv))
+    return cli.exit_status_for("bench_attribution.py", failed)
+
+
 if __name__ == "__main__":
-    sys.exit(cli.run_checked("bench_attribution.py", parse_args, run))
+    sys.exit(main())

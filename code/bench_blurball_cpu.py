@@ -97,7 +97,7 @@ def _weights(args: argparse.Namespace) -> Path | None:
     return None if args.weights == "random" else Path(args.weights or TRAINED_CHECKPOINT)
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Parse, refuse when the checkpoint is absent (exit 3), run, and the exit status of ``graphbook.record.cli``."""
     args = parse_args(argv)
     weights = _weights(args)

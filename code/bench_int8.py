@@ -47,7 +47,7 @@ SMOKE = {"height": 32, "width": 64, "calibration_clips": 2, "eval_clips": 2, "re
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = make_parser(PROG, __doc__.split("\n\n")[0])
-    add_input_size(parser, height=96, width=160, height_note=", the training size")
+    add_input_size(parser, height=96, width=160)  # the training size
     parser.add_argument("--threads", type=positive_int, default=2, help="ONNX Runtime intra-op threads")
     parser.add_argument("--repeats", type=int_at_least(3), default=15,
                         help="timed round-robin calls per model (at least 3: a median)")
@@ -72,7 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from graphbook.model import blurball
     from graphbook.paths import TRAINED_CHECKPOINT
