@@ -62,15 +62,14 @@ def test_kernel_source_and_missing_kernel():
         inductor_tools.kernel_source(WRAPPER, "nope")
 
 
-def test_ablation_configs():
-    assert list(inductor_tools.ABLATION_CONFIGS) == ["all optimizations", "without fusion", "without freezing",
-                                         "without fusion and freezing"]
-    assert inductor_tools.ablation_options("without fusion") == {"freezing": True, "max_fusion_size": 1}
+def test_every_ablation_switch_exists_in_this_torch():
     import torch._inductor.config as cfg
 
-    for options in inductor_tools.ABLATION_CONFIGS.values():
-        for key in options:  # every option must exist in this torch version
-            assert hasattr(cfg, key), key
+    for configs in (inductor_tools.ABLATION_CONFIGS, inductor_tools.UNFUSED_ABLATION_CONFIGS,
+                    inductor_tools.CAUSE_ABLATION_CONFIGS):
+        for name, options in configs.items():
+            assert inductor_tools.ablation_options(name) == options
+            assert all(hasattr(cfg, key) for key in options), options
     with pytest.raises(KeyError, match="choose one of"):
         inductor_tools.ablation_options("no such")
 
@@ -184,11 +183,3 @@ def test_bench_ablation_records_three_rotated_runs_without_recompiling(tmp_path)
     assert frame.groupby("variant")[results.COMPILE_S].nunique().eq(1).all()  # one build per configuration
     summary = runs.summarize_runs(frame.rename(columns={"compiled_median_ms": "median_ms"}))
     assert summary["runs"].tolist() == [3, 3]
-
-
-def test_the_cause_ablation_turns_layout_optimization_off():
-    assert inductor_tools.ablation_options("without layout optimization") == {"freezing": False,
-                                                                              "layout_optimization": False}
-    import torch._inductor.config as config
-
-    assert hasattr(config, "layout_optimization")  # the switch exists in this torch
