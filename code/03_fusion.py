@@ -37,9 +37,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from graphbook.config import SAME_OUTPUT_ATOL
-from graphbook.record import cli
+from graphbook.measure import environment
+from graphbook.record import cli, results
 from graphbook.record.cli import int_at_least
+from graphbook.teach import allocation, fusion_demo
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_SIZE = 2 ** 25          # the defaults of graphbook.teach.fusion_demo, repeated so that a typo is refused
@@ -70,11 +74,6 @@ def _parse(argv):
 def main(argv: list[str] | None = None) -> int:
     """Run parts (a)-(c), write the report and the results; return the exit status (Chapter 2)."""
     args = _parse(argv)  # before importing torch, so that a typo fails in a fraction of a second
-    import pandas as pd
-
-    from graphbook.measure import environment
-    from graphbook.record import results
-    from graphbook.teach import allocation, fusion_demo
 
     environment.set_threads(args.threads)
     env = environment.fingerprint(args.threads)

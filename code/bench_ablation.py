@@ -18,21 +18,31 @@ several minutes on 2 cores; a warm cache, about one; each extra run adds the tim
 """
 from __future__ import annotations
 
+import functools
 import sys
 import time
 
-from graphbook.record import cli
+import torch
+from torch._dynamo.utils import counters
+
+from graphbook.compilers import inductor_tools
+from graphbook.compilers.inductor_tools import (
+    ABLATION_CONFIGS,
+    CAUSE_ABLATION_CONFIGS,
+    UNFUSED_ABLATION_BACKENDS,
+    UNFUSED_ABLATION_CONFIGS,
+)
+from graphbook.measure import probes, timing
+from graphbook.measure.environment import fingerprint, set_threads
+from graphbook.model import blurball
+from graphbook.record import cli, results
 from graphbook.record.cli import positive_int
+from graphbook.record.results import COMPILE_S, SPEEDUP_VS_EAGER
+from graphbook.runtimes import variants
+from graphbook.runtimes.bench import build_check_time
 
 
 def parse_args(argv=None):
-    from graphbook.compilers.inductor_tools import (
-        ABLATION_CONFIGS,
-        CAUSE_ABLATION_CONFIGS,
-        UNFUSED_ABLATION_BACKENDS,
-        UNFUSED_ABLATION_CONFIGS,
-    )
-
     # Every Inductor setting of the ablation, including the row that really turns fusion and inlining off
     # on the C++ backend (max_fusion_size=1 alone leaves BlurBall's launches unchanged there), and the
     # same decomposed graph run op by op by a non-Inductor backend.
@@ -48,8 +58,6 @@ def parse_args(argv=None):
 
 
 def _unique_graphs() -> int:
-    from torch._dynamo.utils import counters
-
     return int(counters["stats"]["unique_graphs"])
 
 
@@ -57,19 +65,6 @@ def run(args) -> tuple[object, list[str]]:
     """Compile and check every requested configuration once, time them all in ``args.runs`` rotated runs
     (``graphbook.runtimes.bench``), write one new results file. Returns its path and the configurations whose
     output differs from eager FP32."""
-    import functools
-
-    import torch
-
-    from graphbook.compilers import inductor_tools
-    from graphbook.measure import probes, timing
-    from graphbook.measure.environment import fingerprint, set_threads
-    from graphbook.model import blurball
-    from graphbook.record import results
-    from graphbook.record.results import COMPILE_S, SPEEDUP_VS_EAGER
-    from graphbook.runtimes import variants
-    from graphbook.runtimes.bench import build_check_time
-
     set_threads(args.threads)
     env = fingerprint(args.threads)
     model = blurball.build_blurball()

@@ -15,8 +15,16 @@ it takes about five minutes, most of it three compiles.
 from __future__ import annotations
 
 import sys
+import time
 
-from graphbook.record import cli
+import torch
+
+from graphbook.measure.environment import fingerprint, set_threads
+from graphbook.model import blurball
+from graphbook.record import cli, results
+from graphbook.record.results import COMPILE_S
+from graphbook.runtimes.bench import build_check_time
+from graphbook.teach import attribution
 
 
 def parse_args(argv=None):
@@ -29,17 +37,6 @@ def parse_args(argv=None):
 def run(args) -> tuple[object, list[str]]:
     """Build and check every rung once, time them in ``args.runs`` interleaved runs (``graphbook.runtimes.bench``),
     write one new file. Returns its path and the rungs whose output differs from eager."""
-    import time
-
-    import torch
-
-    from graphbook.measure.environment import fingerprint, set_threads
-    from graphbook.model import blurball
-    from graphbook.record import results
-    from graphbook.record.results import COMPILE_S
-    from graphbook.runtimes.bench import build_check_time
-    from graphbook.teach import attribution
-
     set_threads(args.threads)
     env = fingerprint(args.threads)
     model = blurball.build_blurball()

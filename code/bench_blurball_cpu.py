@@ -13,7 +13,7 @@ each once and checks it against eager FP32 and, on ``--ball-clips`` hard held-ou
 (``correctness.ball_check``: with its FP32 twin's check, what a lower precision must pass), then times all in
 ``--runs`` runs of the book's protocol, each with its ``copy_`` probe and matmul rates. A variant this machine
 cannot build (no OpenVINO wheel, no native BF16) is a row whose note says why. Achieved GFLOP/s is compared with
-the matmul rate of the same run, and one eager forward is profiled and grouped like the article's GPU profile
+the matmul rate of the same run, and one eager forward is profiled (in bf16 too when a bf16 variant is asked for) and grouped like the article's GPU profile
 (``graphbook.teach.profiling``). All rows go to a new file ``cpu-blurball-<date>[-N].csv`` under ``--results-dir``.
 Exit status (``graphbook.record.cli``): 0 ok; 1 a variant expected to match eager differs from it by more than the
 tolerance (the results are still written; the variants are named on stderr); 2 bad arguments; 3 the checkpoint is
@@ -25,7 +25,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from graphbook.record import cli
+import pandas as pd
+import torch
+
+from graphbook.measure import probes
+from graphbook.measure.environment import fingerprint, set_threads
+from graphbook.model import blurball, model_cost, synthetic_clips
+from graphbook.paths import TRAINED_CHECKPOINT
+from graphbook.record import cli, results, runs as runs_lib
 from graphbook.record.cli import int_at_least, multiple_of_8, positive_int
 from graphbook.record.results import (
     BALL_AGREE_FRAMES,
@@ -37,7 +44,12 @@ from graphbook.record.results import (
     SAME_PEAKS,
     SPEEDUP_VS_EAGER,
 )
-from graphbook.runtimes import variants as registry
+from graphbook.runtimes import correctness, variants as registry
+from graphbook.runtimes.bench import build_check_time
+from graphbook.runtimes.openvino_runtime import describe_runtime
+from graphbook.runtimes.variants import VariantUnavailable
+from graphbook.serving.decisions import lower_precision_worker
+from graphbook.teach.profiling import profile_eager, with_rates
 
 #: The variants measured by default (any name of graphbook.runtimes.variants.REGISTRY may be asked for).
 DEFAULT_VARIANTS = ("eager_fp32", "eager_fp32_channels_last", "eager_bf16_autocast", "compile_default",
@@ -92,8 +104,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def _weights(args: argparse.Namespace) -> Path | None:
     """The checkpoint the matrix runs (None: seeded random weights)."""
-    from graphbook.paths import TRAINED_CHECKPOINT
-
     return None if args.weights == "random" else Path(args.weights or TRAINED_CHECKPOINT)
 
 
@@ -111,18 +121,6 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     """Build and check every requested variant once, time them all in ``args.runs`` rotated runs
     (``graphbook.runtimes.bench``), write one new CSV. Returns its path and the variants that failed their check."""
-    import pandas as pd
-    import torch
-
-    from graphbook.measure import probes
-    from graphbook.measure.environment import fingerprint, set_threads
-    from graphbook.model import blurball, model_cost, synthetic_clips
-    from graphbook.record import results, runs as runs_lib
-    from graphbook.runtimes import correctness
-    from graphbook.runtimes.bench import build_check_time
-    from graphbook.runtimes.variants import VariantUnavailable
-    from graphbook.teach.profiling import profile_eager, with_rates
-
     set_threads(args.threads)
     env = fingerprint(args.threads)
     weights = _weights(args)
@@ -152,8 +150,13 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     columns = {name: {"description": registry.get(name).description, "precision": registry.get(name).precision,
                       EXPECTED_TO_MATCH: registry.get(name).expected_to_match_eager, **common} for name in args.variants}
     # once per invocation (not a timing): these rows keep the file's own run id
-    profile = pd.DataFrame([] if args.no_profile else profile_eager(model, x)).rename(columns={"ms": "profile_ms"})
-    profile = profile.assign(record="profile", variant=REFERENCE, precision="fp32") if len(profile) else None
+    # FP32 always; bf16 too when a bf16 variant is asked for, so the two profiles' shares can be compared
+    profiled = [(REFERENCE, "fp32", None)] + ([("eager_bf16_autocast", "bf16", torch.bfloat16)] if bf16_ok and any(
+        registry.get(name).precision == "bf16" for name in args.variants) else [])
+    profile = None if args.no_profile else pd.concat([
+        pd.DataFrame(profile_eager(model, x, autocast_dtype=dtype)).assign(record="profile", variant=variant,
+                                                                          precision=precision)
+        for variant, precision, dtype in profiled]).rename(columns={"ms": "profile_ms"})
 
     def builder(name, context):
         def build():
@@ -163,7 +166,6 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
             one = registry.build(name, model, x, context)
             note = one.note or (bf16_reason if variant.precision == "bf16" else "")
             if variant.family == "openvino":  # what OpenVINO really executed: a bf16 hint is not a bf16 run
-                from graphbook.runtimes.openvino_runtime import describe_runtime
 
                 graph = describe_runtime(one.run.compiled)
                 note += (f"; executed {graph['layers']} layers ("
@@ -208,7 +210,6 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     for row in flagged.itertuples(index=False):
         print(f"  {row[0]} looks taken under load: {row[1]}")
     if ball_clips:  # what these runs alone say about a lower precision (Chapter 7 decides on every recorded run)
-        from graphbook.serving.decisions import lower_precision_worker
 
         print(f"lower precision, from these runs: {lower_precision_worker(recorded, here=env)}")
     print(f"\nMACs per forward {cost.macs / 1e9:.2f} G ({cost.dead_macs / 1e9:.2f} G in never-read stage-4 outputs)")

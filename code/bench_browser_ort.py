@@ -26,7 +26,9 @@ from __future__ import annotations
 import sys
 import tempfile
 
-from graphbook.record import cli
+from graphbook.measure import environment, probes
+from graphbook.record import cli, results
+from graphbook.runtimes import browser_measure, browser_runtime
 
 PROG = "bench_browser_ort"
 SIZES = ("96x160", "288x512")  # graphbook.runtimes.browser_runtime.SIZES, spelled here so --help needs no torch
@@ -51,9 +53,6 @@ def parse_args(argv=None):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from graphbook.measure import environment, probes
-    from graphbook.record import results
-    from graphbook.runtimes import browser_measure, browser_runtime
 
     try:
         browser_runtime.check_assets()

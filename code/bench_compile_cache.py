@@ -18,7 +18,10 @@ from __future__ import annotations
 import sys
 import tempfile
 
+from graphbook.compilers import compile_cache
 from graphbook.config import BATCH_SIZES
+from graphbook.measure.environment import fingerprint
+from graphbook.record import results
 from graphbook.record.cli import make_parser, positive_int, positive_int_list
 
 FACTORIES = {"blurball": "graphbook.model.blurball:build_blurball", "tiny": "graphbook.measure.warmup:tiny_clip_net"}
@@ -41,9 +44,6 @@ def parse_args(argv=None):
 
 def measure_cache_paths(args, work: str, env: dict) -> int:
     """Cold, warm and artifacts restarts in fresh processes; write and print them."""
-    from graphbook.compilers import compile_cache
-    from graphbook.record import results
-
     spec = compile_cache.RestartSpec(FACTORIES[args.model], (9, args.height, args.width), args.batch_sizes,
                                      compile_kwargs={"mode": args.mode} if args.mode else {}, threads=args.threads)
     try:
@@ -63,7 +63,6 @@ def measure_cache_paths(args, work: str, env: dict) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from graphbook.measure.environment import fingerprint
 
     env = fingerprint(args.threads)
     with tempfile.TemporaryDirectory(prefix="graphbook-bench-cache-") as work:

@@ -28,6 +28,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pandas as pd
+import torch
+
+from graphbook.measure import environment
+from graphbook.model import blurball, synthetic_clips
+from graphbook.paths import TRAINED_CHECKPOINT
+from graphbook.record import results
 from graphbook.record.cli import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
@@ -37,6 +44,8 @@ from graphbook.record.cli import (
     positive_int,
     resource_absent,
 )
+from graphbook.runtimes import int8_matrix, onnx_utils, quantization
+from graphbook.teach import int8_decision
 
 PROG = "bench_int8.py"
 
@@ -74,21 +83,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from graphbook.model import blurball
-    from graphbook.paths import TRAINED_CHECKPOINT
 
     checkpoint = args.checkpoint or TRAINED_CHECKPOINT
     if not Path(checkpoint).is_file():
         return resource_absent(PROG, f"trained BlurBall checkpoint not found: {checkpoint} "
                                      "(recreate it with `python code/train_blurball.py --seed 0`)")
-
-    import torch
-
-    from graphbook.measure import environment
-    from graphbook.model import synthetic_clips
-    from graphbook.record import results
-    from graphbook.runtimes import int8_matrix, onnx_utils, quantization
-    from graphbook.teach import int8_decision
 
     environment.set_threads(args.threads)
     settings = quantization.int8_settings()
@@ -124,8 +123,6 @@ def main(argv: list[str] | None = None) -> int:
         written.append(results.write_run(int8_matrix.KIND_TENSOR_ERRORS, errors, env, results_dir=args.results_dir))
     for path in written:
         print(f"wrote {path}")
-
-    import pandas as pd
 
     frame = pd.DataFrame(run.rows)
     with pd.option_context("display.width", 200, "display.max_columns", 20):

@@ -27,6 +27,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
+
+from graphbook.measure.environment import fingerprint
+from graphbook.measure.warmup import tiny_clip_net
+from graphbook.model.blurball import load_trained_blurball
+from graphbook.record import results
 from graphbook.record.cli import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
@@ -38,6 +44,8 @@ from graphbook.record.cli import (
     positive_int,
     resource_absent,
 )
+from graphbook.runtimes import onnx_utils
+from graphbook.serving import hostile_clients, litserve_compare
 
 PROG = "bench_litserve.py"
 
@@ -68,20 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         import litserve  # noqa: F401 - only its presence is checked here
     except ImportError:
         return resource_absent(PROG, "litserve is not installed: pip install -r requirements.txt")
-    import torch
-
-    from graphbook.measure.environment import fingerprint
-    from graphbook.record import results
-    from graphbook.runtimes import onnx_utils
-    from graphbook.serving import hostile_clients, litserve_compare
 
     if args.model == "tiny":
-        from graphbook.measure.warmup import tiny_clip_net
-
         model = tiny_clip_net()
     else:
-        from graphbook.model.blurball import load_trained_blurball
-
         try:
             model = load_trained_blurball()
         except FileNotFoundError as exc:

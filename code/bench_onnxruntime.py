@@ -25,12 +25,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import sys
 import tempfile
 from pathlib import Path
 
-from graphbook.record import cli
+from graphbook.measure import probes
+from graphbook.measure.environment import fingerprint, set_threads
+from graphbook.model import blurball
+from graphbook.record import cli, results
 from graphbook.record.cli import int_at_least, multiple_of_8, positive_int
+from graphbook.record.results import COMPILE_S, EXPECTED_TO_MATCH
+from graphbook.runtimes import onnx_utils as ou, quantization, variants
+from graphbook.runtimes.bench import build_check_time
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -56,22 +63,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def calibration_frames(count: int, height: int, width: int):
     """Synthetic inputs for calibration: the book's moving-ball frames with other seeds than the test input."""
-    from graphbook.model import blurball
-
     return [blurball.example_input(height=height, width=width, seed=100 + i) for i in range(count)]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    import functools
-
-    from graphbook.measure import probes
-    from graphbook.measure.environment import fingerprint, set_threads
-    from graphbook.model import blurball
-    from graphbook.record import results
-    from graphbook.record.results import COMPILE_S, EXPECTED_TO_MATCH
-    from graphbook.runtimes import onnx_utils as ou, quantization, variants
-    from graphbook.runtimes.bench import build_check_time
 
     set_threads(max(args.threads))
     env = fingerprint()

@@ -20,15 +20,22 @@ Exit status: 0 ok, 1 a path's output differed from eager (results still written)
 """
 from __future__ import annotations
 
+import json
 import sys
+import tempfile
 from pathlib import Path
 
+import pandas as pd
+
+from graphbook.measure.environment import fingerprint
+from graphbook.paths import TRAINED_CHECKPOINT
+from graphbook.record import results  # noqa: F401 - imported now: the run takes many minutes
 from graphbook.record.cli import comma_choices, int_at_least, make_parser, multiple_of_8, positive_int
+from graphbook.teach import restart_paths
+from graphbook.teach.restart_paths import PATH_NAMES
 
 
 def parse_args(argv=None):
-    from graphbook.teach.restart_paths import PATH_NAMES
-
     p = make_parser("bench_restart_paths.py", __doc__.splitlines()[0])
     p.add_argument("--paths", type=comma_choices(PATH_NAMES, "restart path"), default=PATH_NAMES,
                    help="comma-separated restart paths (default: all)")
@@ -56,10 +63,6 @@ def parse_args(argv=None):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from graphbook.measure.environment import fingerprint
-    from graphbook.paths import TRAINED_CHECKPOINT
-    from graphbook.record import results  # noqa: F401 - imported now: the run takes many minutes
-    from graphbook.teach import restart_paths
 
     weights = args.weights or TRAINED_CHECKPOINT
     if not weights.is_file():
@@ -84,15 +87,12 @@ def main(argv: list[str] | None = None) -> int:
             out = results.write_run("serving-ready", server_rows, env, results_dir=args.results_dir)
             print(f"wrote {len(server_rows)} server rows to {out}")
     except Exception as exc:  # never lose a long run: keep its rows where the user can find them
-        import json
-        import tempfile
 
         keep = Path(tempfile.mkstemp(prefix="restart-paths-rows-", suffix=".json")[1])
         keep.write_text(json.dumps({"env": env, "rows": rows, "server_rows": server_rows}, default=str))
         print(f"bench_restart_paths.py: error: could not write the results ({type(exc).__name__}: {exc}); "
               f"the rows are in {keep}", file=sys.stderr)
         return 1
-    import pandas as pd
 
     summary = restart_paths.summarize(pd.DataFrame(rows))
     with pd.option_context("display.width", 200, "display.max_columns", 20):

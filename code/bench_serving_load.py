@@ -17,13 +17,25 @@ arguments; 3 the checkpoint is missing.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import torch
+
+from graphbook import serving
+from graphbook.measure.compiletime import stop_process
+from graphbook.measure.environment import fingerprint
+from graphbook.measure.warmup import tiny_clip_net
+from graphbook.model.blurball import build_blurball
+from graphbook.paths import TRAINED_CHECKPOINT
+from graphbook.record import results
 from graphbook.record.cli import add_load_test_options, check_load_test, comma_choices, make_parser
+from graphbook.runtimes import onnx_utils
 
 SCRIPT = Path(__file__).resolve().parent / "serve_blurball.py"
 RUNTIMES = ("eager", "onnxruntime")
@@ -48,8 +60,6 @@ def parse_args(argv=None):
 
 def start_server(artifact: Path | None, args, batching: bool):
     """Start serve_blurball.py from ``artifact`` (None: the checkpoint, eager); return (process, url, seconds to READY)."""
-    import re
-
     if artifact is not None:
         model = ["--artifact", str(artifact)]
     else:
@@ -70,8 +80,6 @@ def start_server(artifact: Path | None, args, batching: bool):
 
 def _trained_checkpoint():
     """The trained BlurBall's checkpoint, or None (with a message) when it is missing."""
-    from graphbook.paths import TRAINED_CHECKPOINT
-
     weights = TRAINED_CHECKPOINT
     if weights.is_file():
         return weights
@@ -82,17 +90,9 @@ def _trained_checkpoint():
 
 def _export_dynamic_batch(args, folder: Path) -> Path:
     """The served model (trained BlurBall or the stand-in) as ONNX with a dynamic batch dimension."""
-    import torch
-
-    from graphbook.runtimes import onnx_utils
-
     if args.model == "tiny":
-        from graphbook.measure.warmup import tiny_clip_net
-
         model = tiny_clip_net()
     else:
-        from graphbook.model.blurball import build_blurball
-
         model = build_blurball(_trained_checkpoint())
     print(f"exporting {args.model} with a dynamic batch at {args.height}x{args.width}", flush=True)
     return onnx_utils.export_dynamic_batch(model, torch.randn(2, 9, args.height, args.width),
@@ -101,12 +101,6 @@ def _export_dynamic_batch(args, folder: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    import numpy as np
-
-    from graphbook import serving
-    from graphbook.measure.compiletime import stop_process
-    from graphbook.measure.environment import fingerprint
-    from graphbook.record import results
 
     env = fingerprint(args.threads)
     rows = []

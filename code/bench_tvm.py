@@ -34,8 +34,15 @@ import sys
 import tempfile
 import time
 
-from graphbook.record import cli
+import torch
+
+from graphbook.compilers import tvm_build
+from graphbook.measure import environment, timing
+from graphbook.model import blurball
+from graphbook.record import cli, results
 from graphbook.record.cli import int_at_least, positive_int
+from graphbook.runtimes import correctness
+from graphbook.teach import tvm_compare
 
 PROG = "bench_tvm.py"
 COLUMNS = ["run", "variant", "note", "target", "variant_threads", "tvm_num_threads", "height", "width", "batch",
@@ -59,20 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # TVM's thread pool reads this when it starts; a build without parallel loops never starts it
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
-    from graphbook.teach import tvm_compare
 
     ok, why = tvm_compare.tvm_status()
     if not ok:
         return cli.resource_absent(PROG, f"error: {why}")
-    import torch
     import tvm
     from tvm import relax
-
-    from graphbook.compilers import tvm_build
-    from graphbook.measure import environment, timing
-    from graphbook.model import blurball
-    from graphbook.record import results
-    from graphbook.runtimes import correctness
 
     environment.set_threads(args.threads)
     env = environment.fingerprint(args.threads)  # taken first: a run of minutes must not fail at the end

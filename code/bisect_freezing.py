@@ -35,7 +35,14 @@ import textwrap
 import time
 from pathlib import Path
 
+import torch
+from torch._inductor.compiler_bisector import CompilerBisector
+
+from graphbook.compilers import miscompile
+from graphbook.measure import environment
+from graphbook.record import results
 from graphbook.record.cli import int_at_least, make_parser, multiple_of_8, positive_int
+from graphbook.runtimes import correctness, variants
 
 
 def parse_args(argv=None):
@@ -53,11 +60,6 @@ def parse_args(argv=None):
 
 def run_bisector(model, inputs) -> dict:
     """CompilerBisector on "compiled with freezing == eager"; returns what it named and how long it took."""
-    import torch
-    from torch._inductor.compiler_bisector import CompilerBisector
-
-    from graphbook.runtimes import correctness, variants
-
     with torch.no_grad():
         reference = model(*inputs)
     calls = {"n": 0}
@@ -131,11 +133,6 @@ def run_minifier(args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    import torch
-
-    from graphbook.compilers import miscompile
-    from graphbook.measure import environment
-    from graphbook.record import results
 
     torch.set_num_threads(args.threads)
     model, inputs = miscompile.check_model(args.model, args.height, args.width)

@@ -42,13 +42,15 @@ from __future__ import annotations
 
 import sys
 
-from graphbook.lab import gpu_runtimes as gr
+import torch
+
+from graphbook.lab import gpu_runtimes, gpu_runtimes as gr
+from graphbook.measure.environment import fingerprint
 from graphbook.record.cli import EXIT_CHECK_FAILED, exit_status_for
 
 
 def main(argv: list[str] | None = None) -> int:
     args = gr.parse_args(argv)
-    from graphbook.lab import gpu_runtimes
 
     status = gpu_runtimes.detect_gpu_runtimes()
     if not args.smoke:
@@ -58,9 +60,6 @@ def main(argv: list[str] | None = None) -> int:
         if not status.anything:
             print(f"{gr.PROG}: skipped, nothing measured: {status.summary()}", file=sys.stderr)
             return gr.EXIT_NO_GPU
-    import torch
-
-    from graphbook.measure.environment import fingerprint
 
     print(status.summary(), flush=True)
     env = fingerprint(threads=torch.get_num_threads())

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from graphbook.paths import TLPARSE_REPORT_DIR
 from graphbook.record.cli import directory, make_parser, multiple_of_8, positive_int
+from graphbook.teach import diagnostics
 
 
 def parse_args(argv=None):
@@ -41,7 +42,6 @@ def parse_args(argv=None):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from graphbook.teach import diagnostics
 
     if not diagnostics.tlparse_available():
         print("make_tlparse_report: error: tlparse is not installed (pip install -r requirements.txt)",

@@ -21,7 +21,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import torch
+
+from graphbook.compilers import miscompile
+from graphbook.measure import environment
+from graphbook.record import cli, results
 from graphbook.record.cli import comma_choices, make_parser, multiple_of_8, positive_float, positive_int
+from graphbook.teach import miscompile_minimizer as minimizer
 
 #: The docstring (and ``--help``) of the reproducer ``--write-repro`` writes.
 REPRO_DOC = """Inductor CPU, freezing=True: a fused kernel reads a buffer before the in-place oneDNN conv + add into it.
@@ -55,12 +61,6 @@ def parse_args(argv=None):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    import torch
-
-    from graphbook.compilers import miscompile
-    from graphbook.measure import environment
-    from graphbook.record import cli, results
-    from graphbook.teach import miscompile_minimizer as minimizer
 
     torch.set_num_threads(args.threads)
     if args.start is not None:

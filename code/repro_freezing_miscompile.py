@@ -32,6 +32,7 @@ import sys
 import time
 
 import torch
+import torch._inductor.config as inductor_config
 from torch import nn
 
 ATOL = 1e-4  # float32 reassociation stays far below this; a dropped summand is far above it
@@ -126,8 +127,6 @@ def build(height: int = 32, width: int = 64, seed: int = 0):
 
 # ------------------------------------------------------------------------------------------ the check
 def compiled_output(model, inputs, **config):
-    import torch._inductor.config as inductor_config
-
     torch._dynamo.reset()
     with inductor_config.patch(freezing=True, **config), torch.no_grad():
         return torch.compile(model)(*inputs)

@@ -25,6 +25,7 @@ stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import time
@@ -32,6 +33,7 @@ import warnings
 from pathlib import Path
 
 _STARTED = time.perf_counter()
+from graphbook import paths, serving  # noqa: E402
 from graphbook.config import BATCH_SIZES  # noqa: E402
 from graphbook.record.cli import make_parser, positive_int, positive_int_list  # noqa: E402
 
@@ -104,8 +106,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build_model(args):
-    from graphbook import paths
-
     if args.model == "tiny":
         from graphbook.measure.warmup import tiny_clip_net
 
@@ -124,8 +124,6 @@ def _load_cache_artifacts(torch, path: Path) -> None:
 
     torch 2.13 does not raise on a corrupt file: it logs a warning with a traceback and loads nothing.
     """
-    import logging
-
     log = logging.getLogger("torch.compiler._cache")
     level = log.level
     log.setLevel(logging.CRITICAL)
@@ -143,8 +141,6 @@ def _load_cache_artifacts(torch, path: Path) -> None:
 
 def build_service(args):
     """The InferenceService the arguments ask for, and a description of its model."""
-    from graphbook import serving
-
     options = dict(batch_sizes=args.batch_sizes, threshold=args.threshold, batching=not args.no_batching,
                    max_wait_ms=args.max_wait_ms, max_queue=args.max_queue)
     if args.artifact is not None:  # ONNX Runtime never imports torch
@@ -169,8 +165,6 @@ def build_service(args):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from graphbook import serving
-
     try:
         service, source = build_service(args)
     except (ValueError, FileNotFoundError) as exc:  # a configuration the model cannot serve, a bad file

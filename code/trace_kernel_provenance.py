@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import sys
 
+import pandas as pd
+
+from graphbook.measure import environment
 from graphbook.paths import PROVENANCE_VIEW_DIR
-from graphbook.record import cli
+from graphbook.record import cli, results
+from graphbook.teach import diagnostics, kernel_provenance as kp
 
 PROG = "trace_kernel_provenance.py"
 
@@ -36,11 +40,6 @@ def parse_args(argv=None):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    import pandas as pd
-
-    from graphbook.measure import environment
-    from graphbook.record import results
-    from graphbook.teach import diagnostics, kernel_provenance as kp
 
     if not diagnostics.tlparse_available():
         print(f"{PROG}: error: tlparse is not installed (pip install -r requirements.txt)", file=sys.stderr)

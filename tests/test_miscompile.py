@@ -93,6 +93,16 @@ def test_reproducer_verdict_in_a_fresh_process(monkeypatch, tmp_path):
     assert verdict["present"] == (verdict["max_abs_diff"] > 1e-4)
 
 
+@pytest.mark.slow
+def test_the_freezing_workaround_is_still_needed_and_still_works():
+    """Fails the day an upstream fix makes plain freezing correct: then the book drops its workaround."""
+    fixed = mc.run_minimal(fix="out_of_place_conv_add")
+    assert not fixed["present"], f"conv + add out of place no longer restores eager's output ({fixed['max_abs_diff']:.3g})"
+    plain = mc.run_minimal()
+    assert plain["present"], ("plain freezing now matches eager on the reproducer: the miscompile is fixed in this "
+                              "torch, so the book's freezing workaround (variants.FREEZING_FIXES) should go")
+
+
 def test_the_verdict_comes_from_the_minimal_reproducer_not_a_recorded_model_scale_run(monkeypatch, tmp_path):
     from graphbook.record import results
 

@@ -119,3 +119,12 @@ def test_an_absent_openvino_is_explained_by_where_its_wheels_exist(monkeypatch):
     monkeypatch.setitem(sys.modules, "openvino", None)  # what an install without the package looks like
     ok, why = openvino_runtime.available()
     assert not ok and "aarch64 Linux" in why and "requirements.txt" in why
+
+
+
+def test_the_lab_gpu_runtime_is_the_version_of_the_cpu_one_it_replaces():
+    def pin(text, name):
+        return re.search(rf"^{name}==([\w.]+)", text, re.M).group(1)
+    cpu = (paths.REPO_ROOT / "requirements.txt").read_text()
+    lab = (paths.REPO_ROOT / "requirements-lab.txt").read_text()
+    assert pin(lab, "onnxruntime-gpu") == pin(cpu, "onnxruntime")

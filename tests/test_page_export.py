@@ -33,16 +33,16 @@ def _pages(root):
 def test_one_character_changed_on_a_page_is_caught(checkout_copy):
     page = checkout_copy / "chapters" / "01_chef_and_refrigerator.ipynb"
     notebook = json.loads(page.read_text())
-    cell = next(c for c in notebook["cells"] if "".join(c["source"]).startswith("#@save folding"))
+    cell = next(c for c in notebook["cells"] if "".join(c["source"]).startswith("#@save teach.folding"))
     cell["source"] = "".join(cell["source"]).replace("torch.sqrt(var + bn.eps)", "torch.sqrt(var + bn.eps*2)", 1)
     page.write_text(json.dumps(notebook))
     package = checkout_copy / "code" / "graphbook"
-    assert page_export.stale_modules(_pages(checkout_copy), checkout_copy, package) == [package / "folding.py"]
+    assert page_export.stale_modules(_pages(checkout_copy), checkout_copy, package) == [package / "teach" / "folding.py"]
 
 
 def test_a_block_whose_page_saves_nothing_is_refused(checkout_copy):
     package = checkout_copy / "code" / "graphbook"
-    orphan = package / "scoring.py"
+    orphan = package / "model" / "scoring.py"
     orphan.write_text(orphan.read_text() + "# >>> taught on chapters/99_gone.ipynb: edit it there\n")
     with pytest.raises(ValueError, match="saves nothing"):
         page_export.exported_modules(_pages(checkout_copy), checkout_copy, package)

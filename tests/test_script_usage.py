@@ -18,6 +18,7 @@ REFUSALS = [
     ("bench_compile_cache.py", ["--batch-sizes", "0"], "positive integers"),
     ("bench_compile_cache.py", ["--height", "7"], "divisible by 8"),
     ("bench_int8.py", ["--debug-clips", "9", "--eval-clips", "2"], "cannot exceed"),
+    ("check_freezing_fixes.py", ["--fixes", "warp_drive"], "unknown fix"),
     ("bench_litserve.py", ["--faults", "--max-queue", "30"], "at most 21"),
     ("bench_onnxruntime.py", ["--threads", "0"], ">= 1"),
     ("bench_restart_paths.py", ["--paths", "eager,tensorrt"], "unknown restart path tensorrt"),

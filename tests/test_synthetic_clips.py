@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from graphbook.model import blurball, synthetic_clips
+from graphbook.model import blurball, decoding, synthetic_clips
 
 
 def _label(x, y, angle, half_length, radius=4.0, visible=True):
@@ -135,8 +135,8 @@ def test_tensors_follow_blurball_channel_order():
 
 
 def test_angle_helpers():
-    assert synthetic_clips.normalize_angle(100.0) == pytest.approx(-80.0)
-    assert synthetic_clips.normalize_angle(-90.0) == pytest.approx(-90.0)
+    assert decoding.normalize_angle(100.0) == pytest.approx(-80.0)
+    assert decoding.normalize_angle(-90.0) == pytest.approx(-90.0)
     assert synthetic_clips.angle_difference(89.0, -89.0) == pytest.approx(2.0)
     assert synthetic_clips.angle_difference(10.0, 190.0) == pytest.approx(0.0)
 

@@ -48,7 +48,7 @@ def _child_load(spec: dict) -> dict:
         import numpy as np
         import onnxruntime as ort
 
-        from graphbook.runtimes.onnx_utils import session_options
+        from graphbook.runtimes.ort_sessions import session_options
 
         result["import_s"] = time.perf_counter() - t0
         inputs = _load_inputs(work, sizes)

@@ -15,8 +15,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from graphbook.model.synthetic_clips import normalize_angle
 
+
+
+def normalize_angle(angle_deg: float) -> float:
+    """Map an undirected line angle to ``[-90, 90)`` degrees (Chapter 5)."""
+    return float((angle_deg + 90.0) % 180.0 - 90.0)
 
 @dataclass(frozen=True)
 class Detection:

@@ -13,7 +13,7 @@ Conventions (shared by the renderer, the target and the decoder):
   the right and ``y`` grows downwards.
 - A label follows BlurBall's labelling: the centre is the centre of the blur streak and the streak's
   ends are ``centre +- half_length * (cos angle, sin angle)``. Angles are in degrees in ``[-90, 90)``
-  (a streak has no direction): :func:`normalize_angle` and :func:`angle_difference`.
+  (a streak has no direction): :func:`graphbook.model.decoding.normalize_angle` and :func:`angle_difference`.
 - Frames are float32 in ``[0, 1]``, shape ``(3 frames, H, W, 3 RGB)``; :func:`frames_to_tensor` turns a
   batch into the model's channel order ``[f0 RGB, f1 RGB, f2 RGB]`` (before ImageNet normalisation,
   :func:`graphbook.model.blurball.imagenet_normalize`).
@@ -21,7 +21,7 @@ Conventions (shared by the renderer, the target and the decoder):
 Public API (other chapters and ``code/train_blurball.py`` build on it): :class:`BallLabel`,
 :class:`Clip`, :func:`_make_clip`, :func:`_make_clips`, :func:`held_out_clips`, :func:`check_clips`,
 :func:`training_clip`, :func:`_render_background`, :func:`_render_ball`, :func:`_line_target`,
-:func:`frames_to_tensor`, :func:`targets_to_tensor`, :func:`normalize_angle`, :func:`angle_difference`.
+:func:`frames_to_tensor`, :func:`targets_to_tensor`, :func:`angle_difference`.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from graphbook.config import FULL_SIZE
+from graphbook.model.decoding import normalize_angle
 
 #: Radius (px) of BlurBall's ``binary_line_fixed_size`` target around the streak.
 LINE_TARGET_RADIUS = 2.5
@@ -106,11 +107,6 @@ class Clip:
     @property
     def width(self) -> int:
         return int(self.frames.shape[2])
-
-
-def normalize_angle(angle_deg: float) -> float:
-    """Map an undirected line angle to ``[-90, 90)`` degrees (Chapter 5)."""
-    return float((angle_deg + 90.0) % 180.0 - 90.0)
 
 
 def angle_difference(a_deg: float, b_deg: float) -> float:

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-import torch
-
 from graphbook.config import THREADS
-from graphbook.measure.warmup import logits_of
-from graphbook.runtimes.onnx_utils import session_options
+from graphbook.runtimes.ort_sessions import session_options
+
+# torch is imported by the runners that need it: a server on an ONNX file runs without it (Chapter 6 times that).
 
 ARTIFACT_SUFFIXES = (".pt2", ".onnx", ".ort")
 
@@ -33,6 +32,8 @@ class TorchRunner:
     runtime = "torch"
 
     def __init__(self, model, *, compile: bool = False):
+        import torch
+
         self.model = model.eval()
         self.compiled = bool(compile)
         self.fn = torch.compile(model) if compile else self.model
@@ -41,9 +42,15 @@ class TorchRunner:
     def arm(self) -> None:
         """From now on run only the code compiled so far (per thread; see the class docstring)."""
         if self.compiled:
+            import torch
+
             self.fn = torch._dynamo.run(self.model)
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
+        import torch
+
+        from graphbook.measure.warmup import logits_of
+
         with torch.no_grad():
             out = self.fn(torch.from_numpy(batch))
         return logits_of(out).numpy()
@@ -60,6 +67,8 @@ class AotiRunner(TorchRunner):
 
     def __init__(self, path):
         self.path = str(path)
+        import torch
+
         self.model = None
         self.fn = torch._inductor.aoti_load_package(self.path)
         self.compiled = False

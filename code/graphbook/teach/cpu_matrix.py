@@ -6,7 +6,8 @@ correctness check, in ``cpu-blurball`` files. This module reads them the one way
 - :func:`full_size_rows`: the variant rows at the article's input size, flagged for load, each joined with
   its variant's verdict over its own machine's recorded runs (:func:`check_verdicts`);
 - :func:`run_table`: one row per recorded run (file, date, machine, eager FP32, load flag);
-- :func:`machine_verdict`: what one machine's quiet runs allow the book to say, as a sentence.
+- :func:`machine_verdict`: what one machine's quiet runs allow the book to say, as a sentence;
+- :func:`best_per_precision`: one machine's fastest correct variant per precision, against its ceiling.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pandas as pd
 from graphbook.config import FULL_SIZE
 from graphbook.record import results, runs
 from graphbook.runtimes import variants
+from graphbook.teach import profiling
 
 
 def _own_check(name: str, group: pd.DataFrame) -> tuple[bool, str]:
@@ -124,3 +126,38 @@ def machine_verdict(rows: pd.DataFrame, machine: str) -> tuple[str, str | None]:
     if not best["decided"]:
         return head + f" The quiet runs do not agree on an order ({lead}): no best variant." + excluded, None
     return head + f" Best correct variant: {lead}." + excluded, best["best"]
+
+
+#: The precisions the best-path table groups, with the name each group goes by.
+PRECISION_GROUPS = (("FP32", ("fp32",)), ("lower precision (bf16, INT8)", ("bf16", "int8")))
+
+
+def best_per_precision(machine_rows: pd.DataFrame) -> pd.DataFrame:
+    """Per precision group, the fastest variant of one machine's rows that passed its check (Chapter 5).
+
+    ``machine_rows`` are :func:`full_size_rows` of one machine. Each row: the variant's label, its median over
+    quiet runs, how many, its speed-up over eager FP32 (median of per-run ratios), the work it executes in GFLOP/s
+    and that rate's share of its precision's ceiling and of the FP32 ceiling (:func:`graphbook.teach.profiling.
+    executed_rates`), and ``decided`` (ahead of the runner-up in every quiet run). A group where nothing passed
+    says so.
+    """
+    quiet = machine_rows[~machine_rows[runs.UNDER_LOAD]]
+    speedups = runs.summarize_runs(quiet, by="variant", value=results.SPEEDUP_VS_EAGER).set_index("variant")
+    rated = profiling.executed_rates(quiet)
+    out = []
+    for label, precisions in PRECISION_GROUPS:
+        candidates = [v for v in variants.REGISTRY if variants.get(v).precision in precisions]
+        pick = runs.choose_best(machine_rows, correct="check_passed", candidates=candidates, skip_under_load=True)
+        pick = pick.iloc[0] if len(pick) and pick.iloc[0]["best"] is not None else None
+        if pick is None:
+            out.append({"precision": label, "best correct variant": "none passed its check"})
+            continue
+        mine = rated[rated.variant == pick["best"]]
+        out.append({"precision": label, "best correct variant": variants.get(pick["best"]).label,
+                    "median (ms)": pick["best_median"], "quiet runs": int(pick["runs"]),
+                    "speed-up over eager FP32": f"{speedups['median'][pick['best']]:.2f}×",
+                    "executed GFLOP/s": float(mine.executed_gflop_per_s.median()),
+                    "share of its precision's ceiling (%)": 100 * float(mine.share_of_ceiling.astype(float).median()),
+                    "share of the FP32 ceiling (%)": 100 * float(mine.share_of_fp32_ceiling.astype(float).median()),
+                    "decided": bool(pick["decided"])})
+    return pd.DataFrame(out)
