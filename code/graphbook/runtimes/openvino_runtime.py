@@ -22,10 +22,11 @@ from typing import Mapping
 
 import numpy as np
 import onnx
-import torch
 
 from graphbook.config import THREADS
-from graphbook.measure import probes
+
+# torch (and the probes that use it) are imported where needed: a restart path on an ONNX file runs OpenVINO
+# without torch (Chapter 6 times that).
 
 #: Precision hints the book uses (OpenVINO's names for ``INFERENCE_PRECISION_HINT``).
 PRECISIONS = ("f32", "bf16")
@@ -71,6 +72,8 @@ def bf16_native() -> tuple[bool, str]:
         return False, why
     if "BF16" not in _cpu_capabilities():
         return False, "OpenVINO's CPU plugin lists no BF16 capability on this CPU"
+    from graphbook.measure import probes
+
     native, reason = probes.bf16_support()
     if not native:
         return False, reason
@@ -118,6 +121,8 @@ def runner(path: str | Path, *, precision: str = "f32", threads: int = THREADS):
     The compiled model and its file are kept on the runner as ``run.compiled`` and ``run.onnx_path``
     (for :func:`describe_runtime`).
     """
+    import torch
+
     compiled = compile_model(path, precision=precision, threads=threads)
 
     def run(x):

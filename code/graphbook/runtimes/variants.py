@@ -213,9 +213,12 @@ def own_code(model):
 
 def _compiled(model, example, context, *, freeze=False, bf16=False, fix="none", mode=None) -> Runner:
     compiled = torch.compile(own_code(model), mode=mode)
+    # max-autotune's tuning is part of its compile: no cache of an earlier build may answer for it
+    cold = (inductor_config.patch(fx_graph_cache=False, autotune_local_cache=False) if mode == "max-autotune"
+            else contextlib.nullcontext())
 
     def run(x):
-        with freezing(freeze, fix), _autocast(bf16, x):
+        with freezing(freeze, fix), _autocast(bf16, x), cold:
             return logits_of(compiled(x)).float()
     return run
 
