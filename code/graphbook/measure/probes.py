@@ -26,17 +26,22 @@ from graphbook.config import THREADS
 MIB = 1024 ** 2
 
 
-def timed(fn, repeats: int) -> dict:
-    """``fn()`` timed by torch.utils.benchmark at the current thread count: median, min and max in ms (Chapter 1).
+def blocked_times(fn, repeats: int, *, warmup: int = 1, threads: int | None = None) -> list[float]:
+    """Seconds per call of ``fn()`` in blocks timed by torch.utils.benchmark: the book's one timer (Chapter 1).
 
-    One call through the Timer warms up and sizes the measurement; ``blocked_autorange`` then times blocks for
-    about ``repeats`` calls' worth of time (a block is one call for anything slower than a few milliseconds).
+    The Timer runs at ``threads`` (default: the count in force; it would otherwise use one). ``warmup`` calls
+    through it warm up and size the measurement; ``blocked_autorange`` then times blocks for about ``repeats``
+    calls' worth of time (a block is one call for anything slower than a few milliseconds).
     """
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-    first_s = timer.timeit(1).mean
-    measurement = timer.blocked_autorange(min_run_time=repeats * first_s)
-    return {"median_ms": measurement.median * 1e3, "min_ms": min(measurement.times) * 1e3,
-            "max_ms": max(measurement.times) * 1e3}
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads or torch.get_num_threads())
+    first_s = timer.timeit(max(warmup, 1)).mean
+    return timer.blocked_autorange(min_run_time=repeats * first_s).times
+
+
+def timed(fn, repeats: int) -> dict:
+    """:func:`blocked_times` as the probes report it: median, min and max in ms."""
+    seconds = blocked_times(fn, repeats)
+    return {"median_ms": float(np.median(seconds)) * 1e3, "min_ms": min(seconds) * 1e3, "max_ms": max(seconds) * 1e3}
 
 
 def _positive_int(label: str, value, lowest: int = 1) -> int:

@@ -39,9 +39,8 @@ class TimingResult:
         return asdict(self)
 
 
-def _timer(fn: Callable[[], object], threads: int | None = None, name: str = "") -> benchmark.Timer:
-    return benchmark.Timer("fn()", globals={"fn": fn}, num_threads=threads or torch.get_num_threads(),
-                           description=name)
+def _timer(fn: Callable[[], object]) -> benchmark.Timer:
+    return benchmark.Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
 
 
 def _result(seconds: Sequence[float], warmup: int) -> TimingResult:
@@ -57,9 +56,7 @@ def time_cpu(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 10, na
     ``threads`` (default: the count in force) is set for the measurement and restored after. The warm-up call
     also sizes the measurement: ``blocked_autorange`` runs for ``repeats`` times that call's duration.
     """
-    timer = _timer(fn, threads, name)
-    first_s = timer.timeit(max(warmup, 1)).mean
-    return _result(timer.blocked_autorange(min_run_time=repeats * first_s).times, warmup)
+    return _result(probes.blocked_times(fn, repeats, warmup=warmup, threads=threads), warmup)
 
 
 def interleaved(calls: Mapping[str, Callable[[], object]], *, warmup: int = 2,
