@@ -143,6 +143,7 @@ def test_hostile_clients_get_json_answers_in_bounded_time_and_probes_stay_prompt
                 "PUT on /predict": (b"PUT /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 405),
                 "DELETE on /livez": (b"DELETE /livez HTTP/1.1\r\nHost: x\r\n\r\n", 405),
                 "PATCH on an unknown path": (b"PATCH /admin HTTP/1.1\r\nHost: x\r\n\r\n", 404),
+                "OPTIONS on /predict": (b"OPTIONS /predict HTTP/1.1\r\nHost: x\r\n\r\n", 405),
             }
             for name, (raw, want) in cases.items():
                 status, headers, payload = exchange(srv, raw)
@@ -284,58 +285,12 @@ def test_stalled_uploads_up_to_their_bound_never_keep_a_valid_request_from_the_m
     assert "Traceback" not in capfd.readouterr().err
 
 
-def test_a_full_queue_is_refused_before_the_body_is_read():
-    srv = make_server()
-    service = srv.service
-    service.pause()
-    try:
-        threads = [threading.Thread(target=good_request, args=(srv,)) for _ in range(service.max_queue)]
-        for t in threads:
-            t.start()
-        _wait_for(lambda: service.queued() == service.max_queue)
-        sock = connect(srv)
-        sock.sendall(predict_head(clip().nbytes))  # headers only: the answer must not wait for the body
-        status, _, payload = read_answer(sock)
-        sock.close()
-        assert status == 503 and "overloaded" in payload["error"]
-    finally:
-        service.resume()
-        srv.stop()
-
-
 def test_stop_before_start_returns():
     srv = serving.InferenceServer(serving.InferenceService(HangableHeatmaps(), (H, W)))
     stopper = threading.Thread(target=srv.stop)
     stopper.start()
     stopper.join(BOUND_S)
     assert not stopper.is_alive(), "InferenceServer.stop() before start() blocked"
-
-
-@pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH", "OPTIONS", "BREW"])
-def test_every_method_gets_a_json_answer(method):
-    srv = make_server()
-    try:
-        status, headers, payload = exchange(srv, f"{method} /predict HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        assert status == (501 if method == "BREW" else 405) and payload["error"]
-    finally:
-        srv.stop()
-
-
-def test_a_hung_model_answers_504_in_bounded_time_instead_of_ten_minutes():
-    model = HangableHeatmaps()
-    service = serving.InferenceService(model, (H, W), queue_timeout_s=0.5, inference_timeout_s=0.2)
-    service.warm_up()
-    model.hang.set()
-    try:
-        box = []
-        caller = threading.Thread(target=lambda: box.append(pytest.raises(batcher.RequestError, service.predict, clip())))
-        caller.start()
-        caller.join(BOUND_S)
-        assert not caller.is_alive() and box[0].value.status == 504
-        assert service.liveness()[0] == 500 and service.health()[0] == 503
-    finally:
-        model.release.set()
-        service.close()
 
 
 def test_the_plan_never_counts_expired_requests_so_only_warmed_sizes_run():
@@ -350,7 +305,7 @@ def test_the_plan_never_counts_expired_requests_so_only_warmed_sizes_run():
         service.resume()
         for item in items:
             assert item.done.wait(BOUND_S)
-        assert items[1].error is not None and items[1].error.status == 503
+        assert items[1].error is not None and items[1].error.status == 503 and "waited" in items[1].error.message
         assert set(model.batches) <= {1, 3}, f"ran batch sizes {model.batches}, warmed up only 1 and 3"
     finally:
         service.close()
@@ -364,25 +319,6 @@ def test_the_call_record_is_bounded(monkeypatch):
         for _ in range(12):
             service.predict(clip())
         assert len(service.calls) == 5 and service.calls_by_size[1] == 12
-    finally:
-        service.close()
-
-
-def test_a_compiled_server_never_touches_the_process_wide_compile_stance(monkeypatch):
-    from graphbook.measure import warmup
-
-    torch._dynamo.reset()
-    stances = []
-    real = torch.compiler.set_stance
-    monkeypatch.setattr(torch.compiler, "set_stance", lambda *a, **k: stances.append(a) or real(*a, **k))
-    service = serving.InferenceService(warmup.tiny_clip_net(hidden=4), (8, 12), compile=True)
-    service.warm_up()
-    try:
-        before = warmup.graphs_compiled()
-        for b in (3, 1, 2):
-            assert service.predict(np.random.rand(b, 9, 8, 12).astype(np.float32))["batch_size"] == b
-        assert warmup.graphs_compiled() == before  # requests compiled nothing
-        assert stances == [], "the worker changed torch's process-wide stance"
     finally:
         service.close()
 
