@@ -1,37 +1,4 @@
-"""Operator fusion on a laptop CPU: the article's demo, re-written (Chapter 2).
-
-Run ``python code/03_fusion.py`` (a minute or two on one CPU thread). It measures three things and
-writes a report with the machine's fingerprint to ``code/03_fusion.out.txt``:
-
-(a) **BN folding** -- a 3x3 convolution followed by an eval-mode BatchNorm2d on a large feature map,
-    against the same convolution with the BN folded into its weights: the largest output difference
-    and the median time of each.
-(b) **An element-wise chain** ``x*2 -> +1 -> relu -> *3`` over arrays far larger than the caches, in
-    four versions: eager (a new tensor per op), ``torch.compile`` (one fused loop), manual in-place
-    (one new tensor, then four passes over it) and into a preallocated output (``out=``, no new tensor),
-    plus a fifth, the compiled loop writing into a preallocated output (fusion without allocation).
-    Each gets its median time, the bytes the bytes-moved model says it moves (an unfused op reads and
-    writes ``4N`` bytes each; the fused loop reads once and writes once) and the bandwidth that implies,
-    as a share of the ``copy_`` bandwidth measured in the same run.
-(c) **Compile time** of the chain in a fresh process, first with an empty Inductor cache (cold), then,
-    in another fresh process, with the cache the first one filled (warm: a restart); ``--runs`` such
-    pairs, each with its own new cache folder.
-(d) **The allocator**, removed as a cause: the eager chain in fresh processes with glibc's default
-    allocator and with glibc keeping freed memory (no new pages to fault in), once per run, the two in
-    alternating order, with the page faults of one fresh tensor (glibc systems only).
-
-(a) and (b) are built (and compiled) once, then timed in ``--runs`` independent runs (default and
-minimum 3): each run times the folding pair and every chain version once (2 warm-up calls, then
-``--repeats`` timed ones) in an order that rotates between runs (round-robin), and measures its own
-``copy_`` bandwidth, the run's physical reference (``copy_gbps``; ``graphbook.record.runs.flag_under_load``
-flags a run taken under load from it). Rows carry ``run``, ``run_order`` and ``run_id``
-``<file stem>/r<run>``; run ``k`` of (c) is the ``k``-th cold-then-warm pair, timed after (a) and (b).
-
-Every result is also recorded under ``data/results/`` (``--results-dir``; never overwriting). This
-file is only the command line: the measurements live in ``graphbook.teach.fusion_demo``, which Chapter 2
-imports. Exit status (the book's policy, ``graphbook.record.cli``): 0 ok; 1 a version's output differs from
-its reference (the results are still written); 2 bad arguments.
-"""
+"""Operator fusion on a laptop CPU: the article's demo, re-written (Chapter 2)."""
 from __future__ import annotations
 
 import sys

@@ -1,21 +1,4 @@
-"""An Inductor ablation on this CPU, in the spirit of the PyTorch 2 paper's Table 4 (Chapter 3).
-
-    .venv/bin/python code/bench_ablation.py                          # 96x160 input, 2 threads
-    .venv/bin/python code/bench_ablation.py --height 288 --width 512 --repeats 5
-    .venv/bin/python code/bench_ablation.py --runs 5                   # five timed runs instead of three
-
-BlurBall (batch 1) is compiled once per configuration of ``graphbook.compilers.inductor_tools`` (all
-optimizations, without fusion, without freezing, without both, and the causes behind them; see
-``ABLATION_CONFIGS`` for why these switches), each on its own copy of the model whose ``forward`` has its own code
-object, so Dynamo keeps one cache per configuration and the runs reuse it without a recompile (the ``recompiles``
-column counts any). Each build records its compile time, the kernels generated, their launches per call and the
-library calls. ``graphbook.runtimes.bench`` checks every configuration against eager FP32 and times them in
-``--runs`` runs of the book's protocol, where each configuration alternates call by call with eager (compiled first
-in every second run), so every speed-up is a ratio of medians taken under the same load. All rows go to a new file
-``cpu-ablation-<date>[-N].csv`` under ``--results-dir``. Exit status (``graphbook.record.cli``): 0 ok; 1 a
-configuration's output differs from eager FP32 (the rows are still written); 2 bad arguments. A cold run costs
-several minutes on 2 cores; a warm cache, about one; each extra run adds the timed calls only.
-"""
+"""An Inductor ablation on this CPU, in the spirit of the PyTorch 2 paper's Table 4 (Chapter 3)."""
 from __future__ import annotations
 
 import functools

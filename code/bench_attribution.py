@@ -1,17 +1,4 @@
-"""Where BlurBall's CPU speed-up comes from: the attribution ladder of Chapter 5, recorded.
-
-    .venv/bin/python code/bench_attribution.py                        # 288x512, batch 1, 2 threads, 3 runs
-    .venv/bin/python code/bench_attribution.py --height 96 --width 160 --runs 5
-
-The rungs and the two Inductor switches of ``graphbook.teach.attribution`` (eager; dead stage-4 outputs skipped;
-channels-last; batch norm folded; Inductor's defaults; Inductor without layout optimization; Inductor without
-generated code) go through ``graphbook.runtimes.bench``: built once (a compiled rung's build is its first call),
-checked against eager FP32 (every rung is FP32 and must match), then timed call by call in turn in ``--runs`` runs
-of the book's protocol, so every step of the ladder is a ratio of medians taken under the same load. The rows go
-to a new file ``cpu-attribution-<date>[-N].csv`` under ``--results-dir``. Exit status (``graphbook.record.cli``):
-0 ok; 1 a rung's output differs from eager (the rows are still written); 2 bad arguments. On 2 cores at 288x512
-it takes about five minutes, most of it three compiles.
-"""
+"""Where BlurBall's CPU speed-up comes from: the attribution ladder of Chapter 5, recorded."""
 from __future__ import annotations
 
 import sys

@@ -1,24 +1,4 @@
-"""BlurBall on the CPU: the measurement matrix of Chapter 5, one variant at a time.
-
-    .venv/bin/python code/bench_blurball_cpu.py                     # every variant, 2 threads
-    .venv/bin/python code/bench_blurball_cpu.py --variants eager_fp32,compile_freezing --repeats 5
-    .venv/bin/python code/bench_blurball_cpu.py --runs 5                   # five runs instead of three
-
-Batch 1, explicit threads, the book's trained checkpoint (``--weights random`` for seeded random weights; the time
-of a forward does not depend on the weights, the decoded ball does). Variants come from
-``graphbook.runtimes.variants`` (any registered name may be given to ``--variants``; the default set includes the
-lower precisions: compiled bf16 without freezing, ONNX Runtime's INT8 Q/DQ model calibrated on
-``--calibration-clips`` training clips, and OpenVINO in FP32, BF16 and INT8). ``graphbook.runtimes.bench`` builds
-each once and checks it against eager FP32 and, on ``--ball-clips`` hard held-out clips, by its decoded ball
-(``correctness.ball_check``: with its FP32 twin's check, what a lower precision must pass), then times all in
-``--runs`` runs of the book's protocol, each with its ``copy_`` probe and matmul rates. A variant this machine
-cannot build (no OpenVINO wheel, no native BF16) is a row whose note says why. Achieved GFLOP/s is compared with
-the matmul rate of the same run, and one eager forward is profiled (in bf16 too when a bf16 variant is asked for) and grouped like the article's GPU profile
-(``graphbook.teach.profiling``). All rows go to a new file ``cpu-blurball-<date>[-N].csv`` under ``--results-dir``.
-Exit status (``graphbook.record.cli``): 0 ok; 1 a variant expected to match eager differs from it by more than the
-tolerance (the results are still written; the variants are named on stderr); 2 bad arguments; 3 the checkpoint is
-missing.
-"""
+"""BlurBall on the CPU: the measurement matrix of Chapter 5, one variant at a time."""
 from __future__ import annotations
 
 import argparse

@@ -1,26 +1,4 @@
-"""WebAssembly against native: the book's BlurBall file in headless Chromium and in ONNX Runtime (Chapter 4).
-
-The page script of Chapter 4 (``_ext/static/ortweb/widget.js``: onnxruntime-web's WebAssembly
-provider with 128-bit SIMD) runs the same exported file, at the same size, level and thread count, as
-native ONNX Runtime on this CPU (``graphbook.runtimes.browser_measure.measure_in_chromium``). Each side first
-runs the fixed clip and is compared with the reference stored with the book (the book's tolerance and
-the heatmap peaks); only a passing side is timed (warm-up, then the median of N calls). ``--runs``
-independent runs (at least 3) alternate which side goes first and each measures its own copy
-bandwidth (``copy_gbps``) for the load flag. One new ``data/results/cpu-browser-ort-<date>.csv`` (kind
-``browser-ort``) with the environment fingerprint and the CPU's family/model numbers.
-
-With ``--threads`` above 1 the harness is served cross-origin isolated (COOP/COEP headers), the only way
-a browser allows WebAssembly threads.
-
-Usage::
-
-    python code/bench_browser_ort.py                         # 1 thread, 96x160 and 288x512, levels all and disabled
-    python code/bench_browser_ort.py --sizes 96x160 --runs 5
-
-Exit status: 0 recorded; 1 a side's output failed its check (still recorded); 2 bad arguments;
-3 Chromium, onnxruntime-web or the exported models are absent (run scripts/setup_browser.sh and
-scripts/setup_web.sh).
-"""
+"""WebAssembly against native: the book's BlurBall file in headless Chromium and in ONNX Runtime (Chapter 4)."""
 from __future__ import annotations
 
 import sys

@@ -1,18 +1,4 @@
-"""Restart cost of torch.compile for BlurBall, each path in a fresh process (Chapter 6 and 7).
-
-Measures, for batch sizes 1, 2, 3 called in order after start-up:
-  cold       an empty TORCHINDUCTOR_CACHE_DIR
-  warm       the on-disk cache the cold run filled
-  artifacts  a new empty cache dir, after torch.compiler.load_cache_artifacts() of the cold run's bytes
-and writes one row per (path, batch size) to a new results file of kind ``compile-cache`` with
-environment columns. The paths that skip the compile (AOTInductor, ONNX Runtime, OpenVINO), and the
-server's time to ready from each start (kind ``serving-ready``), are measured by code/bench_restart_paths.py.
-
-    .venv/bin/python code/bench_compile_cache.py                    # BlurBall 288x512 (minutes on 2 cores)
-    .venv/bin/python code/bench_compile_cache.py --model tiny --height 32 --width 48   # quick check
-
-It prints each cache path's restart time and how many times faster it is than the cold compile of the same run.
-"""
+"""Restart cost of torch.compile for BlurBall, each path in a fresh process (Chapter 6 and 7)."""
 from __future__ import annotations
 
 import sys

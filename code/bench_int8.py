@@ -1,26 +1,4 @@
-"""INT8 scored where it matters: a matrix of ONNX Runtime static-quantization choices for BlurBall.
-
-    .venv/bin/python code/bench_int8.py                      # the book's run (96x160, a few minutes)
-    .venv/bin/python code/bench_int8.py --smoke --results-dir /tmp/int8   # tiny run used by the tests
-
-The trained BlurBall (``data/checkpoints/blurball_synthetic.pt``) is exported to ONNX at batch 1 and the
-run's input size (default 96x160, the size it was trained at: at 288x512 each of the 14 models, 13 INT8
-and the FP32 reference, would take about ten times longer to score on a 2-core CPU), then quantized once
-per configuration of :func:`graphbook.runtimes.int8_matrix.design` (baseline, one factor at a time, two
-combinations; see that module for the design), calibrated on synthetic *training* clips. Every model,
-FP32 included, is scored on the *held-out* synthetic clips against their labels (detection rate, median
-position and blur-angle errors) and against the FP32 logits (max abs diff), then timed in round-robin
-(median of ``--repeats`` calls, ``--threads`` intra-op threads). ``reduce_range`` is the one
-:func:`graphbook.runtimes.onnx_utils.int8_settings_for` chooses for this CPU, recorded with the CPU's instruction
-set. ONNX Runtime's ``qdq_loss_debug`` then ranks the baseline's worst-quantized activations and
-weights.
-
-Two new files per run, never an existing one: kind ``int8-matrix`` (one row per model) and kind
-``int8-tensor-errors`` (the ``--top`` worst tensors of each kind), both with the environment columns,
-under ``--results-dir`` (default ``data/results``, or ``$GRAPHBOOK_RESULTS_DIR``). Exit status: 0 ok;
-1 a configuration failed to build or run (results still written, the failure named on stderr); 2 bad
-arguments (one line on stderr); 3 the trained checkpoint is missing.
-"""
+"""INT8 scored where it matters: a matrix of ONNX Runtime static-quantization choices for BlurBall."""
 from __future__ import annotations
 
 import argparse

@@ -1,26 +1,4 @@
-"""The book's server beside LitServe: the same ONNX Runtime session, the same threads, the same clients.
-
-Introduced in Chapter 7. Exports the trained BlurBall with a dynamic batch (``--model tiny``: the
-two-layer stand-in, for tests), then, ``--runs`` times in an order that alternates between runs, starts
-``code/serve_blurball.py --artifact`` and a LitServe server (``graphbook.serving.litserve_compare``:
-``max_batch_size=3``, ``batch_timeout`` = the book's ``--max-wait-ms``) in fresh processes and sends
-each the load test of ``code/bench_serving_load.py``: levels of 1, 2, 4 and 8 loopback clients, then
-an overload level of 24 (bounded request count and time). Each run measures the ``copy_`` bandwidth
-first, so a run taken under load can be flagged. One new results file of kind ``litserve-compare``.
-
-``--faults`` sends hostile clients instead of the load test (``graphbook.serving.hostile_clients``):
-each server with its own documented limits faces stalled bodies (added one at a time until a valid
-request fails, then held ``--hold`` seconds), a huge Content-Length, a garbage request line and a burst
-of three times ``--max-queue`` requests. One new results file of kind ``hostile-clients``.
-
-    .venv/bin/python code/bench_litserve.py                       # 96x160, 3 runs (a few minutes)
-    .venv/bin/python code/bench_litserve.py --faults --max-queue 16   # serve_blurball.py's queue bound
-
-Exit status: 0 ok; 1 a request got an answer other than 200 or 503 (with ``--faults``: the book's server
-refused a valid request while twice ``--max-queue`` uploads stalled, or after a fault ended), or a
-server did not start (the rows measured are still written); 2 bad arguments; 3 litserve is not
-installed or the checkpoint is missing.
-"""
+"""The book's server beside LitServe: the same ONNX Runtime session, the same threads, the same clients."""
 from __future__ import annotations
 
 import sys

@@ -1,26 +1,4 @@
-"""BlurBall on ONNX Runtime (CPU): every optimization level against eager and torch.compile, in 3+ runs.
-
-    .venv/bin/python code/bench_onnxruntime.py                       # 288x512, 1 and 2 threads
-    .venv/bin/python code/bench_onnxruntime.py --threads 2 --repeats 3 --no-compile
-    .venv/bin/python code/bench_onnxruntime.py --runs 5                # five runs instead of three
-
-The measurement behind Chapter 4's recorded table. BlurBall (seeded weights, batch 1) is exported twice (exporter
-optimizer on; off with constants folded, so ONNX Runtime's own passes do the work). ``graphbook.runtimes.bench``
-builds each of these variants once per requested thread count (one ONNX Runtime session each), checks it against
-eager FP32 and times all in ``--runs`` runs of the book's protocol, ``speedup_vs_eager`` against eager FP32 of the
-same run and thread count:
-
-- eager FP32 (the reference), and torch.compile (default mode) with Inductor freezing off and on;
-- the raw export at each ONNX Runtime level (disabled, basic, extended, layout, all), and level all without its
-  NCHWc rewrite;
-- the exporter-optimized export at level "all";
-- an INT8 Q/DQ model (static quantization calibrated on synthetic frames) at level "all".
-
-All rows go to a new file ``cpu-onnxruntime-<date>[-N].csv`` under ``--results-dir``. Exported .onnx files go to a
-temporary folder, removed afterwards (or are kept in ``--onnx-dir``). Exit status (``graphbook.record.cli``): 0 on
-success, 1 when a variant expected to match eager does not (still timed, the rows are still written), 2 for bad
-arguments (one line on stderr).
-"""
+"""BlurBall on ONNX Runtime (CPU): every optimization level against eager and torch.compile, in 3+ runs."""
 from __future__ import annotations
 
 import argparse

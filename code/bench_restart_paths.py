@@ -1,23 +1,4 @@
-"""Restart paths of BlurBall side by side, each in fresh processes (Chapter 6).
-
-For every path of :mod:`graphbook.teach.restart_paths` (cold compile, warm disk cache, saved cache artifacts,
-AOTInductor ``.pt2`` static and dynamic batch, with and without ``TORCHINDUCTOR_VEC_ISA_OK=1``, ONNX
-Runtime from the raw and the saved optimized model in ``.onnx`` and ORT format, a dynamic-batch ONNX
-model, OpenVINO compiling the same ``.onnx`` with and without its model cache; skipped where OpenVINO
-has no wheel): the one-time build cost, the fresh-process time to the first output checked against eager
-FP32, the steady latency, the artifact's size and what it is tied to. ``--repeats`` fresh starts per
-path (default 3), interleaved by round. One new results file of kind ``restart-paths`` per run, and
-one of kind ``serving-ready``: seconds to ready of ``serve_blurball.py`` started eager, compiling cold
-(saving Inductor's cache artifacts), compiling from those artifacts, and from the ``.pt2``, ``.onnx`` and
-``.ort`` artifacts the paths built (``--server-repeats`` times each).
-
-    .venv/bin/python code/bench_restart_paths.py                      # 288x512, 3 starts (about 15 min)
-    .venv/bin/python code/bench_restart_paths.py --paths eager,ort-raw --height 32 --width 64 --repeats 1
-
-The summary prints each path's median time to its first correct output and how many times sooner that
-is than the cold compile (``speedup_vs_cold``; worst pairing beside it).
-Exit status: 0 ok, 1 a path's output differed from eager (results still written), 2 bad arguments.
-"""
+"""Restart paths of BlurBall side by side, each in fresh processes (Chapter 6)."""
 from __future__ import annotations
 
 import json

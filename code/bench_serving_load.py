@@ -1,19 +1,4 @@
-"""The BlurBall server under load on loopback: throughput and latency against concurrency, batching off and on.
-
-Introduced in Chapter 7. For each runtime of ``--runtimes`` it starts ``code/serve_blurball.py`` twice
-(``--no-batching``, then with dynamic batching): ``eager`` serves the trained checkpoint in eager
-PyTorch, ``onnxruntime`` an ONNX export of it with a dynamic batch dimension (``--artifact`` serves a
-given .onnx/.ort/.pt2 instead of both). At each concurrency level that many loopback clients send
-single clips (:func:`graphbook.serving.load_test`: bounded request count and time). A last level sends
-more clients than the queue admits, to show the bounded queue answering 503 with ``Retry-After``. One
-new results file of kind ``serving-load`` per run.
-
-    .venv/bin/python code/bench_serving_load.py                       # 96x160, levels 1,2,4,8 (a few minutes)
-    .venv/bin/python code/bench_serving_load.py --runtimes onnxruntime --height 288 --width 512 --requests 24
-
-Exit status: 0 ok; 1 the server failed or a request got an answer other than 200 or 503; 2 bad
-arguments; 3 the checkpoint is missing.
-"""
+"""The BlurBall server under load on loopback: throughput and latency against concurrency, batching off and on."""
 from __future__ import annotations
 
 import os

@@ -1,32 +1,4 @@
-"""What TVM's untuned build costs: BlurBall in TVM for generic x86-64 and the host CPU, eager at 1 and N threads.
-
-Chapter 3.
-
-BlurBall goes through ``torch.export`` and TVM's PyTorch frontend (``graphbook.teach.tvm_compare.relax_module``)
-and is built with TVM's default pipeline, untuned, twice (``graphbook.compilers.tvm_build``): for ``llvm`` without
-``mcpu`` (generic x86-64, ``tvm_generic``) and for the host CPU (``Target.from_device(tvm.cpu())``,
-``tvm_host``); with ``--trials N`` also MetaSchedule-tuned for the host target (``tvm_tuned``). Eager PyTorch
-runs at ``--threads`` (``eager``, the reference) and at one thread (``eager_1_thread``), so what the
-untuned builds' single thread costs is measured, not assumed. Every variant is built once and checked
-against eager (``correctness.compare_to_reference``) before any timing; then ``--runs`` independent runs
-(at least 3) each measure the ``copy_`` bandwidth and time every variant in an order that rotates between
-runs (``timing.repeated_runs``), recording ``busy_cores`` (CPU seconds per wall second: how many cores the
-variant kept busy). Rows record each TVM build's target string, its parallel launches, vector widths and
-masked gathers in the generated LLVM IR, and per run ``speedup_vs_eager`` and ``speedup_vs_eager_1_thread``.
-One new ``cpu-tvm-<date>[-N].csv`` per invocation (kind ``tvm``, ``results.write_run``), every row with the
-machine's fingerprint.
-
-Tuning stays out of the chapters' execution time; Chapter 3 shows the recorded runs.
-
-Usage::
-
-    python code/bench_tvm.py                                    # untuned only, 32x64, 3 runs
-    python code/bench_tvm.py --height 96 --width 160 --repeats 5
-    python code/bench_tvm.py --trials 64 --height 96 --width 160
-
-Exit status: 0 recorded; 1 a variant's output differs from eager (still recorded); 2 bad arguments;
-3 TVM is not installed here (requirements-tvm.txt; x86-64 Linux wheels only).
-"""
+"""What TVM's untuned build costs: BlurBall in TVM for generic x86-64 and the host CPU, eager at 1 and N threads."""
 from __future__ import annotations
 
 import os

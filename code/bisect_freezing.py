@@ -1,29 +1,4 @@
-"""Find the freezing miscompile the way compiler engineers do: CompilerBisector, then the minifier.
-
-Chapter 3 shows what this script recorded (it takes minutes, so no chapter runs it):
-
-1. ``torch._inductor.compiler_bisector.CompilerBisector.do_bisect`` compiles the model again and again,
-   first with simpler backends (``eager``, ``aot_eager``, ``aot_eager_decomp_partition``), then with
-   Inductor while switching its subsystems off one at a time and bisecting over how many times a
-   subsystem is applied, until it names the backend, subsystem and application that first breaks the
-   output;
-2. the accuracy minifier (``TORCHDYNAMO_REPRO_AFTER=aot``, ``TORCHDYNAMO_REPRO_LEVEL=4``) in a fresh
-   process under a time limit: when the compiled output differs from eager it shrinks the graph to a
-   smallest failing one and writes a ``repro.py``.
-
-The check is BlurBall (or the reproducer's small module, ``--model repro``, loaded from the standalone
-reproducer by ``graphbook.compilers.miscompile.check_model``) compiled with Inductor freezing
-(``graphbook.runtimes.variants.freezing``, the book's one freezing switch), compared with eager under
-``graphbook.config.SAME_OUTPUT_ATOL``. One row per tool goes to a new ``cpu-freezing-bisect-<date>.csv``
-(``results.write_run``, kind ``freezing-bisect``).
-
-Usage::
-
-    python code/bisect_freezing.py                       # BlurBall at 32x64, minifier limited to 300 s
-    python code/bisect_freezing.py --model repro --minifier-timeout 0
-
-Exit status: 0 recorded; 2 bad arguments.
-"""
+"""Find the freezing miscompile the way compiler engineers do: CompilerBisector, then the minifier."""
 from __future__ import annotations
 
 import os

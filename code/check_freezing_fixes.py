@@ -1,18 +1,4 @@
-"""Check each switch that may make Inductor freezing correct on BlurBall under torch 2.13 (Chapter 5).
-
-For every fix in ``graphbook.runtimes.variants.FREEZING_FIXES`` (``none`` is freezing alone, the miscompile):
-the trained BlurBall compiled with freezing and that fix, at both input sizes, called at batch sizes 1, 2 and 3,
-each output against eager FP32 element-wise; and the minimal reproducer with the same fix in a fresh process
-(``graphbook.compilers.miscompile.check_fix``). A fix is the book's workaround only where every row matches.
-Rows go to a new ``cpu-freezing-fixes-<date>[-N].csv`` under ``--results-dir``.
-
-Usage::
-
-    python code/check_freezing_fixes.py                          # every fix, 96x160 and 288x512
-    python code/check_freezing_fixes.py --fixes out_of_place_conv_add
-
-Exit status: 0 written; 2 bad arguments; 3 the trained checkpoint is missing.
-"""
+"""Check each switch that may make Inductor freezing correct on BlurBall under torch 2.13 (Chapter 5)."""
 from __future__ import annotations
 
 import sys

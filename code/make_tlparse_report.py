@@ -1,25 +1,4 @@
-"""Write tlparse's HTML report of BlurBall's torch.compile where the book build publishes it (Chapter 3).
-
-Compiles BlurBall once in a fresh process with ``TORCH_TRACE`` set (Inductor's caches off, so the trace
-holds every stage) and runs ``tlparse`` (PyPI, pinned in requirements.txt) on the trace. The default
-output folder, ``images/extra/tlparse/``, lies under the book's ``html_extra_path`` (``_config.yml``), so
-the built site serves it at ``/tlparse/index.html`` and Chapter 3 links it (``../tlparse/index.html``).
-
-The report is committed, not made by the build (a cold compile of BlurBall takes minutes on two cores):
-``provenance.json`` beside it records the torch and tlparse versions, CPU, date and command
-(``graphbook.teach.diagnostics.tlparse_provenance``), and ``tests/test_tlparse_report.py`` fails when the
-report is missing or was made with another torch release than the pinned one -- then rerun this script
-and commit the folder. The input is 32x64 by default: the graph and its stages are BlurBall's whatever
-the input size (the shapes in them, and possibly some of Inductor's kernel choices, differ), and the
-compile takes minutes at any size.
-
-Usage::
-
-    python code/make_tlparse_report.py                  # 32x64 input, images/extra/tlparse
-    python code/make_tlparse_report.py --out /tmp/tl --height 32 --width 64
-
-Exit status: 0 written; 2 bad arguments; 3 tlparse not installed; 1 the compile or tlparse failed.
-"""
+"""Write tlparse's HTML report of BlurBall's torch.compile where the book build publishes it (Chapter 3)."""
 from __future__ import annotations
 
 import sys

@@ -1,21 +1,4 @@
-"""Reduce the freezing miscompile by delta debugging, from the reproducer's HRNet to a few convolutions.
-
-The appendix "Anatomy of a miscompile" shows what this script recorded (it compiles dozens of candidates,
-each in a fresh process, so no page runs it). The model is the small HRNet of
-``code/repro_freezing_miscompile.py`` at ``--height`` x ``--width``, captured as an FX graph by
-``graphbook.teach.miscompile_minimizer.capture``; ``minimize`` then cuts the graph's tail, drops outputs and summands,
-bypasses nodes and halves channels and sizes while eager and ``torch.compile`` with ``freezing=True`` still disagree. One row per
-candidate goes to a new ``cpu-freezing-minimize-<date>.csv`` (kind ``freezing-minimize``); the smallest
-failing program is written as a standalone script to ``--write-repro`` when given.
-
-Usage::
-
-    python code/minimize_freezing.py                                  # 30 minutes at most
-    python code/minimize_freezing.py --budget 600 --write-repro /tmp/smallest.py
-    python code/minimize_freezing.py --start /tmp/smallest.py --phases node,size   # continue a search
-
-Exit status: 0 recorded; 2 bad arguments; 3 the captured model does not show the bug with this torch.
-"""
+"""Reduce the freezing miscompile by delta debugging, from the reproducer's HRNet to a few convolutions."""
 from __future__ import annotations
 
 import sys

@@ -1,26 +1,6 @@
 """Serve the BlurBall ball detector over HTTP, warming up batch sizes 1, 2, 3 before reporting ready.
 
-Introduced in Chapter 7. The model comes from the checkpoint (eager or ``--compile``) or from a
-deployment artifact (``--artifact``: an AOTInductor ``.pt2``, an ``.onnx`` or a saved ORT-format ``.ort``
-model; the ONNX Runtime path never imports torch). Examples (from the repository root):
-
-    .venv/bin/python code/serve_blurball.py --port 8080                    # eager FP32
-    .venv/bin/python code/serve_blurball.py --port 8080 --compile          # torch.compile, warm-up = compile
-    .venv/bin/python code/serve_blurball.py --compile --load-artifacts cache.bin   # restart from saved artifacts
-    .venv/bin/python code/serve_blurball.py --compile --save-artifacts cache.bin   # write them after warm-up
-    .venv/bin/python code/serve_blurball.py --artifact blurball.pt2 --batch-sizes 1  # AOTInductor, batch 1
-    .venv/bin/python code/serve_blurball.py --artifact dynamic.onnx                # ONNX Runtime, batches 1-3
-
-``GET /livez`` answers 200 while the process serves (500 when the warm-up failed or a model call hangs); ``GET /readyz`` (and ``/healthz``) 503 until the
-warm-up is done; ``POST /predict`` takes clips (see ``graphbook/serving/__init__.py`` for the request format).
-Concurrent requests are joined into warmed batch sizes (``--no-batching`` turns that off); at most
-``--max-queue`` wait, beyond that the answer is 503 with ``Retry-After``. The line ``READY <seconds>``
-on stdout marks the moment the server became ready, so scripts can time it.
-
-Exit status: 0 stopped by Ctrl-C or SIGTERM after serving; 1 the warm-up failed (the model cannot run);
-2 bad arguments, including a configuration the model cannot serve (a static-batch artifact asked for
-several batch sizes) and an artifact or ``--load-artifacts`` file that cannot be loaded; one line on
-stderr, never a traceback.
+Usage, the HTTP interface and the exit statuses: docs/serving.md.
 """
 from __future__ import annotations
 
@@ -120,10 +100,8 @@ def build_model(args):
 
 
 def _load_cache_artifacts(torch, path: Path) -> None:
-    """Load torch.compiler cache artifacts, or raise ValueError in one line for a file that holds none.
-
-    torch 2.13 does not raise on a corrupt file: it logs a warning with a traceback and loads nothing.
-    """
+    """Load torch.compiler cache artifacts, or raise ValueError in one line for a file that holds none."""
+    # torch 2.13 does not raise on a corrupt file: it logs a traceback and loads nothing
     log = logging.getLogger("torch.compiler._cache")
     level = log.level
     log.setLevel(logging.CRITICAL)

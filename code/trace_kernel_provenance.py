@@ -1,20 +1,4 @@
-"""Record which eager operators each Inductor kernel of BlurBall holds, from Inductor's own provenance (Chapter 3).
-
-Compiles BlurBall once in a fresh process with ``INDUCTOR_PROVENANCE=1`` and ``TORCH_TRACE`` set
-(``graphbook.teach.kernel_provenance.trace_blurball``), writes one row per (kernel launch, post-grad node, eager
-operator) to a new ``data/results/cpu-kernel-provenance-<date>.csv``, and publishes tlparse's provenance
-page of the same compile under ``images/extra/tlparse_provenance/`` (served beside the tlparse report at
-``/tlparse_provenance/index.html``; commit both). Before writing, every launch of the generated code must be
-traced to at least one eager operator.
-
-Usage::
-
-    python code/trace_kernel_provenance.py                     # 96x160, 2 threads
-    python code/trace_kernel_provenance.py --results-dir /tmp/r --view-dir /tmp/view
-
-Exit status: 0 written; 1 the compile or tlparse failed, or a launch was not traced; 2 bad arguments;
-3 tlparse not installed.
-"""
+"""Record which eager operators each Inductor kernel of BlurBall holds, from Inductor's own provenance (Chapter 3)."""
 from __future__ import annotations
 
 import sys

@@ -1,40 +1,4 @@
-"""Train BlurBall on synthetic clips on a CPU, within a time budget, from a fixed seed.
-
-Introduced in Chapter 6. The book needs a BlurBall that finds the ball, so that "does the compiled
-model keep the ball positions?" can be answered against ground truth. The authors' weights are not
-redistributable here, so this script trains the re-implementation (``graphbook.model.blurball``) on the
-synthetic clips of ``graphbook.model.synthetic_clips``.
-
-Why small crops: BlurBall costs about 190 k multiply-accumulates per input pixel and its top branch
-runs at full resolution, so one training sample at 288 x 512 costs tens of seconds on a laptop CPU
-core. The network is fully convolutional (its only global operation is the SE blocks' average
-pooling), so it can be trained on small clips (default 96 x 160) drawn at the full-resolution pixel
-scale: the ball, its blur and the textures have the sizes they have in a 288 x 512 frame, and a
-96 x 160 clip looks like a crop of one. The trained weights then run at any size that is a multiple
-of 8, including 288 x 512. The SE pooling sees a smaller area in training than at full size; the
-full-size evaluation at the end measures what that costs.
-
-Loss: the spec's loss is the MSE between the clamped sigmoid of the logits and the line target. With
-about one positive pixel in a hundred, plain MSE drives every output to 0 (the positive pixels'
-gradient vanishes with the sigmoid), so the default is a weighted MSE: positive pixels weigh
-``--pos-weight`` times more (``--loss mse`` gives the spec's unweighted loss). The head's bias starts
-at the logit of ``--prior`` so the first steps do not spend themselves pushing the background down.
-Adam with learning rate 3e-4, as the authors' configuration.
-
-Speed: the forward pass runs under bf16 autocast by default (``--autocast none`` for float32); the
-weights, the optimiser and the saved checkpoint stay float32, and validation runs in float32. One
-thread is the default: on a shared 2-core machine a two-thread step took about ten times the CPU
-time of a one-thread step, because OpenMP threads spin while waiting for each other.
-
-Outputs (never overwriting; a name that exists gets a -2, -3 ... suffix):
-``<checkpoint-dir>/<name>.pt`` (``{"model_state_dict": ...}``, float32, about 6 MB),
-``<checkpoint-dir>/<name>.log.csv`` (one row per epoch: loss, validation detection rate and error) and
-``<checkpoint-dir>/<name>.provenance.json`` (seed, git commit, date, machine, arguments, wall time, metrics).
-
-Example (the book's checkpoint): ``nice -n 10 python code/train_blurball.py --seed 0``. This file is the
-command line; the loss, validation and training loop are ``graphbook.model.training``. Bad arguments exit
-with status 2 and one line on stderr (``graphbook.record.cli``).
-"""
+"""Train BlurBall on synthetic clips on a CPU, within a time budget, from a fixed seed."""
 from __future__ import annotations
 
 import sys

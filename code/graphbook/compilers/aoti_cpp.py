@@ -1,10 +1,4 @@
-"""AOTInductor's C++ loader: the program that loads a ``.pt2`` without Python, built here with g++ (Chapter 6).
-
-The source ships inside the package (``cpp/aoti_load.cpp``: libtorch's ``AOTIModelPackageLoader``, the
-AOTInductor tutorial's "Inference in C++"); :func:`build_cpp_loader` compiles it against the installed torch
-wheel, and :func:`package_vector_instructions` reads off a package how wide the vector registers its
-compiled kernels use are, which ties a ``.pt2`` to the instruction set it was built for.
-"""
+"""AOTInductor's C++ loader: the program that loads a ``.pt2`` without Python, built here with g++ (Chapter 6)."""
 from __future__ import annotations
 
 import shutil
@@ -23,12 +17,7 @@ CPP_LOADER_SOURCE = Path(__file__).resolve().parents[1] / "cpp" / "aoti_load.cpp
 
 
 def _cpp_loader_command(source, output) -> list[str]:
-    """The g++ command that builds :data:`CPP_LOADER_SOURCE` against the installed torch wheel (Chapter 6).
-
-    Headers and libraries come from the wheel itself (``torch/include``, ``torch/lib``); the rpath
-    lets the binary find ``libtorch.so`` without ``LD_LIBRARY_PATH``; the C++ ABI flag matches the
-    wheel's (``torch.compiled_with_cxx11_abi()``).
-    """
+    """The g++ command that builds :data:`CPP_LOADER_SOURCE` against the installed torch wheel (Chapter 6)."""
     root = Path(torch.__file__).resolve().parent
     abi = int(torch.compiled_with_cxx11_abi())
     return ["g++", "-std=c++20", "-O2", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-w",
@@ -38,14 +27,7 @@ def _cpp_loader_command(source, output) -> list[str]:
 
 
 def package_vector_instructions(package) -> dict | None:
-    """Instructions in a ``.pt2``'s compiled libraries, by their widest x86 vector register (Chapter 6).
-
-    The package's kernels are machine code for the instruction set Inductor picked when it was built:
-    ``zmm`` registers are AVX-512 (a CPU without it stops at the first one with an illegal-instruction
-    signal), ``ymm`` AVX/AVX2, ``xmm`` SSE. Returns ``{"zmm", "ymm", "xmm", "libraries"}`` counted with
-    ``objdump -d``, or None when objdump (binutils) is not installed. ValueError if ``package`` holds no
-    shared library.
-    """
+    """Instructions in a ``.pt2``'s compiled libraries, by their widest x86 vector register (Chapter 6)."""
     objdump = shutil.which("objdump")
     if objdump is None:
         return None

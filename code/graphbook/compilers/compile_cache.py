@@ -1,19 +1,4 @@
-"""Restart cost of torch.compile: cold, warm on-disk cache, and saved cache artifacts (Chapter 6).
-
-What a server pays after a restart is the compile of every graph it warms up. Timing that inside the
-process that already compiled once would measure Dynamo's in-memory caches, so each measurement here
-runs in a **fresh Python process** with its own ``TORCHINDUCTOR_CACHE_DIR``:
-
-- ``cold``: an empty cache directory (what the first start on a new machine pays);
-- ``warm``: the directory the cold run just filled (a restart on the same machine);
-- ``artifacts``: a *new, empty* directory into which the child first loads the bytes the cold run saved
-  with :func:`torch.compiler.save_cache_artifacts` (what a fresh container pays when the artifacts
-  ship with it).
-
-The child is this module run as ``python -m graphbook.compilers.compile_cache --child SPEC_JSON``; it prints one
-line ``GRAPHBOOK_RESULT {...}`` that the parent parses. A model is named by a factory
-``"package.module:function"`` that returns an ``nn.Module``, so the child can rebuild it.
-"""
+"""Restart cost of torch.compile: cold, warm on-disk cache, and saved cache artifacts (Chapter 6)."""
 from __future__ import annotations
 
 import importlib
@@ -44,11 +29,7 @@ class CompileCacheError(RuntimeError):
 
 @dataclass
 class RestartSpec:
-    """What the child process compiles and calls (Introduced in Chapter 6).
-
-    ``factory`` is ``"module:function"`` returning an ``nn.Module`` (called with ``factory_kwargs``);
-    inputs are ``torch.randn(b, *input_chw)`` for each ``b`` in ``batch_sizes``, called in that order.
-    """
+    """What the child process compiles and calls (Introduced in Chapter 6)."""
 
     factory: str
     input_chw: tuple[int, int, int]
@@ -148,12 +129,7 @@ def _child_main(spec_given: dict) -> dict:
 
 def _run_fresh_process(spec: RestartSpec, cache_dir: str | os.PathLike, *, load_artifacts=None,
                       save_artifacts=None, timeout: float = 1800.0) -> dict:
-    """Compile ``spec`` in a new Python process whose Inductor cache is ``cache_dir`` (Chapter 6).
-
-    Returns the child's measurements plus ``process_wall_s`` (start to exit, as the parent saw it).
-    ``load_artifacts`` / ``save_artifacts`` are paths of a cache-artifact file to load before compiling
-    or to write after the first calls. Raises :class:`CompileCacheError` if the child fails.
-    """
+    """Compile ``spec`` in a new Python process whose Inductor cache is ``cache_dir`` (Chapter 6)."""
     spec.validate()
     payload = asdict(spec)
     payload["input_chw"] = list(spec.input_chw)
@@ -187,13 +163,7 @@ def _restart_seconds(result: dict) -> float:
 
 def cache_experiment(spec: RestartSpec, workdir: str | os.PathLike | None = None, *,
                      timeout: float = 1800.0) -> list[dict]:
-    """Measure cold, warm and artifacts restarts of ``spec``, each in a fresh process (Chapter 6).
-
-    Returns one row per (scenario, batch size) with ``compile_s`` (that size's first call) and the scenario's
-    ``restart_s``, ``speedup_vs_cold`` (cold restart / this restart), ``process_wall_s``, the
-    FX-graph cache hits/misses and the graphs compiled so far. All three runs share nothing but the
-    artifact file; the cache directories live under ``workdir`` (a temporary one if None).
-    """
+    """Measure cold, warm and artifacts restarts of ``spec``, each in a fresh process (Chapter 6)."""
     spec.validate()
     own_tmp = None
     if workdir is None:
@@ -256,11 +226,7 @@ if __name__ == "__main__":
 def _time_server_to_ready(server_args: list[str], *, threads: int = THREADS, env_extra: dict | None = None,
                          cache_dir=None, timeout: float = 600.0, error: type[Exception] = CompileCacheError) -> float:
     """Start ``code/serve_blurball.py`` on a free port with ``server_args``; seconds from launch to READY
-    (Chapter 7).
-
-    READY is printed after every batch size was warmed up, i.e. when ``/readyz`` turns 200. ``cache_dir``
-    is the server's Inductor cache (an empty folder: a fresh container); ``error`` is raised on a failure.
-    """
+    (Chapter 7)."""
     env = dict(os.environ)
     env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)
     env.update(env_extra or {})
@@ -293,14 +259,7 @@ def server_readiness(artifacts: dict, work: Path, input_hw, *, repeats: int = 3,
                      timeout: float = 600.0, progress=None, error: type[Exception] = CompileCacheError,
                      model_servers=tuple(MODEL_SERVERS)) -> list[dict]:
     """Time the server to ready from the model (:data:`MODEL_SERVERS`) and from each built artifact of
-    :data:`ARTIFACT_SERVERS`, ``repeats`` times (Chapter 7).
-
-    ``artifacts`` maps an artifact key to ``{"path", "bytes"}`` (what the restart paths built; servers whose
-    artifact is absent are left out); ``model_servers`` names the starts from the model to time. Each start gets
-    an empty Inductor cache directory. Rows have the columns
-    of the ``serving-ready`` results kind: ``model``, ``input_chw``, ``batch_sizes``, ``server``,
-    ``time_to_ready_s``, plus ``repeat`` and ``artifact_bytes``.
-    """
+    :data:`ARTIFACT_SERVERS`, ``repeats`` times (Chapter 7)."""
     say = progress or (lambda msg: None)
     rows = []
     size_args = ["--height", input_hw[0], "--width", input_hw[1], "--batch-sizes", "1,2,3"]

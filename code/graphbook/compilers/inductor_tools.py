@@ -1,12 +1,4 @@
-"""Looking inside torch.compile: generated code, kernel counts, graph breaks, ablations (Chapter 3).
-
-TorchInductor writes a Python "wrapper" module that allocates buffers and calls kernels. On CPU each
-kernel it generated is a C++ function compiled through ``async_compile.cpp_pybinding(...)``; on GPU a
-Triton kernel through ``async_compile.triton(...)``. Library calls (oneDNN convolutions, MKL matrix
-products) appear as ``extern_kernels.*`` or ``torch.ops.<namespace>.*`` calls instead. Counting the
-definitions in that code is the honest kernel count: ``torch._inductor.metrics.generated_kernel_count``
-is incremented when a kernel object is created, including ones that are later merged, and over-counts.
-"""
+"""Looking inside torch.compile: generated code, kernel counts, graph breaks, ablations (Chapter 3)."""
 from __future__ import annotations
 
 import re
@@ -126,10 +118,7 @@ def _call_body(source: str) -> str:
 
 
 def call_sequence(sources: str | Sequence[str]) -> list[str]:
-    """The launches in the wrapper's ``call`` in order, shortened to ``name(...)`` (Chapter 3).
-
-    This is the compiled program at a glance: generated kernels and library calls, nothing else.
-    """
+    """The launches in the wrapper's ``call`` in order, shortened to ``name(...)`` (Chapter 3)."""
     if isinstance(sources, str):
         sources = [sources]
     names = set(kernel_definitions(sources))
@@ -148,11 +137,7 @@ def call_sequence(sources: str | Sequence[str]) -> list[str]:
 
 
 def _launch_counts(sources: str | Sequence[str]) -> dict:
-    """Launches per forward call: ``{"generated": n, "library": m}`` (Chapter 3).
-
-    A generated kernel can be launched at several call sites (Inductor reuses one definition for
-    identical loops, e.g. the same SE block shape), so launches >= definitions.
-    """
+    """Launches per forward call: ``{"generated": n, "library": m}`` (Chapter 3)."""
     sequence = call_sequence(sources)
     names = set(kernel_definitions(sources))
     generated = sum(1 for launch in sequence if launch[:-len("(...)")] in names)
@@ -174,15 +159,7 @@ def kernel_source(sources: str | Sequence[str], name: str) -> str:
 
 def compile_and_get_code(fn: Callable, *args, options: Mapping | None = None, reset: bool = True,
                          **compile_kwargs) -> GeneratedCode:
-    """Compile ``fn`` with Inductor, run it once on ``args`` and return the generated code (Chapter 3).
-
-    ``options`` are ``torch._inductor.config`` settings (e.g. ``{"freezing": True}``), patched in while
-    the first call compiles; the returned ``compiled`` callable keeps that code. The call runs
-    under ``torch.no_grad()``: this is inference, and freezing requires it. ``reset`` clears Dynamo's
-    caches first so an earlier compile of the same code is not reused (the on-disk Inductor cache may
-    still answer, which returns the same code, faster); ``reset=False`` keeps every earlier compile (a
-    module copy with its own ``forward`` code object then keeps its own compiled graph).
-    """
+    """Compile ``fn`` with Inductor, run it once on ``args`` and return the generated code (Chapter 3)."""
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
 
@@ -259,10 +236,7 @@ def explain(fn: Callable, *args) -> ExplainSummary:
 
 
 def dynamo_graphs(fn: Callable, *args) -> list[torch.fx.GraphModule]:
-    """The FX graphs TorchDynamo captures from one call of ``fn`` (Chapter 3).
-
-    Uses a backend that records each graph and runs it unchanged, so nothing is compiled.
-    """
+    """The FX graphs TorchDynamo captures from one call of ``fn`` (Chapter 3)."""
     graphs: list[torch.fx.GraphModule] = []
 
     def record(gm, example_inputs):

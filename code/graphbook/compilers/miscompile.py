@@ -1,22 +1,4 @@
-"""The freezing miscompile taken apart: verdict, wrapper diff, the missing summand (Chapter 3).
-
-Introduced in Chapter 3. With Inductor freezing on, BlurBall's compiled output differs from eager. The
-cause is in the generated wrapper: freezing turns ``conv(x) + other`` into the in-place oneDNN call
-``torch.ops.mkldnn._convolution_pointwise_.binary(other, x, ..., 'add', ...)``; with scheduler fusion on,
-the generated kernel that finishes an HRNet fuse layer's three-branch sum reads ``other``'s buffer
-*before* that call adds into it, so one summand is dropped (a lost read-after-write on a mutated
-buffer). This module gives Chapter 3 its verdict and the appendix "Anatomy of a miscompile" the rest:
-
-* :func:`freezing_bug_verdict` -- whether the minimal reproducer ``code/repro_freezing_minimal.py``
-  (the appendix "Anatomy of a miscompile" shows how it was reduced from the model-scale
-  ``code/repro_freezing_miscompile.py``) still fails with this torch, run once per torch version in a
-  fresh process and remembered (see its docstring);
-* :func:`_inplace_binary_calls`, :func:`lost_reads` and :func:`_call_order` -- the in-place calls in a
-  wrapper, the generated kernels that read their buffer too early, and the order of the calls around
-  them, for the two wrappers side by side (fusion on and off);
-* :func:`dropped_summand` -- recomputes BlurBall in eager mode with each fuse-layer summand left out in
-  turn and says which one the compiled output equals: the arithmetic that proves a summand is missing.
-"""
+"""The freezing miscompile taken apart: verdict, wrapper diff, the missing summand (Chapter 3)."""
 from __future__ import annotations
 
 import importlib.util
@@ -50,15 +32,7 @@ _DIFF_LINE = re.compile(r"max abs diff, freezing:\s+([0-9.eE+-]+|nan|inf)")
 # ----------------------------------------------------------------------------------------- verdict
 def run_minimal(config: dict | None = None, *, wrapper: bool = False, replace: dict[str, str] | None = None,
                 fix: str = "none", timeout: float = 300) -> dict:
-    """The minimal reproducer in a fresh process, with extra Inductor ``config`` set first (appendix).
-
-    ``replace`` edits the program before it runs: each key must occur exactly once in the script's source and
-    is replaced by its value (another input shape, an extra use of a value). ``{"present", "max_abs_diff",
-    "seconds", "code"}``: ``present`` is its exit status 1 (the bug); ``code`` is the generated wrapper when
-    ``wrapper=True`` (Inductor's ``output_code`` log), else "". Raises ``RuntimeError`` when the script neither
-    passes nor fails (a crash is not a verdict), ``ValueError`` when an edit does not apply. ``fix`` runs it
-    inside :func:`graphbook.runtimes.variants.freezing` with that one of its fixes.
-    """
+    """The minimal reproducer in a fresh process, with extra Inductor ``config`` set first (appendix)."""
     source = MINIMAL_SCRIPT.read_text()
     for old, new in (replace or {}).items():
         if source.count(old) != 1:
@@ -105,14 +79,7 @@ def _cache_file() -> Path:
 
 
 def freezing_bug_verdict(*, refresh: bool = False, timeout: float = 900, threads: int = THREADS) -> dict:
-    """Whether the freezing miscompile is present in this torch: ``{present, torch, max_abs_diff, ...}``
-    (Chapter 3).
-
-    The minimal reproducer (:data:`MINIMAL_SCRIPT`) answers, in a fresh process (seconds on two cores); the
-    answer is remembered in ``~/.cache/graphbook/freezing-minimal-torch-<version>-<capability>.json``
-    (``GRAPHBOOK_CACHE_DIR`` moves it), so the chapters that ask run it at most once per torch version and CPU
-    capability. ``source`` says whether it ran now or came from that file; ``refresh=True`` always runs it.
-    """
+    """Whether the freezing miscompile is present in this torch: ``{present, torch, max_abs_diff, ...}`` (Chapter 3)."""
     if not refresh:
         cache = _cache_file()
         if cache.exists():
@@ -137,13 +104,7 @@ def verdict_sentence(verdict: dict) -> str:
 
 # ------------------------------------------------------------------------------- the models checked
 def _load_reproducer():
-    """``code/repro_freezing_miscompile.py`` loaded as a module (Chapter 3).
-
-    The reproducer is one standalone file that imports only torch, so it can be filed upstream as it
-    is; it is also the one definition of its small HRNet. The book uses that model through this
-    function (``_load_reproducer().build(height, width, seed)`` gives ``(model, inputs)``) instead of
-    keeping a copy. Loading it runs no check (its ``main`` is behind ``__name__ == "__main__"``).
-    """
+    """``code/repro_freezing_miscompile.py`` loaded as a module (Chapter 3)."""
     spec = importlib.util.spec_from_file_location("repro_freezing_miscompile", REPRO_SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -251,12 +212,7 @@ def _shorten(text: str, width: int = 150) -> str:
 
 
 def side_by_side(fused_source: str, unfused_source: str) -> dict:
-    """For the buffer the fused wrapper reads too early: its events in both wrappers (appendix).
-
-    Returns ``{"buffer", "kernel", "fused": [...], "unfused": [...], "unfused_buffer"}``; the unfused
-    wrapper's buffer is found as the ``other`` of the in-place call with the same convolution weights.
-    Raises ``LookupError`` when the fused wrapper has no early read (the bug is absent).
-    """
+    """For the buffer the fused wrapper reads too early: its events in both wrappers (appendix)."""
     reads = lost_reads(fused_source)
     if not reads:
         raise LookupError("no generated kernel reads an in-place-added buffer early: the bug is absent here")
@@ -298,13 +254,7 @@ class SummandCheck:
 
 
 def dropped_summand(model, x: torch.Tensor, compiled_output: torch.Tensor) -> list[SummandCheck]:
-    """Left out in turn, which fuse-layer summand makes eager BlurBall equal the compiled output (appendix)?
-
-    Runs ``model`` (a BlurBall) in eager mode once per (stage, fuse output, branch) with that one term
-    removed from the sum and compares with ``compiled_output``; returns every omission that matches to
-    1e-4 (normally exactly one), with the full-sum difference for contrast. Milliseconds per run at the
-    chapter's input size.
-    """
+    """Left out in turn, which fuse-layer summand makes eager BlurBall equal the compiled output (appendix)?"""
     with torch.no_grad():
         full = model(x)
     diff_with = float((compiled_output - full).abs().max())
@@ -339,11 +289,7 @@ def dropped_summand(model, x: torch.Tensor, compiled_output: torch.Tensor) -> li
 
 def frozen_wrappers(model, x: torch.Tensor, fused=None) -> dict:
     """BlurBall compiled with freezing, scheduler fusion on and off: ``{"fused": GeneratedCode, "unfused":
-    GeneratedCode}`` (appendix).
-
-    Pass the chapter's own freezing compile as ``fused`` (a ``GeneratedCode`` from
-    ``inductor_tools.compile_and_get_code``) to compile only the unfused one (``max_fusion_size=1``).
-    """
+    GeneratedCode}`` (appendix)."""
     if fused is None:
         fused = compile_and_get_code(model, x, options={"freezing": True})
     unfused = compile_and_get_code(model, x, options={"freezing": True, "max_fusion_size": 1})
@@ -352,14 +298,7 @@ def frozen_wrappers(model, x: torch.Tensor, fused=None) -> dict:
 
 # ------------------------------------------------------------------------------------ the fixes checked
 def check_fix(fix: str, model, *, sizes=(SMALL_SIZE, FULL_SIZE), batch_sizes=BATCH_SIZES, seed: int = 0) -> list[dict]:
-    """Freezing with one of :data:`graphbook.runtimes.variants.FREEZING_FIXES` against eager FP32 (Chapter 5).
-
-    BlurBall (``model``) is compiled once per input size and called at each batch size in turn, as a server
-    would (the second batch size makes Dynamo compile a dynamic-batch graph); every output is compared with
-    eager's element-wise. The minimal reproducer runs with the same fix in a fresh process. Rows: ``fix``,
-    ``case`` (``blurball`` or ``reproducer``), ``height``, ``width``, ``batch_size``, ``max_abs_diff`` and
-    ``same_output``; a fix is the book's workaround only where every row says ``same_output``.
-    """
+    """Freezing with one of :data:`graphbook.runtimes.variants.FREEZING_FIXES` against eager FP32 (Chapter 5)."""
     name = "compile_freezing" if fix == "none" else f"compile_freezing_{fix}"
     generator = torch.Generator().manual_seed(seed)
     rows = []

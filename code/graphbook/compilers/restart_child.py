@@ -1,9 +1,4 @@
-"""The fresh process of a restart path (Chapter 6): import the runtime, load or build the artifact, answer.
-
-``python -m graphbook.compilers.restart_child --child SPEC_JSON`` is what :func:`graphbook.teach.restart_paths.run_restart_paths`
-starts: with ``role`` ``build`` it compiles or exports an artifact, otherwise it loads one, runs each batch
-size once and a few steady calls, and prints one ``GRAPHBOOK_RESULT`` line with its timestamps.
-"""
+"""The fresh process of a restart path (Chapter 6): import the runtime, load or build the artifact, answer."""
 from __future__ import annotations
 
 import os

@@ -1,20 +1,4 @@
-"""What TVM's build choices cost on a CPU: targets, a census of the generated code, per-run speed-ups (Chapter 3).
-
-Introduced in Chapter 3 with ``code/bench_tvm.py``. TVM's default Relax pipeline for ``llvm``
-(``tvm.relax.backend.cpu_generic``) legalizes every operator into a plain TIR loop nest and schedules none of
-them: no loop is marked parallel, and vectorizing is left to LLVM. Two choices then decide what an untuned
-build gets from the CPU, besides TVM itself:
-
-- the target's ``mcpu``: a bare ``llvm`` target compiles for generic x86-64 (128-bit SSE vectors), while
-  ``Target.from_device(tvm.cpu())`` names the host CPU, as LLVM identifies it, and lets LLVM use its vectors;
-- threads: a build without parallel loops runs on one core whatever ``TVM_NUM_THREADS`` says, while eager
-  PyTorch uses every intra-op thread it is given.
-
-This module names the two untuned targets (:func:`targets`), counts in the generated LLVM IR what a build got
-(:func:`generated_code`), times a call while measuring how many cores it kept busy (:func:`timed_with_cores`),
-and computes every variant's speed-up against eager at one thread and at the book's thread count, run by run
-(:func:`add_speedups`). Optional TVM (``requirements-tvm.txt``) is imported only inside the functions that need it.
-"""
+"""What TVM's build choices cost on a CPU: targets, a census of the generated code, per-run speed-ups (Chapter 3)."""
 from __future__ import annotations
 
 import re
@@ -35,11 +19,7 @@ _PARALLEL_LAUNCH = re.compile(r"\bcall\b[^\n]*@TVMBackendParallelLaunch\(")
 
 
 def targets(threads: int) -> dict:
-    """The untuned builds' targets, ``{GENERIC: Target, HOST: Target}``, with ``num-cores`` ``threads`` (Chapter 3).
-
-    The host target is ``Target.from_device(tvm.cpu())`` (TVM 0.27 takes targets as dicts; it fills ``mtriple``
-    and ``mcpu`` from LLVM's host detection, e.g. ``"rocketlake"`` or ``"znver5"``).
-    """
+    """The untuned builds' targets, ``{GENERIC: Target, HOST: Target}``, with ``num-cores`` ``threads`` (Chapter 3)."""
     import tvm
 
     host = tvm.target.Target.from_device(tvm.cpu()).export()
@@ -73,12 +53,7 @@ def generated_code(executable) -> dict:
 
 
 def timed_with_cores(fn: Callable[[], object], *, warmup: int, repeats: int, threads: int | None = None) -> dict:
-    """:func:`graphbook.measure.timing.time_cpu`'s columns plus ``busy_cores`` (Chapter 3).
-
-    ``busy_cores`` is the process's CPU seconds per wall second over the warm-up and timed calls: about 1 for
-    code that runs on one thread, up to the thread count for code that uses them all (OpenMP threads that spin
-    while waiting count as busy: they hold their core all the same).
-    """
+    """:func:`graphbook.measure.timing.time_cpu`'s columns plus ``busy_cores`` (Chapter 3)."""
     cpu_start, wall_start = time.process_time(), time.perf_counter()
     result = timing.time_cpu(fn, warmup=warmup, repeats=repeats, threads=threads)
     busy = (time.process_time() - cpu_start) / (time.perf_counter() - wall_start)
@@ -99,11 +74,7 @@ def add_speedups(rows: Iterable[dict], baselines: Mapping[str, str] = SPEEDUP_BA
 
 def tune(mod, target, *, trials: int, build_timeout: int, work_dir: str):
     """MetaSchedule-tune ``mod`` for ``target`` over ``trials`` measured trials in all; returns ``(executable,
-    info)`` with ``info`` ``{"tune_s", "trials", "tasks"}`` (Chapter 3).
-
-    Random cost model, one build worker, ``build_timeout`` seconds per build: each worker imports TVM's tensor
-    intrinsics once, which alone can take half a minute on two cores.
-    """
+    info)`` with ``info`` ``{"tune_s", "trials", "tasks"}`` (Chapter 3)."""
     import tvm
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms

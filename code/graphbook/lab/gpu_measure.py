@@ -1,15 +1,4 @@
-"""The BlurBall GPU measurement matrix behind ``code/gpu_blurball.py`` (Chapter 5).
-
-The article's Section 5 matrix at batch 1 and 3 x 288 x 512: eager FP32 and FP16 (FP16 is always
-``torch.autocast`` with float16 on FP32 weights, ``fp16_method=autocast``), channels-last eager,
-cuDNN benchmark on (measured in a child process: :func:`run_cudnn_benchmark_child`), torch.compile
-default, reduce-overhead and max-autotune. :func:`plan_matrix` lists the configurations,
-:func:`measure` checks each against eager FP32, times it and profiles three of them
-(:mod:`graphbook.lab.gpu_profiling`), :func:`_build_rows` gives the ``gpu-blurball`` rows. On a CPU,
-``--smoke`` (``parse_args(["--smoke", ...])``) runs every step with a tiny stand-in model.
-The command line (``main``) stays in ``code/gpu_blurball.py``; this module imports no torch until a
-measurement starts.
-"""
+"""The BlurBall GPU measurement matrix behind ``code/gpu_blurball.py`` (Chapter 5)."""
 from __future__ import annotations
 
 import argparse
@@ -99,10 +88,7 @@ def cuda_problem() -> str | None:
 
 
 def plan_matrix(skip_max_autotune: bool = False) -> list[dict]:
-    """The configurations to measure, in order: eager first, max-autotune last (Chapter 5).
-
-    The ``+cudnn_benchmark`` configurations carry ``process="child"``: they run in a separate process.
-    """
+    """The configurations to measure, in order: eager first, max-autotune last (Chapter 5)."""
     plan = []
     for precision in PRECISIONS:
         plan.append(dict(precision=precision, mode="eager", layout="nchw", cudnn_benchmark=False))
@@ -134,11 +120,7 @@ summarize_kernels = gp.summarize_kernels
 
 
 def _build_rows(measurements: list[dict], profiles: dict, *, device: str = "cuda", smoke: bool = False) -> list[dict]:
-    """CSV rows from measurement dicts and ``{variant: [profile rows]}`` (Chapter 5).
-
-    Adds each variant's speed-up over eager (NCHW, no cuDNN benchmark) at the same precision and
-    over eager FP32; every row gets every column of :data:`CSV_COLUMNS` (empty where not applicable).
-    """
+    """CSV rows from measurement dicts and ``{variant: [profile rows]}`` (Chapter 5)."""
     def eager_time(precision):
         for m in measurements:
             if (m["precision"], m["mode"], m["layout"], bool(m["cudnn_benchmark"])) == (
@@ -225,12 +207,7 @@ def _sync(device: str):
 
 
 def _build_call(config: dict, model, x, *, device: str = "cuda", fresh_cache: bool = True):
-    """``(call, first_call_s, second_call_s)`` for one configuration (Chapter 5).
-
-    First calls follow :func:`graphbook.lab.gpu_profiling.first_calls`: synchronized, and two of them for
-    the CUDA-graph modes (``second_call_s`` is empty for the others). Compiles run after
-    ``torch._dynamo.reset()`` in a fresh Inductor cache unless ``fresh_cache`` is False.
-    """
+    """``(call, first_call_s, second_call_s)`` for one configuration (Chapter 5)."""
     precision, mode = config["precision"], config["mode"]
     if config["layout"] == "channels_last":
         model = copy.deepcopy(model).to(memory_format=torch.channels_last)
@@ -334,11 +311,7 @@ def run_cudnn_benchmark_child(args) -> int:
 
 
 def measure(args: argparse.Namespace, log=print) -> list[dict]:
-    """Run the matrix and return the CSV rows (Chapter 5).
-
-    On CUDA (assumes :func:`cuda_problem` is None), or on the CPU with the smoke model when
-    ``args.smoke``. The ``+cudnn_benchmark`` rows come from a child process.
-    """
+    """Run the matrix and return the CSV rows (Chapter 5)."""
     device = "cpu" if args.smoke else "cuda"
     started = time.perf_counter()
     torch.backends.cudnn.benchmark = False

@@ -1,28 +1,4 @@
-"""What the GPU scripts need to measure right the first time on a lab machine (Chapter 5).
-
-``code/gpu_blurball.py`` and ``code/gpu_tensorrt.py`` run once on a busy lab GPU, so every rule here is
-written against the libraries' own sources and tested on a CPU with fakes:
-
-- **Profiles** (:func:`_kernels_from_events`, :func:`kernel_category`): a device event that is a user
-  annotation (Inductor wraps each compiled graph in a ``## Call CompiledFxGraph ... ##`` range, which
-  the profiler also reports on the GPU timeline as ``gpu_user_annotation``) is not a kernel; a kernel
-  belongs to the *innermost* op that launched it (its ``linked_correlation_id``), so autocast's weight
-  casts inside ``aten::conv2d`` count as "cast/copy", not "convolution". The categories and the rule
-  are :mod:`graphbook.teach.profiling`'s, shared with the CPU profile.
-- **First calls** (:func:`first_calls`): the clock stops only after the device is synchronized, and for
-  the CUDA-graph modes (``reduce-overhead``, ``max-autotune``) both the first call (compile and warm-up)
-  and the second (the graph is recorded) are timed.
-- **Streams and enqueues** (:func:`stream_handle`, :func:`enqueue_or_raise`): TensorRT and ONNX
-  Runtime's CUDA provider get a dedicated, non-default stream (ONNX Runtime treats handle 0 as "no user
-  stream"; TensorRT warns that the default stream adds synchronizations), and a failed
-  ``execute_async_v3`` raises instead of being timed as an empty call.
-- **max-autotune** (:func:`autotune_verdict`): Inductor skips its Triton GEMM/convolution templates on
-  GPUs with fewer than 68 SMs (``torch._inductor.utils.is_big_gpu``); the SM count and the verdict go
-  with every max-autotune row.
-- **cuDNN benchmark** (:func:`run_child`): PyTorch caches convolution plans per thread, keyed without
-  the ``benchmark`` flag, so benchmark rows are measured in a child process that sets the flag before
-  any convolution runs.
-"""
+"""What the GPU scripts need to measure right the first time on a lab machine (Chapter 5)."""
 from __future__ import annotations
 
 import json
@@ -75,16 +51,7 @@ kernel_category = op_category
 
 
 def _kernels_from_events(events: Iterable, device: str = "cuda") -> list[tuple[str, str, float, float]]:
-    """``(innermost_op, kernel_name, start_us, end_us)`` for each kernel in profiler events (Chapter 5).
-
-    ``events`` are ``torch.profiler`` ``FunctionEvent`` objects (or fakes with the same attributes:
-    ``name``, ``device_type``, ``id``, ``linked_correlation_id``, ``time_range``, ``is_user_annotation``,
-    ``cpu_children``). On ``"cuda"``: every CUDA event that is not an annotation or a memcpy/memset,
-    owned by the CPU op whose id is its ``linked_correlation_id`` (the op on top of the stack when it
-    was launched; annotations are never owners). On ``"cpu"`` (the smoke run): the CPU profile's op
-    units (:func:`graphbook.teach.profiling.cpu_op_units`), each a pseudo-kernel as long as its own time, so
-    that the same categoriser runs on a machine without a GPU.
-    """
+    """``(innermost_op, kernel_name, start_us, end_us)`` for each kernel in profiler events (Chapter 5)."""
     events = list(events)
     if device == "cpu":
         return [(u["name"], u["name"], u["start_us"], u["start_us"] + u["us"]) for u in cpu_op_units(events)]
@@ -123,12 +90,7 @@ def union_length(intervals) -> float:
 
 
 def summarize_kernels(kernels: list[tuple[str, str, float, float]], wall_ms: float) -> list[dict]:
-    """Profile rows from ``(launching_op, kernel_name, start_us, end_us)`` tuples (Chapter 5).
-
-    One row per :data:`KERNEL_CATEGORIES` entry with its kernel count, summed kernel time and share of
-    the summed time, each carrying the total kernel count, the active GPU time (union of kernel
-    intervals) and the host wall time of the profiled forward.
-    """
+    """Profile rows from ``(launching_op, kernel_name, start_us, end_us)`` tuples (Chapter 5)."""
     sums = {c: [0, 0.0] for c in KERNEL_CATEGORIES}
     for op, name, start, end in kernels:
         bucket = sums[kernel_category(op, name)]
@@ -167,14 +129,7 @@ def uses_cuda_graphs(mode: str) -> bool:
 def first_calls(call: Callable[[], object], n_calls: int, *, synchronize: Callable[[], object],
                 clock: Callable[[], float] = time.perf_counter,
                 before_each: Callable[[], object] | None = None) -> list[float]:
-    """Seconds of each of the first ``n_calls`` calls, the device synchronized before the clock stops.
-
-    Introduced in Chapter 5. A GPU call returns when its kernels are queued; stopping the clock then
-    understates a first call. ``synchronize`` runs before the first clock start and before every clock
-    stop; ``before_each`` (e.g. ``torch.compiler.cudagraph_mark_step_begin``) runs before each call,
-    inside its time. Use ``n_calls=2`` for CUDA-graph modes: the first call compiles and warms up, the
-    second records the graph.
-    """
+    """Seconds of each of the first ``n_calls`` calls, the device synchronized before the clock stops."""
     if not isinstance(n_calls, int) or n_calls < 1:
         raise ValueError(f"n_calls must be a positive integer, got {n_calls!r}")
     seconds = []
@@ -190,11 +145,7 @@ def first_calls(call: Callable[[], object], n_calls: int, *, synchronize: Callab
 
 
 def stream_handle(stream) -> int:
-    """The raw handle of a dedicated CUDA stream; refuses the default stream (Chapter 4).
-
-    ONNX Runtime resets ``has_user_compute_stream`` when it is given 0, and TensorRT warns that
-    enqueueing on the default stream adds device synchronizations; a handle of 0 is always a bug here.
-    """
+    """The raw handle of a dedicated CUDA stream; refuses the default stream (Chapter 4)."""
     handle = int(getattr(stream, "cuda_stream", stream))
     if handle == 0:
         raise ValueError("got the default CUDA stream (handle 0); create one with torch.cuda.Stream()")
@@ -210,12 +161,7 @@ def enqueue_or_raise(context, handle: int, what: str = "TensorRT engine") -> Non
 
 
 def autotune_verdict(device_index: int = 0) -> dict:
-    """SM count and Inductor's ``is_big_gpu`` verdict for a max-autotune row (Chapter 5).
-
-    ``inductor_is_big_gpu`` False means max-autotune did not try its Triton GEMM/convolution templates
-    on this GPU (fewer than :data:`INDUCTOR_MIN_SMS` SMs): its gain is then CUDA graphs and pointwise
-    tuning, not convolution autotuning. Empty strings without CUDA.
-    """
+    """SM count and Inductor's ``is_big_gpu`` verdict for a max-autotune row (Chapter 5)."""
     if not torch.cuda.is_available():
         return {"sm_count": "", "inductor_is_big_gpu": ""}
 
@@ -240,10 +186,7 @@ def emit_child_rows(rows: list[dict], stream=None) -> None:
 
 
 def run_child(argv: Sequence[str], *, timeout: float = 900, env: dict | None = None) -> list[dict]:
-    """Run ``python argv...`` in a fresh process and return the rows it emitted (Chapter 5).
-
-    Raises RuntimeError with the end of the child's stderr when it fails or emits nothing.
-    """
+    """Run ``python argv...`` in a fresh process and return the rows it emitted (Chapter 5)."""
     rows, _ = run_tagged_child(
         [sys.executable, *argv], CHILD_TAG, env=dict(os.environ, **(env or {})), timeout=timeout,
         last=False, check_returncode=False,
@@ -258,13 +201,7 @@ def run_child(argv: Sequence[str], *, timeout: float = 900, env: dict | None = N
 # --------------------------------------------------------------------------------------------------
 
 def smoke_model(frames_in: int = 3, frames_out: int = 3, width: int = 8, seed: int = 0):
-    """A tiny BlurBall-shaped network for the GPU scripts' ``--smoke`` runs on a CPU (Chapter 5).
-
-    Same interface as BlurBall (``(N, 3*frames_in, H, W)`` in, ``(N, frames_out, H, W)`` heatmap
-    logits out) and the same kinds of layers (convolution, batch norm in eval mode, ReLU, a residual
-    add), so every code path of the scripts runs; small enough that each ``torch.compile`` mode
-    compiles in seconds instead of BlurBall's minute.
-    """
+    """A tiny BlurBall-shaped network for the GPU scripts' ``--smoke`` runs on a CPU (Chapter 5)."""
     class SmokeNet(nn.Module):
         def __init__(self):
             super().__init__()

@@ -1,12 +1,4 @@
-"""BlurBall on the GPU runtimes of Chapter 4, behind ``code/gpu_tensorrt.py`` (Chapter 4).
-
-ONNX Runtime's CUDA and TensorRT providers and TensorRT engines built with the ``tensorrt`` package,
-each compared with eager FP32 and timed on a dedicated CUDA stream: :func:`build_tensorrt_engine`
-(strongly typed networks, timing caches), :func:`tensorrt_runner` (a failed enqueue raises),
-:func:`tensorrt_qdq_problem` (TensorRT takes only symmetric INT8 Q/DQ), :func:`quantize_symmetric`,
-:func:`_ort_runner` / :func:`_ort_stream_options`, and :func:`measure`, which returns the
-``gpu-tensorrt`` rows. The command line (``main``) stays in ``code/gpu_tensorrt.py``.
-"""
+"""BlurBall on the GPU runtimes of Chapter 4, behind ``code/gpu_tensorrt.py`` (Chapter 4)."""
 from __future__ import annotations
 
 import argparse

@@ -1,9 +1,5 @@
 """TensorRT engines for the lab GPU run (Chapter 4): strongly typed builds with and without a timing cache,
-a runner on a dedicated CUDA stream, and the symmetric INT8 Q/DQ model TensorRT accepts.
-
-``code/gpu_tensorrt.py`` reaches these through :mod:`graphbook.lab.gpu_runtimes`; TensorRT itself is optional
-and passed in as ``trt`` (imported by the caller), so this module imports on any machine.
-"""
+a runner on a dedicated CUDA stream, and the symmetric INT8 Q/DQ model TensorRT accepts."""
 from __future__ import annotations
 
 import logging
@@ -20,12 +16,7 @@ from graphbook.runtimes import quantization
 
 
 def _tensorrt_network_flags(trt) -> tuple[int, str]:
-    """Network-creation flags and the typing mode for the installed TensorRT (Chapter 4).
-
-    ``STRONGLY_TYPED`` (TensorRT 9 and later) makes the engine keep the ONNX file's types, so an
-    FP16 file gives an FP16 engine and Q/DQ nodes give INT8; on TensorRT 11 strong typing is always on
-    and the flag is accepted and ignored. Without the flag (old TensorRT) the caller sets builder flags.
-    """
+    """Network-creation flags and the typing mode for the installed TensorRT (Chapter 4)."""
     flag = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
     if flag is None:
         return 0, "weak (builder flags)"
@@ -45,13 +36,7 @@ class EngineBuild:
 
 def build_tensorrt_engine(trt, onnx_path: Path, workspace_mib: int, *, timing_cache: bytes | None = None,
                           int8: bool = False) -> EngineBuild:
-    """Parse an ONNX file and build a deserialised engine (Chapter 4).
-
-    ``timing_cache``: the serialized timing cache of an earlier build (None: start from an empty one);
-    the cache after this build is returned, so a second build can measure what the cache saves.
-    ``int8`` only matters on a TensorRT without strong typing (it then sets ``BuilderFlag.INT8`` for
-    Q/DQ models). Raises RuntimeError naming the parser's errors, or when the builder returns no plan.
-    """
+    """Parse an ONNX file and build a deserialised engine (Chapter 4)."""
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     flags, typing_mode = _tensorrt_network_flags(trt)
@@ -81,12 +66,7 @@ def build_tensorrt_engine(trt, onnx_path: Path, workspace_mib: int, *, timing_ca
 
 
 def tensorrt_runner(trt, engine, x, stream, *, device: str = "cuda"):
-    """A zero-argument function that enqueues the engine on ``stream`` and returns its output (Chapter 4).
-
-    ``stream`` is a dedicated CUDA stream (``torch.cuda.Stream``; its handle must not be 0). The input is
-    cast to the engine's input type; a failed enqueue raises RuntimeError
-    (:func:`graphbook.lab.gpu_profiling.enqueue_or_raise`).
-    """
+    """A zero-argument function that enqueues the engine on ``stream`` and returns its output (Chapter 4)."""
     handle = gp.stream_handle(stream)
     names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
     inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
@@ -112,12 +92,7 @@ def tensorrt_runner(trt, engine, x, stream, *, device: str = "cuda"):
 
 
 def tensorrt_qdq_problem(model_path: Path) -> str | None:
-    """Why TensorRT cannot build this Q/DQ model, or None (Chapter 4).
-
-    TensorRT takes only symmetric INT8 quantization: every QuantizeLinear/DequantizeLinear zero point
-    must be int8 and 0. ONNX Runtime's default static quantization (chapter 4's) gives uint8 activations
-    with non-zero zero points.
-    """
+    """Why TensorRT cannot build this Q/DQ model, or None (Chapter 4)."""
     model = onnx.load(str(model_path), load_external_data=False)
     initializers = {t.name: t for t in model.graph.initializer}
     constants = {o: n.attribute[0].t for n in model.graph.node if n.op_type == "Constant" for o in n.output

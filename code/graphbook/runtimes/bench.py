@@ -1,13 +1,4 @@
 """The CPU benchmarks' one path: build every version once, check it against eager, time all in the run protocol (Ch. 3-5).
-
-``code/bench_blurball_cpu.py``, ``bench_onnxruntime.py``, ``bench_ablation.py`` and ``bench_attribution.py`` differ
-in what they build; :func:`build_check_time` does the rest the same way for all. Nothing is rebuilt between runs:
-``--runs`` independent runs (default and minimum 3) each time every version (``--warmup`` untimed calls, then about
-``--repeats`` timed ones) in an order that rotates between runs, after the run's own ``copy_`` probe
-(``copy_gbps``, which :func:`graphbook.record.runs.flag_under_load` reads). A compiled version re-enters Dynamo from
-its caches when another ran in between: that happens in the untimed warm-up. Rows carry ``run``, ``run_order``
-(1 = went first) and, once written by :func:`graphbook.record.results.write_run`, the ``run_id``
-``<file stem>/r<run>``; the build's columns and the check are the same in every run's rows.
 """
 from __future__ import annotations
 
@@ -27,20 +18,7 @@ _PER_RUN = [RUN, "run_count", "run_started", "went_first", "copy_gbps"]
 def build_check_time(builders: Mapping[str, Callable[[], tuple[Callable, dict]]], x, reference, *,
                      columns: Mapping[str, dict] | None = None, check: Callable[[Callable], dict] | None = None,
                      log: Callable[[str], object] = print, **protocol) -> tuple[pd.DataFrame, list[str]]:
-    """Build every version once, check it against eager, then time them all in one run protocol (Chapters 3-5).
-
-    ``builders[name]()`` returns ``(run, build_columns)``; ``run(x)`` is compared with ``reference`` by
-    :func:`graphbook.runtimes.correctness.compare_to_reference` (and by ``check(run)``, whose columns join the
-    row). ``columns[name]`` go on every row of ``name`` (``expected_to_match_eager`` defaults to True; a
-    ``variant`` there replaces the name, so one variant can be timed at several thread counts). A builder that
-    raises :class:`graphbook.runtimes.variants.VariantUnavailable` gives a row per run whose ``note`` says why,
-    never timed. A version expected to match eager that does not is still timed (what would it buy?): its
-    ``note`` says so and its name is among the failed ones returned. ``protocol`` goes to
-    :func:`graphbook.measure.timing.repeated_runs`.
-
-    Returns one row per run and name, each run in the builders' order, with ``speedup_vs_eager`` against eager
-    FP32 of the same run (and thread count) where eager was timed, and the names that failed their check.
-    """
+    """Build every version once, check it against eager, then time them all in one run protocol (Chapters 3-5)."""
     runs, rows, failed = {}, {}, []
     for name, build in builders.items():
         row = {"_name": name, "variant": name, **(columns or {}).get(name, {})}

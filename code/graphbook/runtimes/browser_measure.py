@@ -1,13 +1,4 @@
-"""WebAssembly against native ONNX Runtime: the page script in headless Chromium, and the ratio (Chapter 4).
-
-Introduced in Chapter 4. :func:`measure_in_chromium` serves a one-page harness (the panel of
-:func:`graphbook.runtimes.browser_runtime.widget_html` and its script, with only the files
-:func:`graphbook.runtimes.browser_runtime.publish` copies) on loopback, opens it in headless Chromium and calls the
-script's own ``benchmark`` (check against the stored reference, then warm-up and timed calls), and times
-native ONNX Runtime on the same file, size, level and thread count in alternating order
-(``code/bench_browser_ort.py`` records the rows). :func:`ratio_table` turns recorded runs into the
-WASM/native ratio with its spread across runs.
-"""
+"""WebAssembly against native ONNX Runtime: the page script in headless Chromium, and the ratio (Chapter 4)."""
 from __future__ import annotations
 
 import contextlib
@@ -77,12 +68,7 @@ def serve(folder: str | Path, *, isolate: bool = False):
 
 
 def _browser_benchmark(page, key: str, *, level: str, threads: int, warmup: int, repeats: int) -> dict:
-    """One check-then-time of the page script in an open Playwright page (Chapter 4).
-
-    Calls the script's exported ``benchmark`` (the same code the reader's button runs). Returns its
-    result: ``passed``, ``max_abs_diff``, ``same_peaks``, ``median_ms``, ``min_ms``, ``max_ms``,
-    ``threads``, ``error``.
-    """
+    """One check-then-time of the page script in an open Playwright page (Chapter 4)."""
     return page.evaluate(
         """async (o) => { const m = await import('./widget.js');
              return await m.benchmark(o); }""",
@@ -93,15 +79,7 @@ def measure_in_chromium(*, sizes: Sequence[str] = tuple(SIZES), levels: Sequence
                         threads: int = 1, runs: int = 3, warmup: int = 2, repeats: Mapping[str, int] | int = 5,
                         assets_dir: str | Path = ASSETS_DIR, workdir: str | Path, progress=print,
                         probes: Callable[[], Mapping] | None = None) -> list[dict]:
-    """WASM in headless Chromium against native ONNX Runtime, same files, sizes and threads (Chapter 4).
-
-    The book's run protocol (:func:`graphbook.measure.timing.repeated_runs`): ``runs`` independent runs, each
-    timing every (size, level, runtime) once in an order that rotates between runs, after ``probes()`` (the
-    benchmark script's copy bandwidth). Every row: ``run``, ``run_order``, ``runtime``
-    (``onnxruntime_web_wasm`` or ``onnxruntime_native``), size, level, threads, median/min/max ms, the check
-    (``same_output``, ``same_peaks``, ``max_abs_diff``) and the browser's version. A variant that fails its
-    check is recorded without times.
-    """
+    """WASM in headless Chromium against native ONNX Runtime, same files, sizes and threads (Chapter 4)."""
     from playwright.sync_api import sync_playwright
 
     workdir = Path(workdir)
@@ -158,12 +136,7 @@ def measure_in_chromium(*, sizes: Sequence[str] = tuple(SIZES), levels: Sequence
 
 
 def ratio_table(frame):
-    """WASM / native median per (CPU, size, level, threads) across recorded runs, with the spread (Chapter 4).
-
-    Per run the ratio of the browser's median to native ONNX Runtime's median (same file, size, level
-    and threads); then the median of those ratios, their min and max, and how many runs. Runs where
-    either side failed its check are left out.
-    """
+    """WASM / native median per (CPU, size, level, threads) across recorded runs, with the spread (Chapter 4)."""
     keys = [c for c in ("cpu_model", "cpu_family", "cpu_model_id", "source_file", "run", "size", "level",
                         "threads") if c in frame.columns]
     passed = frame[frame["passed"].astype(bool)]

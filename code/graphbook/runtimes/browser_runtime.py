@@ -1,22 +1,4 @@
-"""BlurBall in the reader's browser: onnxruntime-web's files, the checked clip, native figures (Chapter 4).
-
-Introduced in Chapter 4. The book's own BlurBall ONNX files run in the page with onnxruntime-web
-(the WebAssembly execution provider; WebGPU where the browser offers it). This module prepares what
-that page needs and measures what it is compared with:
-
-- :func:`export_browser_assets` -- the model files at 96x160 and 288x512 (exported by
-  :func:`graphbook.runtimes.onnx_utils.export_onnx`, one file each, at most :data:`MAX_MODEL_BYTES`), the fixed
-  clip each one is checked on, eager PyTorch's output on it (the reference stored with the book) and a
-  ``manifest.json`` with shapes, heatmap peaks, the book's tolerance and the CSV columns of a reader's row.
-  ``scripts/setup_web.sh`` runs it (``python -m graphbook.runtimes.browser_runtime``).
-- :func:`publish` -- copies only the files a page needs (those assets, the pinned onnxruntime-web's
-  runtime files from ``_ext/ortweb/node_modules``) into a folder of the built site.
-- :func:`native_figures` -- native ONNX Runtime on the same files, sizes and levels, the figures the page
-  shows beside the reader's; :func:`widget_html` -- the page's panel, those figures embedded.
-
-:mod:`graphbook.runtimes.browser_measure` runs the same page script in headless Chromium against native ONNX
-Runtime (``code/bench_browser_ort.py``) and computes the WASM/native ratio across recorded runs.
-"""
+"""BlurBall in the reader's browser: onnxruntime-web's files, the checked clip, native figures (Chapter 4)."""
 from __future__ import annotations
 
 import hashlib
@@ -106,16 +88,7 @@ def _stamp(model_name: str) -> str:
 
 def export_browser_assets(out_dir: str | Path = ASSETS_DIR, sizes: Sequence[str] = tuple(SIZES), *,
                           build_model: Callable | None = None, force: bool = False) -> dict:
-    """Export the page's models, clips and references into ``out_dir``; return the manifest (Chapter 4).
-
-    For each size: ``blurball_<size>.onnx`` (``onnx_utils.export_onnx`` with the exporter's optimizer on
-    and the weights inside the one file), ``clip_<size>.bin`` (``blurball.example_input`` at that size,
-    float32 little-endian) and ``reference_<size>.bin`` (eager PyTorch FP32 on that clip). The manifest
-    holds the shapes, each frame's heatmap peak, the tolerance :data:`graphbook.config.SAME_OUTPUT_ATOL`,
-    the file sizes and SHA-256 sums. ``build_model`` replaces ``blurball.build_blurball`` (tests pass a
-    small stand-in). Nothing is rewritten when the manifest's stamp (torch version, model and export code)
-    is current, unless ``force``. A model over :data:`MAX_MODEL_BYTES` raises :class:`BrowserAssetsError`.
-    """
+    """Export the page's models, clips and references into ``out_dir``; return the manifest (Chapter 4)."""
     out = Path(out_dir)
     sizes = _parse_sizes(sizes)
     builder = build_model or blurball.build_blurball
@@ -199,12 +172,7 @@ def runtime_dir(package_dir: Path = WEB_PACKAGE_DIR) -> Path:
 
 def publish(dest: str | Path, assets_dir: str | Path = ASSETS_DIR, *, webgpu: bool = True,
             widget: bool = False) -> list[Path]:
-    """Copy only what the page needs into ``dest``: runtime files, models, clips, references (Chapter 4).
-
-    ``webgpu`` adds the WebGPU build (loaded by the page only where the browser offers WebGPU);
-    ``widget`` also copies the page's script (the book build gets it through ``html_static_path``).
-    Returns the copied paths. Raises :class:`BrowserAssetsError` when anything is missing.
-    """
+    """Copy only what the page needs into ``dest``: runtime files, models, clips, references (Chapter 4)."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     manifest = check_assets(assets_dir)
@@ -231,21 +199,14 @@ def publish(dest: str | Path, assets_dir: str | Path = ASSETS_DIR, *, webgpu: bo
 
 def time_native(model_path: str | Path, clip: np.ndarray, *, level: str = "all", threads: int = 1,
                 warmup: int = 2, repeats: int = 10) -> dict:
-    """Native ONNX Runtime on one file, timed by the book's harness: median/min/max ms per call (Chapter 4).
-
-    The session is :func:`graphbook.runtimes.onnx_utils.make_session` (explicit intra-op threads).
-    """
+    """Native ONNX Runtime on one file, timed by the book's harness: median/min/max ms per call (Chapter 4)."""
     session = onnx_utils.make_session(model_path, level=level, threads=threads)
     feed = {session.get_inputs()[0].name: clip}
     return timing.time_cpu(lambda: session.run(None, feed), warmup=warmup, repeats=repeats).as_dict()
 
 
 def compare(output, assets_dir: str | Path, key: str) -> dict:
-    """An output against the stored reference of size ``key``: the book's one rule (Chapter 4).
-
-    :func:`graphbook.runtimes.correctness.compare_to_reference` plus whether every frame's peak equals the peak
-    recorded in the manifest, the two halves of the check the page runs.
-    """
+    """An output against the stored reference of size ``key``: the book's one rule (Chapter 4)."""
     manifest = load_manifest(assets_dir)
     entry = manifest["sizes"][key]
     reference = read_tensor(Path(assets_dir) / entry["reference"], entry["output_shape"])
@@ -260,11 +221,7 @@ def compare(output, assets_dir: str | Path, key: str) -> dict:
 def native_figures(assets_dir: str | Path = ASSETS_DIR, *, sizes: Sequence[str] = tuple(SIZES),
                    levels: Sequence[str] = LEVELS, threads: int = 1, warmup: int = 2,
                    repeats: Mapping[str, int] | int = 10):
-    """Native ONNX Runtime on the page's files: one row per size and level, checked first (Chapter 4).
-
-    Columns: size, height, width, level, threads, median_ms, min_ms, max_ms, repeats, max_abs_diff,
-    passed. A file whose output fails the check is reported, never timed (its times are NaN).
-    """
+    """Native ONNX Runtime on the page's files: one row per size and level, checked first (Chapter 4)."""
     assets_dir = Path(assets_dir)
     manifest = check_assets(assets_dir, sizes)
     rows = []
@@ -287,10 +244,7 @@ def native_figures(assets_dir: str | Path = ASSETS_DIR, *, sizes: Sequence[str] 
 
 
 def _simd_width_bits(features: Mapping) -> int | None:
-    """The widest float vector register of a CPU from :func:`graphbook.measure.environment.cpu_features` (Chapter 4).
-
-    512 with AVX-512, 256 with AVX2, 128 with Arm NEON; None when the features are unknown.
-    """
+    """The widest float vector register of a CPU from :func:`graphbook.measure.environment.cpu_features` (Chapter 4)."""
     if features.get("avx512f"):
         return 512
     if features.get("avx2"):
@@ -312,12 +266,7 @@ def simd_sentence(features: Mapping) -> str:
 
 
 def widget_html(native, *, machine: str, assets_url: str = "../_static/ortweb/") -> str:
-    """The page's panel: buttons, status, and the build machine's native figures embedded (Chapter 4).
-
-    ``native`` is :func:`native_figures`' frame. The panel is inert text until the page's script
-    (``_static/ortweb/widget.js``, added to this page only) takes it over; nothing heavy loads until the
-    reader clicks. ``machine`` names the CPU the native figures come from.
-    """
+    """The page's panel: buttons, status, and the build machine's native figures embedded (Chapter 4)."""
     figures: dict = {}
     for row in native.to_dict("records"):
         ok = row["passed"] and row["median_ms"] == row["median_ms"]

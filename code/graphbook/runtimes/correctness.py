@@ -1,15 +1,4 @@
-"""Do optimised variants of the detector still put the ball in the same place? (Chapter 6)
-
-Introduced in Chapter 6. The article warns that fusion reorders additions, so the last digits of the
-logits change, and leaves open whether the *ball positions* change. This module answers it with data:
-each variant (``torch.compile`` with freezing off and on, bf16 autocast, channels-last, every ONNX
-Runtime optimisation level, the Q/DQ INT8 model) runs on held-out synthetic clips whose ball is known
-(:mod:`graphbook.model.synthetic_clips`) and is compared with eager FP32 twice:
-
-- with eager: max abs diff of the logits, and the share of frames whose decoded detection agrees
-  (both empty, or both found within ``agree_px`` of each other);
-- with the ground truth: detection rate, median position error and median blur-angle error.
-"""
+"""Do optimised variants of the detector still put the ball in the same place? (Chapter 6)"""
 from __future__ import annotations
 
 import math
@@ -48,22 +37,14 @@ TORCH_VARIANTS = ("eager_fp32", "compile_default", "compile_freezing", "eager_bf
 
 
 def _torch_variants(model: torch.nn.Module) -> dict[str, Callable]:
-    """Runners ``x -> logits`` for the PyTorch variants, keyed by label, eager FP32 first (Chapter 6).
-
-    Built by :mod:`graphbook.runtimes.variants`. The compiled ones compile on their first call (call them once
-    to warm up before timing).
-    """
+    """Runners ``x -> logits`` for the PyTorch variants, keyed by label, eager FP32 first (Chapter 6)."""
     return variants.runners(model.eval(), None, TORCH_VARIANTS)
 
 
 def _onnx_variants(model: torch.nn.Module, example: torch.Tensor, workdir: str | Path, *,
                   calibration: list[torch.Tensor] | None = None, threads: int = THREADS,
                   levels=None) -> dict[str, Callable]:
-    """Runners for ONNX Runtime at each optimisation level and, with ``calibration``, Q/DQ INT8 (Chapter 6).
-
-    Built by :mod:`graphbook.runtimes.variants` (the raw export at every level; INT8 from the exporter-optimized
-    one), at the example's batch size.
-    """
+    """Runners for ONNX Runtime at each optimisation level and, with ``calibration``, Q/DQ INT8 (Chapter 6)."""
     names = [f"ort_{level}" for level in (levels or LEVEL_NAMES)] + (["ort_int8_qdq_all"] if calibration else [])
     context = variants.BuildContext(workdir=workdir, threads=threads, calibration=calibration)
     built = variants.runners(model.eval(), example, names, context, skip_unavailable=False)
@@ -73,11 +54,7 @@ def _onnx_variants(model: torch.nn.Module, example: torch.Tensor, workdir: str |
 
 def _detections_agree(a: list[list], b: list[list], agree_px: float = DEFAULT_AGREE_PX,
                       min_score: float = 0.0) -> tuple[int, int, float]:
-    """Compare two decodings frame by frame (Chapter 6): ``(agreeing frames, frames, largest shift px)``.
-
-    Agreeing: neither found a ball with a score of at least ``min_score``, or both found one (any score) and
-    the centres are within ``agree_px``. The largest shift is over the frames judged (0 if none).
-    """
+    """Compare two decodings frame by frame (Chapter 6): ``(agreeing frames, frames, largest shift px)``."""
     agree = total = 0
     shift = 0.0
     for clip_a, clip_b in zip(a, b, strict=True):
@@ -96,14 +73,7 @@ def _detections_agree(a: list[list], b: list[list], agree_px: float = DEFAULT_AG
 
 def correctness_table(runners: dict[str, Callable], clips: list, *, reference: str = "eager fp32",
                       batch_size: int = 1, threshold: float = 0.5, agree_px: float = DEFAULT_AGREE_PX) -> list[dict]:
-    """One row per variant: logits vs ``reference`` and detections vs reference and ground truth (Chapter 6).
-
-    Columns: variant, clips, frames, max_abs_diff, same_output (within
-    :data:`graphbook.config.SAME_OUTPUT_ATOL` on every batch, :func:`graphbook.runtimes.correctness.compare_to_reference`),
-    expected_to_match_eager (from :mod:`graphbook.runtimes.variants`; None for a label it does not know),
-    agree_frames, agree_share, max_shift_px, detection_rate, median_error_px, median_angle_error_deg,
-    false_positive_rate (plain Python values).
-    """
+    """One row per variant: logits vs ``reference`` and detections vs reference and ground truth (Chapter 6)."""
     if reference not in runners:
         raise ValueError(f"reference variant {reference!r} is not among {sorted(runners)}")
     if not clips:
@@ -138,13 +108,7 @@ def correctness_table(runners: dict[str, Callable], clips: list, *, reference: s
 
 def all_variants(model: torch.nn.Module, example_clip, *, onnx: bool = True, calibration_clips: list | None = None,
                  threads: int = THREADS, workdir: str | Path | None = None) -> dict[str, Callable]:
-    """Every variant this machine can run, eager FP32 first (Chapter 6).
-
-    ONNX variants need ``onnxruntime`` and ``onnxscript``; without them they are left out (the
-    chapter says so from the returned names). ``example_clip`` fixes the exported input shape (batch
-    1). The INT8 model is built only when ``calibration_clips`` are given: use clips that are *not*
-    the held-out ones, or the calibration ranges would have seen the test.
-    """
+    """Every variant this machine can run, eager FP32 first (Chapter 6)."""
     runners = _torch_variants(model)
     if onnx and variants.onnx_available()[0]:
         example = blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([example_clip]))
@@ -159,19 +123,7 @@ def all_variants(model: torch.nn.Module, example_clip, *, onnx: bool = True, cal
 
 def ball_check(run: Callable, clips: list, reference: Callable | list, *, threshold: float = 0.5,
                agree_px: float = DEFAULT_AGREE_PX) -> dict:
-    """Does ``run`` put the ball where eager FP32 does, on held-out clips? (Chapter 5)
-
-    The check of a lower precision: its logits differ from eager's by design, so what must hold is the
-    decoded ball. The rule: wherever either side decodes a clear ball (a blob of heat :data:`MIN_BALL_SCORE`),
-    the other decodes its ball within ``agree_px`` of it. It sees a miscompile only
-    on hard clips (:func:`graphbook.model.synthetic_clips.check_clips`), and a lower precision also inherits its
-    FP32 twin's faults (:data:`graphbook.runtimes.variants.FP32_TWINS`). Each clip goes through ``run`` at batch 1
-    (the shape a variant was built for);
-    ``reference`` is eager FP32's runner, or its logits per clip (a list, computed once for several
-    variants). Returns plain Python values: ``ball_agree_frames``, ``ball_frames``, ``ball_max_shift_px``
-    (:func:`_detections_agree`), ``same_ball`` (every frame agrees) and, against the clips' ground
-    truth, ``ball_detection_rate`` and ``ball_median_error_px``.
-    """
+    """Does ``run`` put the ball where eager FP32 does, on held-out clips? (Chapter 5)"""
     if not clips:
         raise ValueError("need at least one held-out clip")
     inputs = [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([clip])) for clip in clips]
@@ -189,16 +141,7 @@ def ball_check(run: Callable, clips: list, reference: Callable | list, *, thresh
 
 
 def compare_to_reference(output, reference, *, atol: float = SAME_OUTPUT_ATOL) -> dict:
-    """How far ``output`` is from ``reference`` (eager FP32's output), the book's one rule (Chapter 3).
-
-    Returns plain Python values: ``max_abs_diff`` (largest absolute difference, in float64),
-    ``reference_scale`` (largest absolute reference value), ``relative_diff``
-    (``max_abs_diff / max(1, reference_scale)``) and ``same_output`` (``relative_diff <= atol``, default
-    :data:`SAME_OUTPUT_ATOL`). For heatmaps ``(N, F, H, W)`` (or BlurBall's ``{0: logits}``) also
-    ``same_peak_frames``, ``peak_frames`` and ``same_peaks`` (every frame's argmax in the same pixel,
-    :func:`graphbook.model.blurball.heatmap_peaks`). Whether the *decoded balls* agree is a separate question
-    answered on clips with known balls by :func:`graphbook.runtimes.correctness._detections_agree`.
-    """
+    """How far ``output`` is from ``reference`` (eager FP32's output), the book's one rule (Chapter 3)."""
     def as_array(value):
         if isinstance(value, Mapping):
             value = value[0]
@@ -223,12 +166,7 @@ def compare_to_reference(output, reference, *, atol: float = SAME_OUTPUT_ATOL) -
 
 def check_batches(model, path: str | Path, input_chw, batch_sizes=BATCH_SIZES, *, threads: int = THREADS,
                   seed: int = 0) -> list[dict]:
-    """Serve every batch size from ONE session on ``path`` and compare each with eager ``model`` (Chapter 7).
-
-    Returns one dict per batch size: ``batch_size``, ``output_shape`` and the fields of
-    :func:`graphbook.runtimes.correctness.compare_to_reference` (``max_abs_diff``, ``same_output``...). A batch
-    the model refuses (a static export) gets ``error`` with ONNX Runtime's message instead.
-    """
+    """Serve every batch size from ONE session on ``path`` and compare each with eager ``model`` (Chapter 7)."""
     session = onnx_utils.make_session(path, threads=threads)
     gen = torch.Generator().manual_seed(seed)
     rows = []

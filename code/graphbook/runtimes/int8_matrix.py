@@ -1,33 +1,4 @@
-"""A matrix of ONNX Runtime static INT8 quantization choices, scored where it matters.
-
-Introduced in Chapter 4. Chapter 4's first INT8 model (:func:`graphbook.runtimes.onnx_utils.quantize_qdq`) is one
-choice among many: weights per output channel or per tensor; activation ranges from MinMax, Entropy or
-Percentile calibration; the model pre-processed by ``onnxruntime.quantization.shape_inference.quant_pre_process``
-or not; every layer quantized, or the sensitive ones (the stem that sees the raw frames, the 1x1 head
-that writes the logits, the squeeze-and-excitation gates) kept in FP32; and ``reduce_range`` (7-bit
-weights), which :func:`graphbook.runtimes.onnx_utils.int8_settings_for` chooses for this CPU (on x86 without
-VNNI the u8 x s8 products saturate otherwise). This module builds those models, scores each on the
-*held-out* synthetic clips against their ground truth (detection rate, median position error, median
-blur-angle error; :mod:`graphbook.model.scoring`) and against the FP32 model's logits (max abs diff), times
-them, and lets ONNX Runtime's Q/DQ debugging helpers (``onnxruntime.quantization.qdq_loss_debug``)
-name the tensors that quantize worst.
-
-The design is fractional, not the full 2 x 4 x 2 x 5 x 2 = 160-model product (half a minute to a
-minute of a shared 2-core CPU each, counting calibration, scoring and timing): :func:`graphbook.runtimes.quantization.design` varies
-**one factor at a time** from a baseline (per-channel, MinMax, no pre-processing, everything
-quantized, ``reduce_range`` as chosen for this CPU), which measures each factor's main effect, and
-adds two **combinations** (the "careful" choice on every factor at once, and per-tensor weights with
-the sensitive layers excluded) to show whether the effects add up. Interactions beyond those two are
-not estimated. The calibration factor has four levels, because ``quantize_static``'s Entropy is
-MinMax in disguise: it builds its histogram with 128 bins, as many as the 128 quantized bins the
-entropy search slides over them, so the search has one candidate, the full range (the first
-recorded run shows identical scales); a real entropy calibration needs more bins, which only a
-calibration cache can hand to ``quantize_static`` (:class:`graphbook.runtimes.quantization.Int8Config`, ``histogram_bins``).
-
-Entry points for Chapter 4: :func:`graphbook.runtimes.quantization.design` (the configurations), :func:`run_matrix`
-(what ``code/bench_int8.py`` calls) and :func:`tensor_errors`; :mod:`graphbook.teach.int8_decision` reads the recorded
-runs back and chooses a configuration.
-"""
+"""A matrix of ONNX Runtime static INT8 quantization choices, scored where it matters."""
 from __future__ import annotations
 
 import math
@@ -78,11 +49,7 @@ def clip_inputs(clips) -> list[np.ndarray]:
 
 
 def _score_outputs(logits: Sequence[np.ndarray], clips, reference: Sequence[np.ndarray] | None = None) -> dict:
-    """Score per-clip logits ``(1, 3, H, W)`` against the clips' labels, and against reference logits (Chapter 4).
-
-    Returns :func:`graphbook.model.scoring.summarize_matches`'s dict plus ``max_abs_diff`` (the largest
-    logit difference from ``reference`` over all clips; NaN without a reference).
-    """
+    """Score per-clip logits ``(1, 3, H, W)`` against the clips' labels, and against reference logits (Chapter 4)."""
     if len(logits) != len(clips):
         raise Int8MatrixError(f"{len(logits)} outputs for {len(clips)} clips")
     decoded = [frames for out in logits for frames in decode_batch(out)]
@@ -110,15 +77,7 @@ class MatrixRun:
 def run_matrix(fp32_path: str | Path, configs: Sequence[Int8Config], calibration_frames: Sequence, eval_clips,
                *, workdir: str | Path, threads: int = THREADS, repeats: int = 5,
                log: Callable[[str], object] | None = None) -> MatrixRun:
-    """Quantize, score and time every configuration, with the FP32 model as the reference row (Chapter 4).
-
-    ``calibration_frames``: model inputs drawn from the *training* clips; ``eval_clips``: the
-    held-out clips (:func:`graphbook.model.synthetic_clips.held_out_clips`) at the model's input size. Each
-    row holds the configuration, ``status`` ("ok" or the error that stopped it: a configuration that
-    fails is recorded, not dropped), the quantized model's node counts, the scores of
-    :func:`_score_outputs` and the latency (median, min, max over ``repeats`` round-robin calls of one
-    clip, ``threads`` intra-op threads, ONNX Runtime's default ``all`` optimization level).
-    """
+    """Quantize, score and time every configuration, with the FP32 model as the reference row (Chapter 4)."""
     if not configs:
         raise Int8MatrixError("the matrix needs at least one configuration")
     names = [c.name for c in configs]
@@ -187,12 +146,7 @@ def run_matrix(fp32_path: str | Path, configs: Sequence[Int8Config], calibration
 # --------------------------------------------------------------------------------------------------
 
 def _sqnr_db(reference, candidate) -> float:
-    """Signal-to-quantization-noise ratio in dB (``qdq_loss_debug``'s), NaN when the reference is all zero.
-
-    A tensor that is zero in the reference (a ReLU that is off for every input shown) carries no signal,
-    so its ratio says nothing about quantization: ONNX Runtime's own function returns 0 dB for it,
-    which would rank it first.
-    """
+    """Signal-to-quantization-noise ratio in dB (``qdq_loss_debug``'s), NaN when the reference is all zero."""
     values = [reference] if isinstance(reference, np.ndarray) else list(reference)
     if not values or float(np.linalg.norm(np.concatenate([np.ravel(v) for v in values]))) <= 1e-12:
         return math.nan
@@ -212,27 +166,7 @@ def _producers_and_consumers(model_path: Path) -> tuple[dict, dict]:
 
 def tensor_errors(fp32_path: str | Path, qdq_path: str | Path, frames: Sequence, *, workdir: str | Path,
                   top: int = 10) -> list[dict]:
-    """The ``top`` worst-quantized activations and weights of a Q/DQ model, ranked by SQNR (Chapter 4).
-
-    Uses ONNX Runtime's ``qdq_loss_debug``: both models are augmented to output every intermediate
-    tensor (``modify_model_output_intermediate_tensors``), run on ``frames`` (``collect_activations``),
-    matched (``create_activation_matching``, ``create_weight_matching``) and compared
-    (``compute_activation_error``, ``compute_weight_error``) as signal-to-quantization-noise ratios in
-    dB: lower is worse. Activations are ranked by ``qdq_sqnr_db``, the error of quantizing that tensor
-    alone; ``xmodel_sqnr_db`` is the FP32 model's tensor against the quantized model's (errors
-    accumulated from the input up to there).
-
-    Two corrections to the raw helpers: the Q/DQ format drops a ReLU and lets the quantizer's clamp
-    at zero do its work, so the tensor "before Q" of a ReLU output is the pre-ReLU value; the ReLU is
-    applied to it before comparing, so that ``qdq_sqnr_db`` measures rounding and clipping only. And
-    a tensor that is all zero in the reference has no signal-to-noise ratio (NaN, not ranked) instead
-    of the helpers' 0 dB.
-
-    Rows: tensor_kind ("activation" or "weight"), rank, tensor, module (from the exporter's module
-    names; for a weight, its parameter's module), group (:func:`node_group`, "other" outside the
-    stem, head and SE layers), op (the producing or consuming node's type), sqnr_db (the ranking
-    value), qdq_sqnr_db, xmodel_sqnr_db.
-    """
+    """The ``top`` worst-quantized activations and weights of a Q/DQ model, ranked by SQNR (Chapter 4)."""
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise Int8MatrixError(f"top must be a positive integer, got {top!r}")
     fp32_path, qdq_path, workdir = Path(fp32_path), Path(qdq_path), Path(workdir)

@@ -1,12 +1,4 @@
-"""Export to ONNX, ONNX Runtime sessions and providers, and what each optimization level does to the graph.
-
-Introduced in Chapter 4. The chapter's questions are answered from the graph file itself: what the
-exporter wrote, and what each ONNX Runtime optimization level turned it into (the optimized graph is
-saved and its operators counted by domain and type). Whether the result still matches eager is
-:func:`graphbook.runtimes.correctness.compare_to_reference`; the operator profile is
-:func:`graphbook.teach.profiling.profile_operators`; Q/DQ quantization is :mod:`graphbook.runtimes.quantization`; the GPU
-runtimes are detected by :func:`graphbook.lab.gpu_runtimes.detect_gpu_runtimes`.
-"""
+"""Export to ONNX, ONNX Runtime sessions and providers, and what each optimization level does to the graph."""
 from __future__ import annotations
 
 import contextlib
@@ -83,23 +75,7 @@ def _quiet_exporter():
 def export_onnx(model, example_inputs, path: str | Path, *, opset: int = DEFAULT_OPSET,
                 optimize: bool = True, fold_constants: bool = False,
                 external_data: bool = True, dynamic_shapes=None) -> Path:
-    """Export ``model`` with torch's default (dynamo) exporter and return the written path (Chapter 4).
-
-    ``optimize=True`` runs the exporter's own optimizer (constant folding plus rewrite rules that,
-    among other things, fold BatchNorm into the preceding Conv). ``optimize=False`` keeps the graph
-    as translated; ``fold_constants=True`` then applies constant folding only, so that ONNX
-    Runtime's own Conv+BN fusion has constant inputs to work with (without it, a bias-free Conv is
-    given a computed zero bias that ONNX Runtime does not fold). ``external_data=True`` (the
-    exporter's default) stores the weights in ``<path>.data`` beside the graph: ship both files.
-
-    ``dynamic_shapes`` is passed to ``torch.onnx.export`` (``torch.export`` style, e.g.
-    ``({0: Dim("batch", min=1, max=3)},)``); :func:`export_dynamic_batch` is the book's use of it.
-
-    Raises :class:`OnnxExportError` for a model in training mode (the exporter would only warn and
-    write inference-mode BatchNorm, so the file would not match the model it came from), for an
-    opset below :data:`MIN_OPSET` or above the exporter's maximum, and for a path not ending in
-    ``.onnx``.
-    """
+    """Export ``model`` with torch's default (dynamo) exporter and return the written path (Chapter 4)."""
     if not isinstance(model, torch.nn.Module):
         raise OnnxExportError(f"export_onnx needs a torch.nn.Module, got {type(model).__name__}")
     training = _modules_in_training_mode(model)
@@ -142,15 +118,7 @@ def export_onnx(model, example_inputs, path: str | Path, *, opset: int = DEFAULT
 
 def export_dynamic_batch(model, example_input, path: str | Path, *, min_batch: int = 1, max_batch: int = 3,
                          **export_kwargs) -> Path:
-    """Export with a symbolic batch dimension ``batch`` in ``min_batch..max_batch`` (Chapter 7).
-
-    One session then serves every batch size in the range (a server's dynamic batcher needs that).
-    ``example_input`` should have a batch of at least 2: ``torch.export`` specialises a size-1
-    dimension to the constant 1 (it cannot tell a batch of 1 from a broadcast dimension), so a
-    batch-1 example can fail or silently give a static model. The written file is checked: if its
-    first input's dimension 0 is not symbolic, :class:`OnnxExportError` says so instead of leaving
-    a model that refuses every other batch size.
-    """
+    """Export with a symbolic batch dimension ``batch`` in ``min_batch..max_batch`` (Chapter 7)."""
     if not 1 <= min_batch <= max_batch:
         raise OnnxExportError(f"need 1 <= min_batch <= max_batch, got {min_batch}..{max_batch}")
     dim = Dim("batch", min=min_batch, max=max_batch)
@@ -196,19 +164,12 @@ def _graph(model_or_path):
 
 
 def op_counts(model_or_path) -> Counter:
-    """Nodes of the model's main graph counted by ``(domain, op_type)`` (Chapter 4).
-
-    The standard domain (written as ``""`` in the file) is reported as ``"ai.onnx"``, so ONNX
-    Runtime's own operators (``com.microsoft``, ``com.microsoft.nchwc``) stand out.
-    """
+    """Nodes of the model's main graph counted by ``(domain, op_type)`` (Chapter 4)."""
     return Counter((node.domain or STANDARD_DOMAIN, node.op_type) for node in _graph(model_or_path).node)
 
 
 def op_counts_table(counts: Mapping[str, Counter]):
-    """A DataFrame: one row per ``domain::op_type``, one integer column per named graph, plus a total row.
-
-    Introduced in Chapter 4 to put the graphs of several optimization levels side by side.
-    """
+    """A DataFrame: one row per ``domain::op_type``, one integer column per named graph, plus a total row."""
     keys = sorted({key for counter in counts.values() for key in counter})
     table = pd.DataFrame({name: [int(counter.get(key, 0)) for key in keys] for name, counter in counts.items()},
                          index=[f"{domain}::{op}" for domain, op in keys])
@@ -230,13 +191,7 @@ def _ops(counter: Counter, op_type: str, domain: str | None = None) -> int:
 
 
 def name_fusions(before: Counter, after: Counter) -> list[str]:
-    """Name the rewrites that turned graph ``before`` into graph ``after``, from their counts (Chapter 4).
-
-    Recognises the CPU rewrites the chapter discusses: BatchNormalization folded into Conv,
-    Conv + activation fused into ``com.microsoft::FusedConv``, the NCHWc blocked layout
-    (``com.microsoft.nchwc`` operators with reorders), and element-wise operators absorbed by a
-    fused convolution. Returns an empty list when nothing changed.
-    """
+    """Name the rewrites that turned graph ``before`` into graph ``after``, from their counts (Chapter 4)."""
     notes = []
     nchwc = "com.microsoft.nchwc"
     bn_gone = _ops(before, "BatchNormalization") - _ops(after, "BatchNormalization")

@@ -1,19 +1,4 @@
-"""OpenVINO as a CPU runtime beside ONNX Runtime: compile the book's ONNX file, run it, and say what it did.
-
-Introduced in Chapter 4. OpenVINO reads the same ``.onnx`` file ONNX Runtime runs, converts it to its own
-graph, and its CPU plugin compiles that graph for this processor: it fuses operations (a convolution with
-its bias, activation and residual add), picks a memory layout per layer, and runs each layer in the
-precision it chooses under ``INFERENCE_PRECISION_HINT`` (``f32``, or ``bf16`` on a CPU with AVX512-BF16 or
-AMX). A Q/DQ model (Chapter 4's INT8) is run in integer arithmetic by its low-precision transformations.
-
-- :func:`available` -- whether OpenVINO can be imported here, and if not why;
-- :func:`compile_model` -- the compiled model for one ``.onnx`` (CPU plugin, precision hint, the book's
-  thread count, the latency hint, optionally a model cache folder);
-- :func:`runner` -- ``x -> logits`` as a float torch tensor, for :mod:`graphbook.runtimes.variants`;
-- :func:`describe_runtime` -- the executed graph read back from OpenVINO's own
-  runtime model (``compiled_model.get_runtime_model()``): each executed layer's type, the original
-  operations fused into it (``originalLayersNames``) and the precision it runs in.
-"""
+"""OpenVINO as a CPU runtime beside ONNX Runtime: compile the book's ONNX file, run it, and say what it did."""
 from __future__ import annotations
 
 from collections import Counter
@@ -61,12 +46,7 @@ def _cpu_capabilities() -> list[str]:
 
 
 def bf16_native() -> tuple[bool, str]:
-    """Whether OpenVINO runs bfloat16 natively on this CPU, and why (Chapter 4).
-
-    Both OpenVINO (``BF16`` among the plugin's capabilities) and oneDNN under torch
-    (:func:`graphbook.measure.probes.bf16_support`) must say so: otherwise the hint would be emulated or ignored,
-    and a "bf16" row would time FP32.
-    """
+    """Whether OpenVINO runs bfloat16 natively on this CPU, and why (Chapter 4)."""
     ok, why = available()
     if not ok:
         return False, why
@@ -81,13 +61,7 @@ def bf16_native() -> tuple[bool, str]:
 
 
 def compile_model(path: str | Path, *, precision: str = "f32", threads: int = THREADS, cache_dir: str | Path | None = None):
-    """OpenVINO's compiled model for the ``.onnx`` at ``path`` on the CPU plugin (Chapter 4).
-
-    ``precision`` is the ``INFERENCE_PRECISION_HINT`` (``f32`` or ``bf16``); a Q/DQ model keeps its INT8
-    layers either way. ``threads`` sets ``INFERENCE_NUM_THREADS`` (the book's explicit thread count) with
-    one stream and the latency hint (batch 1, one request at a time). ``cache_dir`` turns on OpenVINO's
-    model cache (``CACHE_DIR``): a later compile of the same file loads the compiled blob instead.
-    """
+    """OpenVINO's compiled model for the ``.onnx`` at ``path`` on the CPU plugin (Chapter 4)."""
     import openvino as ov
 
     if precision not in PRECISIONS:
@@ -116,11 +90,7 @@ def run_compiled(compiled, array):
 
 
 def runner(path: str | Path, *, precision: str = "f32", threads: int = THREADS):
-    """``x -> logits`` (float torch tensors) for the ``.onnx`` at ``path`` compiled by OpenVINO (Chapter 4).
-
-    The compiled model and its file are kept on the runner as ``run.compiled`` and ``run.onnx_path``
-    (for :func:`describe_runtime`).
-    """
+    """``x -> logits`` (float torch tensors) for the ``.onnx`` at ``path`` compiled by OpenVINO (Chapter 4)."""
     import torch
 
     compiled = compile_model(path, precision=precision, threads=threads)
@@ -140,14 +110,7 @@ def _rt_value(info: Mapping, key: str, default: str = "") -> str:
 
 
 def _runtime_layers(compiled) -> list[dict]:
-    """Every layer of OpenVINO's executed graph, in execution order (Chapter 4).
-
-    Read from ``compiled.get_runtime_model()``: ``name``, ``layer_type`` (what the CPU plugin executes,
-    e.g. ``Convolution``, ``Eltwise``, ``Reorder``), ``fused`` (the original operations folded into it, from
-    ``originalLayersNames``), ``precision`` (``runtimePrecision``), ``output_precisions`` and
-    ``primitive`` (the kernel family, e.g. ``brgconv_avx512_amx``). Graph inputs, outputs and constants
-    are left out: they execute nothing.
-    """
+    """Every layer of OpenVINO's executed graph, in execution order (Chapter 4)."""
     layers = []
     for op in compiled.get_runtime_model().get_ordered_ops():
         info = op.get_rt_info()
@@ -179,11 +142,7 @@ def _onnx_op_types(onnx_path) -> dict[str, str]:
 
 
 def _fusion_patterns(layers: list[dict], op_types: Mapping[str, str]) -> dict[str, int]:
-    """"Convolution + BatchNormalization + Relu" -> how many executed layers hold those ONNX operators.
-
-    Names OpenVINO made up on the way (a BatchNorm decomposed into ``Multiply_123``, a bias split off as
-    ``.../WithoutBiases``) are not ONNX nodes and are left out; the executed layer's own type leads.
-    """
+    """"Convolution + BatchNormalization + Relu" -> how many executed layers hold those ONNX operators."""
     patterns: Counter = Counter()
     for layer in layers:
         if len(layer["fused"]) < 2:
@@ -197,17 +156,7 @@ def _fusion_patterns(layers: list[dict], op_types: Mapping[str, str]) -> dict[st
 
 
 def describe_runtime(compiled, onnx_path: str | Path | None = None) -> dict:
-    """What OpenVINO did to the graph, counted (Chapter 4).
-
-    Returns plain Python values: ``layers`` (executed layers), ``by_type`` (layer type -> count),
-    ``by_precision`` (runtime precision -> count), ``fused_layers`` (layers that hold two or more original
-    operations), ``fused_ops`` (original operations inside those), ``reorders`` (layout or precision
-    conversions OpenVINO inserted), ``precision_by_type`` (layer type -> runtime precision -> count:
-    which layers run in bf16 or int8 and which stay f32), and ``largest_fusions``: the five layers with the
-    most original operations, each ``(layer type, [original names])``. With ``onnx_path`` (the file it
-    compiled), also ``fusion_patterns``: "Convolution + BatchNormalization + Relu" -> how many executed
-    layers hold those ONNX operators, the counterpart of ONNX Runtime's ``FusedConv`` count.
-    """
+    """What OpenVINO did to the graph, counted (Chapter 4)."""
     layers = _runtime_layers(compiled)
     fused = [layer for layer in layers if len(layer["fused"]) > 1]
     return {"layers": len(layers),

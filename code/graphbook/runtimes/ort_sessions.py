@@ -45,12 +45,7 @@ class OnnxModelError(ValueError):
 
 
 def optimization_level(name):
-    """ONNX Runtime's ``GraphOptimizationLevel`` for a book level name (Chapter 4).
-
-    Takes the book's names only (``disabled``, ``basic``, ``extended``, ``layout``, ``all``: the enum member
-    each stands for is :data:`LEVEL_ENUM_NAMES`). Raises ValueError naming the choices for anything else,
-    and for ``layout`` on an ONNX Runtime too old to have that level.
-    """
+    """ONNX Runtime's ``GraphOptimizationLevel`` for a book level name (Chapter 4)."""
     member_name = LEVEL_ENUM_NAMES.get(name) if isinstance(name, str) else None
     if member_name is None:
         raise ValueError(f"unknown optimization level {name!r}; choose one of {list(LEVEL_NAMES)}")
@@ -61,11 +56,7 @@ def optimization_level(name):
 
 
 def check_model_file(path: str | Path) -> Path:
-    """Return ``path`` if it exists and parses as an ONNX model, else raise a clear error (Chapter 4).
-
-    FileNotFoundError for a missing file, :class:`OnnxModelError` for one that is not an ONNX model
-    (truncated, corrupt, or another format). External weights are not loaded, so this is cheap.
-    """
+    """Return ``path`` if it exists and parses as an ONNX model, else raise a clear error (Chapter 4)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"ONNX model {str(path)!r} does not exist (export it first with export_onnx)")
@@ -110,13 +101,7 @@ class ProviderChoice:
 
 def resolve_providers(requested: Sequence[str] | str | None = None,
                       available: Sequence[str] | None = None) -> ProviderChoice:
-    """Keep the requested providers this install has, in order, and always end with the CPU (Chapter 4).
-
-    Asking for ``["TensorrtExecutionProvider", "CUDAExecutionProvider"]`` on a CPU-only install
-    gives ``providers == ("CPUExecutionProvider",)`` with both named in ``missing``, instead of
-    ONNX Runtime's own behaviour (a warning and a silent fallback). ``available`` defaults to
-    :func:`available_providers`; pass it to reason about another machine.
-    """
+    """Keep the requested providers this install has, in order, and always end with the CPU (Chapter 4)."""
     if requested is None:
         requested = [CPU_PROVIDER]
     elif isinstance(requested, str):
@@ -134,12 +119,7 @@ def resolve_providers(requested: Sequence[str] | str | None = None,
 
 def session_options(*, level="all", threads: int = THREADS, optimized_model_path: str | Path | None = None,
                     profile_prefix: str | Path | None = None):
-    """``SessionOptions`` with the level, an explicit intra-op thread count and quiet logging (Chapter 4).
-
-    ``threads`` is explicit because ONNX Runtime's default (0) means "one per physical core", which
-    differs between machines. ``optimized_model_path`` makes ONNX Runtime save the graph it runs;
-    ``profile_prefix`` turns on its profiler (Chrome-trace JSON written by ``end_profiling()``).
-    """
+    """``SessionOptions`` with the level, an explicit intra-op thread count and quiet logging (Chapter 4)."""
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
     options = ort.SessionOptions()
@@ -164,16 +144,7 @@ def make_session(path: str | Path, *, level="all", threads: int = THREADS,
                  profile_prefix: str | Path | None = None,
                  provider_options: Sequence[Mapping] | None = None,
                  disabled_optimizers: Sequence[str] = ()):
-    """An ``InferenceSession`` for the model at ``path`` (Chapter 4).
-
-    ``disabled_optimizers`` names graph transformers the level would run that this session skips (for
-    example ``NCHWC_TRANSFORMER``, the rewrite to blocked-layout convolutions), which separates one rewrite
-    from the others of its level.
-    Providers go through :func:`resolve_providers` (absent GPU providers fall back to the CPU; the
-    session's ``get_providers()`` says what it really uses). ``provider_options``, if given, are
-    matched to the requested providers by position and dropped for absent ones. A missing file
-    raises FileNotFoundError; a file ONNX Runtime cannot load raises :class:`OnnxModelError`.
-    """
+    """An ``InferenceSession`` for the model at ``path`` (Chapter 4)."""
     path = check_model_file(path)
     requested = [CPU_PROVIDER] if providers is None else ([providers] if isinstance(providers, str)
                                                          else list(providers))
@@ -196,10 +167,7 @@ def make_session(path: str | Path, *, level="all", threads: int = THREADS,
 
 
 def run_session(session, inputs) -> np.ndarray:
-    """Run a one-input, one-output session and return the output (Chapter 4).
-
-    ``inputs`` is a NumPy array or torch tensor for the single input, or a dict name -> array.
-    """
+    """Run a one-input, one-output session and return the output (Chapter 4)."""
     if not isinstance(inputs, Mapping):
         names = [i.name for i in session.get_inputs()]
         if len(names) != 1:

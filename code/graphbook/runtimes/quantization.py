@@ -1,12 +1,4 @@
-"""Static INT8 quantization of an ONNX file with ONNX Runtime: Q/DQ nodes, calibration, settings (Chapter 4).
-
-Introduced in Chapter 4: :func:`int8_settings_for` picks the activation and weight types this CPU can run
-without overflow, :func:`calibration_reader` feeds calibration frames, :func:`quantize_qdq` writes the Q/DQ
-model and :func:`qdq_counts` counts its nodes. The configuration space Chapter 4's matrix explores lives here too: :class:`Int8Config` and its
-:func:`design` (one factor at a time from a baseline), the layer groups a configuration can keep in FP32
-(:func:`_classify_nodes`) and :func:`quantize_config`, one configuration's model. :mod:`graphbook.runtimes.int8_matrix`
-builds, scores and times the matrix.
-"""
+"""Static INT8 quantization of an ONNX file with ONNX Runtime: Q/DQ nodes, calibration, settings (Chapter 4)."""
 from __future__ import annotations
 
 import ast
@@ -34,10 +26,7 @@ UINT8_MAX = 255
 
 
 def calibration_reader(input_name: str, frames: Iterable):
-    """An ONNX Runtime ``CalibrationDataReader`` that feeds ``frames`` one at a time (Chapter 4).
-
-    Each frame is one model input (e.g. a ``(1, 9, 288, 512)`` array or tensor).
-    """
+    """An ONNX Runtime ``CalibrationDataReader`` that feeds ``frames`` one at a time (Chapter 4)."""
     batches = [f.detach().cpu().numpy() if hasattr(f, "detach") else np.asarray(f, dtype=np.float32)
                for f in frames]
     if not batches:
@@ -54,13 +43,7 @@ def calibration_reader(input_name: str, frames: Iterable):
 
 
 def worst_u8s8_pair_sum(reduce_range: bool) -> int:
-    """The largest |a1*w1 + a2*w2| of two uint8 activations and two int8 weights (Chapter 4).
-
-    x86 CPUs without VNNI multiply u8 x s8 with ``vpmaddubsw``, which adds each pair of products
-    into a *16-bit* lane and saturates at 32767. Full int8 weights (|w| <= 127) can reach
-    2 x 255 x 127 = 64770 and saturate; ``reduce_range`` weights (|w| <= 64) reach at most
-    2 x 255 x 64 = 32640, which fits. A number fixed by the arithmetic, the same on every CPU.
-    """
+    """The largest |a1*w1 + a2*w2| of two uint8 activations and two int8 weights (Chapter 4)."""
     return 2 * UINT8_MAX * (64 if reduce_range else 127)
 
 
@@ -82,16 +65,7 @@ class Int8Settings:
 
 
 def int8_settings_for(features: Mapping | None = None, *, per_channel: bool = True) -> Int8Settings:
-    """INT8 settings that do not saturate on the CPU described by ``features`` (Chapter 4).
-
-    ``features`` is a :func:`graphbook.measure.environment.cpu_features` dict (default: this CPU, which the
-    variable ``GRAPHBOOK_CPU_FEATURES`` can override to ask what another CPU would get). uint8
-    activations and int8 weights throughout; ``reduce_range`` (7-bit weights) is switched on wherever
-    the u8 x s8 products may go through a 16-bit intermediate -- x86 without VNNI, or a CPU whose
-    features cannot be read -- and the returned ``reason`` says which case applied, in one sentence.
-    ONNX Runtime picks its kernel from the real CPU and offers no way to cap it, so these settings
-    are decided from the features, not from the kernel it will run.
-    """
+    """INT8 settings that do not saturate on the CPU described by ``features`` (Chapter 4)."""
     if features is None:
         features = cpu_features()
     arch, vnni = features.get("arch", "other"), features.get("vnni")
@@ -119,15 +93,7 @@ def int8_settings_for(features: Mapping | None = None, *, per_channel: bool = Tr
 def quantize_qdq(fp32_path: str | Path, out_path: str | Path, frames: Iterable, *,
                  per_channel: bool = True, settings: Int8Settings | None = None,
                  features: Mapping | None = None) -> Path:
-    """Static INT8 quantization to the explicit Q/DQ format, calibrated on ``frames`` (Chapter 4).
-
-    Activations are uint8 and weights int8 (per output channel by default), with min-max ranges
-    from the calibration frames. The result is an ordinary ONNX file in which every quantized tensor
-    passes through QuantizeLinear/DequantizeLinear: the explicit style that replaced TensorRT's
-    calibrators. Use a model whose BatchNorm is already folded (an ``optimize=True`` export).
-    ``settings`` default to :func:`int8_settings_for` ``(features)``: 7-bit weights on x86 without
-    VNNI, where 8-bit ones saturate (max abs error 0.274 instead of 0.035 on the test block).
-    """
+    """Static INT8 quantization to the explicit Q/DQ format, calibrated on ``frames`` (Chapter 4)."""
     fp32_path = check_model_file(fp32_path)
     out_path = Path(out_path)
     if out_path.suffix != ".onnx":
@@ -190,16 +156,7 @@ class Int8MatrixError(ValueError):
 
 @dataclass(frozen=True)
 class Int8Config:
-    """One static-quantization choice (Chapter 4).
-
-    ``exclude`` names layer groups kept in FP32 (a subset of :data:`GROUPS`); ``reduce_range`` is
-    the value used; ``role`` says where the configuration sits in the design ("baseline",
-    "vary <factor>", "combination"). ``histogram_bins`` (Entropy and Percentile only) sets the
-    calibrator's histogram size; None keeps what ``quantize_static`` uses, which cannot be changed
-    through its arguments: 128 bins for Entropy -- as many as the 128 quantized bins the entropy
-    search needs, which leaves it one candidate threshold, the full range, i.e. MinMax's -- and 2048
-    for Percentile.
-    """
+    """One static-quantization choice (Chapter 4)."""
 
     name: str
     per_channel: bool = True
@@ -245,19 +202,7 @@ class Int8Config:
 
 
 def design(reduce_range: bool, *, smoke: bool = False) -> list[Int8Config]:
-    """The configurations of the matrix, baseline first (Chapter 4).
-
-    One factor at a time from the baseline (per-channel, MinMax, no pre-processing, nothing
-    excluded, ``reduce_range`` as given, i.e. as :func:`graphbook.runtimes.onnx_utils.int8_settings_for`
-    chose for this CPU): per-tensor weights; Entropy as ``quantize_static`` runs it, and Entropy with
-    :data:`ENTROPY_BINS` histogram bins (see :class:`Int8Config`: the first is MinMax in disguise);
-    Percentile; ``quant_pre_process``; the stem, the head, the SE layers, and all three kept in FP32;
-    the opposite ``reduce_range`` (to show what the CPU-specific choice is worth). Then two
-    combinations: ``careful`` (Percentile, pre-processed, all three groups excluded) and
-    ``per-tensor-excluded`` (per-tensor weights with all three excluded). 13 configurations.
-    ``smoke=True`` gives 2 that still touch every code path: the baseline and a per-tensor, Entropy
-    (own histogram), pre-processed, everything-excluded combination.
-    """
+    """The configurations of the matrix, baseline first (Chapter 4)."""
     if not isinstance(reduce_range, bool):
         raise Int8MatrixError(f"reduce_range must be True or False, got {reduce_range!r}")
     base = Int8Config(BASELINE_NAME, reduce_range=reduce_range, role="baseline")
@@ -287,10 +232,6 @@ def design(reduce_range: bool, *, smoke: bool = False) -> list[Int8Config]:
 
 def int8_settings() -> dict:
     """``reduce_range`` for this CPU and why, as :func:`graphbook.runtimes.onnx_utils.int8_settings_for` decides (Chapter 4).
-
-    Returns ``{"reduce_range": bool, "reduce_range_reason": str, "cpu_isa": str, "vnni": bool | None}``.
-    The choice lives in ``int8_settings_for`` (one place decides for the whole book); this records it
-    with the instruction set it was decided from (:func:`graphbook.measure.environment.cpu_features`).
     """
     features = cpu_features()
     settings = int8_settings_for(features)
@@ -311,13 +252,7 @@ def node_scopes(node) -> list[str]:
 
 
 def node_group(scopes: Sequence[str]) -> str | None:
-    """``"stem"``, ``"head"``, ``"se"`` or None for a node's module path (Chapter 4).
-
-    ``scopes`` is the exporter's ``name_scopes`` list, e.g. ``['', 'stage2', ..., 'stage2.0.branches.0.0.se',
-    'mean']``. Stem: the first module is one of :data:`STEM_MODULES` (BlurBall's only top-level ReLU is
-    the stem's; a BatchNorm folded into its convolution keeps the BatchNorm's name); head:
-    :data:`HEAD_MODULE`; SE: any module path with an ``se`` part (``...se`` or ``...se.fc.0``).
-    """
+    """``"stem"``, ``"head"``, ``"se"`` or None for a node's module path (Chapter 4)."""
     modules = [s for s in scopes if s]
     if not modules:
         return None
@@ -345,11 +280,7 @@ def _classify_nodes(model_or_path) -> dict[str, str | None]:
 
 
 def _nodes_in_groups(model_or_path, groups: Iterable[str]) -> list[str]:
-    """Names of the nodes in the given layer groups, for ``quantize_static(nodes_to_exclude=...)`` (Chapter 4).
-
-    Raises :class:`Int8MatrixError` when a requested group has no node: the model was not exported
-    with module names (``pkg.torch.onnx.name_scopes``), and excluding nothing would be a silent lie.
-    """
+    """Names of the nodes in the given layer groups, for ``quantize_static(nodes_to_exclude=...)`` (Chapter 4)."""
     groups = tuple(groups)
     unknown = [g for g in groups if g not in GROUPS]
     if unknown:
@@ -377,13 +308,7 @@ def quiet_onnxruntime():
 
 
 def _calibrate_to_cache(model_path: Path, reader, config: Int8Config, cache: Path, *, workdir: Path) -> None:
-    """Run ONNX Runtime's histogram calibrator with ``config.histogram_bins`` bins; save its ranges to ``cache``.
-
-    ``quantize_static`` passes no bin count to its calibrator, but it accepts a calibration cache
-    (``calibration_cache_path``) in the format of ``calibrate.save_tensors_data``: the same
-    calibrator (``create_calibrator``, on the operator types ``quantize_static`` would calibrate)
-    writes one with the bins asked for.
-    """
+    """Run ONNX Runtime's histogram calibrator with ``config.histogram_bins`` bins; save its ranges to ``cache``."""
     if cache.exists():
         cache.unlink()  # a stale cache would be loaded instead of calibrating
     op_types = sorted(set(QLinearOpsRegistry) | set(QDQRegistry))  # quantize_static's default op types
@@ -397,13 +322,7 @@ def _calibrate_to_cache(model_path: Path, reader, config: Int8Config, cache: Pat
 
 
 def quantize_config(fp32_path: str | Path, out_path: str | Path, config: Int8Config, frames: Sequence) -> dict:
-    """Build the Q/DQ model of one configuration, calibrated on ``frames`` (Chapter 4).
-
-    With ``config.pre_process`` the FP32 model first goes through ``quant_pre_process`` (symbolic
-    shape inference and ONNX Runtime's basic graph optimizations) into ``<out>.pre.onnx``. The
-    nodes of the excluded groups are looked up in the model that is actually quantized. Activations
-    are uint8, weights int8. Returns ``{"path", "quantize_s", "excluded_nodes", "quantize_nodes"}``.
-    """
+    """Build the Q/DQ model of one configuration, calibrated on ``frames`` (Chapter 4)."""
     fp32_path = check_model_file(fp32_path)
     out_path = Path(out_path)
     if out_path.suffix != ".onnx":

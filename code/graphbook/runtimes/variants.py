@@ -1,23 +1,4 @@
-"""The BlurBall variants the book measures, in one registry (Chapters 3-7).
-
-Introduced in Chapter 5. Every script and chapter that runs "eager FP32 against channels-last, bf16,
-torch.compile with and without freezing, ONNX Runtime, OpenVINO..." builds the variant here, so a name
-means the same thing everywhere:
-
-- :data:`REGISTRY` -- name -> :class:`Variant` (human label, description, precision, family, whether it
-  is expected to give eager FP32's output, and the builder);
-- :func:`build` -- build one variant for a model and an example input: a runner ``x -> logits`` (a float
-  tensor) plus the build time (compile, or export + session, including the first call);
-- :func:`freezing` -- the one way the book turns Inductor freezing on (a config patch *and*
-  ``torch.no_grad()``: with autograd on, Inductor silently skips freezing);
-- the comparison with eager is :func:`graphbook.runtimes.correctness.compare_to_reference` under
-  :data:`graphbook.config.SAME_OUTPUT_ATOL`.
-
-``expected_to_match_eager`` is what the variant *should* do: FP32 rewrites reorder additions and stay
-within the tolerance; lower precisions do not. A variant expected to match that does not (Inductor
-freezing on BlurBall in torch 2.13, Chapter 3) is a failure the book reports, not a property of the
-variant.
-"""
+"""The BlurBall variants the book measures, in one registry (Chapters 3-7)."""
 from __future__ import annotations
 
 import contextlib
@@ -60,11 +41,7 @@ class VariantUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class FreezingFix:
-    """One switch that may give freezing eager's output back on BlurBall under torch 2.13 (Chapter 5).
-
-    ``config`` is patched into Inductor's config; ``inplace_conv_add=False`` keeps freezing's oneDNN conv + add
-    fusion but out of place, so no generated kernel can read the sum's buffer before the convolution adds into it.
-    """
+    """One switch that may give freezing eager's output back on BlurBall under torch 2.13 (Chapter 5)."""
 
     label: str
     config: dict = field(default_factory=dict)
@@ -89,13 +66,7 @@ FREEZING_WORKAROUND = "no_fusion"
 
 @contextlib.contextmanager
 def freezing(enabled: bool = True, fix: str = "none"):
-    """Inductor freezing on (or, with ``enabled=False``, explicitly off) for what runs inside (Chapter 3).
-
-    The one way the book switches freezing: ``torch._inductor.config.patch(freezing=...)`` together with
-    ``torch.no_grad()``. Compile *and* call inside it. ``torch.compile(options={"freezing": True})``
-    is silently ignored in torch 2.13, and freezing is skipped when autograd is on (Chapter 3). ``fix`` names
-    one of :data:`FREEZING_FIXES`.
-    """
+    """Inductor freezing on (or, with ``enabled=False``, explicitly off) for what runs inside (Chapter 3)."""
     chosen = FREEZING_FIXES[fix]
     with contextlib.ExitStack() as stack:
         stack.enter_context(inductor_config.patch(freezing=bool(enabled), **chosen.config))
@@ -118,13 +89,7 @@ def _autocast(enabled: bool, x: torch.Tensor):
 
 @dataclass
 class BuildContext:
-    """What the builders share (Chapter 5): a folder for exported files, threads, calibration frames.
-
-    ``workdir=None`` makes a temporary folder that is deleted when the context is closed (use it as a
-    ``with`` block; ONNX Runtime sessions and OpenVINO compiled models keep their model in memory, so
-    runners still work after).
-    Exports are cached per model and input shape, so every ONNX Runtime level reuses one export.
-    """
+    """What the builders share (Chapter 5): a folder for exported files, threads, calibration frames."""
 
     workdir: str | Path | None = None
     threads: int = THREADS
@@ -195,14 +160,7 @@ def _eager(model, example, context, *, channels_last=False, bf16=False) -> Runne
 
 
 def own_code(model):
-    """A copy of ``model`` whose ``forward`` has its own code object (Chapter 3).
-
-    Dynamo caches compiled code on the code object of the frame it captures (the model's ``forward``),
-    which every copy of a module shares, and Inductor settings such as freezing are not among its
-    guards: two compiles of copies would share one cache entry, and "compile_freezing" would be
-    measured with the graph of "compile_default". With its own code object each compiled copy keeps
-    its own graph, so variants can alternate without ``torch._dynamo.reset()`` or a recompile.
-    """
+    """A copy of ``model`` whose ``forward`` has its own code object (Chapter 3)."""
     model = copy.deepcopy(model)
     forward = type(model).forward
     code = forward.__code__.replace()  # equal code, a distinct object: its own Dynamo cache
@@ -233,12 +191,7 @@ def onnx_available() -> tuple[bool, str]:
 
 
 def onnx_file(model, example, context: BuildContext, export: str) -> Path:
-    """The exported model for ``export`` in ``raw``, ``optimized``, ``int8`` (cached in the context; Chapter 4).
-
-    ``raw``: exporter optimizer off, constants folded, so ONNX Runtime's own levels do the rewrites;
-    ``optimized``: the exporter's optimizer on (BatchNorm folded); ``int8``: the optimized export
-    statically quantized to Q/DQ, calibrated on ``context.calibration``.
-    """
+    """The exported model for ``export`` in ``raw``, ``optimized``, ``int8`` (cached in the context; Chapter 4)."""
     available, why = onnx_available()
     if not available:
         raise VariantUnavailable(why)
@@ -404,12 +357,7 @@ _AUTOTUNED = re.compile(r"^AUTOTUNE (\w+)\(([^)]*)\)\n(?:\S.*\n)*?\s+(\S+) [0-9.
 
 
 def _autotuned(log: str) -> str:
-    """What max-autotune tuned, from the report it writes to stderr: the products and which kind won (Chapter 5).
-
-    On a CPU Inductor's templates cover matrix products (with freezing on); each report names one product, its
-    shapes and its candidates, fastest first. A winner whose name starts ``cpp_`` is a generated C++ template,
-    anything else a library kernel (oneDNN, MKL). Returns "" when nothing was tuned.
-    """
+    """What max-autotune tuned, from the report it writes to stderr: the products and which kind won (Chapter 5)."""
     tuned = _AUTOTUNED.findall(log)
     if not tuned:
         return ""
@@ -421,13 +369,7 @@ def _autotuned(log: str) -> str:
 
 def build(name: str, model: torch.nn.Module, example: torch.Tensor, context: BuildContext | None = None, *,
           warm: bool = True) -> Built:
-    """Build variant ``name`` for ``model`` and ``example`` (Chapter 5).
-
-    With ``warm=True`` the runner is called once on ``example`` and ``compile_s`` is the time of the
-    build plus that first call (the compile, or export + session creation); otherwise the build alone.
-    ONNX variants are exported at ``example``'s shape. Raises :class:`VariantUnavailable` when this
-    machine cannot build it.
-    """
+    """Build variant ``name`` for ``model`` and ``example`` (Chapter 5)."""
     variant = get(name)
     own_context = context is None
     context = context or BuildContext()
@@ -459,11 +401,7 @@ def build(name: str, model: torch.nn.Module, example: torch.Tensor, context: Bui
 def runners(model: torch.nn.Module, example: torch.Tensor, selected: Sequence[str] | None = None,
             context: BuildContext | None = None, *, key: str = "label", skip_unavailable: bool = True,
             warm: bool = False) -> dict[str, Runner]:
-    """Runners for several variants, keyed by label (default) or name, reference first (Chapter 6).
-
-    Variants this machine cannot build (no ONNX or OpenVINO packages, no native BF16, no calibration
-    frames) are left out when ``skip_unavailable``; the caller can tell from the keys.
-    """
+    """Runners for several variants, keyed by label (default) or name, reference first (Chapter 6)."""
     selected = list(selected) if selected is not None else list(REGISTRY)
     if REFERENCE not in selected:
         selected.insert(0, REFERENCE)

@@ -1,11 +1,4 @@
-"""The model side of the server: warm-up, validation, the bounded queue and the batching worker (Chapter 7).
-
-Introduced in Chapter 7. :class:`InferenceService` knows nothing about HTTP: it warms up every batch
-size before it reports ready, admits at most ``max_queue`` requests, joins waiting requests into one
-model call of a warmed-up size (:func:`_plan_batch`), and bounds every wait: a request that waited
-``queue_timeout_s`` is answered 503, one whose model call ran past ``inference_timeout_s`` 504, and
-while a call hangs the service is not live (so an orchestrator restarts it) and refuses new work.
-"""
+"""The model side of the server: warm-up, validation, the bounded queue and the batching worker (Chapter 7)."""
 from __future__ import annotations
 
 import collections
@@ -33,10 +26,7 @@ CALL_HISTORY = 1024
 
 
 class RequestError(ValueError):
-    """A request the server refuses; ``status`` is the HTTP status to answer with (Chapter 7).
-
-    ``retry_after_s`` (503 only) becomes a ``Retry-After`` header: when to try again.
-    """
+    """A request the server refuses; ``status`` is the HTTP status to answer with (Chapter 7)."""
 
     def __init__(self, status: int, message: str, *, retry_after_s: int | None = None):
         super().__init__(message)
@@ -59,12 +49,7 @@ class _Pending:
 
 
 def _plan_batch(sizes: list[int], allowed, *, batching: bool = True) -> int:
-    """How many queued requests (FIFO) the next model call takes (Chapter 7).
-
-    ``sizes`` are the batch sizes of the waiting requests, oldest first; ``allowed`` the warmed-up
-    batch sizes. Without batching: one. With batching: the longest prefix whose total fits the largest
-    allowed size, shortened until its total is itself an allowed size (each request alone is one).
-    """
+    """How many queued requests (FIFO) the next model call takes (Chapter 7)."""
     if not sizes:
         return 0
     if not batching:
@@ -82,19 +67,7 @@ def _plan_batch(sizes: list[int], allowed, *, batching: bool = True) -> int:
 
 
 class InferenceService:
-    """The model side of the server: warm-up, input validation, queueing, batching, decoding (Chapter 7).
-
-    ``model`` is a ``torch.nn.Module`` mapping float32 ``(N, channels, H, W)`` to logits ``(N, 3, H, W)``
-    (or ``{0: logits}``), or a runner from :func:`graphbook.serving.load_artifact` (any callable
-    NumPy -> NumPy with ``runtime``, ``compiled`` and ``arm()``). ``compile`` applies to a module only.
-
-    One worker thread runs the model, one batch at a time. ``batching=True`` joins waiting requests
-    into one call of a warmed-up size (:func:`_plan_batch`), waiting at most ``max_wait_ms`` after the
-    oldest waiting request arrived; ``batching=False`` runs them one by one. At most ``max_queue``
-    requests wait (more are answered 503 with ``Retry-After: retry_after_s``; :meth:`refuse_if_full`
-    says so before a body is read); a request that waited ``queue_timeout_s`` without being run is
-    answered 503, one whose model call ran past ``inference_timeout_s`` 504.
-    """
+    """The model side of the server: warm-up, input validation, queueing, batching, decoding (Chapter 7)."""
 
     def __init__(self, model, input_hw: tuple[int, int], *, channels: int = 9,
                  batch_sizes=BATCH_SIZES, compile: bool = False,
@@ -224,12 +197,7 @@ class InferenceService:
         return None
 
     def refuse_if_full(self) -> None:
-        """Raise the RequestError (503) a request arriving now would get; hold no place (Chapter 7).
-
-        The HTTP handler asks right after the headers, so a request that a queue full of whole requests
-        refuses costs nothing but its headers. It holds no place while its body arrives: a client that
-        never finishes its body must not keep a whole request from the model; :meth:`submit` decides.
-        """
+        """Raise the RequestError (503) a request arriving now would get; hold no place (Chapter 7)."""
         with self._cond:
             refusal = self._refusal()
         if refusal is not None:
@@ -323,11 +291,7 @@ class InferenceService:
         self._queue = keep
 
     def _take(self) -> list[_Pending] | None:
-        """Wait for work and return the requests of the next model call (None when stopped).
-
-        Expired requests leave the queue *before* the plan, so the call runs exactly a planned,
-        warmed-up batch size.
-        """
+        """Wait for work and return the requests of the next model call (None when stopped)."""
         with self._cond:
             while True:
                 while (not self._queue or self._paused) and not self._stopped:

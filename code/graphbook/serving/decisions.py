@@ -1,10 +1,4 @@
-"""The deployment decisions of Chapter 7, each from one machine's recorded runs (Chapter 7).
-
-Introduced in Chapter 7. Every decision states numbers, and a number over runs of two CPUs describes
-neither, so each comes from one machine: the CPU worker from the machine that decides the CPU matrix
-(:func:`graphbook.record.runs.deciding_machine`, quiet runs only), the restart costs from the newest
-restart-paths recording (one file, one machine). Each function returns the decision as one sentence.
-"""
+"""The deployment decisions of Chapter 7, each from one machine's recorded runs (Chapter 7)."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -32,11 +26,7 @@ def _label(variant) -> str:
 
 
 def _fp32_runs_of_one_machine(cpu_frame, *, here: Mapping | str | None = None):
-    """The FP32 variant rows of the CPU matrix, flagged for load, of the one machine that decides (Chapter 7).
-
-    Returns ``(rows, machine)``: the machine's quiet and flagged rows (flags kept, for the sentence) and its
-    label, or an empty frame and None when nothing is recorded.
-    """
+    """The FP32 variant rows of the CPU matrix, flagged for load, of the one machine that decides (Chapter 7)."""
     if cpu_frame is None or not len(cpu_frame):
         return cpu_frame, None
     variants = cpu_frame[(cpu_frame["record"] == "variant") & ~cpu_frame["variant"].str.contains(_NOT_FP32)]
@@ -105,15 +95,7 @@ def phones_and_browsers(cpu_frame, *, here: Mapping | str | None = None) -> str:
 
 
 def lower_precision_worker(cpu_frame, *, here: Mapping | str | None = None) -> str:
-    """Whether to serve a bf16 or INT8 variant on the CPU, from one machine's quiet runs (Chapter 7).
-
-    A lower precision cannot give eager's logits, so it counts only where the trained checkpoint's decoded
-    ball on held-out clips stayed where eager FP32 put it in every recorded run (``same_ball``, Chapter 5) and
-    its FP32 twin (:data:`graphbook.runtimes.variants.FP32_TWINS`) matched eager FP32 on the same machine;
-    runs without that check (older, random-weight files) decide nothing here. The sentence gives the best
-    such variant's median, its speed-up over eager FP32 and over the best FP32 variant of the same machine,
-    and its share of the machine's ceiling in that precision and in FP32 (:func:`graphbook.teach.profiling.executed_rates`).
-    """
+    """Whether to serve a bf16 or INT8 variant on the CPU, from one machine's quiet runs (Chapter 7)."""
     if cpu_frame is None or not len(cpu_frame) or results.SAME_BALL not in cpu_frame.columns:
         return "undecided: no lower-precision run with the decoded-ball check recorded"
     rows = cpu_frame[(cpu_frame["record"] == "variant") & cpu_frame["precision"].isin(LOWER_PRECISIONS)

@@ -1,23 +1,4 @@
-"""The same hostile clients against the book's server and LitServe, on loopback (Chapter 7).
-
-Introduced in Chapter 7. Four faults, each bounded in clients and seconds, each with one valid
-request sent and timed while it lasts:
-
-- ``stalled-body``: clients that send the headers of a valid ``/predict`` and ten bytes of its body,
-  then stall. They are added one at a time, a valid request after each, until one fails: the count at
-  which it first fails is what slow uploads take to keep the model from everyone. Then they are held
-  for ``hold_s`` to see whether the server drops them;
-- ``huge-content-length``: a ``Content-Length`` of 10^12 bytes and no body;
-- ``garbage-request-line``: a TLS handshake sent to plain HTTP;
-- ``burst``: three times the book's queue bound of valid requests at once.
-
-Each server runs with its own documented limits: the book's server with ``serve_blurball.py``'s
-defaults (:data:`graphbook.serving.http.DEFAULT_MAX_CONNECTIONS`, ``max_uploads``, the request deadline),
-LitServe with uvicorn's ``limit_concurrency`` at the same connection cap, uvicorn's keep-alive
-timeout and LitServe's ``max_payload_size`` at the book's body limit (uvicorn has no deadline for a
-body). :func:`compare` runs both ``runs`` times in alternating order (``code/bench_litserve.py
---faults``); :func:`fault_table` reads a recording back.
-"""
+"""The same hostile clients against the book's server and LitServe, on loopback (Chapter 7)."""
 from __future__ import annotations
 
 import http.client
@@ -189,17 +170,7 @@ def limits(server: str, input_hw, max_queue: int) -> dict:
 
 def _measure_faults(url: str, clip: np.ndarray, encoded: tuple[bytes, dict], *, max_queue: int, max_stalled: int,
                    hold_s: float) -> list[dict]:
-    """Every fault of :data:`FAULTS` against one running server; one row each (Chapter 7).
-
-    ``encoded`` is the server's valid body and headers. Each row: ``fault``, ``hostile_clients``,
-    ``answers`` (what they got, counted; "waiting" = no answer within the bound, "closed" = cut without
-    one), ``valid_status`` (0: no answer) and ``valid_ms`` of the valid request sent during the fault
-    (for ``stalled-body``, at twice ``max_queue`` stalled clients or at the first failure before that),
-    ``recovered_status`` (a valid request once the fault's clients are gone), and for ``stalled-body``
-    ``first_failing_stalled`` (empty: none up to ``max_stalled``), ``failing_answer`` (what that valid
-    request got), ``stalled_answered_early`` and ``dropped_after_s`` (the longest the server held a
-    stalled client before it answered or cut it; NaN: one was still held ``hold_s`` after the sweep).
-    """
+    """Every fault of :data:`FAULTS` against one running server; one row each (Chapter 7)."""
     parts = urlsplit(url)
     if parts.scheme != "http" or parts.hostname != "127.0.0.1":
         raise ValueError(f"hostile clients only target a loopback http://127.0.0.1 server, got {url!r}")
@@ -225,13 +196,7 @@ def _measure_faults(url: str, clip: np.ndarray, encoded: tuple[bytes, dict], *, 
 def compare(onnx_path: Path, input_hw, *, runs: int = 3, threads: int = THREADS, max_queue: int = 16,
             max_wait_ms: float = 5.0, max_stalled: int = 96, hold_s: float = 15.0, log=print,
             rows: list | None = None) -> list[dict]:
-    """Both servers, ``runs`` times in alternating order, each in a fresh process, face every fault (Chapter 7).
-
-    One row per (run, server, fault): :func:`_measure_faults`'s plus ``server``, ``run``, ``run_order``,
-    ``limits`` (each server's, as text), ``max_queue``, ``input_hw``, ``model`` and the 1-minute load
-    average. Rows are appended to ``rows`` when given, so a caller keeps what was measured before a
-    server failed to start (RuntimeError).
-    """
+    """Both servers, ``runs`` times in alternating order, each in a fresh process, face every fault (Chapter 7)."""
     if runs < 3:
         raise ValueError(f"a comparison needs at least 3 runs, got {runs}")
     height, width = (int(v) for v in input_hw)
@@ -262,12 +227,6 @@ def compare(onnx_path: Path, input_hw, *, runs: int = 3, threads: int = THREADS,
 
 def fault_table(frame) -> pd.DataFrame:
     """One row per (fault, server) of a ``hostile-clients`` recording (a frame, or rows), across its runs (Chapter 7).
-
-    Servers are named as the chapter names them (:data:`graphbook.serving.litserve_compare.LABELS`).
-    The hostile clients' answers are counted per kind, as a range across runs; the valid request's
-    statuses are shown once when every run agrees (else each run's, joined by " | "); the
-    valid request's milliseconds, the first failing count of stalled uploads and the seconds until the
-    server dropped them are the median and range across runs.
     """
     def agreed(values):
         values = [str(v) for v in values]

@@ -1,23 +1,10 @@
 """The HTTP side of the server: request decoding, the handler, and the server itself (Chapter 7).
 
-Introduced in Chapter 7. Standard library only (``http.server``). What a hostile or broken client can
-do is bounded here:
-
-- every request must arrive whole (request line, headers and body) within ``request_timeout_s`` of the
-  moment the server starts waiting for it; a connection that dribbles, stalls or idles longer is
-  dropped by one reaper thread (a stalled body is answered 408 first);
-- at most ``max_connections`` connections are served at once; one more is answered 503 and closed;
-- reading a body costs the inference queue nothing: a request takes its place in the queue once its
-  body is whole. The connections still uploading a body are bounded on their own, by ``max_uploads``
-  (default: ``max_connections - max_queue``, the connections a queue full of whole requests does not
-  need, at least 1); so up to ``max_uploads`` clients that stall mid-body never keep a valid request
-  from the model, and each is dropped at its deadline;
-- an oversized ``Content-Length`` is refused (413) before a byte of the body is read, and so is a
-  request that finds the queue full of whole requests or ``max_uploads`` bodies arriving (503 with
-  ``Retry-After``). The 503 leaves at once; a body the client sends anyway is then read into a scratch
-  buffer and dropped (never decoded), so the client reads its answer instead of a connection reset;
-- every error answer is JSON, including http.server's own (a garbage request line, an unknown
-  method), and a client that vanishes mid-answer costs one counter, never a traceback.
+What a hostile client can cost is bounded here: a whole request within ``request_timeout_s`` (one reaper thread
+drops dribblers, a stalled body gets 408 first); at most ``max_connections`` at once (one more gets 503); bodies
+still uploading are bounded apart, by ``max_uploads``, and join the inference queue only once whole, so stalled
+uploads never keep a valid request from the model; an oversized ``Content-Length`` gets 413 before its body is
+read; every error answer is JSON, and a client that vanishes mid-answer costs a counter, never a traceback.
 """
 from __future__ import annotations
 
@@ -260,15 +247,7 @@ _BUSY_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: applicatio
 
 
 class InferenceServer(ThreadingHTTPServer):
-    """``ThreadingHTTPServer`` that carries an :class:`InferenceService` (Chapter 7).
-
-    Use :meth:`start` to serve in a background thread and warm up in another, so ``/readyz`` answers
-    503 (and ``/livez`` 200) while the warm-up runs; :meth:`stop` shuts it down (also when it was never
-    started). ``port=0`` picks a free port (:attr:`port` tells which). ``request_timeout_s`` bounds the
-    time a client may take to send one request, ``max_connections`` the connections served at once,
-    ``max_uploads`` those of them reading a body (default ``max_connections - service.max_queue``, at
-    least 1; see the module docstring).
-    """
+    """``ThreadingHTTPServer`` that carries an :class:`InferenceService` (Chapter 7)."""
 
     daemon_threads = True
     request_queue_size = 64  # the listen backlog; the service's own queue is the bound that answers 503

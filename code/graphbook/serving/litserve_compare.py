@@ -1,19 +1,4 @@
-"""The same ONNX Runtime session behind LitServe, beside the book's server (Chapter 7).
-
-Introduced in Chapter 7. LitServe (``litserve``, pinned in requirements.txt) is a production serving
-library built on FastAPI and uvicorn: its ``LitAPI`` has ``max_batch_size`` and ``batch_timeout`` for
-dynamic batching, ``/health`` answers 503 until the inference workers finished ``setup``, and the HTTP
-server and the inference worker are separate processes. :class:`BlurBallOrtAPI` serves the same
-``.onnx`` file with the same :class:`graphbook.serving.runners.OrtRunner` (the same session options and
-threads) that ``code/serve_blurball.py --artifact`` uses, and answers in the book's format
-(``joined_batch_size``, ``inference_ms``, ``detections``), so :func:`graphbook.serving.load_test`
-measures both with the same clients. LitServe takes JSON bodies, so a clip travels as base64 of its
-float32 bytes (:func:`_base64_json_request`); the book's server takes the raw bytes.
-
-:func:`compare` runs the recorded comparison behind ``code/bench_litserve.py``: for each run (at least
-3) both servers start in fresh processes, in an order that alternates between runs, and face the same
-levels of loopback clients. :data:`OPERATOR_FEATURES` says what each gives an operator.
-"""
+"""The same ONNX Runtime session behind LitServe, beside the book's server (Chapter 7)."""
 from __future__ import annotations
 
 import base64
@@ -123,9 +108,6 @@ if _ls is not None:
 def _run_litserve(onnx_path: str, input_chw, *, port: int, threads: int, max_batch_size: int,
                  batch_timeout_s: float, max_payload_size: int | None = None, **uvicorn_options) -> None:
     """Serve ``onnx_path`` with LitServe on 127.0.0.1:``port`` until stopped: the child :func:`compare` starts (Chapter 7).
-
-    ``max_payload_size`` is LitServe's body limit; ``uvicorn_options`` go to ``uvicorn.Config``
-    (``limit_concurrency``, ``timeout_keep_alive``...).
     """
     if _ls is None:
         raise ImportError("litserve is not installed: pip install -r requirements.txt")
@@ -158,14 +140,7 @@ def _wait_for_health(url: str, path: str, proc, timeout: float) -> float:
 
 def start_server(server: str, onnx_path: Path, input_hw, *, threads: int, max_queue: int, max_wait_ms: float,
                  timeout: float = 300.0, litserve_limits: dict | None = None):
-    """Start one server in a fresh process; return ``(process, url, seconds from launch to ready)`` (Chapter 7).
-
-    ``book``: ``code/serve_blurball.py --artifact`` (batching on, ``max_queue``, ``max_wait_ms``);
-    ``litserve``: :func:`_run_litserve` with ``max_batch_size=3`` and ``batch_timeout=max_wait_ms``.
-    Readiness is the server's own: the book's READY line after ``/readyz``'s warm-up, LitServe's
-    ``/health`` answering 200. ``litserve_limits`` go to :func:`_run_litserve` (``max_payload_size`` and
-    uvicorn's options); stop the server with :func:`stop_server`.
-    """
+    """Start one server in a fresh process; return ``(process, url, seconds from launch to ready)`` (Chapter 7)."""
     height, width = (int(v) for v in input_hw)
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -193,11 +168,7 @@ def start_server(server: str, onnx_path: Path, input_hw, *, threads: int, max_qu
 
 
 def stop_server(proc) -> None:
-    """Stop a server :func:`start_server` started, and every process it started (Chapter 7).
-
-    SIGTERM to the whole group (LitServe's workers run in the same session), up to 15 s for the leader,
-    then SIGKILL to whatever of the group is left (a LitServe worker can outlive its parent's SIGTERM).
-    """
+    """Stop a server :func:`start_server` started, and every process it started (Chapter 7)."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -216,13 +187,7 @@ def stop_server(proc) -> None:
 def compare(onnx_path: Path, input_hw, *, levels, runs: int = 3, threads: int = THREADS, max_queue: int = 8,
             max_wait_ms: float = 5.0, requests: int = 24, time_limit_s: float = 60.0, probe_mib: int = 64,
             log=print, rows: list | None = None) -> list[dict]:
-    """Both servers, ``runs`` times in alternating order, at every ``(clients, overload)`` level (Chapter 7).
-
-    One row per (run, server, level): :func:`graphbook.serving.load_test`'s report plus ``server``,
-    ``run``, ``run_order``, ``ready_s`` (launch to ready), the run's ``copy_gbps`` probe and the 1-minute
-    load average, so a run taken under load can be flagged. Rows are appended to ``rows`` when given,
-    so a caller keeps what was measured before a server failed to start (RuntimeError).
-    """
+    """Both servers, ``runs`` times in alternating order, at every ``(clients, overload)`` level (Chapter 7)."""
     if runs < 3:
         raise ValueError(f"a comparison needs at least 3 runs, got {runs}")
     height, width = (int(v) for v in input_hw)
@@ -293,12 +258,7 @@ def _level_phrase(book, lit) -> str:
 
 
 def comparison_sentences(frame) -> dict[str, str]:
-    """The chapter's sentences about a recording, generated from its rows (Chapter 7).
-
-    ``conditions`` (machine, runs, load), ``levels`` (each client count: throughput, who is ahead when
-    the ranges across runs do not overlap, median latency), ``overload`` (what each did beyond the
-    book's queue bound) and ``ready`` (launch to ready).
-    """
+    """The chapter's sentences about a recording, generated from its rows (Chapter 7)."""
     summary = summarize(frame)
     first = frame.iloc[0]
     cores = int(first.get("cpu_cores", 0) or 0)

@@ -1,10 +1,4 @@
-"""Clients of the server: one request, a binary body, and a bounded loopback load test (Chapter 7).
-
-Introduced in Chapter 7. Standard library only (``urllib``, ``http.client``). :func:`load_test` is the
-load generator behind ``code/bench_serving_load.py``; it speaks to any server with the same
-``/predict`` contract, and its ``encoded`` and ``health_path`` let it measure a server with another body
-encoding and readiness path.
-"""
+"""Clients of the server: one request, a binary body, and a bounded loopback load test (Chapter 7)."""
 from __future__ import annotations
 
 import http.client
@@ -70,22 +64,7 @@ def _percentile(values: list[float], q: float) -> float:
 def load_test(url: str, array: np.ndarray, *, concurrency: int, requests: int, time_limit_s: float = 60.0,
               timeout: float = 60.0, health_every_s: float = 0.25, health_path: str = "/readyz",
               encoded: tuple[bytes, dict] | None = None) -> dict:
-    """``concurrency`` clients POST ``array`` to a loopback server; throughput and latencies (Chapter 7).
-
-    Bounded on purpose: only a loopback ``url`` (127.0.0.1, localhost, ::1), at most ``requests``
-    requests in all (<= 10,000) and no new request after ``time_limit_s`` (<= 600 s). Each client keeps
-    one HTTP/1.1 connection. Meanwhile ``/readyz`` is polled every ``health_every_s`` to show the server
-    stays responsive. Returns ``concurrency``, ``sent``, ``ok``, ``overloaded`` (503), ``errors``
-    (anything else), ``wall_s``, ``throughput_rps`` (answered requests per second), ``p50_ms``,
-    ``p90_ms``, ``p99_ms``, ``max_ms`` (latency of the 200 answers), ``mean_joined_batch`` (batch the
-    model really ran, over 200 answers), ``readyz_max_ms`` and, for every batch size the model ran,
-    ``model_ms_per_clip_b<n>``: the median time of the model call (the server's ``inference_ms``) divided
-    by the ``n`` clips it carried, which says what joining saved per clip.
-
-    ``encoded`` replaces the body and headers (default :func:`binary_request` of ``array``) and
-    ``health_path`` the readiness path, so the same clients measure another server (LitServe's
-    ``/health`` and its JSON body).
-    """
+    """``concurrency`` clients POST ``array`` to a loopback server; throughput and latencies (Chapter 7)."""
     parts = urlsplit(url)
     if parts.scheme != "http" or parts.hostname not in LOOPBACK_HOSTS:
         raise ValueError(f"load_test only targets a loopback http:// server (127.0.0.1, localhost), got {url!r}")

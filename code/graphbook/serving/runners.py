@@ -1,10 +1,4 @@
-"""Runners: a model behind one call, NumPy in, NumPy logits out (Chapter 7).
-
-Introduced in Chapter 7. A runner is what the batching worker calls: a PyTorch module (eager or
-``torch.compile``), an AOTInductor ``.pt2`` package, or an ONNX Runtime session on a ``.onnx`` / ``.ort``
-file (that path never imports torch). Each has ``runtime``, ``compiled``, ``description`` and ``arm()``,
-which the service calls once the warm-up is done.
-"""
+"""Runners: a model behind one call, NumPy in, NumPy logits out (Chapter 7)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,14 +14,7 @@ ARTIFACT_SUFFIXES = (".pt2", ".onnx", ".ort")
 
 
 class TorchRunner:
-    """A PyTorch module (eager or ``torch.compile``) as a NumPy-in, NumPy-out callable (Chapter 7).
-
-    With ``compile=True`` the module is wrapped in ``torch.compile`` (automatic dynamic shapes), and the
-    warm-up's calls are the compile. :meth:`arm` then switches the runner to ``torch._dynamo.run``:
-    the graphs compiled during the warm-up run, and nothing is ever compiled again on the request path.
-    That mode belongs to the calling thread only, unlike ``torch.compiler.set_stance``, which is
-    process-wide and would also change every other compile running in the process.
-    """
+    """A PyTorch module (eager or ``torch.compile``) as a NumPy-in, NumPy-out callable (Chapter 7)."""
 
     runtime = "torch"
 
@@ -57,11 +44,7 @@ class TorchRunner:
 
 
 class AotiRunner(TorchRunner):
-    """An AOTInductor ``.pt2`` package loaded with ``torch._inductor.aoti_load_package`` (Chapter 7).
-
-    The kernels were compiled when the package was built; a static package serves only the batch
-    size it was exported with, a dynamic one the range it was exported for.
-    """
+    """An AOTInductor ``.pt2`` package loaded with ``torch._inductor.aoti_load_package`` (Chapter 7)."""
 
     runtime = "aoti"
 
@@ -76,11 +59,7 @@ class AotiRunner(TorchRunner):
 
 
 class OrtRunner:
-    """An ONNX Runtime session on a ``.onnx`` or ``.ort`` model, CPU provider (Chapter 7; no torch).
-
-    ``level`` is the graph optimization level (a model ONNX Runtime saved after optimizing needs
-    ``"disabled"``; optimizing it again is wasted start-up time).
-    """
+    """An ONNX Runtime session on a ``.onnx`` or ``.ort`` model, CPU provider (Chapter 7; no torch)."""
 
     runtime = "onnxruntime"
     compiled = False
@@ -107,13 +86,7 @@ class OrtRunner:
 
 
 def load_artifact(path, *, threads: int = THREADS, level: str | None = None):
-    """A runner for a deployment artifact, chosen by suffix (Chapter 7).
-
-    ``.pt2`` -> :class:`AotiRunner`; ``.onnx`` / ``.ort`` -> :class:`OrtRunner` (``level`` defaults to
-    ``"all"`` for ``.onnx`` and ``"disabled"`` for ``.ort``, which holds an already optimized graph).
-    Raises FileNotFoundError for a missing file, ValueError for another suffix and ValueError (with the
-    runtime's first line) for a file the runtime cannot load.
-    """
+    """A runner for a deployment artifact, chosen by suffix (Chapter 7)."""
     path = Path(path)
     if path.suffix not in ARTIFACT_SUFFIXES:
         raise ValueError(f"artifact must end in {', '.join(ARTIFACT_SUFFIXES)}, got {str(path)!r}")
