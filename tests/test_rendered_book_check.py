@@ -62,28 +62,6 @@ WIDE_TABLE_IN_A_BOX = ('<div style="overflow-x: auto"><table><tr>'
                        + "".join(f"<td>{i}.5 nanoseconds</td>" for i in range(12)) + "</tr></table></div>")
 
 
-def _problems(proc):
-    return " | ".join(line.strip() for line in proc.stdout.splitlines() if line.startswith("       - "))
-
-
-def test_a_broken_page_fails_on_each_defect(tmp_path):
-    html = _site(tmp_path, {
-        "index.html": '<p>Eager took {glue:text}`eager_ms:.2f` ms, see {doc}`missing`.</p>'
-                      '<img src="missing.png" alt="gone"><a href="nowhere.html">x</a><a href="index.html#nope">y</a>'
-                      '<div class="cell_output"><pre>Traceback (most recent call last):\nValueError</pre></div>'
-                      '<script>console.error("boom")</script>',
-    }, {"index.ipynb": _notebook_with_figures(2)})
-    proc = _check(html, "--screenshots", tmp_path / "shots", "--notebooks-root", tmp_path)
-    assert proc.returncode == 1 and proc.stdout.startswith("FAIL index.html"), proc.stdout + proc.stderr
-    problems = _problems(proc)
-    for expected in ["unresolved role text '{glue:text}`'", "unresolved role text '{doc}`'",
-                     "broken image 'missing.png'", "broken internal link 'nowhere.html'",
-                     "missing anchor 'index.html#nope'", "traceback", "console error: boom",
-                     "shows 0 figures but its notebook produced 2",
-                     "1 glue references rendered empty"]:
-        assert expected in problems, f"{expected!r} not reported in: {problems}"
-
-
 def test_cli_refuses_a_folder_without_a_built_book(tmp_path, script, capsys):
     with pytest.raises(SystemExit) as stop:
         script("scripts/check_rendered_book.py").main([str(tmp_path)])
@@ -125,20 +103,48 @@ def _problems_by_page(proc) -> dict[str, str]:
     return pages
 
 
+def _static_report(html, name, body="<p>tlparse report</p>"):
+    """A published report beside the book's pages, as html_extra_path copies images/extra/tlparse."""
+    (html / name / "-_0_0_0").mkdir(parents=True)
+    (html / name / "index.html").write_text(PAGE.format(title="report", body=body))
+    (html / name / "-_0_0_0" / "graph.txt").write_text("graph():\n")
+
+
 @pytest.fixture(scope="module")
 def broken_site_report(tmp_path_factory):
-    """Every broken page of BROKEN_PAGES in one site, checked by one browser session (a launch costs seconds)."""
+    """Every broken page in one site, checked by one browser session (a launch costs seconds): index.html with
+    a defect of each older kind, a page per BROKEN_PAGES row, a chapter linking into the reports, the tlparse
+    report with a console error, and a provenance view no page links."""
     root = tmp_path_factory.mktemp("broken")
-    pages = {"index.html": "<p>Book.</p>", **{f"page{i}.html": body for i, (body, _) in enumerate(BROKEN_PAGES)}}
-    html = _site(root, pages)
+    html = _site(root, {
+        "index.html": '<p>Eager took {glue:text}`eager_ms:.2f` ms, see {doc}`missing`.</p>'
+                      '<img src="missing.png" alt="gone"><a href="nowhere.html">x</a><a href="index.html#nope">y</a>'
+                      '<div class="cell_output"><pre>Traceback (most recent call last):\nValueError</pre></div>'
+                      '<script>console.error("boom")</script>',
+        "chapters/03.html": '<a href="../tlparse/index.html">report</a><a href="../tlparse/-_0_0_0/missing.txt">gone</a>'
+                            '<a href="../tlparse_provenance/missing.html">provenance</a>',
+        **{f"page{i}.html": body for i, (body, _) in enumerate(BROKEN_PAGES)}}, {"index.ipynb": _notebook_with_figures(2)})
+    _static_report(html, "tlparse", body='<script>console.error("report boom")</script>')
+    _static_report(html, "tlparse_provenance")
     proc = _check(html, "--screenshots", root / "shots", "--notebooks-root", root)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
     return proc, _problems_by_page(proc)
+
+
+def test_a_broken_page_fails_on_each_defect(broken_site_report):
+    proc, pages = broken_site_report
+    assert any(line.startswith("FAIL index.html") for line in proc.stdout.splitlines()), proc.stdout
+    for expected in ["unresolved role text '{glue:text}`'", "unresolved role text '{doc}`'",
+                     "broken image 'missing.png'", "broken internal link 'nowhere.html'",
+                     "missing anchor 'index.html#nope'", "traceback", "console error: boom",
+                     "shows 0 figures but its notebook produced 2",
+                     "1 glue references rendered empty"]:
+        assert expected in pages["index.html"], f"{expected!r} not reported in: {pages['index.html']}"
 
 
 @pytest.mark.parametrize("index", range(len(BROKEN_PAGES)), ids=[e[:40] for _, e in BROKEN_PAGES])
 def test_each_new_check_fails_on_a_broken_page(broken_site_report, index):
     proc, pages = broken_site_report
-    assert proc.returncode == 1, proc.stdout + proc.stderr
     assert any(line.startswith(f"FAIL page{index}.html") for line in proc.stdout.splitlines()), proc.stdout
     assert BROKEN_PAGES[index][1] in pages[f"page{index}.html"], proc.stdout
 
@@ -149,32 +155,13 @@ def test_print_browser_gives_the_chromium_path_and_flags_other_browser_tests_use
     assert "--headless" in browser["args"] and (browser["chromium"] is None or Path(browser["chromium"]).exists())
 
 
-def _static_report(html, body="<p>tlparse report</p>"):
-    """A published report beside the book's pages, as html_extra_path copies images/extra/tlparse."""
-    (html / "tlparse" / "-_0_0_0").mkdir(parents=True)
-    (html / "tlparse" / "index.html").write_text(PAGE.format(title="report", body=body))
-    (html / "tlparse" / "-_0_0_0" / "graph.txt").write_text("graph():\n")
-
-
-def test_a_broken_link_into_a_report_a_report_with_a_console_error_and_an_unpublished_report_fail(tmp_path):
-    html = _site(tmp_path, {"index.html": "<p>Book.</p>",
-                            "chapters/03.html": '<a href="../tlparse/index.html">report</a>'
-                                                '<a href="../tlparse/-_0_0_0/missing.txt">gone</a>'
-                                                '<a href="../tlparse_provenance/index.html">provenance</a>'})
-    _static_report(html, body='<script>console.error("report boom")</script>')
-    proc = _check(html, "--screenshots", tmp_path / "shots", "--notebooks-root", tmp_path)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+def test_a_broken_link_into_a_report_a_report_with_a_console_error_and_an_unpublished_report_fail(broken_site_report):
+    proc, pages = broken_site_report
     lines = proc.stdout.splitlines()
     assert "FAIL chapters/03.html (0 figures)" in lines and "FAIL tlparse/index.html (static report)" in lines
-    problems = _problems(proc)
-    for expected in ("broken link to the static report '../tlparse/-_0_0_0/missing.txt'", "console error: report boom",
-                     "broken link to the static report '../tlparse_provenance/index.html'"):
-        assert expected in problems, problems
-
-
-def test_a_published_report_that_no_page_links_fails(tmp_path):
-    html = _site(tmp_path, {"index.html": "<p>Book.</p>"})
-    _static_report(html)
-    proc = _check(html, "--screenshots", tmp_path / "shots", "--notebooks-root", tmp_path)
-    assert proc.returncode == 1 and "FAIL tlparse/index.html (static report)" in proc.stdout.splitlines(), proc.stdout
-    assert "published, but no page of the book links it" in _problems(proc)
+    assert "FAIL tlparse_provenance/index.html (static report)" in lines
+    for page, expected in (("chapters/03.html", "broken link to the static report '../tlparse/-_0_0_0/missing.txt'"),
+                           ("chapters/03.html", "broken link to the static report '../tlparse_provenance/missing.html'"),
+                           ("tlparse/index.html", "console error: report boom"),
+                           ("tlparse_provenance/index.html", "published, but no page of the book links it")):
+        assert expected in pages[page], (page, pages[page])
