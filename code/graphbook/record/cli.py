@@ -1,11 +1,5 @@
-"""What the book's scripts share on their command lines (introduced with ``code/03_fusion.py``, Chapter 2).
-
-Every script is ``main(argv) -> int`` over :func:`make_parser`, which adds ``--results-dir`` (default
-``paths.RESULTS_DIR``: ``data/results``, or ``$GRAPHBOOK_RESULTS_DIR``). Bad arguments are one line on
-stderr and exit status 2, before torch is imported. Exit statuses: 0 ok; 1 a variant failed its
-correctness check (the results are still written, the variants named on stderr); 2 bad arguments; 3 a
-required resource is absent (no CUDA, no checkpoint, ...).
-"""
+"""The scripts' shared command line: every script is ``main(argv) -> int`` over :func:`make_parser`. Exit
+statuses: 0 ok; 1 a variant failed its check (rows still written); 2 bad arguments; 3 a resource is absent."""
 from __future__ import annotations
 
 import argparse
@@ -27,7 +21,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def make_parser(prog: str, description: str, *, results_dir: bool = True) -> OneLineParser:
-    """A script's parser, with ``--results-dir DIR`` unless the script writes no results (Chapter 2)."""
+    """A script's parser, with ``--results-dir DIR`` unless the script writes no results."""
     parser = OneLineParser(prog=prog, description=description)
     if results_dir:
         parser.add_argument("--results-dir", type=directory, default=paths.RESULTS_DIR, metavar="DIR",
@@ -47,7 +41,6 @@ def directory(text: str) -> Path:
 
 
 def int_at_least(minimum: int):
-    """An argparse type: an integer of at least ``minimum``."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -63,7 +56,7 @@ positive_int = int_at_least(1)
 
 
 def positive_float(text: str) -> float:
-    """An argparse type: a finite number above 0."""
+    """A finite number above 0."""
     try:
         value = float(text)
     except ValueError:
@@ -74,7 +67,7 @@ def positive_float(text: str) -> float:
 
 
 def multiple_of_8(text: str) -> int:
-    """An argparse type for BlurBall frame sizes: positive and divisible by 8 (three stride-2 levels)."""
+    """Positive and divisible by 8: BlurBall has three stride-2 levels."""
     value = positive_int(text)
     if value % 8:
         raise argparse.ArgumentTypeError(f"expected a multiple of 8 (BlurBall downsamples 3 times), got {value}")
@@ -82,7 +75,7 @@ def multiple_of_8(text: str) -> int:
 
 
 def positive_int_list(text: str) -> tuple[int, ...]:
-    """An argparse type: comma-separated positive integers, e.g. batch sizes ``1,2,3``."""
+    """Comma-separated positive integers, e.g. batch sizes ``1,2,3``."""
     try:
         return tuple(positive_int(part) for part in text.split(","))
     except argparse.ArgumentTypeError:
@@ -90,7 +83,7 @@ def positive_int_list(text: str) -> tuple[int, ...]:
 
 
 def comma_choices(allowed, what: str):
-    """An argparse type: a comma-separated selection from ``allowed``, in the order given, duplicates dropped."""
+    """A comma-separated selection from ``allowed``, in the order given, duplicates dropped."""
     allowed = tuple(allowed)
 
     def parse(text: str) -> tuple[str, ...]:
@@ -104,14 +97,12 @@ def comma_choices(allowed, what: str):
 
 
 def add_input_size(parser: argparse.ArgumentParser, *, height: int, width: int) -> None:
-    """``--height``/``--width``, multiples of 8 (BlurBall's stride)."""
     parser.add_argument("--height", type=multiple_of_8, default=height, help=f"input height (default {height})")
     parser.add_argument("--width", type=multiple_of_8, default=width, help=f"input width (default {width})")
 
 
 def add_run_protocol_options(parser: argparse.ArgumentParser, *, repeats: int, warmup: int) -> None:
-    """``--threads``, ``--repeats``, ``--warmup`` and ``--runs`` (at least 3) of the book's run protocol
-    (:func:`graphbook.measure.timing.repeated_runs`; Chapter 3)."""
+    """``--threads``, ``--repeats``, ``--warmup`` and ``--runs`` (at least 3)."""
     parser.add_argument("--threads", type=positive_int, default=2, help="torch intra-op threads")
     parser.add_argument("--repeats", type=positive_int, default=repeats, help="timed calls per variant and run")
     parser.add_argument("--warmup", type=positive_int, default=warmup, help="untimed calls per variant and run")
@@ -120,8 +111,7 @@ def add_run_protocol_options(parser: argparse.ArgumentParser, *, repeats: int, w
 
 
 def add_load_test_options(parser: argparse.ArgumentParser) -> None:
-    """The options of a bounded loopback load test on the book's server, with the same defaults wherever one
-    runs (Chapter 7); :func:`check_load_test` refuses the combinations that would not measure the server."""
+    """A bounded loopback load test's options, with the same defaults wherever one runs."""
     add_input_size(parser, height=96, width=160)
     parser.add_argument("--concurrency", type=positive_int_list, default="1,2,4,8",
                         help="client counts to try (default 1,2,4,8)")

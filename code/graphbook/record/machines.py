@@ -1,16 +1,5 @@
-"""Every machine that has run the book, and its recorded matrices side by side (appendix "Machines and runs").
-
-Introduced in the appendix "Machines and runs". The chapters quote one machine per conclusion
-(:func:`graphbook.record.runs.single_machine`); this module gathers what every machine recorded, so the
-appendix can show where the same figure differs across CPUs, sizes and thread counts. A reader who runs
-the benchmarks and commits the new files adds a machine with no code change: everything here is read
-from ``data/results``.
-
-:data:`MEASURES` says, per result kind, which number a row carries and what it is grouped by;
-:func:`machine_facts` gives one row per machine (identity, versions, dates, what it recorded);
-:func:`side_by_side` the medians over each machine's quiet runs, with the runs flagged as taken under
-load counted beside them; :func:`plot_side_by_side` draws one kind.
-"""
+"""Every machine that has run the book and its recorded matrices side by side (appendix "Machines and runs"),
+all read from ``data/results``, so a reader who commits new files adds a machine with no code change."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,7 +13,7 @@ from graphbook.record import results, runs
 
 @dataclass(frozen=True)
 class Measure:
-    """What one kind of result file measures, for a side-by-side view (appendix)."""
+    """What one kind of result file measures, for a side-by-side view."""
 
     kind: str
     title: str
@@ -60,7 +49,6 @@ FACTS = ("cpu_model", "cpu_vendor", "cpu_family", "cpu_model_id", "cpu_stepping"
 
 
 def measure(kind: str) -> Measure:
-    """The :class:`Measure` of one kind (appendix)."""
     for found in MEASURES:
         if found.kind == kind:
             return found
@@ -78,11 +66,7 @@ def _rows(found: Measure, results_dir=None):
 
 
 def machine_facts(results_dir=None, measures: Sequence[Measure] = MEASURES):
-    """One row per machine configuration that recorded any of ``measures`` (appendix).
-
-    Columns: ``machine`` (the label every chapter keys on), the :data:`FACTS` as first recorded, ``first``
-    and ``last`` date, and one column per kind with its number of runs.
-    """
+    """One row per machine configuration: the :data:`FACTS`, first and last date, runs per kind."""
     facts: dict[str, dict] = {}
     for found in measures:
         frame = _rows(found, results_dir)
@@ -106,13 +90,8 @@ def machine_facts(results_dir=None, measures: Sequence[Measure] = MEASURES):
 
 
 def side_by_side(kind: str, results_dir=None):
-    """Per machine and group, the median over the quiet runs and what was flagged (appendix).
-
-    Returns a long DataFrame: ``machine``, the measure's ``by`` columns, ``median`` (quiet runs only),
-    ``quiet_runs``, ``flagged_runs``, ``values`` (every run's number, quiet or not) and ``flags`` (True for
-    a run flagged as taken under load, in the same order). A machine whose runs were all flagged keeps
-    its rows with ``median`` NaN: the appendix shows such runs, it does not decide on them.
-    """
+    """Per machine and group: the median over quiet runs, and every run's value and load flag. A machine whose runs were
+    all flagged keeps its rows with ``median`` NaN: the appendix shows such runs, it does not decide on them."""
     found = measure(kind)
     frame = _rows(found, results_dir)
     columns = [runs.MACHINE, *found.by, "median", "quiet_runs", "flagged_runs", "values", "flags"]
@@ -145,11 +124,7 @@ def side_by_side(kind: str, results_dir=None):
 
 
 def plot_side_by_side(kind: str, results_dir=None, ax=None, *, where: dict | None = None):
-    """One kind's groups as bars, one colour per machine; a dot per quiet run, a cross per flagged one (appendix).
-
-    ``where`` narrows the :func:`side_by_side` rows (e.g. ``{"threads": 2}``). Returns the ``ax``, or None
-    when nothing is recorded.
-    """
+    """Bars per machine, a dot per quiet run and a cross per flagged one; None when nothing is recorded."""
     found = measure(kind)
     table = side_by_side(kind, results_dir)
     for column, wanted in (where or {}).items():
@@ -180,11 +155,7 @@ def plot_side_by_side(kind: str, results_dir=None, ax=None, *, where: dict | Non
 
 
 def compare_sentence(kind: str, group: str | None, results_dir=None, *, where: dict | None = None) -> str:
-    """One sentence, from the data, on how the machines compare for one group of a kind (appendix).
-
-    ``group`` is a value of the measure's first ``by`` column (e.g. ``"eager_fp32"``); None or a group no
-    machine recorded gives a sentence that says how many machines and runs the figure holds.
-    """
+    """One sentence, from the data, on how the machines compare for one group (a value of the first ``by``)."""
     found = measure(kind)
     table = side_by_side(kind, results_dir)
     for column, wanted in (where or {}).items():
@@ -210,5 +181,4 @@ def compare_sentence(kind: str, group: str | None, results_dir=None, *, where: d
 
 
 def files_shown(results_dir=None) -> list[str]:
-    """The result files the appendix reads: every file of every kind in :data:`MEASURES` (appendix)."""
     return sorted({path.name for found in MEASURES for path in results.files(found.kind, results_dir)})

@@ -1,10 +1,5 @@
-"""Where and when each page of the book last executed (the provenance appendix).
-
-Introduced in the appendix "Provenance". ``scripts/execute_notebooks.py`` stores an execution record
-in every notebook's ``metadata.graphbook.execution``; chapters with a GPU part glue ``gpu_status``
-(a sentence produced at run time). This module reads both back from the ``.ipynb`` files, so the
-provenance page reports what the stored outputs really are.
-"""
+"""Where and when each page last executed, read back from the record ``scripts/execute_notebooks.py`` stores in
+each notebook, so the provenance page reports what the stored outputs really are."""
 from __future__ import annotations
 
 import json
@@ -19,7 +14,7 @@ GLUE_MIME_PREFIX = "application/papermill.record/"
 
 
 def _notebook_paths(root: Path = REPO_ROOT) -> list[Path]:
-    """The book's chapter notebooks in reading order (appendix pages excluded; the provenance appendix)."""
+    """The chapter notebooks in reading order (appendix pages excluded)."""
     return sorted((root / "chapters").glob("*.ipynb"))
 
 
@@ -31,13 +26,12 @@ def _load(path: Path) -> dict:
 
 
 def _execution_record(path: Path) -> dict | None:
-    """The record ``scripts/execute_notebooks.py`` stored, or None if the notebook never ran that way
-    (the provenance appendix)."""
+    """The record ``scripts/execute_notebooks.py`` stored, or None."""
     return _load(path).get("metadata", {}).get("graphbook", {}).get("execution")
 
 
 def _glued_values(path: Path) -> dict:
-    """Every value a notebook glued, as the plain-text form stored in its outputs (the provenance appendix)."""
+    """Every value a notebook glued, as stored in plain text."""
     values = {}
     for cell in _load(path).get("cells", []):
         for out in cell.get("outputs", []):
@@ -50,7 +44,7 @@ def _glued_values(path: Path) -> dict:
 
 
 def title(path: Path) -> str:
-    """The first Markdown heading of a notebook (the provenance appendix)."""
+    """The first Markdown heading of a notebook."""
     for cell in _load(path).get("cells", []):
         if cell.get("cell_type") == "markdown":
             for line in "".join(cell.get("source", [])).splitlines():
@@ -60,8 +54,8 @@ def title(path: Path) -> str:
 
 
 def _machine(record: dict) -> str:
-    """The CPU an execution ran on, by its fingerprint where the record has one (the vendor string alone names
-    CPUs of very different speed); older records hold only the vendor string."""
+    """The CPU an execution ran on, by its fingerprint where recorded: the vendor string alone names CPUs
+    of very different speed."""
     name = record.get("cpu_model", "")
     if record.get("cpu_family") in (None, ""):
         return name
@@ -71,8 +65,7 @@ def _machine(record: dict) -> str:
 
 
 def chapter_table(root: Path = REPO_ROOT):
-    """One row per chapter: title, when and where it last ran, how long, cells, GPU part (DataFrame; the
-    provenance appendix)."""
+    """One row per chapter: title, when and where it last ran, how long, cells, GPU part."""
     rows = []
     for path in _notebook_paths(root):
         rec = _execution_record(path) or {}
@@ -96,12 +89,7 @@ def chapter_table(root: Path = REPO_ROOT):
 
 
 def record_chapter_status(*, gpu_status: str | None = None, results_shown: list[str] | None = None) -> None:
-    """Glue what the provenance page reports for this chapter (introduced in Chapter 2; called by Chapters 2-7).
-
-    ``gpu_status`` is the sentence produced at run time about the chapter's GPU part (what it
-    measured, or why it was skipped); ``results_shown`` names the files in ``data/results/`` whose
-    recorded numbers the chapter displays.
-    """
+    """Glue the chapter's GPU-part sentence and the result files it shows, for the provenance page."""
     if gpu_status is not None:
         glue("gpu_status", str(gpu_status), display=False)
     if results_shown is not None:

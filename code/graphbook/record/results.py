@@ -1,21 +1,5 @@
-"""Measurement records in ``data/results/``: file names, column names, read-back (Chapter 2).
-
-Introduced in Chapter 2. This module is the one place that knows which script writes which file and
-what its columns are called:
-
-- :data:`KINDS` -- one entry per kind of result (``"cpu-blurball"``, ``"ablation"``...): the file
-  prefix and the script that writes it. Files are read as written (append-only, never rewritten).
-- :func:`write_run` -- every run of a script writes ONE NEW file ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv``
-  (never an existing one), every row with the environment columns and a ``run_id``.
-- :func:`load` -- every run of a kind as one typed DataFrame with ``source_file`` and ``run_id``;
-  :func:`latest_run` -- the newest run, by recorded date;
-- Column-name constants (:data:`SPEEDUP_VS_EAGER`, :data:`SAME_OUTPUT`, :data:`COMPILE_S`...) and the one
-  tolerance :data:`graphbook.config.SAME_OUTPUT_ATOL` (the comparison itself is :func:`graphbook.runtimes.correctness.compare_to_reference`).
-
-:func:`append_rows` remains only for the two logs that are one growing file by design (the notebook
-execution log written by ``scripts/execute_notebooks.py`` and the training log of
-``code/train_blurball.py``); measurements go through :func:`write_run`.
-"""
+"""The result files in ``data/results/``: kinds, file names, column names and read-back. Files are append-only
+(every run writes a new file), so a recorded number can always be traced to the run that made it."""
 from __future__ import annotations
 
 import csv
@@ -31,9 +15,7 @@ import pandas as pd
 from graphbook import paths
 from graphbook.record.cli import EXIT_CHECK_FAILED, EXIT_OK
 
-# --------------------------------------------------------------------------------------------------
-# Column names (canonical). New writers use these constants; legacy names are mapped on read.
-# --------------------------------------------------------------------------------------------------
+# Column names: writers and readers use these constants.
 RUN_ID = "run_id"                  #: one id per recorded run (a file written by write_run is one run)
 SOURCE_FILE = "source_file"        #: added on read: the file a row came from
 RUN = "run"                        #: 1, 2, 3...: the run of its recording (file) a row belongs to;
@@ -64,18 +46,12 @@ COMPILE_S = "compile_s"            #: seconds to build the variant: compile (or 
 TEXT_COLUMNS = (RUN_ID, "git_commit", VARIANT, "description", "note", "name", "options")
 
 
-# --------------------------------------------------------------------------------------------------
-# Kinds
-# --------------------------------------------------------------------------------------------------
+# -- Kinds --
 @dataclass(frozen=True)
 class Kind:
-    """One kind of result file (Chapter 2): who writes it and its file names.
-
-    ``prefix``: files are ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv``, one per recording. ``tagged``: the tag
-    (e.g. a GPU slug) is required (True) or refused (False). ``log_file``: for the one kind that is a single
-    growing log by design (the notebook executions), its exact name. ``script``: the writer, for error
-    messages and the docs.
-    """
+    """One kind of result file: files are ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv``, one per recording. ``tagged``: the
+    tag (e.g. a GPU slug) is required (True) or refused (False); ``log_file`` names the one kind that is a single
+    growing log by design."""
 
     name: str
     prefix: str
@@ -88,7 +64,6 @@ class Kind:
         return re.compile(rf"^{re.escape(self.prefix)}{tag}-\d{{4}}-\d{{2}}-\d{{2}}(?:-\d+)?\.csv$")
 
     def matches(self, file_name: str) -> bool:
-        """Whether ``file_name`` (no folder) is a file of this kind."""
         return file_name == self.log_file if self.log_file else bool(self.file_regex().match(file_name))
 
 
@@ -122,7 +97,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
 
 
 def kind(name: str) -> Kind:
-    """The :class:`Kind` called ``name``; ValueError listing the known kinds otherwise (Chapter 2)."""
+    """ValueError listing the known kinds when ``name`` is not one."""
     try:
         return KINDS[name]
     except KeyError:
@@ -136,7 +111,7 @@ def _results_dir(results_dir) -> Path:
 
 
 def files(kind_name: str, results_dir: str | Path | None = None) -> list[Path]:
-    """Every file of one kind under ``results_dir`` (default ``paths.RESULTS_DIR``), in name order (Chapter 2)."""
+    """Every file of one kind, in name order."""
     k = kind(kind_name)
     root = _results_dir(results_dir)
     if not root.is_dir():
@@ -144,11 +119,9 @@ def files(kind_name: str, results_dir: str | Path | None = None) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_file() and k.matches(p.name))
 
 
-# --------------------------------------------------------------------------------------------------
-# Writing
-# --------------------------------------------------------------------------------------------------
+# -- Writing --
 def _read_header(path: Path) -> list[str] | None:
-    """The header of an existing CSV, or None if the file is empty."""
+    """None if the file is empty."""
     with path.open(newline="") as handle:
         for header in csv.reader(handle):
             return header
@@ -160,22 +133,8 @@ _TAG_RE = re.compile(r"^[A-Za-z0-9_.]+(?:-[A-Za-z0-9_.]+)*$")
 
 def write_run(kind_name: str, rows: Iterable[dict] | pd.DataFrame, env: dict | None = None,
               results_dir: str | Path | None = None, tag: str | None = None, *, per_run: bool = False) -> Path:
-    """Write one run's ``rows`` (dicts, or a DataFrame as it is) to a NEW file of kind ``kind_name``; returns its path
-    (Chapter 2).
-
-    The file is ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv`` under ``results_dir`` (default
-    ``paths.RESULTS_DIR``, which honours ``GRAPHBOOK_RESULTS_DIR``); ``-N`` is added when a file of that
-    name exists, so nothing is ever overwritten or appended to. Each row is merged with ``env`` (the
-    environment fingerprint; a row's own value wins) and gets a ``run_id`` (the file's stem) unless it
-    has one. The date in the name is the UTC date of ``env["date"]`` when given, else today (UTC).
-    ``tag`` (letters, digits, ``._-``) is required for tagged kinds (GPU files: the device slug) and
-    refused for the others.
-
-    ``per_run=True``: the file holds several independent runs of one invocation (the benchmarks record
-    at least three, Chapter 5). A row with a :data:`RUN` value ``k`` gets ``run_id`` ``<file stem>/r<k>``,
-    so :mod:`graphbook.record.runs` counts each run on its own; a row without one (measured once per
-    invocation: a profile, a compile in a fresh process) keeps the file's stem.
-    """
+    """Write one run's ``rows``, merged with ``env``, to a NEW file of the kind and return its path; nothing is
+    overwritten. ``per_run=True``: a row with :data:`RUN` ``k`` gets ``run_id`` ``<stem>/r<k>``, one per run."""
     k = kind(kind_name)
     if k.tagged and not tag:
         raise ValueError(f"result kind {k.name!r} needs a tag (e.g. the device slug)")
@@ -203,12 +162,7 @@ def write_run(kind_name: str, rows: Iterable[dict] | pd.DataFrame, env: dict | N
 def write_and_report(kind_name: str, rows: Iterable[dict], env: dict | None = None, *,
                      results_dir: str | Path | None = None, wrote: str = "wrote {path}",
                      failure: str | None = None) -> int:
-    """Write ``rows`` with :func:`write_run`, print ``wrote`` and return the script's exit status (Chapter 2).
-
-    ``wrote`` is formatted with ``path`` (the new file) and ``n`` (its row count). ``failure``, when
-    given, is printed on stderr after the file is written and the status is 1 (a failed check is
-    recorded, then reported); otherwise it is 0.
-    """
+    """Write ``rows``, print ``wrote`` (with ``path`` and ``n``) and return the exit status: 1 after ``failure``."""
     rows = list(rows)
     path = write_run(kind_name, rows, env, results_dir=results_dir)
     print(wrote.format(path=path, n=len(rows)))
@@ -219,11 +173,8 @@ def write_and_report(kind_name: str, rows: Iterable[dict], env: dict | None = No
 
 
 def _framed(rows, env: dict | None, who: str) -> pd.DataFrame:
-    """``rows`` (dicts, or a frame) as a frame, ``env`` filling what a row lacks; ValueError when there is no row.
-
-    Dicts keep their exact values (object columns: ``3`` stays ``3`` beside ``2.5``); a frame's whole numbers stay
-    whole where a column has gaps (``convert_dtypes``: "3", not "3.0").
-    """
+    """``rows`` as a frame, ``env`` filling what a row lacks; ValueError when there is no row. Dicts keep their exact
+    values (``3`` stays ``3`` beside ``2.5``); a frame's whole numbers stay whole where a column has gaps."""
     if isinstance(rows, pd.DataFrame):
         frame = rows.reset_index(drop=True).convert_dtypes()
     else:
@@ -239,15 +190,8 @@ def _framed(rows, env: dict | None, who: str) -> pd.DataFrame:
 
 
 def append_rows(path: str | Path, rows: Iterable[dict], env: dict | None = None) -> Path:
-    """Append ``rows`` (each merged with ``env``) to the CSV at ``path`` (Chapter 2).
-
-    Only for the logs that are one growing file by design (the notebook execution log, the training
-    log); measurements use :func:`write_run`. Columns are the rows' keys in first-seen order followed
-    by the ``env`` keys; a key that a row lacks is written as an empty cell, and a row's own value wins
-    over an ``env`` value of the same name. The header is written only when the file is created (or is
-    empty). If the file exists with a different header, nothing is written and ValueError names the
-    columns that differ: appending would silently misalign the columns of earlier runs. Returns the path.
-    """
+    """Append ``rows`` to the CSV at ``path``: only for the logs that are one growing file by design. ValueError if the
+    file's header differs: appending would silently misalign earlier runs' columns."""
     path = Path(path)
     frame = _framed(rows, env, "append_rows")
     columns = list(frame.columns)
@@ -265,11 +209,7 @@ def append_rows(path: str | Path, rows: Iterable[dict], env: dict | None = None)
 
 
 def _unique_path(directory: str | Path, stem: str, suffix: str = ".csv") -> Path:
-    """A path ``directory/stem{suffix}`` that does not exist yet, else ``stem-2``, ``stem-3``... (Chapter 2).
-
-    The directory is created if needed. The name is only reserved by convention (no file is
-    created), which is enough for one writer at a time.
-    """
+    """``directory/stem.csv``, else ``stem-2``, ``stem-3``...: reserved by convention only (one writer at a time)."""
     if not stem or "/" in stem or "\\" in stem:
         raise ValueError(f"stem must be a plain file name without slashes, got {stem!r}")
     if suffix and not suffix.startswith("."):
@@ -284,15 +224,12 @@ def _unique_path(directory: str | Path, stem: str, suffix: str = ".csv") -> Path
     return candidate
 
 
-# --------------------------------------------------------------------------------------------------
-# Reading
-# --------------------------------------------------------------------------------------------------
+# -- Reading --
 _BOOL_TEXT = {"True": True, "False": False, "true": True, "false": False}
 
 
 def _typed(frame):
-    """Columns whose values are all True/False (text or bool, blanks allowed) become booleans:
-    ``bool`` without blanks, pandas' nullable ``boolean`` with them."""
+    """Columns all True/False become ``bool``, or nullable ``boolean`` where some are blank."""
     for column in frame.columns:
         series = frame[column]
         if series.dtype == bool or str(series.dtype) == "boolean":
@@ -319,13 +256,7 @@ def _read_file(path: Path):
 
 
 def load(kind_name: str, results_dir: str | Path | None = None):
-    """Every recorded run of one kind as one typed DataFrame (Chapter 2).
-
-    Reads the kind's files under ``results_dir`` (default ``paths.RESULTS_DIR``) in name order; columns a
-    file lacks are left empty. Booleans come back as booleans (``bool``, or the nullable ``boolean`` where
-    some rows have no value), numbers as numbers. ``source_file`` (the file's name) is added. With no
-    file, an empty frame that still has ``source_file``, ``run_id`` and ``date``.
-    """
+    """Every recorded run of one kind as one typed DataFrame, with ``source_file``; empty files give an empty frame."""
     frames = [_read_file(path) for path in files(kind_name, results_dir)]
     if not frames:
         return pd.DataFrame({SOURCE_FILE: pd.Series(dtype=str), RUN_ID: pd.Series(dtype=str),
@@ -334,8 +265,7 @@ def load(kind_name: str, results_dir: str | Path | None = None):
 
 
 def runs(frame):
-    """One row per run of a :func:`load` frame: ``run_id``, ``source_file``, ``date`` (its newest), ``rows``,
-    oldest first (Chapter 2)."""
+    """One row per run: ``run_id``, ``source_file``, ``date`` (its newest), ``rows``, oldest first."""
     if frame.empty:
         return pd.DataFrame(columns=[RUN_ID, SOURCE_FILE, DATE, "rows"])
     when = pd.to_datetime(frame[DATE], utc=True, errors="coerce") if DATE in frame.columns \
@@ -351,13 +281,8 @@ def runs(frame):
 
 
 def latest_run(frame):
-    """The rows of the newest run in a :func:`load` frame, index reset (Chapter 2).
-
-    The one rule: the run whose recorded ``date`` is latest (a run's date is its rows' newest). Not the
-    file name -- ``_unique_path`` names a day's second file ``...-2.csv``, which sorts *before*
-    ``...-3.csv`` but also after a later day's first -- and not the row order. Runs with equal dates:
-    the later one in load order. An empty frame comes back as it is.
-    """
+    """The rows of the run with the latest recorded ``date`` (ties: the later in load order). Not the file name:
+    ``...-2.csv`` sorts before ``...-3.csv`` but also after a later day's first file."""
     if frame.empty:
         return frame
     table = runs(frame)
@@ -366,20 +291,9 @@ def latest_run(frame):
 
 
 def latest_recording(frame):
-    """Every run written by the newest invocation of a script: the rows of the newest run's file (Chapter 5).
-
-    A benchmark invocation records several independent runs in one file (``run_id`` ``<stem>/r1``,
-    ``<stem>/r2``... see :func:`write_run`), so :func:`latest_run` returns only one of them; a chapter
-    that shows "the newest recording" takes this and decides on medians across its runs
-    (:func:`graphbook.record.runs.summarize_runs`). For files holding one run it equals :func:`latest_run`.
-    An empty frame comes back as it is.
-    """
+    """Every run of the newest invocation: the rows of the newest run's file. A benchmark records several runs in one
+    file, so :func:`latest_run` returns only one of them."""
     if frame.empty:
         return frame
     newest = runs(frame)[SOURCE_FILE].iloc[-1]
     return frame[frame[SOURCE_FILE] == newest].reset_index(drop=True)
-
-
-# --------------------------------------------------------------------------------------------------
-# Comparing with the reference (eager FP32)
-# --------------------------------------------------------------------------------------------------

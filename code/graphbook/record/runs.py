@@ -1,15 +1,6 @@
-"""Decisions across recorded runs: medians per machine, a load flag, the best correct variant, a sentence.
-
-Introduced in Chapter 5. One run of a benchmark on a shared CPU can rank two variants either way
-(ONNX Runtime over eager was 2.53x, 0.99x and 3.01x in three recorded runs of the same machine), so
-a chapter decides on the **median across at least three independent runs**, shows the spread across
-runs, and keeps runs from different machines apart by their fingerprint (CPU model, instruction
-set, threads). A run taken under load is flagged from its own data, never deleted.
-
-Frames are "long": one row per (run, variant), as :func:`graphbook.record.results.load` returns them and as
-:func:`graphbook.measure.timing.live_runs` produces them live. Column names follow
-:mod:`graphbook.record.results` (``run_id``, ``variant``, ``median_ms``, ``same_output``...).
-"""
+"""Decisions across recorded runs. One run on a shared CPU can rank two variants either way (ONNX Runtime over
+eager was 2.53x, 0.99x and 3.01x on one machine), so chapters decide on the median of at least three runs per
+machine, and flag runs taken under load instead of deleting them."""
 from __future__ import annotations
 
 import statistics
@@ -68,11 +59,9 @@ def _field(value) -> str:
 
 
 def machine_label(fingerprint: Mapping, columns: Sequence[str] = MACHINE_COLUMNS) -> str:
-    """A readable label for one machine configuration (Chapter 5), e.g.
-    ``"AMD EPYC (Zen 4, family 25 model 17, avx512_vnni, torch AVX512, 2 threads)"``.
-
-    A file recorded before the CPU's identity was (no family or model) reads "CPU identity unrecorded", so
-    its runs are never merged with a newer machine's of the same name."""
+    """A readable label for one machine configuration, e.g. ``"AMD EPYC (Zen 4, ..., 2 threads)"``. A file recorded
+    before the CPU's identity was reads "CPU identity unrecorded", so its runs never merge with a newer machine's of the
+    same name."""
     values = {c: _field(fingerprint.get(c)) for c in columns}
     model = values.pop("cpu_model", UNRECORDED)
     parts = []
@@ -102,11 +91,8 @@ def machine_label(fingerprint: Mapping, columns: Sequence[str] = MACHINE_COLUMNS
 
 
 def add_machine(frame, columns: Sequence[str] = MACHINE_COLUMNS):
-    """A copy of ``frame`` with a ``machine`` column: :func:`machine_label` of each row (Chapter 5).
-
-    A fingerprint field that a file did not record (older files have no ``cpu_isa``) reads "ISA
-    unrecorded", so such runs form their own group instead of being mixed with runs that recorded it.
-    """
+    """A copy of ``frame`` with a ``machine`` column. An unrecorded fingerprint field reads "ISA unrecorded", so such
+    runs form their own group."""
     out = frame.copy()
     present = [c for c in columns if c in out.columns]
     records = out[present].to_dict("records") if present else [{} for _ in range(len(out))]
@@ -115,16 +101,12 @@ def add_machine(frame, columns: Sequence[str] = MACHINE_COLUMNS):
 
 
 class MixedMachines(ValueError):
-    """A number was asked of runs from more than one machine (Chapter 5)."""
+    """A number was asked of runs from more than one machine."""
 
 
 def single_machine(frame, machine: str | None = None):
-    """The rows of one machine, with a ``machine`` column: the only door to a number a chapter states (Chapter 5).
-
-    ``machine`` is a label of :func:`machine_label`; without it the frame must hold one machine only.
-    Raises :class:`MixedMachines` when it holds several and none was named (a median over two CPUs
-    describes neither), and ``ValueError`` when the named machine has no rows.
-    """
+    """The rows of one machine: the only door to a number a chapter states. Raises :class:`MixedMachines` when the frame
+    holds several and none was named: a median over two CPUs describes neither."""
     data = add_machine(frame) if MACHINE not in frame.columns else frame
     present = list(dict.fromkeys(data[MACHINE]))
     if machine is None:
@@ -144,7 +126,7 @@ def _check_columns(frame, *names) -> None:
 
 
 def _per_run(frame, by: Sequence[str], value: str, run: str):
-    """One value per (machine, *by, run): the median of that run's rows (a run may repeat a variant)."""
+    """One value per (machine, *by, run): the median of that run's rows."""
     framed = frame if MACHINE in frame.columns else add_machine(frame)
     _check_columns(framed, value, run, *by)
     data = framed.dropna(subset=[value])
@@ -153,14 +135,8 @@ def _per_run(frame, by: Sequence[str], value: str, run: str):
 
 def summarize_runs(frame, by: Sequence[str] | str = ("variant",), value: str = "median_ms", *,
                    run: str = "run_id"):
-    """Median and spread across recorded runs, per machine fingerprint (Chapter 5).
-
-    Each run is first reduced to one number per group (its median ``value``); then, per machine and
-    ``by`` group: ``runs`` (how many), ``median`` (the median across runs: the number a chapter
-    decides on), ``min``, ``max``, ``spread`` ((max - min) / median, 0 for one run) and ``values``
-    (the per-run numbers, in recorded order). A group with fewer than :data:`MIN_RUNS` runs is kept
-    but has ``enough_runs`` False.
-    """
+    """Per machine and ``by`` group: runs, median across runs, min, max, spread and the per-run values. A group with
+    fewer than :data:`MIN_RUNS` runs is kept but has ``enough_runs`` False."""
     by = [by] if isinstance(by, str) else list(by)
     per_run = _per_run(frame, by, value, run)
     rows = []
@@ -180,28 +156,8 @@ def flag_under_load(frame, *, value: str = "median_ms", variant: str = "variant"
                     max_relative_iqr: float = 0.5, slow_factor: float = 2.0, reference: str | None = None,
                     reference_factor: float = 1.5, probe: str = "copy_gbps", probe_factor: float = 1.5,
                     probe_slowdown: float = 1.1):
-    """Flag the runs that were taken under load, from the runs' own data (Chapter 5). Nothing is removed.
-
-    A run is flagged when any of these holds (each test is skipped when its columns are absent):
-
-    1. *unsteady calls*: the median over its rows of ``(q3_ms - q1_ms) / median_ms`` exceeds
-       ``max_relative_iqr`` (a quiet CPU repeats a call within a few percent);
-    2. *slow against its own machine*: over its variants, the median of ``value`` divided by the
-       fastest run of the same variant on the same machine exceeds ``slow_factor`` (a quiet machine
-       reproduces its best run within tens of percent; in the recorded ONNX Runtime runs eager took
-       18.9 s, 4.6 s and 0.84 s on the same Xeon);
-    3. *an unsteady reference*: a column ``reference`` that re-measures the same thing in every row
-       (e.g. ablation's ``eager_median_ms``) varies within the run by more than ``reference_factor``;
-    4. *a low bandwidth probe that the times confirm*: its copy bandwidth (column ``probe``, GB/s,
-       measured in the same run) is below the median of the other runs of the same machine divided by
-       ``probe_factor``, and its times (median over its variants) are more than ``probe_slowdown``
-       times the fastest run's. The probe alone is not enough: on the recorded AMD EPYC the same
-       64 MiB copy gave 50 GB/s in a fresh process and 85-98 GB/s in one that had run the model for a
-       minute, while the 50 GB/s runs had the faster model times. Where no run of the machine can be
-       compared (one run, or no ``value``), the probe decides alone.
-
-    Returns a copy with ``under_load`` (bool) and ``load_reason`` columns, the same on every row of a run.
-    """
+    """Add ``under_load`` and ``load_reason``, judged from the runs' own data (unsteady calls, slow against the
+    machine's best, an unsteady reference, a low bandwidth probe the times confirm); nothing is removed."""
     out = add_machine(frame) if MACHINE not in frame.columns else frame.copy()
     _check_columns(out, run)
     reasons: dict = {}
@@ -248,16 +204,8 @@ def flag_under_load(frame, *, value: str = "median_ms", variant: str = "variant"
 
 
 def deciding_machine(frame, *, here: Mapping | str | None = None, run: str = "run_id") -> str | None:
-    """Which machine's runs a chapter quotes: the reference machine when it has :data:`MIN_RUNS` quiet runs (at the
-    thread count the frame holds).
-
-    ``frame`` holds recorded runs (flagged with :func:`flag_under_load` when ``under_load`` is present;
-    flagged runs do not count). Returns :data:`REFERENCE_MACHINE` when it has at least :data:`MIN_RUNS` quiet
-    runs, else this machine's label (``here``: a fingerprint or a label; default this process's fingerprint)
-    when it has as many, otherwise the machine with the most quiet runs (the first in recorded order on a
-    tie), or None when no run is quiet. The prose is written about the reference machine and asserted against
-    its runs; the chapters' tables keep every machine, so a reader's own recording stands beside it.
-    """
+    """The machine a chapter quotes: the reference machine with :data:`MIN_RUNS` quiet runs, else ``here``
+    with as many, else the one with the most quiet runs; None when no run is quiet."""
     if here is None:
         here = fingerprint()
     label = here if isinstance(here, str) else machine_label(here)
@@ -291,17 +239,8 @@ def _per_run_pivot(frame, variant: str, value: str, run: str):
 def choose_best(frame, *, value: str = "median_ms", variant: str = "variant", correct: str = "same_output",
                 run: str = "run_id", lower_is_better: bool = True, candidates: Iterable[str] | None = None,
                 skip_under_load: bool = False):
-    """The best variant per machine, among variants that passed their correctness check (Chapter 5).
-
-    A variant qualifies when every recorded row of it has ``correct`` True (a missing verdict does not
-    count as a pass). Among those, the one with the best median across runs wins. Per machine, the
-    result has: ``best``, ``best_median``, ``runs``, ``runner_up``, ``runner_up_median``, ``margin``
-    (runner-up / best for times, best / runner-up for speed-ups: >1 means the best is ahead),
-    ``won_runs`` (in how many runs, of those where both were measured, the best beat the runner-up),
-    ``decided`` (at least :data:`MIN_RUNS` runs and the best ahead in every one of them) and
-    ``excluded`` (variants that failed their check). With ``skip_under_load`` runs flagged by
-    :func:`flag_under_load` are left out of the decision (they stay in the data).
-    """
+    """The best variant per machine among those whose every row passed ``correct`` (a missing verdict fails). ``margin``
+    > 1 means the best is ahead; ``decided`` needs :data:`MIN_RUNS` runs with the best ahead in each."""
     _check_columns(frame, value, variant, correct, run)
     data = add_machine(frame) if MACHINE not in frame.columns else frame.copy()
     if skip_under_load and UNDER_LOAD in data.columns:
@@ -339,12 +278,8 @@ def _times(ratio: float) -> str:
 
 def paired_ratios(frame, a: str, b: str, *, value: str = "median_ms", variant: str = "variant",
                   run: str = "run_id", lower_is_better: bool = True):
-    """Per machine, the per-run ratios "how many times better ``a`` was than ``b``" (Chapter 5).
-
-    Times: b / a; speed-ups or throughputs (``lower_is_better=False``): a / b. Only runs that measured
-    both count, so the ratio compares two versions under the same load (alternated, when the
-    benchmark alternates them). Returns {machine label: [ratio per run, in recorded order]}.
-    """
+    """{machine: per-run ratios of how many times better ``a`` was than ``b``}. Only runs that measured both count, so
+    each ratio compares two versions under the same load."""
     _check_columns(frame, value, variant, run)
     data = add_machine(frame) if MACHINE not in frame.columns else frame
     found = {}
@@ -379,15 +314,8 @@ def _describe(ratios: Sequence[float], a: str, b: str) -> str:
 
 def phrase_comparison(frame, a: str, b: str, *, here: Mapping | str | None = None, value: str = "median_ms",
                       variant: str = "variant", run: str = "run_id", lower_is_better: bool = True) -> str:
-    """A sentence, generated from the data, comparing ``a`` with ``b`` on this machine and the others (Chapter 5).
-
-    ``here`` is this machine: a fingerprint dict (e.g. :func:`graphbook.measure.environment.fingerprint`) or a
-    label from :func:`machine_label`; default: this process's fingerprint. Example:
-    "On this machine (AMD EPYC (avx512_vnni, torch AVX512, 2 threads)) onnxruntime was 1.9x faster than
-    eager (median of 3 runs, per-run 1.7x to 2.1x). The recorded runs on Intel(R) Xeon(R) Processor
-    (unrecorded, 2 threads) found: onnxruntime was 2.5x faster than eager (median of 3 runs, ...)."
-    When the runs disagree on the order, the sentence says so instead of ranking.
-    """
+    """A sentence, generated from the data, comparing ``a`` with ``b`` on this machine and the others. When the runs
+    disagree on the order, the sentence says so instead of ranking."""
     if here is None:
         here = fingerprint()
     label = here if isinstance(here, str) else machine_label(here)
