@@ -1,7 +1,4 @@
-"""The book's shared settings, each with one home: batch sizes, input sizes, threads and tolerances.
-
-Chapters, scripts, tests and the package read them from here, so changing one changes the whole book.
-"""
+"""The book's shared settings, each with one home, so changing one changes the whole book."""
 
 #: What the server batches, and the sizes every dynamic-batch export is checked at.
 BATCH_SIZES = (1, 2, 3)

@@ -1,7 +1,6 @@
-"""Where the book's files live: the one home of every path that the package, scripts and chapters use.
+"""Where the book's files live: the one home of every path the package, scripts and chapters use.
 
-Introduced in Chapter 1. The package is installed editable from the checkout, so its folders are found
-from this file's place in ``code/graphbook``; nothing edits ``sys.path`` or ``PYTHONPATH``.
+Folders are found from this file's place in the editable checkout; nothing edits ``sys.path``.
 """
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ RESULTS_DIR = Path(os.environ["GRAPHBOOK_RESULTS_DIR"]).resolve() if os.environ.
 
 
 def script(name: str) -> Path:
-    """The path of one of the book's scripts under ``code/`` (Chapter 2: ``script("03_fusion.py")``)."""
+    """The path of one of the book's scripts under ``code/``."""
     path = CODE_DIR / name
     if not path.is_file():
         raise FileNotFoundError(f"no script {name!r} under {CODE_DIR}")

@@ -1,18 +1,5 @@
-"""Cold and warm torch.compile timing (Chapter 2).
-
-``torch.compile`` does its work on the first call, so "compile time" here is the wall time of the
-first call of a freshly compiled function. What that time includes depends on the caches:
-
-- **cold** -- an empty Inductor cache: Dynamo traces, Inductor generates C++ (or Triton) and the C++
-  compiler builds it.
-- **warm** -- the on-disk Inductor cache already holds the generated, compiled kernels; Dynamo still
-  traces, but code generation and the C++ build are skipped (an "FX graph cache hit").
-
-``torch._dynamo.reset()`` runs before each measurement, because otherwise the second call would not
-compile at all. It does not clear the on-disk cache, so a warm measurement in the same process is a
-cache hit. A *restart* is only measured by a new process: :func:`compile_in_fresh_process` runs the
-compile in a child Python with a chosen cache directory and reports its time and cache counters.
-"""
+"""Cold and warm torch.compile timing, and the fresh child processes that measure a restart.
+``torch._dynamo.reset()`` leaves the on-disk Inductor cache alone, so only a new process measures a restart."""
 from __future__ import annotations
 
 import json
@@ -52,15 +39,9 @@ print(%r + json.dumps({"seconds": seconds,
 def compile_in_fresh_process(script: str | Path, function: str, shapes: Sequence[Sequence[int]],
                              cache_dir: str | Path, *, threads: int = 1,
                              timeout: float = 900) -> dict:
-    """Compile ``function`` from ``script`` in a new Python process and time its first call (Chapter 2).
-
-    The child loads ``script`` with importlib (so its name may start with a digit), builds one
-    ``torch.randn`` argument per entry of ``shapes``, sets ``threads``, and uses ``cache_dir`` as
-    ``TORCHINDUCTOR_CACHE_DIR``. Call it with a new empty directory for a cold start, then again with
-    the same directory for a warm restart. Importing torch is not counted. Returns ``seconds``,
-    ``fxgraph_cache_hit`` and ``fxgraph_cache_miss`` (Inductor's counters in the child). Raises
-    RuntimeError with the end of the child's stderr if it fails.
-    """
+    """Time the first call of ``function`` from ``script``, compiled in a new Python with ``cache_dir``. Importing torch
+    is not counted. Returns ``seconds`` and Inductor's ``fxgraph_cache_hit``/``_miss`` counters; RuntimeError with the
+    end of the child's stderr if it fails."""
     script = Path(script).resolve()
     if not script.is_file():
         raise FileNotFoundError(f"script {script} does not exist")
@@ -82,14 +63,11 @@ def compile_in_fresh_process(script: str | Path, function: str, shapes: Sequence
     return result
 
 
-# --------------------------------------------------------------------------------------------------
-# Fresh child processes: one home for running a child Python and reading back its tagged JSON line,
-# and for starting a server and timing it to its READY line (compile_cache, restart_paths,
-# gpu_profiling and the bench_* scripts all use these).
+# -- Fresh child processes: a tagged JSON answer, or the seconds to a READY line --
 
 def answer_as_child(argv: Sequence[str], module: str, tag: str, handler: Callable[[dict], dict]) -> int:
-    """The child's side of :func:`run_tagged_child` (Chapter 6): ``python -m <module> --child SPEC_JSON`` runs
-    ``handler(spec)`` and prints ``tag`` + its JSON result on one line. Usage errors exit 2."""
+    """The child's side of :func:`run_tagged_child`: run ``handler(spec)`` and print ``tag`` + its JSON on one
+    line. Usage errors exit 2."""
     if len(argv) != 2 or argv[0] != "--child":
         print(f"usage: python -m {module} --child SPEC_JSON (started by the book's benchmarks)", file=sys.stderr)
         return 2
@@ -101,13 +79,7 @@ def run_tagged_child(cmd: Sequence[str], tag: str, *, env: dict | None = None, t
                      timeout_message: str, failure_message: Callable[[subprocess.CompletedProcess], str],
                      error: type[Exception] = RuntimeError, last: bool = True,
                      check_returncode: bool = True) -> tuple[object, float]:
-    """Run ``cmd`` capturing its output; return ``(JSON after tag, wall seconds)`` (Chapter 2).
-
-    The result is the JSON that follows ``tag`` on the last (``last=True``) or first line of stdout
-    that starts with it. Raises ``error(timeout_message)`` when the child runs past ``timeout`` s, and
-    ``error(failure_message(proc))`` when no line carries the tag or, with ``check_returncode``, the
-    child exits non-zero.
-    """
+    """Run ``cmd``; return ``(the JSON after tag on its last or first tagged stdout line, wall seconds)``."""
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(list(cmd), env=env, capture_output=True, text=True, timeout=timeout)
@@ -121,7 +93,7 @@ def run_tagged_child(cmd: Sequence[str], tag: str, *, env: dict | None = None, t
 
 
 def stop_process(proc: subprocess.Popen, *, grace: float = 30) -> None:
-    """Terminate ``proc``, wait up to ``grace`` s, then kill it (Chapter 2)."""
+    """Terminate ``proc``, wait up to ``grace`` s, then kill it."""
     proc.terminate()
     try:
         proc.wait(timeout=grace)
@@ -131,13 +103,8 @@ def stop_process(proc: subprocess.Popen, *, grace: float = 30) -> None:
 
 def seconds_to_ready(cmd: Sequence[str], *, env: dict | None = None, timeout: float, what: str = "server",
                      error: type[Exception] = RuntimeError) -> float:
-    """Start ``cmd`` and return the seconds from launch to its first ``READY`` line, then stop it (Chapter 2).
-
-    Raises ``error("<what> did not become ready: ...")`` with the end of its stderr (or ``timeout``)
-    when it exits or runs past ``timeout`` s without that line. The deadline holds whether or not the
-    child writes anything: stdout is read by one thread, and stderr is drained by another into its last
-    lines only, so a child that goes quiet, or floods stderr with warnings, cannot hang the caller.
-    """
+    """Seconds from launching ``cmd`` to its first ``READY`` line; then stop it. stdout and stderr are read by their own
+    threads, so a child that goes quiet or floods stderr cannot hang the caller past ``timeout``."""
     import collections
     import threading
 

@@ -1,9 +1,5 @@
-"""Threads and the environment fingerprint that every measurement carries.
-
-Introduced in Chapter 1: a number without the machine, the thread count and the library versions
-that produced it cannot be compared with anything, so every record in ``data/results/`` and every
-chapter's provenance line is built from :func:`fingerprint`.
-"""
+"""Threads and the environment fingerprint that every measurement carries: a number without the machine,
+threads and library versions that produced it cannot be compared with anything."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -23,11 +19,8 @@ from graphbook.paths import REPO_ROOT
 
 
 def set_threads(threads: int) -> int:
-    """Pin torch's intra-op thread count (Chapter 1). Returns the count actually in force.
-
-    Raises ValueError for a count below 1: a silent fallback to "all cores" would make two
-    runs of the same chapter incomparable.
-    """
+    """Pin torch's intra-op thread count; returns the count in force. ValueError below 1: a silent fallback to "all
+    cores" would make two runs incomparable."""
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
     torch.set_num_threads(threads)
@@ -35,14 +28,7 @@ def set_threads(threads: int) -> int:
 
 
 def cpu_model(cpuinfo_text: str | None = None) -> str:
-    """The CPU's name, on any architecture (Chapter 1).
-
-    x86 Linux: the ``model name`` line of /proc/cpuinfo. aarch64 Linux has no such line (and
-    sometimes a ``Model`` line with the board's name): then ``CPU implementer``/``CPU part`` are
-    reported (e.g. ``ARM implementer 0x41 part 0xd0c``). macOS: ``sysctl machdep.cpu.brand_string``
-    (``Apple M2``). Elsewhere :func:`platform.processor` or the machine type; never an exception.
-    ``cpuinfo_text`` replaces /proc/cpuinfo (tests feed fake files).
-    """
+    """The CPU's name on any architecture (cpuinfo, ARM implementer/part, sysctl...), never an exception."""
     text = _read_cpuinfo() if cpuinfo_text is None else cpuinfo_text
     fields = _cpuinfo_fields(text)
     for key in ("model name", "model", "hardware"):
@@ -82,7 +68,7 @@ _ZEN3_ZEN4 = ((range(0x00, 0x10), "Zen 3"), (range(0x10, 0x20), "Zen 4"), (range
 
 
 def microarchitecture(vendor: str, family: int | None, model: int | None) -> str:
-    """The microarchitecture of an x86 CPU from its CPUID vendor, family and model, or "unknown" (Chapter 1)."""
+    """The microarchitecture of an x86 CPU from its CPUID vendor, family and model, or "unknown"."""
     if family is None or model is None:
         return "unknown"
     if vendor == "AuthenticAMD":
@@ -100,7 +86,7 @@ def _int_or_none(text: str | None, base: int = 10) -> int | None:
 
 
 def _cache_kib(sysfs_root: Path) -> dict:
-    """L1 data, L2 and L3 sizes of cpu0 in KiB from sysfs (per core for L1/L2, shared for L3), None if unread."""
+    """L1d, L2 (per core) and L3 (shared) sizes of cpu0 in KiB from sysfs, None if unread."""
     sizes = {"cpu_l1d_kib": None, "cpu_l2_kib": None, "cpu_l3_kib": None}
     for index in sorted(sysfs_root.glob("index*")):
         try:
@@ -124,16 +110,8 @@ def _cache_kib(sysfs_root: Path) -> dict:
 
 
 def cpu_identity(cpuinfo_text: str | None = None, cache_root: str | Path | None = None) -> dict:
-    """What tells one CPU from another beyond its name (Chapter 1): vendor, family, model, stepping,
-    microarchitecture and cache sizes.
-
-    "AMD EPYC" names CPUs whose speed differs by 2x (a Zen 4 and a Zen 5 both report it), so a machine is
-    identified by ``cpu_vendor``, ``cpu_family``, ``cpu_model_id``, ``cpu_stepping`` (x86: from
-    /proc/cpuinfo; ARM: implementer and part), ``cpu_microarch`` (:func:`microarchitecture`) and
-    ``cpu_l1d_kib``/``cpu_l2_kib``/``cpu_l3_kib`` (sysfs). Fields that cannot be read are None. The measured
-    clock is :func:`graphbook.measure.probes.measured_clock_ghz`. ``cpuinfo_text`` and ``cache_root`` let tests
-    describe any CPU.
-    """
+    """Vendor, family, model, stepping, microarchitecture and cache sizes; None where unreadable. "AMD EPYC" names CPUs
+    whose speed differs by 2x (Zen 4 and Zen 5), so the name alone identifies no machine."""
     text = _read_cpuinfo() if cpuinfo_text is None else cpuinfo_text
     fields = _cpuinfo_fields(text)
     if "vendor_id" in fields:
@@ -166,7 +144,7 @@ def _read_cpuinfo() -> str:
 
 
 def _cpuinfo_fields(text: str) -> dict[str, str]:
-    """First value of each ``key : value`` line of a cpuinfo text, keys lower-cased."""
+    """First value of each ``key : value`` line, keys lower-cased."""
     fields: dict[str, str] = {}
     for line in text.splitlines():
         if ":" in line:
@@ -176,7 +154,7 @@ def _cpuinfo_fields(text: str) -> dict[str, str]:
 
 
 def _sysctl(name: str) -> str:
-    """``sysctl -n name`` on macOS/BSD, or "" where there is no sysctl or no such key."""
+    """``sysctl -n name``, or "" where there is no sysctl or no such key."""
     if platform.system() not in ("Darwin", "FreeBSD"):
         return ""
     try:
@@ -205,23 +183,8 @@ def _arch_family(machine: str) -> str:
 
 def cpu_features(cpuinfo_text: str | None = None, machine: str | None = None, *,
                  sysctl=None, environ=None) -> dict:
-    """The instruction-set features this CPU offers, on x86 and ARM alike (Chapter 1, used in Chapter 4).
-
-    Returns a dict: ``arch`` ("x86", "arm" or "other"), ``machine`` (platform.machine()), ``source``
-    (where the answer came from: "/proc/cpuinfo", "sysctl", the override variable, or "unknown"),
-    one key per feature -- x86: ``avx2``, ``avx512f``, ``avx512_vnni``, ``avx_vnni``, ``amx``;
-    ARM: ``neon``, ``dotprod``, ``i8mm``, ``bf16`` -- each True, False or None (None: could not be
-    read, never a guess), ``vnni`` (either VNNI form; None if unknown), ``isa`` (a short label for
-    fingerprints, e.g. "avx512_vnni", "avx2", "neon+dotprod+i8mm", "unknown") and ``torch_isa`` (the
-    instruction set PyTorch dispatches to, which ``ATEN_CPU_CAPABILITY`` can cap; "" without torch).
-
-    Nothing assumes x86: on aarch64 the ``Features`` line is read, on macOS ``sysctl hw.optional``.
-    The variable ``GRAPHBOOK_CPU_FEATURES`` (comma-separated feature names, e.g. ``avx2`` for a
-    laptop without AVX-512 or VNNI, or ``none``) replaces detection, so a reader can ask the book to
-    choose as it would on another CPU; ONNX Runtime's own kernels still use the real CPU (it offers no
-    cap). ``cpuinfo_text``, ``machine``, ``sysctl`` (a function name -> str) and ``environ`` let tests
-    describe any CPU.
-    """
+    """The instruction-set features this CPU offers, x86 and ARM alike: True, False or None (unread, never a guess).
+    ``GRAPHBOOK_CPU_FEATURES`` (e.g. ``avx2``) overrides detection, to see the book choose as on another CPU."""
     environ = os.environ if environ is None else environ
     machine = platform.machine() if machine is None else machine
     arch = _arch_family(machine)
@@ -288,10 +251,7 @@ def _isa_label(arch: str, values: dict) -> str:
 
 
 def torch_isa() -> str:
-    """The CPU instruction set PyTorch dispatches to, e.g. "AVX512" or "AVX2" (Chapter 1).
-
-    ``ATEN_CPU_CAPABILITY=avx2`` caps it (oneDNN's own cap is ``ONEDNN_MAX_CPU_ISA``); "" without torch.
-    """
+    """The instruction set PyTorch dispatches to, e.g. "AVX512" (``ATEN_CPU_CAPABILITY`` caps it); "" without torch."""
     try:
         return str(torch.backends.cpu.get_cpu_capability())
     except Exception:  # an absent or old torch is recorded as "", not fatal
@@ -299,30 +259,21 @@ def torch_isa() -> str:
 
 
 def isa_caps(environ=None) -> dict:
-    """The instruction-set caps set in the environment (Chapter 1): ``ATEN_CPU_CAPABILITY`` and
-    ``ONEDNN_MAX_CPU_ISA`` (or the older ``DNNL_MAX_CPU_ISA``), "" when unset. ONNX Runtime has no such cap."""
+    """``ATEN_CPU_CAPABILITY`` and ``ONEDNN_MAX_CPU_ISA`` (or ``DNNL_MAX_CPU_ISA``), "" when unset."""
     environ = os.environ if environ is None else environ
     return {"ATEN_CPU_CAPABILITY": environ.get("ATEN_CPU_CAPABILITY", ""),
             "ONEDNN_MAX_CPU_ISA": environ.get("ONEDNN_MAX_CPU_ISA", environ.get("DNNL_MAX_CPU_ISA", ""))}
 
 
 def _isa_caps_label(environ=None) -> str:
-    """The caps in force as one fingerprint field, e.g. "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2",
-    or "" when nothing is capped (Chapter 1). oneDNN runs PyTorch's convolutions, so its cap changes
-    their speed even where ``torch_isa`` does not show it."""
+    """The caps in force as one fingerprint field, "" when none: oneDNN runs PyTorch's convolutions, so its
+    cap changes their speed even where ``torch_isa`` does not show it."""
     return " ".join(f"{k}={v}" for k, v in isa_caps(environ).items() if v)
 
 
 def inductor_cache_dir_for_caps(environ=None) -> str | None:
-    """A separate Inductor cache folder for a process whose instruction set is capped, or None (Chapter 2).
-
-    torch 2.13's FX graph cache does not key its entries on the vector ISA that ``ATEN_CPU_CAPABILITY``
-    selects: a process capped to AVX2 that finds a graph compiled by an uncapped AVX-512 process reuses
-    its 16-lane code with 8-lane AVX2 vectors, and every second block of the output is never written
-    (chapter 2's check caught it: max abs diff 30.9 instead of 0). Returns None when nothing is capped
-    or the reader chose a cache folder (``TORCHINDUCTOR_CACHE_DIR``) themselves; otherwise the default
-    folder with the caps appended, so capped and uncapped runs never share compiled graphs.
-    """
+    """A separate Inductor cache for an ISA-capped process: torch 2.13's FX graph cache does not key on the vector
+    ISA, and AVX-512 code reused with AVX2 vectors left every second block unwritten. None when not capped."""
     environ = os.environ if environ is None else environ
     label = _isa_caps_label(environ)
     if not label:
@@ -345,11 +296,8 @@ EXECUTION_COMMIT_VARIABLE = "GRAPHBOOK_EXECUTION_COMMIT"
 
 
 def git_commit(root: Path = REPO_ROOT) -> str:
-    """Short commit hash of the book's repository, with ``+dirty`` if files changed. Chapter 1.
-
-    Inside a run of ``scripts/execute_notebooks.py`` it is the commit that run started from
-    (:data:`EXECUTION_COMMIT_VARIABLE`), dirty only if the tree was dirty when it started.
-    """
+    """Short commit hash, ``+dirty`` if files changed; inside ``scripts/execute_notebooks.py`` the commit its run
+    started from."""
     if os.environ.get(EXECUTION_COMMIT_VARIABLE):
         return os.environ[EXECUTION_COMMIT_VARIABLE]
     try:
@@ -373,7 +321,7 @@ def _version(module: str) -> str:
 
 
 def _gpu_info() -> dict:
-    """Name, driver and CUDA version of GPU 0, or empty strings without CUDA. Chapter 1."""
+    """Name, driver and CUDA version of GPU 0, or empty strings without CUDA."""
     info = {"gpu_name": "", "gpu_driver": "", "cuda_version": ""}
     try:
         if torch.cuda.is_available():
@@ -393,16 +341,7 @@ def _clock():
 
 
 def fingerprint(threads: int | None = None) -> dict:
-    """Everything a measurement needs to be compared later (Chapter 1).
-
-    Keys: date (UTC, ISO 8601), git_commit, cpu_model, the CPU's identity (:func:`cpu_identity`: vendor,
-    family, model, stepping, microarchitecture, caches) and its measured clock ``cpu_ghz``
-    (:func:`graphbook.measure.probes.measured_clock_ghz`, None where it cannot be measured), cpu_isa (the instruction set the CPU offers,
-    :func:`cpu_features`), torch_isa (the one PyTorch uses, lower when ``ATEN_CPU_CAPABILITY`` caps it),
-    isa_caps (:func:`_isa_caps_label`: the instruction-set caps set in the environment, "" for none),
-    cpu_cores (logical), threads (torch's intra-op count, or the given one), gpu_name, gpu_driver,
-    cuda_version, python, torch, onnxruntime, platform.
-    """
+    """Everything a measurement needs to be compared later: date, commit, CPU and clock, ISAs, threads, versions."""
     features = cpu_features()
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

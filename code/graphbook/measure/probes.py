@@ -1,13 +1,5 @@
-"""The two physical limits of a machine, measured in the same run as the work (Chapter 1).
-
-- :func:`copy_bandwidth` -- how many bytes per second memory can move: ``dst.copy_(src)`` into a
-  preallocated tensor (a STREAM-style "copy"), counting the bytes read *and* the bytes written.
-- :func:`matmul_peak` -- how many floating-point operations per second the cores can do: one large
-  square matrix product, counted as ``2 * n**3`` FLOPs (a multiply and an add per term).
-
-Their ratio is the roofline's ridge point (FLOPs per byte): work with fewer FLOPs per byte than that
-is limited by memory, work with more by compute.
-"""
+"""The physical limits of a machine, measured in the same run as the work: copy bandwidth, matmul rate, clock.
+Their ratio is the roofline's ridge point: work with fewer FLOPs per byte is limited by memory, more by compute."""
 from __future__ import annotations
 
 import shutil
@@ -27,19 +19,14 @@ MIB = 1024 ** 2
 
 
 def blocked_times(fn, repeats: int, *, warmup: int = 1, threads: int | None = None) -> list[float]:
-    """Seconds per call of ``fn()`` in blocks timed by torch.utils.benchmark: the book's one timer (Chapter 1).
-
-    The Timer runs at ``threads`` (default: the count in force; it would otherwise use one). ``warmup`` calls
-    through it warm up and size the measurement; ``blocked_autorange`` then times blocks for about ``repeats``
-    calls' worth of time (a block is one call for anything slower than a few milliseconds).
-    """
+    """Seconds per call of ``fn()`` in blocks timed by torch.utils.benchmark: the book's one timer. The Timer runs at
+    ``threads`` (it would otherwise use one); the ``warmup`` calls also size the blocks."""
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads or torch.get_num_threads())
     first_s = timer.timeit(max(warmup, 1)).mean
     return timer.blocked_autorange(min_run_time=repeats * first_s).times
 
 
 def timed(fn, repeats: int) -> dict:
-    """:func:`blocked_times` as the probes report it: median, min and max in ms."""
     seconds = blocked_times(fn, repeats)
     return {"median_ms": float(np.median(seconds)) * 1e3, "min_ms": min(seconds) * 1e3, "max_ms": max(seconds) * 1e3}
 
@@ -51,14 +38,8 @@ def _positive_int(label: str, value, lowest: int = 1) -> int:
 
 
 def copy_bandwidth(nbytes: int = 256 * MIB, repeats: int = 5, device: str = "cpu") -> dict:
-    """Memory bandwidth from ``dst.copy_(src)`` with both tensors allocated up front (Chapter 1).
-
-    ``nbytes`` is the size of *one* buffer (float32, rounded down to whole elements); each copy moves
-    ``2 * nbytes`` (read + write). Use buffers far larger than the last-level cache, or the number is
-    cache bandwidth. Returns ``gb_per_s`` (decimal GB, 1e9 bytes), ``bytes_moved`` (per copy),
-    ``median_ms``, ``min_ms``, ``max_ms``, ``nbytes`` and ``device``. The touch before timing makes
-    the operating system map every page first, so page faults are not counted as bandwidth.
-    """
+    """Memory bandwidth of ``dst.copy_(src)``, counting read and write (``2 * nbytes`` per copy), decimal GB/s. Use
+    buffers far larger than the last-level cache; the touch before timing keeps page faults out."""
     _positive_int("nbytes", nbytes, 4)
     _positive_int("repeats", repeats)
     elements = nbytes // 4
@@ -71,13 +52,8 @@ def copy_bandwidth(nbytes: int = 256 * MIB, repeats: int = 5, device: str = "cpu
 
 
 def matmul_peak(n: int = 2048, dtype=None, device: str = "cpu", repeats: int = 5) -> dict:
-    """Compute throughput from one ``n x n`` by ``n x n`` matrix product (Chapter 1).
-
-    FLOPs per product are ``2 * n**3``. ``dtype`` defaults to torch.float32. The BLAS library's
-    matmul is the fastest dense kernel on most machines, so this is a practical peak, usually a
-    little below the vendor's theoretical one. Returns ``gflop_per_s``, ``flops``, ``median_ms``,
-    ``min_ms``, ``max_ms``, ``n``, ``dtype`` and ``device``.
-    """
+    """GFLOP/s of one ``n x n`` matrix product (``2 * n**3`` FLOPs): a practical peak, a little below the
+    vendor's."""
     _positive_int("n", n)
     _positive_int("repeats", repeats)
     dtype = torch.float32 if dtype is None else dtype
@@ -90,11 +66,8 @@ def matmul_peak(n: int = 2048, dtype=None, device: str = "cpu", repeats: int = 5
 
 
 def bf16_support() -> tuple[bool, str]:
-    """Whether this CPU runs bfloat16 convolutions natively, and why (Chapter 5).
-
-    Native means oneDNN reports AVX512-BF16 or AMX; otherwise bf16 is emulated, and neither a bf16
-    peak nor a bf16 speedup would mean anything.
-    """
+    """Whether this CPU runs bfloat16 convolutions natively (AVX512-BF16 or AMX), and why. Emulated bf16 would make a
+    bf16 peak or speedup meaningless."""
     if not torch.backends.mkldnn.is_available():
         return False, "torch was built without oneDNN (mkldnn)"
     try:
@@ -106,9 +79,7 @@ def bf16_support() -> tuple[bool, str]:
     return True, f"oneDNN reports native bfloat16 ({torch.backends.cpu.get_cpu_capability()})"
 
 
-# --------------------------------------------------------------------------------------------------
-# The clock and the compute ceiling
-# --------------------------------------------------------------------------------------------------
+# -- The clock and the compute ceiling --
 #: A chain of dependent integer adds of a register: each waits for the one before, and a register add takes
 #: one cycle on every x86 and ARM core the book runs on, so adds per second is the core's clock while it
 #: runs. (Adds of a constant would not do: recent Intel cores fold chains of them at register renaming.)
@@ -141,14 +112,9 @@ _CLOCK_CACHE: dict = {}
 
 
 def measured_clock_ghz(trials: int = 9, adds: int = 2_000_000) -> float | None:
-    """The core clock while it works, in GHz: a timed chain of dependent adds (Chapter 1).
-
-    A C program (built once per process with the system's C compiler) runs ``16 * adds`` adds that each
-    wait for the one before; at one add per cycle, adds per second is the clock, turbo included. The
-    fastest of ``trials`` short runs (about 10 ms each) is the least disturbed one: on a loaded machine a
-    run that the scheduler interrupts reads low, never high. None where no C compiler is found or the
-    architecture has no chain here (the fingerprint then records no clock, never a guess).
-    """
+    """The core clock while it works, in GHz, from a chain of dependent adds (one per cycle) in a C program. The fastest
+    of ``trials`` runs is the least disturbed: an interrupted run reads low, never high. None without a C compiler or a
+    chain for this architecture."""
     key = (trials, adds)
     if key in _CLOCK_CACHE:
         return _CLOCK_CACHE[key]
@@ -180,12 +146,8 @@ FP32_FLOPS_PER_CYCLE = {
 
 
 def _flops_per_cycle_from_isa(isa: str) -> int | None:
-    """FP32 FLOPs per cycle per core implied by the widest vector FMA the CPU offers, two FMA units (Chapter 1).
-
-    The fallback when the microarchitecture is unknown (a hypervisor that hides the model number): AVX-512
-    -> 2 x 16 lanes x 2 = 64, AVX2 -> 32, NEON -> 2 x 4 x 2 = 16. An upper bound: some cores have one
-    512-bit unit, or split 512-bit work over two 256-bit ones.
-    """
+    """FP32 FLOPs per cycle per core from the widest vector FMA, two FMA units: an upper bound, the fallback
+    when the microarchitecture is unknown."""
     isa = str(isa or "")
     if isa.startswith(("amx", "avx512")):
         return 64
@@ -197,14 +159,8 @@ def _flops_per_cycle_from_isa(isa: str) -> int | None:
 
 
 def fp32_ceiling(env: dict) -> dict:
-    """The machine's theoretical FP32 peak from its own facts: threads x FLOPs per cycle x measured clock (Chapter 1).
-
-    ``env`` is a fingerprint (:func:`graphbook.measure.environment.fingerprint`): ``threads`` (the cores the
-    work may use), ``cpu_microarch`` (FLOPs per cycle from :data:`FP32_FLOPS_PER_CYCLE`, else from the
-    instruction set, :func:`_flops_per_cycle_from_isa`) and ``cpu_ghz``. Returns ``gflop_per_s`` (None when a
-    fact is missing), ``flops_per_cycle``, ``ghz``, ``threads`` and ``basis`` (where the FLOPs per cycle came
-    from). A measured FP32 rate above this is a bug to find or a kernel that does less work than counted.
-    """
+    """The theoretical FP32 peak from the fingerprint ``env``: threads x FLOPs per cycle x measured clock. A measured
+    FP32 rate above it is a bug, or a kernel that does less work than counted."""
     per_cycle = FP32_FLOPS_PER_CYCLE.get(str(env.get("cpu_microarch") or ""))
     basis = f"{env.get('cpu_microarch')} (vendor manuals)" if per_cycle else ""
     if per_cycle is None:
@@ -235,14 +191,8 @@ _AMX_PER_CYCLE = {"bf16": 1024, "int8": 2048}
 
 
 def precision_ceiling(env: dict, precision: str) -> dict:
-    """The machine's theoretical peak for ``precision`` ("fp32", "bf16" or "int8"), like :func:`fp32_ceiling` (Chapter 5).
-
-    bf16 and int8 have their own ceilings because the CPU has instructions that do more products per cycle in
-    the narrower type: AVX512-BF16's dot products twice the FP32 FMA rate, AVX512-VNNI four times (int8
-    operations, a multiply and an add each), Intel's AMX tiles far more (:data:`_AMX_PER_CYCLE`). Where the
-    CPU has none of these, or its microarchitecture is unknown, the ceiling is None: the narrow type then runs
-    through wider instructions and no honest peak can be stated. Same keys as :func:`fp32_ceiling`.
-    """
+    """The theoretical peak for ``precision`` ("fp32", "bf16" or "int8"), same keys as :func:`fp32_ceiling`. None where
+    the CPU has no narrower instructions (or is unknown): no honest peak can then be stated."""
     if precision == "fp32":
         return fp32_ceiling(env)
     if precision not in _AMX_PER_CYCLE:
@@ -261,13 +211,8 @@ def precision_ceiling(env: dict, precision: str) -> dict:
 
 
 def gemm_rates(n: int = 2048, threads: int = THREADS, repeats: int = 5) -> list[dict]:
-    """The best dense FP32 matrix product several libraries reach here, in GFLOP/s (Chapter 1).
-
-    One library's GEMM is not the machine's peak (PyTorch's x86 wheels call MKL, which takes a narrower
-    path on AMD CPUs), so the book measures three on the same ``n x n`` product, at ``threads`` threads:
-    PyTorch's ``torch.mm``, NumPy's ``@`` (its own BLAS) and ONNX Runtime's ``MatMul`` (its MLAS kernels).
-    Returns one dict per library that is installed: ``library``, ``gflop_per_s``, ``median_ms``.
-    """
+    """The best dense FP32 GEMM rate of torch, NumPy and ONNX Runtime here, one dict per installed library. One library
+    is not the machine's peak: PyTorch's x86 wheels call MKL, which takes a narrower path on AMD."""
     _positive_int("n", n)
     flops = 2 * n ** 3
     a = np.random.default_rng(0).random((n, n), dtype=np.float32)

@@ -1,12 +1,5 @@
-"""The timing harness, torch.utils.benchmark's Timer, under the book's run protocol (Chapters 1, 2).
-
-Every per-call time the book reports comes from :func:`time_cpu` (or :func:`interleaved`), inside
-:func:`repeated_runs` wherever versions are compared. The Timer does the timing: warm-up calls, then blocks of
-calls (one call per block for anything slower than a few milliseconds) for about ``repeats`` calls' worth of time;
-the median block is the headline, min/max and the quartiles the spread. It runs at the thread count given (it
-would use one thread otherwise) and synchronizes CUDA itself, so the same function times GPU work. A one-off
-duration (a compile, a build) is a difference of two ``time.perf_counter()`` readings.
-"""
+"""The timing harness, torch.utils.benchmark's Timer, under the book's run protocol (the median block is the
+headline). A one-off duration (a compile, a build) is a difference of two ``time.perf_counter()`` readings."""
 from __future__ import annotations
 
 import datetime as dt
@@ -24,7 +17,7 @@ from graphbook.measure.environment import fingerprint
 
 @dataclass(frozen=True)
 class TimingResult:
-    """Milliseconds per call of one timed function (Chapter 1); ``repeats`` is the number of blocks timed."""
+    """Milliseconds per call of one timed function; ``repeats`` is the number of blocks timed."""
 
     median_ms: float
     min_ms: float
@@ -35,7 +28,6 @@ class TimingResult:
     warmup: int
 
     def as_dict(self) -> dict:
-        """Plain dict of the fields (for CSV rows and DataFrames)."""
         return asdict(self)
 
 
@@ -51,22 +43,15 @@ def _result(seconds: Sequence[float], warmup: int) -> TimingResult:
 
 def time_cpu(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 10, name: str = "",
              threads: int | None = None) -> TimingResult:
-    """``fn()`` timed by the Timer: ``warmup`` untimed calls, then blocks for about ``repeats`` calls (Chapter 1).
-
-    ``threads`` (default: the count in force) is set for the measurement and restored after. The warm-up call
-    also sizes the measurement: ``blocked_autorange`` runs for ``repeats`` times that call's duration.
-    """
+    """``fn()`` timed by the Timer at ``threads`` (restored after): ``warmup`` calls, then blocks for about
+    ``repeats`` calls."""
     return _result(probes.blocked_times(fn, repeats, warmup=warmup, threads=threads), warmup)
 
 
 def interleaved(calls: Mapping[str, Callable[[], object]], *, warmup: int = 2,
                 repeats: int = 10) -> dict[str, TimingResult]:
-    """Several functions timed in turn, A, B, C, A, B, C..., ``repeats`` rounds (Chapter 3).
-
-    On a shared machine the background load changes within seconds; taking turns makes every function see the
-    same load, so the *ratios* of their medians hold even when the absolute times drift. Each turn is one timed
-    call (``blocked_autorange`` with no minimum time: one untimed sizing call, then one timed).
-    """
+    """Several functions timed in turn, A, B, C, A, B, C..., ``repeats`` rounds. Taking turns makes every function see
+    the same background load, so their ratios hold while absolute times drift."""
     timers = {name: _timer(fn) for name, fn in calls.items()}
     for timer in timers.values():
         timer.timeit(max(warmup, 1))
@@ -83,20 +68,9 @@ def repeated_runs(calls: Mapping[str, Callable[[], object]], *, runs: int = 3, w
                   measure: Callable[[str, int], dict] | None = None,
                   groups: Sequence[Sequence[str]] | None = None,
                   log: Callable[[str], object] | None = None) -> list[dict]:
-    """The book's run protocol: ``runs`` independent runs of named callables, one row per run and name (Chapter 2).
-
-    1. each run starts with its own physical reference, the ``copy_`` bandwidth on ``probe_bytes`` per buffer
-       (``copy_gbps``; :func:`graphbook.record.runs.flag_under_load` reads it), plus whatever ``probes()``
-       returns (a matmul rate), so a run taken under load can be told apart;
-    2. the names are timed in an order that rotates between runs (:func:`rotated`), so none always runs in
-       another's wake: with ``interleave`` call by call (:func:`interleaved`), otherwise one block each
-       (:func:`time_cpu`, at ``threads[name]`` threads when given);
-    3. ``measure(name, run_index)``, when given, replaces step 2's timing of one name and returns its columns.
-
-    ``groups`` splits the names into comparisons that rotate each on its own within a run. Rows carry ``run``
-    (1, 2 ...), ``run_count``, ``run_started`` (UTC), ``run_order`` (1 = went first), ``went_first``,
-    ``copy_gbps``, the probes' columns, ``variant`` and :class:`TimingResult`'s fields. Nothing is built here.
-    """
+    """The book's run protocol: ``runs`` independent runs of named callables, one row per run and name. Each run starts
+    with a ``copy_`` bandwidth probe (so a run under load can be told apart) and times the names in an order that
+    rotates between runs (:func:`rotated`); ``measure`` replaces the timing of a name."""
     if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
         raise ValueError(f"runs must be an integer >= 1, got {runs!r}")
     if not calls:
@@ -136,25 +110,16 @@ def _copy_gbps(nbytes: int) -> float:
 
 
 def live_runs(calls: Mapping[str, Callable[[], object]], *, env: dict | None = None, **protocol):
-    """:func:`repeated_runs` measured live in a chapter, as a DataFrame with the machine on every row (Chapter 2).
-
-    Interleaved call by call and without a ``copy_`` probe unless ``protocol`` says otherwise. Rows get
-    ``run_id`` ``live-<run>`` and the ``env`` fingerprint (default
-    :func:`graphbook.measure.environment.fingerprint`), so :mod:`graphbook.record.runs` summarizes the runs,
-    flags one taken under load and phrases the comparison exactly as for recorded runs.
-    """
+    """:func:`repeated_runs` measured live in a chapter, a DataFrame with the ``env`` fingerprint on every row. So
+    :mod:`graphbook.record.runs` treats live runs exactly as recorded ones."""
     frame = pd.DataFrame(repeated_runs(calls, **{"interleave": True, "probe_bytes": None, **protocol}))
     frame.insert(0, "run_id", "live-" + frame["run"].astype(str))
     return frame.assign(**(fingerprint() if env is None else env))
 
 
 def rotated(names: Sequence, run_index: int) -> list:
-    """``names`` in the order of run ``run_index`` (0-based) of a round-robin rotation (Chapter 5).
-
-    Run 0 keeps the order, run 1 starts with the second name, and so on, wrapping around, so over
-    ``len(names)`` runs every variant goes first once and none always runs in another's wake (a CPU
-    that heats up, a cache another variant filled, a neighbour's load that comes and goes).
-    """
+    """``names`` in the order of run ``run_index`` of a round-robin rotation, so every name goes first once and
+    none always runs in another's wake."""
     names = list(names)
     shift = run_index % len(names) if names else 0
     return names[shift:] + names[:shift]
