@@ -1,26 +1,5 @@
-"""BlurBall, the table-tennis ball detector measured in the book, rebuilt from its specification.
-
-Introduced in Chapter 5 (and used by Chapters 3, 4, 6 and 7).
-
-BlurBall (Gossard et al., 2025) is WASB's small HRNet (Tarashima et al., 2023) with one
-Squeeze-and-Excitation (SE) block inside every BasicBlock. It reads three consecutive RGB frames
-stacked along channels, ``(N, 9, 288, 512)``, and writes one heatmap logit per frame,
-``(N, 3, 288, 512)``. The layer names follow the authors' released checkpoint, so
-``load_state_dict(strict=True)`` accepts their weights (see :func:`_load_weights`); without weights the
-model is initialised from a fixed seed, so every chapter sees the same numbers.
-
-Two flavours share one set of parameter names:
-
-- :class:`BlurBall` returns ``{0: logits}`` exactly as the released model does (one entry per output
-  scale; BlurBall has only scale 0).
-- :class:`BlurBallHeatmap` returns the logits tensor itself. A plain tensor is what
-  ``torch.compile``, ``torch.onnx.export`` and the timing harness handle most simply, so the book's
-  measurements use this flavour. The computation is identical.
-
-Stage 4 computes all four of its fused outputs, as the released model does, although only the
-full-resolution one feeds the head: 13 of the 72 convolutions are dead compute in eager mode, which
-a graph compiler may remove. :func:`graphbook.model.model_cost.macs_by_module` lets a chapter count them.
-"""
+"""BlurBall, the table-tennis ball detector measured in the book, rebuilt from its specification: WASB's small
+HRNet with an SE block in every BasicBlock, layer names as in the released checkpoint so it loads strictly."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -52,16 +31,12 @@ DEFAULT_SEED = 0
 # Stage-4 fuse outputs 1-3 are computed but never read (spec section 5, row 11).
 DEAD_MODULE_PREFIXES = ("stage4.0.fuse_layers.1.", "stage4.0.fuse_layers.2.", "stage4.0.fuse_layers.3.")
 
-#: The checkpoint ``code/train_blurball.py --seed 0`` wrote for the book (relative to the repository).
-
 
 class CheckpointError(ValueError):
-    """A weights file that is not a BlurBall checkpoint, or whose keys do not match (Chapter 5)."""
+    """A weights file that is not a BlurBall checkpoint, or whose keys do not match."""
 
 
-# --------------------------------------------------------------------------------------------------
-# Building blocks
-# --------------------------------------------------------------------------------------------------
+# -- Building blocks --
 
 def _conv3x3(in_ch: int, out_ch: int, stride: int = 1) -> nn.Conv2d:
     return nn.Conv2d(in_ch, out_ch, kernel_size=3, stride=stride, padding=1, bias=False)
@@ -76,10 +51,7 @@ def _bn(channels: int) -> nn.BatchNorm2d:
 
 
 class SqueezeExcitation(nn.Module):
-    """Channel attention: global average pool, two bias-free Linear layers, sigmoid gate (Chapter 5).
-
-    Parameters are named ``fc.0`` and ``fc.2`` as in the released checkpoint.
-    """
+    """Channel attention: global average pool, two bias-free Linear layers, sigmoid gate."""
 
     def __init__(self, channels: int, reduction: int = SE_REDUCTION):
         super().__init__()
@@ -93,7 +65,7 @@ class SqueezeExcitation(nn.Module):
 
 
 class BasicBlockSE(nn.Module):
-    """HRNet BasicBlock with SE after the second BN, before the residual add (Chapter 5)."""
+    """HRNet BasicBlock with SE after the second BN, before the residual add."""
 
     def __init__(self, channels: int):
         super().__init__()
@@ -111,7 +83,7 @@ class BasicBlockSE(nn.Module):
 
 
 class Bottleneck(nn.Module):
-    """HRNet stage-1 Bottleneck (1x1, 3x3, 1x1) with a 1x1 projection shortcut, no SE (Chapter 5)."""
+    """HRNet stage-1 Bottleneck (1x1, 3x3, 1x1) with a 1x1 projection shortcut, no SE."""
 
     def __init__(self, in_ch: int, planes: int, expansion: int = BOTTLENECK_EXPANSION):
         super().__init__()
@@ -151,10 +123,8 @@ def _fuse_path(channels: Sequence[int], src: int, dst: int) -> nn.Module | None:
 
 
 class HighResolutionModule(nn.Module):
-    """Parallel branches of BasicBlocks, then every branch fused into every output (Chapter 5).
-
-    All fused outputs are computed, as in the released model, even where only output 0 is read.
-    """
+    """Parallel branches of BasicBlocks, then every branch fused into every output. All fused outputs are computed, as
+    in the released model: 13 of the 72 convolutions are dead compute a graph compiler may remove."""
 
     def __init__(self, channels: Sequence[int], blocks: int = BLOCKS_PER_BRANCH):
         super().__init__()
@@ -199,17 +169,10 @@ def _apply_transition(transition: nn.ModuleList, xs: list[torch.Tensor]) -> list
     return out
 
 
-# --------------------------------------------------------------------------------------------------
-# The model
-# --------------------------------------------------------------------------------------------------
+# -- The model --
 
 class BlurBall(nn.Module):
-    """BlurBall as released: ``forward(x)`` returns ``{0: logits}`` with logits ``(N, 3, H, W)``.
-
-    Introduced in Chapter 5. Input ``(N, 9, H, W)``: three normalised RGB frames in time order (see
-    :func:`_normalize_frames`). H and W must be multiples of 8 (three stride-2 levels).
-    Construct it with :func:`build_blurball` for a seeded, evaluation-mode model.
-    """
+    """BlurBall as released: ``forward(x)`` returns ``{0: logits}``; H and W must be multiples of 8."""
 
     def __init__(self):
         super().__init__()
@@ -246,11 +209,8 @@ class BlurBall(nn.Module):
 
 
 class BlurBallHeatmap(BlurBall):
-    """BlurBall whose ``forward`` returns the logits tensor directly (Chapter 5).
-
-    Same parameters and names as :class:`BlurBall`; the book compiles, exports and times this one
-    because a plain tensor output keeps ``torch.compile``, ONNX export and CUDA graphs simple.
-    """
+    """BlurBall whose ``forward`` returns the logits tensor: what the book compiles, exports and times, since a
+    plain tensor keeps ``torch.compile``, ONNX export and CUDA graphs simple."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         return self.heatmap_logits(x)
@@ -271,12 +231,8 @@ def _randomise_batchnorm(model: nn.Module, generator: torch.Generator) -> None:
 
 def build_blurball(weights: str | Path | None = None, *, seed: int = DEFAULT_SEED,
                    heatmap_only: bool = True) -> BlurBall:
-    """A BlurBall in eval mode: the released weights if ``weights`` is given, else seeded random init.
-
-    Introduced in Chapter 5. ``heatmap_only=True`` (default) returns a :class:`BlurBallHeatmap`
-    (tensor output); ``False`` returns the released dict-output :class:`BlurBall`. The seed is used
-    through a private generator, so building a model does not disturb the caller's random stream.
-    """
+    """A BlurBall in eval mode: the released weights if ``weights`` is given, else seeded random init. The seed drives a
+    private generator, so building a model does not disturb the caller's random stream."""
     cls = BlurBallHeatmap if heatmap_only else BlurBall
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -288,9 +244,7 @@ def build_blurball(weights: str | Path | None = None, *, seed: int = DEFAULT_SEE
     return model.eval()
 
 
-# --------------------------------------------------------------------------------------------------
-# Weights
-# --------------------------------------------------------------------------------------------------
+# -- Weights --
 
 def _first(names: Sequence[str], limit: int = 5) -> str:
     shown = ", ".join(names[:limit])
@@ -298,12 +252,7 @@ def _first(names: Sequence[str], limit: int = 5) -> str:
 
 
 def _read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
-    """The state dict stored in a checkpoint file (Chapter 5).
-
-    Accepts the authors' format (a dict with ``model_state_dict``) or a bare state dict; strips a
-    ``module.`` prefix left by DataParallel. Raises FileNotFoundError for a missing file and
-    :class:`CheckpointError` for anything that is not a checkpoint.
-    """
+    """The state dict of the authors' format or a bare one, ``module.`` prefix stripped."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"BlurBall weights file not found: {path}")
@@ -325,7 +274,7 @@ def _read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 def _check_state_dict(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
-    """Raise :class:`CheckpointError` naming the first missing, extra or misshapen keys (Chapter 5)."""
+    """Raise :class:`CheckpointError` naming the first missing, extra or misshapen keys."""
     expected = model.state_dict()
     missing = [k for k in expected if k not in state]
     extra = [k for k in state if k not in expected]
@@ -343,7 +292,7 @@ def _check_state_dict(model: nn.Module, state: Mapping[str, torch.Tensor]) -> No
 
 
 def _load_weights(model: nn.Module, path: str | Path) -> nn.Module:
-    """Load a checkpoint into ``model`` with strict key and shape checking (Chapter 5). Returns it."""
+    """Load a checkpoint into ``model`` with strict key and shape checking; returns it."""
     state = _read_state_dict(path)
     _check_state_dict(model, state)
     model.load_state_dict(state, strict=True)
@@ -351,19 +300,15 @@ def _load_weights(model: nn.Module, path: str | Path) -> nn.Module:
 
 
 def save_weights(model: nn.Module, path: str | Path) -> Path:
-    """Save in the authors' layout, ``{"model_state_dict": ...}`` (Chapter 5)."""
+    """Save in the authors' layout, ``{"model_state_dict": ...}``."""
     path = Path(path)
     torch.save({"model_state_dict": model.state_dict()}, path)
     return path
 
 
 def load_trained_blurball(path: str | Path | None = None, *, heatmap_only: bool = True) -> BlurBall:
-    """The BlurBall trained on the synthetic clips (``TRAINED_CHECKPOINT``), in eval mode (Chapter 6).
-
-    ``path`` defaults to the book's checkpoint; its provenance (seed, commit, machine, metrics) sits
-    beside it in ``blurball_synthetic.provenance.json``. Raises FileNotFoundError naming the script
-    that recreates it when the file is missing.
-    """
+    """The BlurBall trained on the synthetic clips, in eval mode; FileNotFoundError names the script that
+    recreates a missing file."""
     path = Path(path) if path is not None else TRAINED_CHECKPOINT
     if not path.is_file():
         raise FileNotFoundError(f"trained BlurBall checkpoint not found: {path}; "
@@ -371,17 +316,10 @@ def load_trained_blurball(path: str | Path | None = None, *, heatmap_only: bool 
     return build_blurball(path, heatmap_only=heatmap_only)
 
 
-# --------------------------------------------------------------------------------------------------
-# Input, output, cost
-# --------------------------------------------------------------------------------------------------
+# -- Input, output, cost --
 
 def _normalize_frames(frames: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
-    """Stack RGB frames into the model's input, normalising each with ImageNet mean and std.
-
-    Introduced in Chapter 5. ``frames`` is a tensor ``(F, 3, H, W)`` or ``(N, F, 3, H, W)``, or a
-    sequence of F tensors ``(3, H, W)`` / ``(N, 3, H, W)``, in time order, with values in [0, 1]
-    (float) or 0..255 (uint8). Returns float32 ``(N, 3F, H, W)`` ordered [f0 RGB, f1 RGB, ...].
-    """
+    """Stack F RGB frames ([0, 1] float or uint8) into float32 ``(N, 3F, H, W)``, ImageNet-normalised per frame."""
     if not isinstance(frames, torch.Tensor):
         frames = list(frames)
         if not frames or not all(isinstance(f, torch.Tensor) for f in frames):
@@ -404,11 +342,7 @@ def _normalize_frames(frames: torch.Tensor | Sequence[torch.Tensor]) -> torch.Te
 
 
 def imagenet_normalize(x: torch.Tensor) -> torch.Tensor:
-    """Per-frame ImageNet normalisation of frames already stacked as the model's channels (Chapter 6).
-
-    ``x`` is ``(N, 3F, H, W)`` in [0, 1], ordered [f0 RGB, f1 RGB, ...] (what
-    :func:`graphbook.model.synthetic_clips.frames_to_tensor` returns); :func:`_normalize_frames` does the work.
-    """
+    """Per-frame ImageNet normalisation of ``(N, 3F, H, W)`` frames in [0, 1]."""
     if x.ndim != 4 or x.shape[1] % 3 != 0:
         raise ValueError(f"expected (N, 3*frames, H, W), got {tuple(x.shape)}")
     n, c, h, w = x.shape
@@ -417,11 +351,7 @@ def imagenet_normalize(x: torch.Tensor) -> torch.Tensor:
 
 def example_input(batch: int = 1, height: int = INPUT_HEIGHT, width: int = INPUT_WIDTH,
                   seed: int = DEFAULT_SEED) -> torch.Tensor:
-    """A deterministic normalised input: three synthetic frames with a ball moving across (Chapter 5).
-
-    A textured background plus a bright disc that moves between frames, so the input has the
-    structure of real frames (and a well-defined temporal order), without shipping video.
-    """
+    """A deterministic normalised input: a textured background and a bright ball moving across three frames."""
     if height % 8 or width % 8 or height < 8 or width < 8:
         raise ValueError(f"height and width must be positive multiples of 8, got {height}x{width}")
     gen = torch.Generator().manual_seed(seed)
@@ -438,12 +368,8 @@ def example_input(batch: int = 1, height: int = INPUT_HEIGHT, width: int = INPUT
 
 
 def heatmap_peaks(logits: torch.Tensor | Mapping[int, torch.Tensor]) -> torch.Tensor:
-    """Per-frame argmax positions of heatmaps, as a long tensor ``(N, F, 2)`` of (row, col).
-
-    Introduced in Chapter 5 as the book's correctness check beyond max-abs-diff: two variants of the
-    model "agree" when they put every frame's peak in the same pixel. Accepts the logits tensor
-    ``(N, F, H, W)`` or the released model's ``{0: logits}`` dict.
-    """
+    """Per-frame argmax ``(row, col)`` positions, ``(N, F, 2)``: two variants agree when every peak is in the
+    same pixel."""
     if isinstance(logits, Mapping):
         logits = logits[0]
     if logits.dim() != 4:
@@ -454,11 +380,8 @@ def heatmap_peaks(logits: torch.Tensor | Mapping[int, torch.Tensor]) -> torch.Te
 
 
 def peak_margin(logits: torch.Tensor) -> float:
-    """Smallest gap, over frames, between the highest and second-highest logit (Chapter 5).
-
-    A variant whose max abs diff from eager is below half this gap cannot move any peak; the
-    chapters print it to show how much numerical slack the peak check has.
-    """
+    """Smallest gap, over frames, between the highest and second-highest logit. A variant whose max abs diff from eager
+    is below half this gap cannot move any peak."""
     n, f, h, w = logits.shape
     top2 = logits.detach().float().reshape(n * f, h * w).topk(2, dim=-1).values
     return float((top2[:, 0] - top2[:, 1]).min())

@@ -1,12 +1,5 @@
-"""The heatmap decoder: BlurBall's logits back into ball positions, blur angles and lengths.
-
-Introduced in Chapter 5 (and used by the server of Chapter 7). Sigmoid, threshold, 8-connected
-components; per component a heat-weighted centroid, the angle of the binary blob's principal axis and
-its length, as BlurBall's own decoder does. Coordinates and angles follow the conventions of
-:mod:`graphbook.model.synthetic_clips` (``x`` = column, ``y`` = row, undirected angles in ``[-90, 90)`` deg).
-
-Public API: :class:`Detection`, :class:`FrameDecoding`, :func:`_connected_components`,
-:func:`_decode_heatmap`, :func:`decode_clip`, :func:`decode_batch`.
+"""The heatmap decoder: BlurBall's logits back into ball positions, blur angles and lengths, as BlurBall's own
+decoder does (``x`` = column, ``y`` = row, undirected angles in ``[-90, 90)`` deg).
 """
 from __future__ import annotations
 
@@ -19,19 +12,14 @@ import numpy as np
 
 
 def normalize_angle(angle_deg: float) -> float:
-    """Map an undirected line angle to ``[-90, 90)`` degrees (Chapter 5)."""
+    """Map an undirected line angle to ``[-90, 90)`` degrees."""
     return float((angle_deg + 90.0) % 180.0 - 90.0)
 
 @dataclass(frozen=True)
 class Detection:
-    """One candidate blob in a decoded heatmap (Chapter 5).
-
-    ``x``, ``y``: heat-weighted centroid (px); ``score``: sum of the heat (sigmoid) values in the blob;
-    ``angle_deg``: ``0.5 * atan2(2 mu11, mu20 - mu02)`` of the binary blob; ``half_extent``: half of the
-    blob's extent along its first principal axis (the spec's "length"); ``half_length``: that minus the
-    half extent across the axis, an estimate of the streak's blur half-length ``l`` that does not depend
-    on how thick the blob is (0 for a round blob); ``area``: pixel count.
-    """
+    """One candidate blob: heat-weighted centroid, summed heat, principal-axis angle and extent, area. ``half_length``
+    is the extent minus the half extent across the axis: the streak's blur half-length, independent of how thick the
+    blob is (0 for a round blob)."""
 
     x: float
     y: float
@@ -47,7 +35,7 @@ class Detection:
 
 @dataclass(frozen=True)
 class FrameDecoding:
-    """The decoder's answer for one frame: the best detection (highest score) or None, and all candidates (Chapter 5)."""
+    """The best detection of one frame (highest score) or None, and all candidates."""
 
     best: Detection | None
     candidates: tuple[Detection, ...]
@@ -63,14 +51,8 @@ def _as_numpy(array) -> np.ndarray:
 
 
 def _connected_components(mask: np.ndarray, connectivity: int = 8) -> tuple[np.ndarray, int]:
-    """Label the connected components of a 2-D boolean mask (Chapter 5).
-
-    Returns ``(labels, count)``: int32 ``(H, W)`` with 0 for background and 1..count for the
-    components in raster order of their first pixel. Vectorised label propagation over the
-    foreground pixels only: each round hooks every pixel and its representative to the smallest
-    neighbouring label, then pointer jumping flattens the chains, so the number of rounds grows with
-    the logarithm of a blob's size, not its area.
-    """
+    """``(labels, count)`` of a 2-D boolean mask, components numbered in raster order of their first pixel. Vectorised
+    label propagation with pointer jumping: rounds grow with the log of a blob's size, not its area."""
     mask = np.asarray(mask)
     if mask.ndim != 2:
         raise ValueError(f"mask must be 2-D, got shape {mask.shape}")
@@ -132,12 +114,7 @@ def _blob_detection(ys: np.ndarray, xs: np.ndarray, heat: np.ndarray) -> Detecti
 
 
 def _decode_heatmap(heatmap, threshold: float = 0.5, *, from_logits: bool = True) -> FrameDecoding:
-    """Decode one frame's heatmap ``(H, W)`` into ball detections, as BlurBall does (Chapter 5).
-
-    Sigmoid (when ``from_logits``), threshold, 8-connected components; per component the score is
-    the sum of the heat, the position the heat-weighted centroid, the angle from the binary blob's
-    central moments and the length from its extent along the first principal axis.
-    """
+    """Decode one frame's ``(H, W)`` heatmap: sigmoid, threshold, 8-connected components, one detection each."""
     heat = _as_numpy(heatmap)
     if heat.ndim != 2:
         raise ValueError(f"heatmap must be 2-D (H, W), got shape {heat.shape}")
@@ -164,7 +141,7 @@ def _decode_heatmap(heatmap, threshold: float = 0.5, *, from_logits: bool = True
 
 
 def decode_clip(heatmaps, threshold: float = 0.5, *, from_logits: bool = True) -> list[FrameDecoding]:
-    """Decode the ``(F, H, W)`` heatmaps of one clip (one per frame); see :func:`_decode_heatmap` (Chapter 5)."""
+    """Decode the ``(F, H, W)`` heatmaps of one clip."""
     heat = _as_numpy(heatmaps)
     if heat.ndim != 3:
         raise ValueError(f"heatmaps must be (F, H, W), got shape {heat.shape}")
@@ -172,7 +149,7 @@ def decode_clip(heatmaps, threshold: float = 0.5, *, from_logits: bool = True) -
 
 
 def decode_batch(heatmaps, threshold: float = 0.5, *, from_logits: bool = True) -> list[list[FrameDecoding]]:
-    """Decode a batch of heatmaps ``(N, F, H, W)`` (the model's output); see :func:`_decode_heatmap` (Chapter 5)."""
+    """Decode a batch of heatmaps ``(N, F, H, W)`` (the model's output)."""
     if isinstance(heatmaps, dict):  # BlurBall's raw output {0: logits}
         heatmaps = heatmaps[0]
     heat = _as_numpy(heatmaps)

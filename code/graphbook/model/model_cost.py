@@ -1,9 +1,5 @@
-"""What a model is made of and what one forward pass costs: modules, parameters, MACs (Chapter 5).
-
-Introduced in Chapter 5, where the MACs of one BlurBall forward turn measured times into GFLOP/s against
-the machine's ceiling, and the MACs of the stage-4 convolutions whose outputs nothing reads
-(:data:`graphbook.model.blurball.DEAD_MODULE_PREFIXES`) say how much work a graph compiler can delete.
-"""
+"""What a model is made of and what one forward costs: modules, parameters, MACs (to turn times into GFLOP/s
+against the machine's ceiling, and to count the dead stage-4 work)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,7 +11,7 @@ from graphbook.model.blurball import DEAD_MODULE_PREFIXES
 
 
 def module_counts(model: nn.Module) -> dict[str, int]:
-    """How many modules of each class ``model`` contains, e.g. ``{"Conv2d": 72, ...}`` (Chapter 5)."""
+    """How many modules of each class, e.g. ``{"Conv2d": 72, ...}``."""
     counts: dict[str, int] = {}
     for module in model.modules():
         name = type(module).__name__
@@ -24,17 +20,13 @@ def module_counts(model: nn.Module) -> dict[str, int]:
 
 
 def parameter_count(model: nn.Module) -> int:
-    """Number of learnable parameters (BN running statistics are buffers, not counted). Chapter 5."""
+    """Learnable parameters (BN running statistics are buffers, not counted)."""
     return int(sum(p.numel() for p in model.parameters()))
 
 
 def macs_by_module(model: nn.Module, x: torch.Tensor) -> dict[str, int]:
-    """Multiply-accumulates of each Conv2d and Linear in one eager forward, by module name.
-
-    Introduced in Chapter 5. Measured with forward hooks on the actual output shapes, so the
-    count follows the input size; element-wise work (BN, ReLU, adds) is not counted, as is
-    customary. The counts are for the whole batch in ``x``.
-    """
+    """Multiply-accumulates of each Conv2d and Linear in one forward of the whole batch ``x``, by module name. Forward
+    hooks read the actual output shapes; element-wise work is not counted, as is customary."""
     counts: dict[str, int] = {}
     handles = []
 
@@ -62,7 +54,7 @@ def macs_by_module(model: nn.Module, x: torch.Tensor) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class ModelCost:
-    """Parameter count and per-forward MACs of a model at one input size (Chapter 5)."""
+    """Parameter count and per-forward MACs of a model at one input size."""
 
     parameters: int
     macs: int
@@ -76,7 +68,7 @@ class ModelCost:
 
 
 def model_cost(model: nn.Module, x: torch.Tensor) -> ModelCost:
-    """Parameters, total MACs and the MACs of never-read stage-4 outputs, all by code (Chapter 5)."""
+    """Parameters, total MACs and the MACs of never-read stage-4 outputs."""
     per_module = macs_by_module(model, x)
     dead = sum(v for k, v in per_module.items() if k.startswith(DEAD_MODULE_PREFIXES))
     return ModelCost(parameters=parameter_count(model), macs=int(sum(per_module.values())),

@@ -1,10 +1,4 @@
-"""Scoring the ball detector against ground truth: detection rate, position, angle and length errors.
-
-Introduced in Chapter 5. :func:`match_detections` pairs the decoder's best detection in each frame
-(:mod:`graphbook.model.decoding`) with the clip's label (:mod:`graphbook.model.synthetic_clips`);
-:func:`summarize_matches` turns those rows into the numbers the chapters glue; :func:`evaluate_model`
-does both for a model on held-out clips.
-"""
+"""Scoring the ball detector against ground truth: detection rate, position, angle and length errors."""
 from __future__ import annotations
 
 import math
@@ -21,12 +15,8 @@ DEFAULT_HIT_PX = 5.0
 
 
 def match_detections(decoded: list[list[FrameDecoding]], clips: list[Clip], hit_px: float = DEFAULT_HIT_PX) -> list[dict]:
-    """One row per (clip, frame) comparing the best detection with the label (Chapter 5).
-
-    Columns: clip, frame, visible, detected, hit (detected within ``hit_px`` of a visible ball),
-    error_px, angle_error_deg (only for streaks with half-length >= 3 px, where the angle is defined),
-    length_error_px, and the label and detection values.
-    """
+    """One row per (clip, frame) comparing the best detection with the label. ``angle_error_deg`` only for streaks of
+    half-length >= 3 px, where the angle is defined."""
     if len(decoded) != len(clips):
         raise ValueError(f"{len(decoded)} decoded clips for {len(clips)} clips")
     rows = []
@@ -51,12 +41,7 @@ def match_detections(decoded: list[list[FrameDecoding]], clips: list[Clip], hit_
 
 
 def summarize_matches(rows: list[dict]) -> dict:
-    """Detection rate, median errors and false-positive rate from :func:`match_detections` rows (Chapter 5).
-
-    ``detection_rate``: share of frames with a visible ball whose best detection is a hit;
-    ``median_error_px``: median centre error over the hits; ``false_positive_rate``: share of frames
-    without a visible ball where something was detected. Plain Python floats (ready for glue).
-    """
+    """Detection rate, median error over hits and false-positive rate, as plain floats ready for glue."""
     visible = [r for r in rows if r["visible"]]
     hidden = [r for r in rows if not r["visible"]]
     hits = [r for r in visible if r["hit"]]
@@ -77,13 +62,8 @@ def summarize_matches(rows: list[dict]) -> dict:
 
 def evaluate_model(model, clips: list[Clip], *, normalize=None, batch_size: int = 4, threshold: float = 0.5,
                    hit_px: float = DEFAULT_HIT_PX) -> tuple[dict, list[dict]]:
-    """Run ``model`` on held-out clips and score it against their labels (Chapter 5).
-
-    ``model`` maps a float tensor ``(N, 9, H, W)`` to logits ``(N, 3, H, W)`` (or BlurBall's dict
-    ``{0: logits}``); ``normalize`` maps the [0, 1] frames tensor to the model's input (default:
-    ImageNet normalisation per frame). Returns ``(summary, rows)`` from :func:`summarize_matches` and
-    :func:`match_detections`. Runs under ``torch.no_grad`` in the model's current mode.
-    """
+    """``(summary, rows)`` of ``model`` on held-out clips, under ``torch.no_grad`` in the model's current mode.
+    ``normalize`` maps the [0, 1] frames to the model's input (default: ImageNet normalisation per frame)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if not clips:

@@ -1,28 +1,5 @@
-"""Synthetic ground truth for the ball detector: 3-frame clips with a known ball, and their targets.
-
-Introduced in Chapter 5. The article could not say whether a compiled BlurBall still puts the ball in
-the same place, because it had no frames with a known ball position. This module makes them: 3-frame
-clips of a motion-blurred table-tennis ball whose centre, blur angle and blur half-length are known
-exactly, on procedural backgrounds (gradients, value noise, stripes, a table with its lines and a net).
-The decoder that reads a heatmap back into ball positions is :mod:`graphbook.model.decoding`; the scoring
-of detections against these labels is :mod:`graphbook.model.scoring`.
-
-Conventions (shared by the renderer, the target and the decoder):
-
-- Pixel ``(row i, column j)`` has its centre at image coordinates ``x = j``, ``y = i``; ``x`` grows to
-  the right and ``y`` grows downwards.
-- A label follows BlurBall's labelling: the centre is the centre of the blur streak and the streak's
-  ends are ``centre +- half_length * (cos angle, sin angle)``. Angles are in degrees in ``[-90, 90)``
-  (a streak has no direction): :func:`graphbook.model.decoding.normalize_angle` and :func:`angle_difference`.
-- Frames are float32 in ``[0, 1]``, shape ``(3 frames, H, W, 3 RGB)``; :func:`frames_to_tensor` turns a
-  batch into the model's channel order ``[f0 RGB, f1 RGB, f2 RGB]`` (before ImageNet normalisation,
-  :func:`graphbook.model.blurball.imagenet_normalize`).
-
-Public API (other chapters and ``code/train_blurball.py`` build on it): :class:`BallLabel`,
-:class:`Clip`, :func:`_make_clip`, :func:`_make_clips`, :func:`held_out_clips`, :func:`check_clips`,
-:func:`training_clip`, :func:`_render_background`, :func:`_render_ball`, :func:`_line_target`,
-:func:`frames_to_tensor`, :func:`targets_to_tensor`, :func:`angle_difference`.
-"""
+"""Synthetic 3-frame clips of a motion-blurred ball whose centre, blur angle and length are known exactly: the
+article had no frames to say whether a compiled BlurBall still finds the ball. ``x`` = column, ``y`` = row (down)."""
 from __future__ import annotations
 
 import math
@@ -57,16 +34,11 @@ _BALL_COLOURS = (
 )
 
 
-# --------------------------------------------------------------------------------------------------
-# Labels and clips
-# --------------------------------------------------------------------------------------------------
+# -- Labels and clips --
 @dataclass(frozen=True)
 class BallLabel:
-    """The ball in one frame (Chapter 5): centre of the streak, blur angle (deg), blur half-length (px).
-
-    ``visible`` is False when the frame shows no ball (then the other fields describe where it would
-    be and the target is empty). ``radius`` is the ball's radius in pixels.
-    """
+    """The ball in one frame: streak centre, blur angle (deg), blur half-length and radius (px). When not ``visible``
+    the fields say where it would be and the target is empty."""
 
     visible: bool
     x: float
@@ -87,12 +59,8 @@ class BallLabel:
 
 @dataclass
 class Clip:
-    """A synthetic 3-frame clip with its ground truth (Chapter 5).
-
-    ``frames``: float32 ``(3, H, W, 3)`` in [0, 1]; ``targets``: float32 ``(3, H, W)`` of 0/1 (the
-    blur-aware line target of each frame); ``labels``: one :class:`BallLabel` per frame; ``seed``: the
-    integer that regenerates the clip with :func:`_make_clip`, or None when drawn from a shared generator.
-    """
+    """A 3-frame clip: frames ``(3, H, W, 3)`` in [0, 1], 0/1 line targets ``(3, H, W)``, labels, and the
+    ``seed`` that regenerates it (None when drawn from a shared generator)."""
 
     frames: np.ndarray
     targets: np.ndarray
@@ -110,7 +78,7 @@ class Clip:
 
 
 def angle_difference(a_deg: float, b_deg: float) -> float:
-    """Smallest difference (deg, in [0, 90]) between two undirected line angles (Chapter 5)."""
+    """Smallest difference (deg, in [0, 90]) between two undirected line angles."""
     d = abs(normalize_angle(a_deg - b_deg))
     return float(min(d, 180.0 - d))
 
@@ -132,9 +100,7 @@ def _rng(seed_or_rng) -> np.random.Generator:
     raise TypeError(f"seed must be a non-negative integer or a numpy Generator, got {seed_or_rng!r}")
 
 
-# --------------------------------------------------------------------------------------------------
-# Backgrounds
-# --------------------------------------------------------------------------------------------------
+# -- Backgrounds --
 def _value_noise(rng: np.random.Generator, height: int, width: int, cell: float) -> np.ndarray:
     """Smooth noise in [-1, 1]: random values on a grid of ``cell`` px, bilinearly interpolated."""
     gh, gw = int(math.ceil(height / cell)) + 2, int(math.ceil(width / cell)) + 2
@@ -180,13 +146,8 @@ def _draw_line(img, xx, yy, p0, p1, width_px, colour, alpha=1.0):
 
 
 def _render_background(height: int, width: int, seed=0, clutter: float = 1.0) -> np.ndarray:
-    """A procedural scene (Chapter 5): float32 ``(H, W, 3)`` in [0, 1], deterministic from ``seed``.
-
-    Layers, each drawn with a probability: a two-colour gradient, value noise at two scales, stripes
-    (wall panels, floor boards), a table top in perspective with its white edge and centre lines, a
-    net with a bright top band, and a few static bright blobs (the ball's look-alikes: lamps, shoes),
-    so that a detector has to use motion and shape, not brightness alone (``clutter`` of them on average).
-    """
+    """A procedural scene, float32 ``(H, W, 3)``: gradients, noise, stripes, a table, a net and bright
+    look-alikes, so that a detector must use motion and shape, not brightness alone."""
     height, width = _check_size(height, width)
     rng = _rng(seed)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
@@ -234,17 +195,9 @@ def _render_background(height: int, width: int, seed=0, clutter: float = 1.0) ->
     return np.clip(img, 0.0, 1.0).astype(np.float32)
 
 
-# --------------------------------------------------------------------------------------------------
-# The ball and its target
-# --------------------------------------------------------------------------------------------------
+# -- The ball and its target --
 def _render_ball(img: np.ndarray, label: BallLabel, colour=(0.97, 0.97, 0.95), *, supersample: int = 3) -> np.ndarray:
-    """Composite a motion-blurred ball into ``img`` (H, W, 3), returning a new array (Chapter 5).
-
-    Physically: during the exposure the ball's centre moves uniformly along the streak, so each pixel
-    receives the time average of the shaded disc passing over it. The average is taken over time
-    samples spaced at most 0.25 px apart, and each pixel is box-filtered over ``supersample`` x
-    ``supersample`` sub-pixel points (anti-aliasing). Only the streak's bounding box is computed.
-    """
+    """A new image with a motion-blurred ball: each pixel is the time average of the shaded disc passing over it."""
     out = np.array(img, dtype=np.float32, copy=True)
     if not label.visible:
         return out
@@ -290,11 +243,7 @@ def _render_ball(img: np.ndarray, label: BallLabel, colour=(0.97, 0.97, 0.95), *
 
 def _line_target(height: int, width: int, label: BallLabel, radius: float = LINE_TARGET_RADIUS,
                 disc_radius: float = DISC_TARGET_RADIUS) -> np.ndarray:
-    """BlurBall's ``binary_line_fixed_size`` target for one frame: float32 ``(H, W)`` of 0/1 (Chapter 5).
-
-    1 within ``radius`` px of the streak (the segment between the label's ends), a disc of
-    ``disc_radius`` when the half-length is 0, and all zeros when the ball is not visible.
-    """
+    """BlurBall's ``binary_line_fixed_size`` target: 1 within ``radius`` px of the streak, zeros when not visible."""
     height, width = _check_size(height, width)
     target = np.zeros((height, width), np.float32)
     if not label.visible:
@@ -311,8 +260,8 @@ def _line_target(height: int, width: int, label: BallLabel, radius: float = LINE
 
 
 def _trajectory(rng, height, width, radius, max_speed, gravity, p_near_border=0.0):
-    """Centres and velocities of the ball at frames 0, 1, 2 that keep the whole streak inside (with
-    ``p_near_border``: the middle centre within a radius of an edge, the ball cut by the border)."""
+    """Centres and velocities at frames 0, 1, 2 that keep the whole streak inside (or cut by an edge, with
+    ``p_near_border``)."""
     exposure = rng.uniform(0.2, 0.9)  # fraction of the frame interval the shutter is open
     near_border = bool(p_near_border and rng.random() < p_near_border)  # no draw by default: old clips unchanged
     for _ in range(50):
@@ -350,22 +299,9 @@ def _make_clip(seed=0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], *,
               p_hidden_frame: float = 0.08, radius_range: tuple[float, float] = (2.5, 6.0),
               max_speed: float | None = None, gravity: float = 2.0, noise: float = 0.02, clutter: float = 1.0,
               p_partly_hidden: float = 0.0, p_near_border: float = 0.0) -> Clip:
-    """One synthetic 3-frame clip of a motion-blurred table-tennis ball (Chapter 5).
-
-    ``seed`` (int or numpy Generator) fixes everything. The camera is still, so the background is
-    the same in the 3 frames up to sensor noise (``noise``: Gaussian std) and a small brightness
-    flicker. The ball (white or orange, radius drawn from ``radius_range`` px) follows a parabola;
-    its blur in each frame is the distance it travels while the shutter is open, so the label's
-    angle is the velocity's direction and its half-length is half that distance. With probability
-    ``p_no_ball`` the clip has no ball; otherwise each frame hides it with ``p_hidden_frame``
-    (occluded; the label keeps the position with ``visible=False`` and the target is empty). Harder clips
-    (:data:`CHECK_CLIP_SETTINGS`): ``clutter`` look-alikes on average, ``p_partly_hidden`` for a static bar in
-    front of the middle frame's ball that hides part of it (the label stays visible), ``p_near_border`` for
-    a ball cut by the frame's edge.
-    ``max_speed`` (px per frame) defaults to ``min(30, min(H, W) / 4)``, so that a small training
-    crop still holds the whole trajectory. Sizes are in absolute pixels: a 96 x 160 clip looks like a
-    crop of a 288 x 512 scene, not a shrunken one.
-    """
+    """One synthetic 3-frame clip; ``seed`` (int or numpy Generator) fixes everything. The ball follows a parabola and
+    its blur is the distance travelled while the shutter is open. Sizes are absolute pixels: a 96 x 160 clip looks like
+    a crop of a 288 x 512 scene, not a shrunken one."""
     height, width = _check_size(height, width)
     clip_seed = int(seed) if isinstance(seed, (int, np.integer)) else None
     rng = _rng(seed)
@@ -409,7 +345,7 @@ def _make_clip(seed=0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], *,
 
 
 def _make_clips(n: int, seed: int = 0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], **kwargs) -> list[Clip]:
-    """``n`` clips; clip ``k`` is ``_make_clip(seed * 1_000_003 + k, ...)``, so any one can be regenerated (Chapter 5)."""
+    """``n`` clips; clip ``k`` is ``_make_clip(seed * 1_000_003 + k, ...)``, so any one can be regenerated."""
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
@@ -418,36 +354,23 @@ def _make_clips(n: int, seed: int = 0, height: int = FULL_SIZE[0], width: int = 
 
 
 def held_out_clips(n: int, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], **kwargs) -> list[Clip]:
-    """The book's held-out clips: ``_make_clips(n, HELD_OUT_SEED, height, width)`` (Chapter 5).
-
-    ``code/train_blurball.py`` draws its training clips from a different stream (numpy seed
-    sequences ``(seed, 0, k)``), so these clips are never seen in training. The first ``n`` clips
-    are the same for every ``n``, so a short evaluation is a prefix of a long one.
-    """
+    """The book's held-out clips, never seen in training; the first ``n`` are the same for every ``n``."""
     return _make_clips(n, HELD_OUT_SEED, height, width, **kwargs)
 
 
 def check_clips(n: int, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1]) -> list[Clip]:
-    """The ball check's held-out clips: ``_make_clips(n, CHECK_SEED, ..., **CHECK_CLIP_SETTINGS)`` (Chapter 5).
-
-    Harder than :func:`held_out_clips`, so that a variant that changes the logits beyond rounding moves a
-    decoded ball somewhere (:func:`graphbook.runtimes.correctness.ball_check`). The first ``n`` are the same for every ``n``.
-    """
+    """The ball check's held-out clips: harder, so that a variant that changes the logits beyond rounding moves
+    a decoded ball somewhere."""
     return _make_clips(n, CHECK_SEED, height, width, **CHECK_CLIP_SETTINGS)
 
 
 def training_clip(seed: int, index: int, height: int, width: int, **kwargs) -> Clip:
-    """Training clip number ``index`` of the stream ``seed`` (Chapter 5); disjoint from :func:`held_out_clips`."""
+    """Training clip number ``index`` of the stream ``seed``; disjoint from :func:`held_out_clips`."""
     return _make_clip(np.random.default_rng((int(seed), 0, int(index))), height, width, **kwargs)
 
 
 def frames_to_tensor(clips_or_frames):
-    """Stack clips (or an array ``(N, 3, H, W, 3)`` / ``(3, H, W, 3)``) into a float32 torch tensor
-    ``(N, 9, H, W)`` in BlurBall's channel order [f0 RGB, f1 RGB, f2 RGB], values in [0, 1] (Chapter 5).
-
-    Apply the model's ImageNet normalisation (:func:`graphbook.model.blurball.imagenet_normalize`) before the
-    forward pass.
-    """
+    """Clips (or frame arrays) as float32 ``(N, 9, H, W)`` in BlurBall's channel order, before normalisation."""
     if isinstance(clips_or_frames, Clip):
         clips_or_frames = [clips_or_frames]
     if isinstance(clips_or_frames, (list, tuple)):
@@ -466,7 +389,7 @@ def frames_to_tensor(clips_or_frames):
 
 
 def targets_to_tensor(clips):
-    """Stack the clips' targets into a float32 torch tensor ``(N, 3, H, W)`` (Chapter 5)."""
+    """Stack the clips' targets into a float32 torch tensor ``(N, 3, H, W)``."""
     if isinstance(clips, Clip):
         clips = [clips]
     return torch.from_numpy(np.ascontiguousarray(np.stack([c.targets for c in clips]), dtype=np.float32))

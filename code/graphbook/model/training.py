@@ -1,8 +1,5 @@
-"""Training BlurBall on synthetic clips on a CPU: the loss, validation, and the training run (Chapter 5).
-
-Introduced in Chapter 5; ``code/train_blurball.py`` is the command line over :func:`train` and its
-docstring explains the choices (small crops at the full-resolution pixel scale, the weighted MSE,
-bf16 autocast, one thread). Every output is new: :func:`_output_paths` never reuses a name.
+"""Training BlurBall on synthetic clips on a CPU: the loss, validation, and the training run behind
+``code/train_blurball.py``.
 """
 from __future__ import annotations
 
@@ -21,10 +18,7 @@ from graphbook.record import results
 
 
 def _output_paths(out_dir: Path, name: str) -> dict[str, Path]:
-    """Checkpoint, log and provenance paths under a stem none of whose three files exists yet (Chapter 5).
-
-    ``name``, then ``name-2``, ``name-3`` ...: a second run never overwrites the first.
-    """
+    """Checkpoint, log and provenance paths under ``name``, ``name-2``...: a second run never overwrites the first."""
     suffixes = {"checkpoint": ".pt", "log": ".log.csv", "provenance": ".provenance.json"}
     for k in range(1, 10_000):
         stem = name if k == 1 else f"{name}-{k}"
@@ -35,11 +29,8 @@ def _output_paths(out_dir: Path, name: str) -> dict[str, Path]:
 
 
 def _line_loss(logits, target, kind: str = "weighted-mse", pos_weight: float = 20.0):
-    """The training loss: MSE between the clamped sigmoid and the line target, optionally weighted.
-
-    Introduced in Chapter 6. ``kind="mse"`` is the spec's loss; ``"weighted-mse"`` multiplies the
-    squared error of target pixels by ``pos_weight`` (see the module docstring for why).
-    """
+    """MSE between the clamped sigmoid and the line target; ``"weighted-mse"`` multiplies target pixels' error by
+    ``pos_weight``, since the line covers a tiny share of the frame."""
     prob = torch.sigmoid(logits.float()).clamp(1e-4, 1 - 1e-4)
     err = (prob - target) ** 2
     if kind == "mse":
@@ -51,10 +42,7 @@ def _line_loss(logits, target, kind: str = "weighted-mse", pos_weight: float = 2
 
 
 def _validation_metrics(model, clips_list, args) -> dict:
-    """Loss, detection rate, median error and mean output on target / background pixels (Chapter 5).
-
-    ``args`` needs ``batch_size``, ``loss`` and ``pos_weight`` (see :func:`train`).
-    """
+    """Loss, detection rate, median error and mean output on target / background pixels."""
     model.eval()
     try:
         summary, _ = scoring.evaluate_model(model, clips_list, batch_size=args.batch_size)
@@ -79,7 +67,7 @@ def _validation_metrics(model, clips_list, args) -> dict:
 
 
 def _json_ready(value):
-    """Plain JSON: NaN and infinities become null (strict JSON has no NaN), numpy scalars plain numbers (Chapter 5)."""
+    """Plain JSON: NaN and infinities become null (strict JSON has no NaN), numpy scalars plain numbers."""
     if isinstance(value, dict):
         return {k: _json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -94,13 +82,8 @@ def _json_ready(value):
 
 
 def train(args) -> dict:
-    """Run the training described by ``args``; write checkpoint, log and provenance; return the record (Chapter 5).
-
-    ``args`` is the parsed command line of ``code/train_blurball.py`` (any object with its options as
-    attributes: ``minutes``, ``seed``, ``checkpoint_dir``, ``name``, ``height``, ``width``, ``max_speed``,
-    ``batch_size``, ``val_clips``, ``final_val_clips``, ``full_eval_clips``, ``epoch_steps``,
-    ``max_steps``, ``threads``, ``autocast``, ``lr``, ``loss``, ``pos_weight``, ``prior``).
-    """
+    """Run the training ``args`` (``code/train_blurball.py``'s options) describe; write checkpoint, log and
+    provenance; return the record."""
     started = time.time()
     deadline = started + args.minutes * 60.0
     set_threads(args.threads)
