@@ -1,12 +1,5 @@
-"""What a fresh tensor costs on a CPU, and the allocator removed as a cause (Chapter 2).
-
-The bytes-moved model of Chapter 2 counts reads and writes. On a CPU a freshly allocated output costs more:
-glibc's ``malloc`` serves a block above its mmap threshold with a new mapping and returns it to the kernel on
-``free``, so each fresh large tensor's pages fault on first touch. :func:`minor_page_faults` counts those
-faults; :func:`allocator_ablation` removes the cause (glibc told to keep freed memory) and times the unchanged
-eager chain in fresh processes; :func:`allocator_runs` repeats it for the recorded runs of
-``code/03_fusion.py``; :func:`recorded_split` reads those runs back: allocation against traffic, per machine.
-"""
+"""What a fresh tensor costs on a CPU, and the allocator removed as a cause (Chapter 2): glibc maps a large
+block anew and returns it on ``free``, so a fresh tensor's pages fault on first touch, which bytes-moved misses."""
 from __future__ import annotations
 
 import os
@@ -23,13 +16,8 @@ from graphbook.teach.fusion_demo import chain, chain_into
 
 
 def minor_page_faults(fn, calls: int = 3, trials: int = 5) -> float | None:
-    """Minor page faults per call of ``fn`` after one untimed call; None where not measurable (Chapter 2).
-
-    A minor fault is the operating system mapping a page on its first touch. Counted with
-    ``resource.getrusage``, which exists on Linux and macOS only. The count covers the whole process,
-    so other threads (a notebook kernel's, a busy machine's page migration) can only add faults:
-    the smallest per-call count of ``trials`` rounds of ``calls`` calls is the one that belongs to ``fn``.
-    """
+    """Minor page faults per call of ``fn`` after one untimed call; None without ``resource.getrusage``. The count
+    covers the whole process, so other threads can only add faults: the smallest round is ``fn``'s."""
     try:
         import resource
     except ImportError:  # Windows
@@ -67,15 +55,8 @@ def _allocation_child(n_elements: int, repeats: int) -> dict:
 
 def allocator_ablation(n_elements: int = 2 ** 24, threads: int = THREADS, repeats: int = 7,
                        timeout: float = 300.0, swap: bool = False) -> list[dict] | str:
-    """The fresh-tensor cost removed at its cause: the same eager code with glibc told to keep freed memory
-    (Chapter 2).
-
-    Two fresh processes time the eager chain, ``x * 2`` into a new tensor and into ``out=``, and the chain into
-    ``out=``: one with the default allocator, one with :data:`KEEP_FREED_MEMORY`. Returns one row per
-    process (``allocator``, the medians in ms, ``faults_per_new_tensor``), or a sentence saying why the
-    experiment does not apply here (it needs glibc, whose switches these are). ``swap`` starts the process that
-    keeps freed memory first (the rows then come in that order).
-    """
+    """The same eager code timed in two fresh processes, glibc's default allocator and one that keeps freed memory. One
+    row per process, or a sentence saying why it does not apply here (it needs glibc)."""
     if platform.libc_ver()[0] != "glibc":
         return (f"the allocator experiment needs glibc's malloc (this system's C library is "
                 f"{platform.libc_ver()[0] or 'not glibc'}), whose switches it uses")
@@ -97,12 +78,8 @@ def allocator_ablation(n_elements: int = 2 ** 24, threads: int = THREADS, repeat
 
 def allocator_runs(n_elements: int = 2 ** 25, threads: int = 1, runs: int = 3,
                    repeats: int = 7) -> pd.DataFrame | str:
-    """:func:`allocator_ablation` repeated ``runs`` times, the two allocators' order swapped each run (Chapter 2).
-
-    Returns the rows ``code/03_fusion.py`` records, part ``allocator``: the allocator as ``variant``, the eager
-    chain's median as ``median_ms``, ``faults_per_new_tensor``, ``run`` (1, 2, ...) and ``run_order``; or the
-    sentence saying why the experiment does not apply here.
-    """
+    """:func:`allocator_ablation` repeated ``runs`` times with the allocators' order swapped each run: the rows
+    ``code/03_fusion.py`` records, or the sentence saying why it does not apply."""
     pairs = []
     for number in range(1, runs + 1):
         pair = allocator_ablation(n_elements, threads=threads, repeats=repeats, swap=number % 2 == 0)
@@ -115,15 +92,8 @@ def allocator_runs(n_elements: int = 2 ** 25, threads: int = 1, runs: int = 3,
 
 
 def recorded_split(frame):
-    """The chain's speed-up split into allocation and traffic, and the allocator ablation, from recorded runs (Chapter 2).
-
-    ``frame``: ``results.load("fusion-demo")``. Per machine (:func:`graphbook.record.runs.add_machine`) and per
-    run of the newest recording that has every part: ``allocation`` (eager over eager into ``out=``),
-    ``traffic`` (eager into ``out=`` over the compiled loop into ``out=``), ``both`` (eager over the compiled
-    loop into ``out=``) and, where recorded, ``allocator`` (the eager chain with glibc's default allocator over
-    the same chain with freed memory kept). Returns one row per machine with the medians across runs, their
-    ranges and ``runs``; empty when no recording has the parts.
-    """
+    """Per machine, the recorded chain's speed-up split into allocation and traffic (and the allocator
+    ablation): medians across the newest complete recording's runs, with ranges."""
     chain_out, kept = ["eager", "preallocated out=", "torch.compile, out="], ["glibc default", "glibc keeping freed memory"]
     if "part" not in frame or not (frame["part"] == "chain").any():
         return pd.DataFrame()

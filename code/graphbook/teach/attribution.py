@@ -1,28 +1,5 @@
-"""Where BlurBall's CPU speed-up comes from: a ladder of single causes, from eager to Inductor (Chapter 5).
-
-Introduced in Chapter 5 and shown again in Chapter 3. ``torch.compile`` makes BlurBall faster on a CPU;
-the question is *why*. Each rung of the ladder applies one more cause by hand to the eager model and
-keeps the output the same (every rung is FP32 and is checked against eager before anything is timed):
-
-1. ``eager``: the released model, NCHW, every stage-4 output computed;
-2. ``dead outputs skipped``: stage 4 computes only the fused output the head reads (what a graph
-   compiler's dead-code elimination does);
-3. ``channels-last``: the same, with weights and activations in channels-last (NHWC) memory, the layout
-   oneDNN's convolutions prefer (what Inductor's layout optimization does);
-4. ``BN folded``: the same, with every batch norm folded into its convolution (:mod:`graphbook.teach.folding`);
-5. ``Inductor``: ``torch.compile`` with its defaults on the *original* model: it removes the dead
-   outputs and picks the layout itself, and generates fused C++ loops for batch norm, ReLU, the adds and
-   the SE blocks.
-
-The step from rung 4 to rung 5 is what the generated code adds beyond the three hand-made causes. Two
-Inductor switches, timed in the same runs, say what the compiler loses without its layout choice and
-without generated code at all (``fallback_by_default``: one ATen call per operator, no fusion).
-
-Rungs alternate call by call in every run (:func:`graphbook.measure.timing.repeated_runs`), so each
-step is a ratio of medians taken under the same load. :func:`ladder` turns recorded runs into the
-steps, the product of the steps and the total measured directly; their quotient is the residual the
-waterfall shows.
-"""
+"""Where BlurBall's CPU speed-up comes from (Chapter 5): a ladder of single FP32 causes applied by hand, each
+checked against eager, up to Inductor. Rungs alternate call by call, so each step is a ratio under the same load."""
 from __future__ import annotations
 
 import copy
@@ -131,7 +108,7 @@ def build_rungs(model: nn.Module, example: torch.Tensor, *, compile: Callable = 
 
 @dataclass
 class Step:
-    """One rung of the ladder measured across runs (Chapter 5)."""
+    """One rung of the ladder measured across runs."""
 
     rung: str
     cause: str
@@ -151,17 +128,8 @@ ORT_CAUSES = {"ort_disabled": "ORT's own kernels (no rewrite)", "ort_basic": "ba
 
 def ladder(frame, machine: str | None = None, *, rungs=RUNGS, causes=None, value: str = "median_ms",
            run: str = "run_id") -> tuple[list[Step], dict]:
-    """The steps of a ladder from recorded runs of one machine, and how they add up (Chapters 4, 5).
-
-    ``frame`` holds rows of :func:`graphbook.record.results.load` ``("attribution")`` (or live runs):
-    ``run_id``, ``variant`` (a rung) and ``median_ms``; ``rungs`` are the variants in ladder order (default
-    BlurBall's :data:`RUNGS`; :data:`ORT_RUNGS` for ONNX Runtime's levels) and ``causes`` label each step
-    (default :data:`CAUSES` or :data:`ORT_CAUSES`). With several machines in it, ``machine`` (a label
-    of :func:`graphbook.record.runs.add_machine`) must say which; a ladder never mixes machines.
-    Returns the steps and a summary: ``total`` (median over runs of first rung / last rung, measured directly),
-    ``product`` (the product of the median steps), ``residual`` (total / product: 1 when the rungs
-    account for the total), ``runs`` and ``machine``.
-    """
+    """The steps of a ladder from one machine's runs, and ``total``, ``product`` and ``residual`` (total / product). A
+    ladder never mixes machines: with several in ``frame``, ``machine`` must say which."""
     rungs = list(rungs)
     causes = causes if causes is not None else (ORT_CAUSES if rungs == list(ORT_RUNGS) else CAUSES)
     data = runs_mod.single_machine(frame, machine)
@@ -188,15 +156,8 @@ def ladder(frame, machine: str | None = None, *, rungs=RUNGS, causes=None, value
 
 
 def recorded_ladder(*, here=None, height: int = 288, results_dir=None):
-    """The ladder from the recorded attribution runs of the machine that decides (Chapters 3, 5).
-
-    Reads ``results.load("attribution")`` at ``height``, flags the runs taken under load
-    (:func:`graphbook.record.runs.flag_under_load`), picks the machine with
-    :func:`graphbook.record.runs.deciding_machine` (``here``: this machine's fingerprint or label) and
-    builds the ladder from its quiet runs. Returns ``(steps, summary, quiet_rows)``, or None when nothing
-    is recorded at that height. ``summary`` also has ``switches``: the median time of every variant
-    timed in those runs, the two Inductor switches included.
-    """
+    """``(steps, summary, quiet_rows)`` from the deciding machine's quiet recorded runs at ``height``, or None.
+    ``summary["switches"]`` has the median time of every variant timed in those runs."""
     recorded = results.load("attribution", results_dir)
     if not len(recorded) or not (recorded["height"] == height).any():
         return None
@@ -211,7 +172,7 @@ def recorded_ladder(*, here=None, height: int = 288, results_dir=None):
 
 
 def draw_ladder(steps: list[Step], summary: dict, ax=None, title: str = ""):
-    """:func:`graphbook.teach.plots.speedup_waterfall` of a ladder: one bar per cause, the total beside them (Chapters 3-5)."""
+    """A ladder as a speed-up waterfall: one bar per cause, the total beside them."""
     return speedup_waterfall([s.cause for s in steps[1:]], [s.step for s in steps[1:]], summary["total"],
                              step_ranges=[(s.step_min, s.step_max) for s in steps[1:]],
                              total_range=(summary["total_min"], summary["total_max"]), ax=ax, title=title)

@@ -1,8 +1,4 @@
-"""Chapter set-up and the book's data files (every chapter, from Chapter 1).
-
-Chapters call :func:`setup_chapter` in their first cell so that threads, seeds and the plotting
-style are the same whether a chapter runs under nbval, the book build or a reader's Jupyter.
-"""
+"""Chapter set-up: the same threads, seeds and plot style under nbval, the book build or a reader's Jupyter."""
 from __future__ import annotations
 
 import os
@@ -19,11 +15,8 @@ from graphbook.paths import DATA_DIR
 
 
 def setup_chapter(threads: int = THREADS, seed: int = 0) -> dict:
-    """Fix threads, random seeds and the plot style; return the environment fingerprint (Chapter 1).
-
-    ``threads`` is explicit because the default (all cores) changes from machine to machine and
-    would make two runs of a chapter incomparable.
-    """
+    """Fix threads, random seeds and the plot style; return the environment fingerprint. ``threads`` is explicit: the
+    default (all cores) differs between machines."""
     set_threads(threads)
     capped_cache = inductor_cache_dir_for_caps()   # capped ISA: never reuse graphs compiled without the cap
     if capped_cache:
@@ -38,7 +31,7 @@ def setup_chapter(threads: int = THREADS, seed: int = 0) -> dict:
 
 
 def read_data_csv(relative: str):
-    """Read a CSV from ``data/`` as a pandas DataFrame, with a clear error if it is missing (Chapter 2)."""
+    """Read a CSV from ``data/``, with a clear error if it is missing."""
     path = DATA_DIR / relative
     if not path.exists():
         raise FileNotFoundError(f"data file {relative!r} is missing under {DATA_DIR}; see data/README.md")

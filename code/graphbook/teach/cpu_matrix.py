@@ -1,14 +1,5 @@
-"""The recorded BlurBall CPU matrix as the book reads it (Chapter 5 and the appendix "Machines and runs").
-
-``code/bench_blurball_cpu.py`` records every variant of :mod:`graphbook.runtimes.variants` at batch 1, with its
-correctness check, in ``cpu-blurball`` files. This module reads them the one way both pages need:
-
-- :func:`full_size_rows`: the variant rows at the article's input size, flagged for load, each joined with
-  its variant's verdict over its own machine's recorded runs (:func:`check_verdicts`);
-- :func:`run_table`: one row per recorded run (file, date, machine, eager FP32, load flag);
-- :func:`machine_verdict`: what one machine's quiet runs allow the book to say, as a sentence;
-- :func:`best_per_precision`: one machine's fastest correct variant per precision, against its ceiling.
-"""
+"""The recorded BlurBall CPU matrix as Chapter 5 and the appendix "Machines and runs" read it. Every verdict
+is judged on one machine's own runs; machines are never pooled."""
 from __future__ import annotations
 
 import pandas as pd
@@ -20,8 +11,8 @@ from graphbook.teach import profiling
 
 
 def _own_check(name: str, group: pd.DataFrame) -> tuple[bool, str]:
-    """One variant's own check over one machine's runs: FP32 rewrites on the logits, a lower precision on the
-    decoded ball (recorded only with the trained checkpoint: older random-weight files cannot pass it)."""
+    """One variant's own check over one machine's runs: FP32 on the logits, a lower precision on the decoded
+    ball (older random-weight files cannot pass it)."""
     if variants.get(name).expected_to_match_eager:
         passed = bool(group[results.SAME_OUTPUT].astype(bool).all())
         return passed, "same output as eager FP32" if passed else "output differs from eager FP32"
@@ -36,15 +27,9 @@ def _own_check(name: str, group: pd.DataFrame) -> tuple[bool, str]:
 
 
 def check_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per machine and variant, from that machine's runs only: did it pass its check in every run
-    (``check_passed``), a phrase saying which check and why (``check``), its largest difference from eager
-    FP32 (``max_abs_diff``).
-
-    FP32 rewrites must give eager FP32's logits within the book's tolerance. A lower precision passes when
-    it keeps the decoded ball on the held-out clips *and* its FP32 twin (:data:`graphbook.runtimes.variants.FP32_TWINS`)
-    passes its own check on the same machine: the book's one rule, which Chapter 7's serving decision applies too.
-    Introduced in Chapter 5.
-    """
+    """Per machine and variant: ``check_passed`` in every run, the ``check`` phrase, the largest ``max_abs_diff``. A
+    lower precision passes only when it keeps the decoded ball *and* its FP32 twin passes on the same machine: the
+    book's one rule, which Chapter 7's serving decision applies too."""
     own = {key: (*_own_check(key[1], group), float(group[results.MAX_ABS_DIFF].max()))
            for key, group in rows.groupby([runs.MACHINE, "variant"], sort=False)}
     verdicts = {}
@@ -63,14 +48,8 @@ def check_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
 
 def full_size_rows(recorded: pd.DataFrame | None = None,
                    machine: str | None = None) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
-    """The recorded variant rows at :data:`FULL_SIZE`, flagged for load and joined with ``check_passed``
-    (each machine judged on its own runs), and the per-variant verdicts of ``machine``; ``(None, None)``
-    when no full-size run is recorded.
-
-    ``recorded`` defaults to every ``cpu-blurball`` file (:func:`graphbook.record.results.load`); ``machine``
-    to :func:`graphbook.record.runs.deciding_machine` (the reference machine when it has three quiet runs). A machine's
-    verdicts are never pooled with another's. Introduced in Chapter 5.
-    """
+    """The variant rows at :data:`FULL_SIZE`, flagged for load and joined with ``check_passed``, and the
+    verdicts of ``machine`` (default: the deciding one); ``(None, None)`` when nothing is recorded."""
     recorded = results.load("cpu-blurball") if recorded is None else recorded
     if recorded.empty:
         return None, None
@@ -85,8 +64,7 @@ def full_size_rows(recorded: pd.DataFrame | None = None,
 
 
 def run_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per recorded run: its file, date (UTC), machine, torch, eager FP32's median and whether its
-    own data flag it as taken under load (and why). Introduced in the appendix "Machines and runs"."""
+    """One row per recorded run: file, date, machine, torch, eager FP32's median and its load flag."""
     def eager_ms(group):
         eager = group[group.variant == variants.REFERENCE]
         return float(eager.median_ms.iloc[0]) if len(eager) else float("nan")
@@ -102,9 +80,8 @@ def run_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def machine_verdict(rows: pd.DataFrame, machine: str) -> tuple[str, str | None]:
-    """What the recorded runs of ``machine`` allow the book to say (a sentence), and the variant it
-    decides for, or None when its quiet runs are too few or disagree. ``rows`` come from
-    :func:`full_size_rows`. Introduced in Chapter 5."""
+    """A sentence on what ``machine``'s recorded runs allow the book to say, and the variant it decides for
+    (None when its quiet runs are too few or disagree)."""
     mine = rows[rows[runs.MACHINE] == machine]
     flags = mine.groupby("run_id", sort=False)[runs.UNDER_LOAD].first()
     n_quiet, n_loaded = int((~flags).sum()), int(flags.sum())
@@ -133,14 +110,8 @@ PRECISION_GROUPS = (("FP32", ("fp32",)), ("lower precision (bf16, INT8)", ("bf16
 
 
 def best_per_precision(machine_rows: pd.DataFrame) -> pd.DataFrame:
-    """Per precision group, the fastest variant of one machine's rows that passed its check (Chapter 5).
-
-    ``machine_rows`` are :func:`full_size_rows` of one machine. Each row: the variant's label, its median over
-    quiet runs, how many, its speed-up over eager FP32 (median of per-run ratios), the work it executes in GFLOP/s
-    and that rate's share of its precision's ceiling and of the FP32 ceiling (:func:`graphbook.teach.profiling.
-    executed_rates`), and ``decided`` (ahead of the runner-up in every quiet run). A group where nothing passed
-    says so.
-    """
+    """Per precision, one machine's fastest variant that passed its check: speed-up, executed GFLOP/s and its
+    share of the ceilings; a group where nothing passed says so."""
     quiet = machine_rows[~machine_rows[runs.UNDER_LOAD]]
     speedups = runs.summarize_runs(quiet, by="variant", value=results.SPEEDUP_VS_EAGER).set_index("variant")
     rated = profiling.executed_rates(quiet)

@@ -1,20 +1,5 @@
-"""The compiler's own diagnostics: TORCH_LOGS, tlparse, and a graph break found and fixed (Chapter 3).
-
-Introduced in Chapter 3.
-
-* :func:`capture_torch_logs` runs a snippet of Python in a fresh process with ``TORCH_LOGS`` set and
-  returns the log records grouped by artifact (``graph_breaks``, ``recompiles``, ``fusion``,
-  ``schedule``, ``output_code``...), so a cell can show a few lines of each instead of pages.
-  A fresh process because logging is configured when torch is imported, and so that the chapter's
-  own compiled graphs are not mixed in. :func:`available_log_artifacts` lists what this torch offers.
-* :func:`tlparse_report` compiles BlurBall with ``TORCH_TRACE`` set and turns the trace into tlparse's
-  HTML report (PyPI ``tlparse``); ``code/make_tlparse_report.py`` writes it where the book build copies
-  it (``images/extra/tlparse/``, served at ``/tlparse/index.html``).
-* :func:`_detect_with_breaks` is Chapter 3's function with two graph breaks (a ``print`` of a tensor and
-  a branch on a tensor's value); :func:`_detect_fullgraph` and :func:`_detect_cond` compute the same
-  thing in one graph (the side effect moved to the caller, the branch rewritten as ``torch.where`` or
-  ``torch.cond``), and :func:`graph_break_comparison` counts graphs with ``explain`` and times each.
-"""
+"""The compiler's own diagnostics: TORCH_LOGS, tlparse, and a graph break found and fixed (Chapter 3). Logs
+are captured in a fresh process: logging is set up when torch is imported, and the chapter's graphs must not mix in."""
 from __future__ import annotations
 
 import datetime
@@ -53,13 +38,13 @@ _ARTIFACT_TAG = re.compile(r"\[__(\w+)\]\s?")
 
 
 def available_log_artifacts() -> list[str]:
-    """Names ``TORCH_LOGS`` accepts in this torch: artifacts and component aliases (Chapter 3)."""
+    """Names ``TORCH_LOGS`` accepts in this torch: artifacts and component aliases."""
     return sorted(set(log_registry.artifact_names) | set(log_registry.log_alias_to_log_qnames))
 
 
 @dataclass
 class LogCapture:
-    """The log of one run of :func:`capture_torch_logs` (Chapter 3)."""
+    """The log of one run of :func:`capture_torch_logs`."""
 
     records: dict[str, list[str]]     # artifact (or "other") -> records, each one message (may span lines)
     returncode: int
@@ -68,12 +53,10 @@ class LogCapture:
     stderr: str = field(default="", repr=False)
 
     def counts(self) -> dict[str, int]:
-        """Number of records per artifact."""
         return {name: len(items) for name, items in self.records.items()}
 
     def excerpt(self, artifact: str, max_records: int = 3, max_lines: int = 12, grep: str | None = None) -> str:
-        """The first ``max_records`` records of ``artifact`` (those containing ``grep``), each cut to
-        ``max_lines`` lines, for display."""
+        """The first ``max_records`` records of ``artifact`` (containing ``grep``), each cut to ``max_lines``."""
         items = [r for r in self.records.get(artifact, []) if grep is None or grep in r]
         parts = []
         for record in items[:max_records]:
@@ -87,11 +70,7 @@ class LogCapture:
 
 
 def _parse_torch_log(text: str) -> dict[str, list[str]]:
-    """Split a ``TORCH_LOGS`` stderr into records grouped by artifact tag (Chapter 3).
-
-    A record starts at a glog-style prefix; the following lines without one belong to it. Records of
-    component loggers (``dynamo``, ``inductor``) carry no ``[__name]`` tag and are grouped as "other".
-    """
+    """Split a ``TORCH_LOGS`` stderr into records by artifact tag; untagged component records are "other"."""
     records: dict[str, list[str]] = {}
     current: list[str] | None = None
     header = None
@@ -119,12 +98,8 @@ def _parse_torch_log(text: str) -> dict[str, list[str]]:
 
 def capture_torch_logs(code: str, logs: Sequence[str] = CHAPTER_ARTIFACTS, *, timeout: float = 300,
                        threads: int = THREADS) -> LogCapture:
-    """Run ``code`` (Python source) in a fresh interpreter with ``TORCH_LOGS`` set to ``logs`` (Chapter 3).
-
-    Unknown names are refused here with the list of valid ones (torch itself would fail the run).
-    The child sees ``OMP_NUM_THREADS=threads`` and the current ``sys.path``; a run that exceeds
-    ``timeout`` seconds raises ``TimeoutError``.
-    """
+    """Run ``code`` in a fresh interpreter with ``TORCH_LOGS`` set to ``logs``. Unknown names are refused here with the
+    valid ones (torch would fail the run); ``TimeoutError`` past ``timeout`` s."""
     logs = [str(name).lstrip("+") for name in logs]
     known = set(available_log_artifacts())
     unknown = [name for name in logs if name not in known]
@@ -164,14 +139,13 @@ SCENARIOS = {
 
 
 def run_scenario(name: str, logs: Sequence[str] = CHAPTER_ARTIFACTS, **kwargs) -> LogCapture:
-    """:func:`capture_torch_logs` on one of :data:`SCENARIOS` (Chapter 3)."""
     if name not in SCENARIOS:
         raise KeyError(f"unknown scenario {name!r}; choose one of {sorted(SCENARIOS)}")
     return capture_torch_logs(SCENARIOS[name], logs, **kwargs)
 
 
 def _small_conv_block(channels: int = 16, size: int = 32, seed: int = 0):
-    """(model, input): conv3x3 -> BN -> SE gate -> + input -> ReLU, eval mode, seeded (Chapter 3)."""
+    """(model, input): conv3x3 -> BN -> SE gate -> + input -> ReLU, eval mode, seeded."""
     torch.manual_seed(seed)
 
     class Block(nn.Module):
@@ -196,10 +170,7 @@ def _small_conv_block(channels: int = 16, size: int = 32, seed: int = 0):
 
 # ------------------------------------------------------------------------------------- graph breaks
 def _detect_with_breaks(x: torch.Tensor, log=None) -> torch.Tensor:
-    """Chapter 3's example: a ``print`` of a tensor and a branch on a tensor's value (two breaks).
-
-    ``log`` is the file the peak is printed to (default stdout), so it can be timed silently.
-    """
+    """Chapter 3's example with two breaks: a ``print`` of a tensor and a branch on its value."""
     y = torch.sigmoid(x * 2)
     print("peak", y.max(), file=log if log is not None else sys.stdout)   # a Python side effect
     if y.sum() > 4:                                                       # data-dependent branch
@@ -208,15 +179,14 @@ def _detect_with_breaks(x: torch.Tensor, log=None) -> torch.Tensor:
 
 
 def _detect_fullgraph(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same computation in one graph: returns ``(result, peak)``; the caller prints the peak, and the
-    branch becomes ``torch.where`` (both sides are cheap, so computing both costs nothing) (Chapter 3)."""
+    """The same in one graph, ``(result, peak)``: the caller prints, and the branch is ``torch.where`` since
+    both sides are cheap."""
     y = torch.sigmoid(x * 2)
     return torch.where(y.sum() > 4, y - 0.5, y + 0.5), y.max()
 
 
 def _detect_cond(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same with ``torch.cond``: only the branch taken runs, the right tool when the sides are
-    expensive (Chapter 3)."""
+    """The same with ``torch.cond``: only the branch taken runs, the tool for expensive sides."""
     y = torch.sigmoid(x * 2)
     result = torch.cond(y.sum() > 4, lambda t: t - 0.5, lambda t: t + 0.5, (y,))
     return result, y.max()
@@ -231,13 +201,8 @@ def _breaks_only(fn):
 
 
 def graph_break_comparison(size: int = 4096, repeats: int = 50, warmup: int = 5) -> list[dict]:
-    """The break count from ``explain`` and the median time per call, before and after the fix (Chapter 3).
-
-    Rows: ``variant``, ``graphs``, ``graph_breaks``, ``fullgraph_compiles`` (whether
-    ``torch.compile(fullgraph=True)`` accepts it), ``median_us`` of the compiled call and ``same_result``
-    (equal to the eager result of the original). The original prints to an in-memory file while timed.
-    Each variant is compiled once (a few seconds each).
-    """
+    """Graphs and breaks from ``explain``, whether ``fullgraph=True`` accepts it, the median time and the result's
+    equality, before and after the fix."""
     x = torch.linspace(-1, 1, size)
     sink = io.StringIO()
     expected = _detect_with_breaks(x, sink)
@@ -267,12 +232,11 @@ def graph_break_comparison(size: int = 4096, repeats: int = 50, warmup: int = 5)
 
 # ------------------------------------------------------------------------------------------ tlparse
 def tlparse_available() -> bool:
-    """Whether the ``tlparse`` command (PyPI ``tlparse``) is installed (Chapter 3)."""
     return tlparse_command() is not None
 
 
 def tlparse_command() -> str | None:
-    """The ``tlparse`` executable beside this Python, else on ``PATH``, else None (Chapter 3)."""
+    """The ``tlparse`` executable beside this Python, else on ``PATH``, else None."""
     local = Path(sys.executable).with_name("tlparse")
     return str(local) if local.exists() else shutil.which("tlparse")
 
@@ -290,14 +254,8 @@ _TRACE_SCRIPT = (
 
 def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, threads: int = THREADS,
                    timeout: float = 900, keep_raw: bool = False, command: str = "") -> Path:
-    """Compile BlurBall with ``TORCH_TRACE`` on and write tlparse's HTML report to ``out_dir`` (Chapter 3).
-
-    Returns the report's ``index.html``. ``out_dir`` is replaced. Unless ``keep_raw``, the copies of the
-    raw trace (``raw.log``, ``raw.jsonl``: half the size, linked from no page) are removed. The pages are
-    mended by :func:`_fix_tlparse_pages` (a dead link, a script error). ``provenance.json`` beside ``index.html`` records how
-    the report was made (:func:`tlparse_provenance` reads it; ``command`` is recorded as given). Raises
-    ``RuntimeError`` when tlparse is not installed or either step fails (with the tail of its output).
-    """
+    """Compile BlurBall with ``TORCH_TRACE`` on and write tlparse's report to ``out_dir`` (replaced); returns
+    its ``index.html``, with ``provenance.json`` beside it. ``RuntimeError`` when tlparse is missing or fails."""
     tool = tlparse_command()
     if tool is None:
         raise RuntimeError("tlparse is not installed (pip install tlparse; see requirements.txt)")
@@ -336,11 +294,8 @@ _UNDEFINED_RETURN = "if (queryParams.size === 0) return url;"
 
 
 def _fix_tlparse_pages(out_dir: str | Path) -> int:
-    """Mend two defects of tlparse's pages so the book's browser check passes them (Chapter 3): the
-    link to a collectives-parity report tlparse writes only for distributed runs is removed when that
-    file is absent, and the link-rewriting script's ``return url;`` (an undefined name) becomes
-    ``return;``. Returns how many pages changed; running it twice changes nothing more.
-    """
+    """Mend two defects of tlparse's pages (a dead collectives link, an undefined ``url``) so the browser check
+    passes them; returns how many pages changed, and is idempotent."""
     out_dir = Path(out_dir)
     changed = 0
     for page in out_dir.rglob("*.html"):
@@ -361,14 +316,13 @@ TLPARSE_SITE_PATH = "tlparse/index.html"
 
 
 def tlparse_version() -> str:
-    """The installed tlparse's version (``"0.4.3"``), or ``""`` (Chapter 3)."""
+    """The installed tlparse's version (``"0.4.3"``), or ``""``."""
     tool = tlparse_command()
     return _command_version(tool) if tool else ""
 
 
 def _command_version(command: str) -> str:
-    """The version a command line tool prints for ``--version`` (``"tlparse 0.4.3"`` -> ``"0.4.3"``),
-    or ``""`` (Chapter 3)."""
+    """What a tool prints for ``--version``, reduced to the version, or ``""``."""
     try:
         proc = subprocess.run([command, "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
@@ -390,14 +344,8 @@ def _write_tlparse_provenance(out_dir: Path, *, height, width, threads, command,
 
 
 def tlparse_provenance(report_dir: str | Path | None = None) -> dict:
-    """How the committed tlparse report was made: torch and tlparse versions, CPU, date (UTC), command,
-    input shape, compile seconds, size (Chapter 3).
-
-    Reads ``provenance.json`` beside the report's ``index.html`` (default :data:`TLPARSE_REPORT_DIR`)
-    and adds ``"url"`` (:data:`TLPARSE_SITE_PATH`) and ``"same_torch"`` (whether it was made with the
-    running torch's release, local build suffix ignored). Raises ``FileNotFoundError`` when the report or
-    its record is missing (``python code/make_tlparse_report.py`` writes both).
-    """
+    """How the committed tlparse report was made (from its ``provenance.json``), plus ``url`` and ``same_torch``.
+    ``FileNotFoundError`` when missing: ``python code/make_tlparse_report.py`` writes both."""
     folder = Path(report_dir) if report_dir is not None else TLPARSE_REPORT_DIR
     record_file = folder / "provenance.json"
     if not (folder / "index.html").is_file() or not record_file.is_file():

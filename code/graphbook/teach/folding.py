@@ -1,19 +1,5 @@
-"""Folding an inference-mode BatchNorm2d into the Conv2d before it (Chapter 1).
-
-At inference a BatchNorm2d is a fixed per-channel affine map,
-``bn(z) = gamma * (z - mean) / sqrt(var + eps) + beta``. Applied to a convolution's output
-``z = W * x + b`` it can be moved into the convolution itself: with ``s = gamma / sqrt(var + eps)``
-the folded convolution has ``W' = s * W`` (each output channel's filter scaled) and
-``b' = s * (b - mean) + beta``. The BN operation, and the memory round trip it costs, disappear.
-
-The arithmetic is done in float64 and cast back to the convolution's dtype, so the folded layer
-matches ``bn(conv(x))`` to float32 rounding.
-
-Whole-model folding (:func:`fold_all_conv_bn`) reads the pairs from the traced dataflow
-(:func:`conv_bn_plan`), never from module names or list positions, and skips every BN whose input is
-not a conv's sole use; tests/test_folding.py compares it with ``torch.nn.utils.fusion.fuse_conv_bn_eval``
-and ``torch.fx.experimental.optimization.fuse``.
-"""
+"""Folding an inference-mode BatchNorm2d into the Conv2d before it (Chapter 1). Pairs come from the traced
+dataflow, never module names; float64 arithmetic, cast back, matches ``bn(conv(x))`` to float32 rounding."""
 from __future__ import annotations
 
 import copy
@@ -26,7 +12,7 @@ from torch import nn
 
 
 class FoldingError(ValueError):
-    """A Conv2d/BatchNorm2d pair that cannot be folded, with the reason (Chapter 1)."""
+    """A Conv2d/BatchNorm2d pair that cannot be folded, with the reason."""
 
 
 # >>> taught on chapters/01_chef_and_refrigerator.ipynb: edit it there, then run scripts/export_taught_code.py
@@ -57,8 +43,7 @@ def fold_conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
 
 
 def _is_plain_conv(module: nn.Module) -> bool:
-    """True for nn.Conv2d and subclasses that compute what it computes: they inherit its forward (a depthwise
-    ``class DepthwiseConv(nn.Conv2d)``); a subclass with its own forward (dynamic padding) may not."""
+    """True for nn.Conv2d and subclasses inheriting its forward; a subclass with its own forward may differ."""
     return (isinstance(module, nn.Conv2d) and not getattr(module, "transposed", False)
             and type(module).forward is nn.Conv2d.forward and type(module)._conv_forward is nn.Conv2d._conv_forward)
 
@@ -72,13 +57,7 @@ class _ConvLeafTracer(fx.Tracer):
 
 @dataclass
 class FoldPlan:
-    """Which Conv2d -> BatchNorm2d pairs the traced dataflow allows to fold, and why others are skipped
-    (Chapter 1).
-
-    ``pairs`` are ``(conv_path, bn_path)`` module names; ``skipped`` are ``(bn_path, reason)`` for
-    every BatchNorm2d call that is not folded; ``tracer`` names the graph the plan was read from
-    (``"torch.fx"`` or ``"torch.export"``).
-    """
+    """The foldable ``(conv_path, bn_path)`` pairs, ``(bn_path, reason)`` for each BN skipped, and the tracer used."""
 
     pairs: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
@@ -161,19 +140,8 @@ def _export_calls(module: nn.Module, example_inputs: tuple) -> tuple[list[_Call]
 
 
 def conv_bn_plan(module: nn.Module, example_inputs: tuple | None = None) -> FoldPlan:
-    """The Conv2d -> BatchNorm2d pairs that the model's traced dataflow allows to fold (Chapter 1).
-
-    A BatchNorm2d call is folded only when its input is the output of a Conv2d call, that output has
-    no other user, each of the two modules is called exactly once in the whole forward (a module
-    called twice would change its other call too) and exists under one name only, and no parameter
-    of either is read outside its own call. Everything else is skipped, with the reason. Module
-    *names* play no part: ``conv1``/``bn1`` are paired only if ``forward`` really applies one to the
-    other.
-
-    Without ``example_inputs`` the forward is traced with ``torch.fx.symbolic_trace``; a forward
-    that branches on its input's shape cannot be traced that way (BlurBall checks ``x.dim()``), so
-    pass ``example_inputs`` to trace it with ``torch.export`` instead.
-    """
+    """The Conv2d -> BatchNorm2d pairs the traced dataflow allows to fold. A forward that branches on shape
+    (BlurBall checks ``x.dim()``) needs ``example_inputs``, to trace with ``torch.export`` instead of ``torch.fx``."""
     if not isinstance(module, nn.Module):
         raise FoldingError(f"expected an nn.Module, got {type(module).__name__}")
     if example_inputs is None:
@@ -218,18 +186,8 @@ def _set_submodule(root: nn.Module, path: str, new: nn.Module) -> None:
 
 
 def fold_all_conv_bn(module: nn.Module, example_inputs: tuple | None = None) -> tuple[nn.Module, int]:
-    """A deep copy of ``module`` with every Conv2d -> BatchNorm2d pair of its dataflow folded (Chapter 1).
-
-    Returns ``(folded_copy, number_of_folds)``; the original is untouched and the copy keeps the
-    model's own class and ``forward``. The pairs come from :func:`conv_bn_plan`: the forward is
-    traced (``torch.fx``, or ``torch.export`` on ``example_inputs``) and a BN is folded into a conv
-    only when the conv's output flows into that BN and nowhere else. Each folded BN becomes
-    ``nn.Identity`` and its conv the folded conv. Module names are never trusted: a ``bn1`` that
-    ``forward`` applies to something other than ``conv1``'s output is left alone, so the folded
-    model computes what the original did. Raises :class:`FoldingError` if a pair cannot be folded
-    (e.g. the model is in training mode) or the forward cannot be traced; warns when BatchNorm2d calls
-    were found and none could be folded (a fold that silently does nothing looks like success).
-    """
+    """``(folded deep copy, number of folds)``: each folded BN becomes ``nn.Identity``, the model's class kept. Warns
+    when BN calls were found and none folded: a fold that silently does nothing looks like success."""
     plan = conv_bn_plan(module, example_inputs)
     if plan.skipped and not plan.pairs:
         reasons = sorted({reason for _, reason in plan.skipped})

@@ -1,23 +1,5 @@
-"""The article's CPU fusion demo as a library: chain variants, the bytes-moved model, measurements (Chapter 2).
-
-Introduced in Chapter 2. ``code/03_fusion.py`` (the article's script, where the article puts it) is a
-thin command line over this module; Chapter 2 and Chapter 3 import it directly. Three measurements:
-
-(a) **BN folding**: a 3x3 convolution followed by an eval-mode BatchNorm2d against the same convolution
-    with the BN folded into its weights.
-(b) **An element-wise chain** ``x*2 -> +1 -> relu -> *3``: eager (a new tensor per op), ``torch.compile``
-    (one fused loop), manual in-place, into a preallocated output, and the compiled loop into a
-    preallocated output; each against the bytes-moved model (:func:`bytes_moved`) and the ``copy_``
-    bandwidth of the same run. (a) and (b) are timed together by :func:`measure_runs`, in the book's run
-    protocol; :mod:`graphbook.teach.allocation` measures what the bytes model leaves out, the first touch of fresh pages.
-(c) **Compile time** of the chain in fresh processes, cold then warm cache, per run -- :func:`measure_compile_time`.
-
-:func:`measure_runs` and :func:`measure_compile_time` return the rows the script records; :func:`_format_report`
-and :func:`write_report` make the ``03_fusion.out.txt`` report from them.
-
-The imports below are absolute (``from graphbook import ...``) on purpose: :func:`measure_compile_time`
-has a fresh process load this file by its path, outside the package.
-"""
+"""The article's CPU fusion demo as a library behind ``code/03_fusion.py`` (Chapter 2). Imports are absolute
+on purpose: a fresh process loads this file by its path, outside the package, to time a compile."""
 from __future__ import annotations
 
 import statistics
@@ -74,11 +56,8 @@ def chain_fused_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 
 def bytes_moved(n_elements: int, ops: int = CHAIN_OPS, fused: bool = False) -> int:
-    """Bytes a chain of ``ops`` element-wise float32 ops moves by the bytes-moved model (Chapter 2).
-
-    Unfused, each op reads ``4N`` bytes and writes ``4N``: ``8N * ops``. Fused, the values stay in
-    registers between ops: one read and one write, ``8N``. Caches and allocation are ignored.
-    """
+    """Bytes a chain of float32 element-wise ops moves: ``8N * ops`` unfused, ``8N`` fused (values stay in
+    registers); caches and allocation ignored."""
     if n_elements < 1 or ops < 1:
         raise ValueError("n_elements and ops must be >= 1")
     passes = 1 if fused else ops
@@ -86,10 +65,7 @@ def bytes_moved(n_elements: int, ops: int = CHAIN_OPS, fused: bool = False) -> i
 
 
 def count_cpp_kernels(code: str) -> int:
-    """Number of C++ kernels defined in Inductor's generated CPU code (Chapter 2).
-
-    Each kernel is compiled through one ``async_compile.cpp_pybinding(`` call, whatever its name.
-    """
+    """C++ kernels in Inductor's generated CPU code: one ``async_compile.cpp_pybinding(`` call each."""
     return code.count("async_compile.cpp_pybinding(")
 
 
@@ -106,11 +82,7 @@ def _conv_bn(channels: int) -> tuple[nn.Conv2d, nn.BatchNorm2d]:
 
 
 def _bn_folding_setup(feature_map=DEFAULT_FEATURE_MAP, seed: int = 0) -> tuple[dict, list[dict]]:
-    """Build conv3x3 + BN and its folded conv on one ``(C, H, W)`` feature map, once, and check them (Chapter 2).
-
-    Returns the two calls (``unfolded``, ``folded``) and their rows: part ``bn_folding``, ``feature_map``,
-    ``max_abs_diff`` and ``max_rel_diff`` (folded vs unfolded output). :func:`measure_runs` times them.
-    """
+    """Conv3x3 + BN and its folded conv on one ``(C, H, W)`` feature map, built and checked once: calls and rows."""
     channels, height, width = feature_map
     torch.manual_seed(seed)
     conv, bn = _conv_bn(channels)
@@ -128,13 +100,7 @@ def _bn_folding_setup(feature_map=DEFAULT_FEATURE_MAP, seed: int = 0) -> tuple[d
 
 # ---------------------------------------------------------------- (b) the chain, timed
 def _chain_setup(n_elements: int = DEFAULT_SIZE, compile_chain: bool = True, seed: int = 0) -> tuple[dict, list[dict]]:
-    """Build (and compile) the chain's versions on ``n_elements`` float32 values once, and check them (Chapter 2).
-
-    The versions are eager, torch.compile, manual in-place, preallocated out= and torch.compile into
-    out= (the fused loop without a fresh output tensor); with ``compile_chain=False`` the two compiled
-    ones are left out. Each is checked against eager (``max_abs_diff``; the compiled ones compile in
-    that first call). Returns the calls and their rows (part ``chain``, ``model_bytes``); :func:`measure_runs` times them.
-    """
+    """The chain's versions on ``n_elements`` floats, built (and compiled) and checked against eager once."""
     torch.manual_seed(seed)
     x = torch.randn(n_elements)
     out = torch.zeros(n_elements)
@@ -161,16 +127,8 @@ PROBE = "copy_ (bandwidth probe)"
 
 def measure_runs(feature_map=DEFAULT_FEATURE_MAP, n_elements: int = DEFAULT_SIZE, repeats: int = DEFAULT_REPEATS,
                  runs: int = DEFAULT_RUNS, compile_chain: bool = True, seed: int = 0, progress=None) -> pd.DataFrame:
-    """Parts (a) and (b) built and checked once, then timed in ``runs`` runs of the book's protocol (Chapter 2).
-
-    :func:`graphbook.measure.timing.repeated_runs` times the BN folding pair and the chain's versions, each part
-    in an order that rotates between runs, after that run's ``copy_`` probe on buffers of the chain's size.
-    Returns one row per run and version (``run_order`` and ``went_first`` within its part): part ``bn_folding``
-    (``unfolded``, ``folded`` with ``change_pct``, the time folding saved in % of the unfolded median) and part
-    ``chain`` (every version with ``gb_per_s`` by the bytes-moved model, ``share_of_copy`` of the run's probe and
-    ``speedup_vs_eager``; the probe itself is version ``copy_ (bandwidth probe)``, ``run_order`` 0).
-    ``progress(message)`` receives the protocol's log lines, if given.
-    """
+    """BN folding and the chain's versions timed in ``runs`` runs of the book's protocol: one row per run and
+    version, each part's order rotating, against the run's ``copy_`` probe and the bytes-moved model."""
     fold_calls, fold_checks = _bn_folding_setup(feature_map, seed)
     chain_calls, chain_checks = _chain_setup(n_elements, compile_chain, seed)
 
@@ -206,7 +164,7 @@ def measure_runs(feature_map=DEFAULT_FEATURE_MAP, n_elements: int = DEFAULT_SIZE
 
 # ---------------------------------------------------------------- the chain from in-cache to DRAM
 def cache_levels(env: dict) -> dict[str, int]:
-    """The CPU's data caches from a fingerprint, in bytes: ``L1d``, ``L2``, ``L3`` (those it recorded) (Chapter 2)."""
+    """The CPU's data caches from a fingerprint, in bytes: ``L1d``, ``L2``, ``L3`` (those it recorded)."""
     levels = {}
     for name, column in (("L1d", "cpu_l1d_kib"), ("L2", "cpu_l2_kib"), ("L3", "cpu_l3_kib")):
         try:
@@ -219,14 +177,8 @@ def cache_levels(env: dict) -> dict[str, int]:
 
 
 def chain_size_sweep(exponents=(10, 12, 14, 16, 18, 20, 22, 24, 26), *, runs: int = 3, env: dict | None = None):
-    """Eager against compiled on the chain at sizes from in-cache to far beyond it, with the run protocol (Chapter 2).
-
-    For each ``n = 2**e`` floats: the compiled chain is checked against eager, then both are timed in
-    ``runs`` alternated runs (:func:`graphbook.measure.timing.live_runs`). Returns a DataFrame with
-    ``elements``, ``array_bytes`` (one array), ``eager_ms``, ``compiled_ms`` (medians across runs),
-    ``speedup`` (median of the per-run ratios), ``speedup_min``, ``speedup_max`` and ``model_speedup``
-    (what the bytes-moved model predicts: the same factor at every size).
-    """
+    """Eager against compiled on the chain from in-cache sizes to far beyond, in alternated runs, beside the
+    bytes-moved model's prediction (the same factor at every size)."""
     compiled = torch.compile(chain)
     rows = []
     for exponent in exponents:
@@ -248,13 +200,7 @@ def chain_size_sweep(exponents=(10, 12, 14, 16, 18, 20, 22, 24, 26), *, runs: in
 
 # ---------------------------------------------------------------- (c) compile time, cold and warm
 def measure_compile_time(n_elements: int = DEFAULT_SIZE, threads: int = 1, runs: int = 3) -> pd.DataFrame:
-    """Compile time of :func:`chain` in fresh processes, ``runs`` times: empty cache, then warm (Chapter 2).
-
-    Each run gets a new empty Inductor cache folder (removed afterwards): its first child finds it empty
-    (cold), its second finds what the first wrote (a restart with a warm cache). Returns two rows per run, part
-    ``compile_time``, variant ``cold`` then ``warm`` (``run_order`` 1, 2), with ``compile_s`` and the FX graph
-    cache's hit and miss counts.
-    """
+    """Compile time of :func:`chain` in fresh processes per run: a new empty cache (cold), then the same (warm)."""
     if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
         raise ValueError(f"runs must be an integer >= 1, got {runs!r}")
     rows = []
@@ -270,7 +216,7 @@ def measure_compile_time(n_elements: int = DEFAULT_SIZE, threads: int = 1, runs:
 
 # ---------------------------------------------------------------- report and records
 def _format_report(env: dict, frame: pd.DataFrame, compile_frame: pd.DataFrame | None) -> str:
-    """The text of ``03_fusion.out.txt``: the environment header, then parts (a), (b) and (c) (Chapter 2)."""
+    """The text of ``03_fusion.out.txt``: the environment header, then parts (a), (b) and (c)."""
     lines = ["# code/03_fusion.py output", "# environment"]
     lines += [f"#   {key}: {value}" for key, value in env.items()]
     folds = frame[frame["part"] == "bn_folding"].pivot(index="run", columns="variant", values="median_ms")
@@ -312,7 +258,7 @@ def _format_report(env: dict, frame: pd.DataFrame, compile_frame: pd.DataFrame |
 
 
 def write_report(directory: str | Path, env: dict, frame: pd.DataFrame, compile_frame: pd.DataFrame | None) -> Path:
-    """Write :func:`_format_report` to ``directory/03_fusion.out.txt`` (created if needed); return its path (Chapter 2)."""
+    """Write the report to ``directory/03_fusion.out.txt`` and return its path."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / REPORT_NAME
@@ -321,9 +267,6 @@ def write_report(directory: str | Path, env: dict, frame: pd.DataFrame, compile_
 
 
 def failed_checks(frame: pd.DataFrame, atol: float) -> list[str]:
-    """Names of the measured versions whose output differs from the reference by more than ``atol`` (Chapter 2).
-
-    The folded convolution is compared with conv + BN, every chain version with the eager chain.
-    """
+    """Versions whose output differs from the reference (conv + BN, or the eager chain) by more than ``atol``."""
     failed = frame[(frame["max_abs_diff"] > atol) & (frame["variant"] != "unfolded")]
     return ["folded conv" if name == "folded" else name for name in failed["variant"].unique()]

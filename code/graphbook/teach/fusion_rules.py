@@ -1,37 +1,5 @@
-"""TVM's operator classes and fusion rules, applied to PyTorch FX graphs (Chapter 3).
-
-TVM (Chen et al., OSDI 2018, Section 3) sorts every operator into one of four classes and fuses by
-class:
-
-- **injective**: each output element depends on a fixed set of input elements (``add``, ``relu``,
-  ``reshape``). Chains of injective operators fuse into one kernel.
-- **reduction**: many inputs collapse into one output (``sum``, ``mean``). A reduction absorbs the
-  injective operators that compute its *input* (scale, then sum, in one pass).
-- **complex-out-fusable**: a heavy operator whose output can take element-wise work before it is
-  stored (``conv2d``, ``linear``, pooling). It absorbs the element-wise operators on its output.
-- **opaque**: cannot be fused (``sort``); it is a group of its own and breaks any chain through it.
-
-This module classifies the nodes of a ``torch.fx`` graph (from :func:`torch.export.export`, ATen-level,
-or from TorchDynamo) with a table keyed by the operator's name, and groups them with a small re-
-implementation of TVM's ``FuseOps`` pass. Two details follow TVM and matter for real graphs:
-
-*Element-wise inside injective.* TVM separates element-wise and broadcast operators from other injective
-ones (``reshape``, ``transpose``, ``concatenate``, resizing). A convolution only absorbs element-wise
-and broadcast operators, and other injective operators fuse only in a second phase, after every
-convolution has taken its epilogue. :class:`NodeInfo` therefore carries an ``elementwise`` flag.
-
-*Several consumers.* A node fuses into its **immediate post-dominator**: the first node that every
-path from it to the graph's outputs passes through, and only if every node on those paths may join
-the same group. So a value read by two element-wise branches that meet again (``y.sin() + y.cos()``)
-fuses with both branches, while a value that also leaves the graph, or whose paths run through a
-reduction or a convolution (the input of a squeeze-and-excitation block), ends its group there: it has
-to be written to memory anyway.
-
-Unknown operators are classified **opaque** (the safe choice: nothing fuses across them) and marked
-``known=False``; :func:`unknown_ops` lists them so a reader sees what the table did not cover.
-Simplifications, stated so nobody mistakes this for TVM itself: no limit on group size (TVM's
-``max_fuse_depth``), no tuple handling, and the node's own class stands for TVM's edge patterns.
-"""
+"""TVM's operator classes and ``FuseOps`` rules (Chen et al., OSDI 2018) applied to PyTorch FX graphs (Chapter 3).
+Unknown operators are opaque. Not TVM itself: no ``max_fuse_depth``, no tuples, node classes for edge patterns."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,7 +12,7 @@ import torch.fx
 
 
 class OpClass(str, Enum):
-    """TVM's four operator classes (Chapter 3)."""
+    """TVM's four operator classes."""
 
     INJECTIVE = "injective"
     REDUCTION = "reduction"
@@ -119,11 +87,8 @@ _COMPUTE_OPS = ("call_function", "call_method", "call_module")
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """One compute node of a graph with its TVM class (Chapter 3).
-
-    ``elementwise`` refines ``injective`` (element-wise or broadcast, as opposed to data movement);
-    ``known`` is False when the operator was not in the table and fell back to opaque.
-    """
+    """One compute node with its TVM class; ``elementwise`` refines injective (a conv absorbs only those),
+    ``known`` is False for the opaque fallback."""
 
     name: str
     op: str
@@ -134,11 +99,8 @@ class NodeInfo:
 
 @dataclass(frozen=True)
 class FusionGroup:
-    """A set of nodes that TVM's rules would compile into one kernel (Chapter 3).
-
-    ``kind`` is the strongest class among the members (opaque > complex-out-fusable > reduction >
-    injective) and ``anchor`` the first member of that class, e.g. the convolution of a conv group.
-    """
+    """Nodes TVM's rules would compile into one kernel; ``kind`` is the strongest member class, ``anchor`` its
+    first member."""
 
     index: int
     nodes: tuple[str, ...]
@@ -152,12 +114,8 @@ class FusionGroup:
 
 
 def op_name(node: torch.fx.Node, root: torch.nn.Module | None = None) -> str:
-    """The operator name of an FX node, without namespace, overload or in-place suffix (Chapter 3).
-
-    ``aten.relu.default`` and ``aten.relu_.default`` -> ``relu``; ``operator.getitem`` -> ``getitem``;
-    a ``call_module`` node -> the module class mapped to its functional name (``Conv2d`` -> ``conv2d``),
-    which needs ``root``, the module that owns the graph.
-    """
+    """The operator name of an FX node without namespace, overload or in-place suffix (``aten.relu_.default``
+    -> ``relu``); a ``call_module`` node needs ``root`` to map its class."""
     if node.op == "call_module":
         if root is None:
             raise ValueError(f"node {node.name!r} calls a module; pass the GraphModule as root")
@@ -190,10 +148,7 @@ def _overload_name(node: torch.fx.Node) -> str:
 
 
 def classify_op(name: str, overload: str = "") -> tuple[OpClass, bool, bool]:
-    """Look an operator name up in the table: ``(op_class, elementwise, known)`` (Chapter 3).
-
-    Unknown names are opaque with ``known=False``; nothing is fused across them.
-    """
+    """``(op_class, elementwise, known)`` from the table; unknown names are opaque with ``known=False``."""
     if name in ("max", "min") and overload in _BINARY_OVERLOADS:
         return OpClass.INJECTIVE, True, True
     if name in ELEMENTWISE_OPS:
@@ -210,7 +165,7 @@ def classify_op(name: str, overload: str = "") -> tuple[OpClass, bool, bool]:
 
 
 def as_graph_module(graph) -> torch.fx.GraphModule:
-    """The ``torch.fx.GraphModule`` of an FX graph or ExportedProgram; TypeError for anything else (Chapter 3)."""
+    """The ``torch.fx.GraphModule`` of an FX graph or ExportedProgram; TypeError for anything else."""
     if isinstance(graph, torch.export.ExportedProgram):
         return graph.graph_module
     if isinstance(graph, torch.fx.GraphModule):
@@ -219,17 +174,12 @@ def as_graph_module(graph) -> torch.fx.GraphModule:
 
 
 def compute_nodes(graph) -> list[torch.fx.Node]:
-    """The nodes that compute something, in graph order (Chapter 3).
-
-    Inputs, parameters and the output node are left out, and so are dead nodes (no users, e.g. the
-    unused index output of a ``sort``): no compiler would run them.
-    """
+    """The nodes that compute something, in graph order: no inputs, parameters, output or dead nodes."""
     gm = as_graph_module(graph)
     return [n for n in gm.graph.nodes if n.op in _COMPUTE_OPS and n.users]
 
 
 def classify_graph(graph) -> list[NodeInfo]:
-    """Classify every compute node of an FX graph or ExportedProgram (Chapter 3)."""
     gm = as_graph_module(graph)
     infos = []
     for node in compute_nodes(gm):
@@ -240,7 +190,7 @@ def classify_graph(graph) -> list[NodeInfo]:
 
 
 def unknown_ops(graph) -> list[str]:
-    """Sorted operator names the table does not know (classified opaque by fallback) (Chapter 3)."""
+    """Sorted operator names the table does not know (classified opaque by fallback)."""
     return sorted({info.op for info in classify_graph(graph) if not info.known})
 
 
@@ -385,7 +335,7 @@ def fuse_groups(graph) -> list[FusionGroup]:
 
 
 def fusion_summary(graph) -> dict:
-    """Counts for one graph: compute nodes, nodes per class, unknown ops, groups (Chapter 3)."""
+    """Counts for one graph: compute nodes, nodes per class, unknown ops, groups."""
     infos = classify_graph(graph)
     groups = fuse_groups(graph)
     summary = {"nodes": len(infos), "groups": len(groups)}
@@ -396,7 +346,7 @@ def fusion_summary(graph) -> dict:
 
 
 def groups_table(groups: Iterable[FusionGroup], max_ops: int = 8):
-    """A pandas DataFrame with one row per group: kind, anchor, size and its ops (Chapter 3)."""
+    """One row per group: kind, anchor, size and its ops."""
     rows = []
     for g in groups:
         ops = " -> ".join(g.ops[:max_ops]) + (" ..." if len(g.ops) > max_ops else "")
@@ -406,12 +356,8 @@ def groups_table(groups: Iterable[FusionGroup], max_ops: int = 8):
 
 
 def capture_aten_graph(model: torch.nn.Module, example_args: tuple) -> torch.fx.GraphModule:
-    """``torch.export`` a model in eval mode and return its ATen-level FX graph (Chapter 3).
-
-    The graph is not decomposed further, so a convolution stays one ``conv2d`` node and an inference
-    batch norm one ``batch_norm`` node, the granularity TVM's classes are defined at. The names of the
-    real inputs (not parameters or buffers) are kept in ``graph_module.meta["user_inputs"]``.
-    """
+    """``torch.export`` a model in eval mode into its ATen-level FX graph, not decomposed further: a conv or
+    an inference BN stays one node, the granularity TVM's classes are defined at."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"expected an nn.Module, got {type(model).__name__}; wrap a function in a Module")
     if not isinstance(example_args, tuple):

@@ -1,11 +1,4 @@
-"""Choosing an INT8 configuration from the recorded matrix, by data, and saying why (Chapter 4).
-
-Introduced in Chapter 4. :mod:`graphbook.runtimes.int8_matrix` measures the matrix of static INT8 choices and
-writes it; this module reads the recorded runs back (:func:`combined_matrix`, latency as the median
-across runs; :func:`latest_tensor_errors`), tabulates them (:func:`matrix_table`), names the tensors
-that quantize worst (:func:`describe_tensor_errors`) and picks a configuration
-(:func:`recommend_int8_config`).
-"""
+"""Choosing an INT8 configuration from the recorded matrix, by data, and saying why (Chapter 4)."""
 from __future__ import annotations
 
 import math
@@ -41,27 +34,8 @@ def _config_phrase(row) -> str:
 def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_rate_drop: float = 0.02,
                           max_error_increase_px: float = 0.25, rate_tolerance: float | None = None,
                           error_tolerance_px: float = 0.05):
-    """Choose a configuration from one recorded run of the matrix, by data, and say why (Chapter 4).
-
-    ``frame``: the rows of ONE run of kind :data:`KIND_MATRIX` (e.g. :func:`latest_matrix`), or several
-    runs combined by :func:`_combine_runs` (:func:`combined_matrix`: latency decided on the median across
-    runs), including the FP32 reference row. Among the INT8 configurations that ran (``status == "ok"``) within the
-    latency budget (default: the FP32 model's median latency, i.e. INT8 must be faster):
-
-    1. keep those as accurate as the best: detection rate within ``rate_tolerance`` of the best
-       (default: one visible frame) and median position error within ``error_tolerance_px`` of the
-       best of those (default 0.05 px, a twentieth of a pixel: differences below it are noise of the
-       decoder's sub-pixel centre, not quantization);
-    2. take the fastest of them (median latency); the sentence says when its lead over the next one
-       is within the spread of the timed calls.
-
-    If that configuration loses more than ``max_rate_drop`` of detection rate or more than
-    ``max_error_increase_px`` of median position error against FP32, or no INT8 configuration ran
-    within the budget, the FP32 row is returned instead and the sentence gives the reason.
-
-    Returns ``(row, sentence)``: the chosen row (a pandas Series) and one sentence with the numbers.
-    Raises :class:`Int8MatrixError` for an empty frame, one without its FP32 row, or one that mixes runs.
-    """
+    """``(row, sentence)``: the fastest INT8 configuration as accurate as the best within the latency budget, or
+    FP32 with the reason. The 0.05 px tolerance is the decoder's sub-pixel noise, not quantization."""
     if frame is None or len(frame) == 0:
         raise Int8MatrixError("no recorded INT8 matrix run: run `python code/bench_int8.py` first")
     frame = pd.DataFrame(frame).reset_index(drop=True)
@@ -147,12 +121,8 @@ def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_
 
 
 def describe_tensor_errors(frame) -> str:
-    """One sentence on a recorded worst-tensor ranking (kind :data:`KIND_TENSOR_ERRORS`) (Chapter 4).
-
-    Says how many of the worst activations fall in each layer group, names the worst one with its
-    module and SQNR, and gives the range of the worst weights' SQNR. Raises :class:`Int8MatrixError`
-    for a frame without activation rows.
-    """
+    """One sentence on a recorded worst-tensor ranking: layer groups of the worst activations, the worst one's
+    SQNR, the worst weights' range."""
     frame = pd.DataFrame(frame)
     if frame.empty or "tensor_kind" not in frame:
         raise Int8MatrixError("no worst-tensor ranking recorded: run `python code/bench_int8.py` first")
@@ -177,7 +147,6 @@ def describe_tensor_errors(frame) -> str:
 
 
 def latest_tensor_errors(results_dir: str | Path | None = None):
-    """The rows of the newest recorded worst-tensor ranking (kind :data:`KIND_TENSOR_ERRORS`) (Chapter 4)."""
     return _latest(KIND_TENSOR_ERRORS, results_dir)
 
 
@@ -191,20 +160,8 @@ def _latest(kind_name: str, results_dir):
 
 
 def _combine_runs(frame):
-    """One row per configuration from every recorded run of the newest run's machine and conditions (Chapter 4).
-
-    The accuracy columns are deterministic (same clips, same seeds, same models) and come from the
-    newest run; the latency is decided across runs, as :func:`graphbook.record.runs.summarize_runs` does for
-    every benchmark of the book: ``latency_ms`` is the median of the runs' medians, ``latency_min_ms``
-    and ``latency_max_ms`` the smallest and largest run median, ``runs`` how many runs timed the
-    configuration, and ``speedup_vs_fp32`` is recomputed from the combined medians. Runs on another
-    machine fingerprint (CPU model, instruction set, threads), at another input size or on another
-    number of held-out clips are left out, as are configurations the newest run does not have. Runs that
-    :func:`graphbook.record.runs.flag_under_load` flags (FP32 as the reference) are set aside when a quiet
-    run remains; ``runs_set_aside`` names them.
-    The result has one ``run_id`` (the combined runs' ids joined by "+"), so
-    :func:`recommend_int8_config` accepts it.
-    """
+    """One row per configuration from the newest run's machine and conditions: accuracy from the newest run (it is
+    deterministic), latency the median across runs; runs flagged under load set aside while a quiet one remains."""
     frame = pd.DataFrame(frame)
     if frame.empty:
         raise Int8MatrixError("no recorded INT8 matrix run: run `python code/bench_int8.py` first")
@@ -239,7 +196,7 @@ def _combine_runs(frame):
 
 
 def combined_matrix(results_dir: str | Path | None = None):
-    """:func:`_combine_runs` over every recorded (non-smoke) run of the matrix (Chapter 4)."""
+    """:func:`_combine_runs` over every recorded (non-smoke) run of the matrix."""
     frame = results.load(KIND_MATRIX, results_dir=results_dir)
     if "smoke" in frame:
         frame = frame[~frame["smoke"].map(_is_true)]
@@ -249,7 +206,7 @@ def combined_matrix(results_dir: str | Path | None = None):
 
 
 def matrix_table(frame):
-    """The columns of a matrix run that a chapter shows, FP32 first (Chapter 4)."""
+    """The columns of a matrix run that a chapter shows, FP32 first."""
     columns = [c for c in ("config", "role", "per_channel", "calibration", "histogram_bins", "pre_process",
                            "excluded", "reduce_range", "status", "detection_rate", "median_error_px",
                            "median_angle_error_deg", "max_abs_diff", "latency_ms", "speedup_vs_fp32") if c in frame]

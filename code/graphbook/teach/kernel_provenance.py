@@ -1,20 +1,5 @@
-"""Which eager operators each Inductor kernel holds, read from the compiler's own record (Chapter 3).
-
-Introduced in Chapter 3. With ``INDUCTOR_PROVENANCE=1`` and ``TORCH_TRACE`` set, Inductor writes
-``inductor_provenance_tracking_node_mappings`` into the trace: each kernel launch (``name:handle``, one
-handle per call site) -> the post-grad nodes it computes -> the pre-grad (Dynamo) nodes those came
-from. ``tlparse --inductor-provenance`` turns the same trace into a three-pane page (pre-grad graph,
-post-grad graph, generated code, linked line by line).
-
-* :func:`trace_blurball` compiles BlurBall in a fresh process with both on, runs tlparse, and returns the
-  mapping, each pre-grad node's operator and module, and the provenance page; ``code/trace_kernel_provenance.py``
-  records the rows (results kind ``kernel-provenance``) and publishes the page
-  (``images/extra/tlparse_provenance/``, served at :data:`PROVENANCE_SITE_PATH`).
-* :func:`provenance_rows` flattens a mapping into one row per (launch, post-grad node, pre-grad node);
-  :func:`block_table` shows one module's operators beside the book's groups
-  (:func:`book_groups_by_node`, ``fusion_rules.fuse_groups`` on the same pre-grad graph);
-  :func:`fusion_differences` names where Inductor's kernels and the book's groups disagree.
-"""
+"""Which eager operators each Inductor kernel holds, read from the compiler's own provenance record
+(``INDUCTOR_PROVENANCE=1``), set beside the book's TVM-style groups (Chapter 3)."""
 from __future__ import annotations
 
 import html
@@ -65,13 +50,8 @@ json.dump(nodes, open(sys.argv[1], "w"))
 
 
 def trace_blurball(*, height: int = 96, width: int = 160, threads: int = THREADS, timeout: float = 1800) -> dict:
-    """Compile BlurBall with provenance tracking on and read Inductor's record back (Chapter 3).
-
-    Returns ``{"mapping": ..., "nodes": ..., "page": ...}``: the node-mapping JSON as Inductor wrote it,
-    pre-grad node -> ``{"op", "module"}`` in graph order, and the text of tlparse's provenance page for the compiled
-    frame. Caches are off (a cache hit would leave the trace without the mapping). Raises
-    ``RuntimeError`` when tlparse is missing, a step fails, or the trace holds other than one frame.
-    """
+    """Compile BlurBall in a fresh process with provenance on: ``{"mapping", "nodes", "page"}``. Caches are off: a cache
+    hit would leave the trace without the mapping."""
     tlparse = tlparse_command()
     if tlparse is None:
         raise RuntimeError("tlparse is not installed (pip install tlparse; see requirements.txt)")
@@ -100,12 +80,8 @@ def trace_blurball(*, height: int = 96, width: int = 160, threads: int = THREADS
 
 
 def provenance_rows(mapping: Mapping, nodes: Mapping[str, Mapping]) -> list[dict]:
-    """One row per (kernel launch, post-grad node, pre-grad node) of an Inductor mapping (Chapter 3).
-
-    ``mapping`` is the node-mapping JSON (``cppCodeToPost`` on CPU, ``tritonCodeToPost`` on GPU, and
-    ``postToPre``); ``nodes`` gives each pre-grad node's ``op`` and ``module``. A post-grad node with no
-    pre-grad origin still gets a row, with empty ``pre_grad_node``, so a kernel traced to nothing shows.
-    """
+    """One row per (kernel launch, post-grad node, pre-grad node); a post-grad node without origin still gets a
+    row, so a kernel traced to nothing shows."""
     code_to_post = next((v for k, v in mapping.items() if k.endswith("CodeToPost")), None)
     if code_to_post is None or "postToPre" not in mapping:
         raise ValueError(f"not an Inductor provenance mapping: keys {sorted(mapping)}")
@@ -122,13 +98,12 @@ def provenance_rows(mapping: Mapping, nodes: Mapping[str, Mapping]) -> list[dict
 
 
 def launches(source: str) -> list[str]:
-    """The kernels the wrapper's ``call`` launches, in order, named as the mapping names them (Chapter 3):
-    a generated kernel by its name, a library call as ``extern_kernels.mm`` or ``torch.ops.mkldnn...``."""
+    """The kernels the wrapper's ``call`` launches, in order, named as the mapping names them."""
     return [call[:-len("(...)")] for call in inductor_tools.call_sequence(source)]
 
 
 def page_output_code(page: str) -> str:
-    """The generated wrapper code shown in the right-hand pane of tlparse's provenance page (Chapter 3)."""
+    """The generated wrapper code in the right-hand pane of tlparse's provenance page."""
     match = re.search(r'<div id="generatedCode" class="editor">\s*<pre[^>]*>(.*?)</pre>', page, re.S)
     if match is None:
         raise ValueError("no generated code pane in this provenance page")
@@ -136,8 +111,8 @@ def page_output_code(page: str) -> str:
 
 
 def book_groups_by_node(model: torch.nn.Module, example: torch.Tensor) -> dict[str, fusion_rules.FusionGroup]:
-    """Pre-grad node -> the book's fusion group holding it: ``fusion_rules.fuse_groups`` on the graph
-    TorchDynamo hands Inductor, whose node names the mapping uses (Chapter 3)."""
+    """Pre-grad node -> the book's fusion group, from the graph TorchDynamo hands Inductor (whose names the
+    mapping uses)."""
     with torch.no_grad():
         (graph,) = inductor_tools.dynamo_graphs(model, example)
     return {node: group for group in fusion_rules.fuse_groups(graph) for node in group.nodes}
@@ -149,11 +124,8 @@ def _in_module(frame: pd.DataFrame, module: str) -> pd.Series:
 
 def block_table(frame: pd.DataFrame, module: str,
                 groups: Mapping[str, fusion_rules.FusionGroup] | None = None) -> pd.DataFrame:
-    """One module's eager operators in eager order: the post-grad nodes each became (the first three, then
-    how many more), the kernel launches that compute them, and (given ``groups``) the book's group (Chapter 3).
-
-    ``frame`` holds :func:`provenance_rows`; ``module`` is a qualified name (``"stage2.0.branches.0.0"``).
-    """
+    """One module's eager operators in order: their post-grad nodes, the launches computing them and (given
+    ``groups``) the book's group."""
     rows = frame[_in_module(frame, module) & (frame["pre_grad_node"] != "")]
     if rows.empty:
         raise ValueError(f"no traced operator in module {module!r}")
@@ -172,10 +144,7 @@ def block_table(frame: pd.DataFrame, module: str,
 
 
 def fusion_differences(table: pd.DataFrame) -> list[dict]:
-    """Where a :func:`block_table` (with its ``book group`` column) has Inductor and the book disagree
-    (Chapter 3): a kernel launch holding operators of several book groups (Inductor fused what the book's
-    rules keep apart) and a book group spread over several launches (the book fuses what Inductor splits).
-    """
+    """Launches holding several book groups (Inductor fused more) and book groups spread over several launches."""
     pairs = [(kernel, row["book group"], row["eager operator"]) for _, row in table.iterrows()
              for kernel in row["Inductor kernels"].split(", ")]
     found = []
@@ -189,8 +158,7 @@ def fusion_differences(table: pd.DataFrame) -> list[dict]:
 
 
 def publish_page(page: str, out_dir: str | Path, record: Mapping) -> Path:
-    """Write the provenance page as ``out_dir/index.html`` (replacing the folder) with ``provenance.json``
-    saying how it was made (Chapter 3)."""
+    """Write the page as ``out_dir/index.html`` (replacing the folder) with ``provenance.json`` beside it."""
     out_dir = Path(out_dir)
     if out_dir.exists():
         shutil.rmtree(out_dir)
@@ -201,7 +169,7 @@ def publish_page(page: str, out_dir: str | Path, record: Mapping) -> Path:
 
 
 def untraced_launches(frame: pd.DataFrame, source: str) -> list[str]:
-    """The wrapper's launches (``name #k``, k counting from 1 in launch order, as the mapping's handles do)
-    that the rows do not trace to an eager operator, or trace under another kernel's name (Chapter 3)."""
+    """The wrapper's launches (``name #k``) the rows do not trace to an eager operator, or trace under another
+    kernel's name."""
     traced = {(k, n) for k, n, pre in zip(frame["kernel"], frame["launch"], frame["pre_grad_node"]) if pre}
     return [f"{name} #{k}" for k, name in enumerate(launches(source), start=1) if (name, k) not in traced]

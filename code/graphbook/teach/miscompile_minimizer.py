@@ -1,24 +1,6 @@
-"""Delta debugging of the freezing miscompile: from a model to a few convolutions (appendix).
-
-Introduced in the appendix "Anatomy of a miscompile". PyTorch's accuracy minifier cannot shrink this bug
-(freezing replaces the weights with oneDNN tensors that have no storage to copy), so the book reduces it
-itself, the way compiler bugs are reduced by hand, but mechanically:
-
-1. the model is captured as an FX graph (:func:`capture`) and kept as a small program of its own
-   (:class:`Program`: one line per node, modules given by their constructor), which :func:`to_source`
-   writes out as a standalone script that imports only torch and exits 1 while the compiled (freezing)
-   output differs from eager;
-2. a *reduction* removes one node by handing its users one of its inputs of the same shape (for an add:
-   one summand, which drops a whole branch once dead code is removed), cuts the program after a node
-   (returning what the rest read), drops a returned value, or halves every channel count, or the input's
-   height and width;
-3. :func:`ddmin` (Zeller's delta debugging) searches for a small set of reductions to keep *not* applied
-   while the check still fails; each candidate runs in a fresh process under a time limit
-   (:func:`_check_in_fresh_process`), because a compiler bug can hang or crash its process, and Inductor
-   must not reuse what it compiled for the previous candidate;
-4. :func:`minimize` runs the phases (the tail, the outputs, summands, other nodes, channels, sizes) and logs
-   every step: the candidate, what it removed, whether it still fails, and how long the check took.
-"""
+"""Delta debugging of the freezing miscompile, from a model to a few convolutions (appendix): PyTorch's minifier
+cannot copy freezing's oneDNN weights. Each candidate runs in a fresh process under a time limit, since a compiler
+bug can hang or crash its process and Inductor must not reuse the previous candidate's code."""
 from __future__ import annotations
 
 import math
@@ -54,7 +36,7 @@ class Node:
 
 @dataclass(frozen=True)
 class Program:
-    """A model as a list of nodes, its input shape and the nodes it returns (appendix)."""
+    """A model as a list of nodes, its input shape and the nodes it returns."""
 
     nodes: tuple
     input_shape: tuple
@@ -78,11 +60,8 @@ _FUNCTIONS = {operator.add: "add", torch.relu: "torch.relu", torch.sigmoid: "tor
 
 
 def capture(model: nn.Module, example: torch.Tensor) -> Program:
-    """``model`` traced by ``torch.fx`` into a :class:`Program`, with every node's shape (appendix).
-
-    Only the operators the HRNet reproducer uses are known (convolution, batch norm, linear, upsampling,
-    ReLU, sigmoid, add, mul, mean, indexing); anything else raises ``ValueError`` naming it.
-    """
+    """``model`` traced by ``torch.fx`` into a :class:`Program` with every node's shape; ValueError names an
+    operator the reproducer does not know."""
     graph_module = torch.fx.symbolic_trace(model)
     ShapeProp(graph_module).propagate(example)
     nodes, shapes, output = [], {}, None
@@ -122,8 +101,7 @@ def capture(model: nn.Module, example: torch.Tensor) -> Program:
 
 
 def load_program(path: str | Path) -> Program:
-    """A program back from a script :func:`to_source` wrote, to continue a search from it (appendix).
-    Nothing of the script's check runs: only its class ``M`` is defined, then captured again."""
+    """A program back from a script :func:`to_source` wrote; only its class ``M`` is defined, nothing checked."""
     source = Path(path).read_text()
     shape = re.search(r"^model, x = M\(\)\.eval\(\), torch\.randn\(([\d, ]+)\)$", source, re.M)
     if "class M(nn.Module):" not in source or shape is None:
@@ -179,9 +157,8 @@ def _expr(node: Node, fields: dict, inline: dict | None = None) -> str:
 
 
 def to_source(program: Program, *, threads: int = THREADS, atol: float = 1e-4, doc: str = "") -> str:
-    """A standalone script (torch only) that builds ``program`` seeded, compares eager with
-    ``torch.compile`` under ``freezing=True`` and exits 1 while they differ, 0 when they agree (appendix).
-    ``doc`` becomes its docstring and its ``--help``; it takes no options (any other: exit 2)."""
+    """A standalone torch-only script that exits 1 while eager and ``freezing=True`` differ, 0 when they agree;
+    ``doc`` is its docstring and ``--help``."""
     fields = {n.name: f"m{i}" for i, n in enumerate(n for n in program.nodes if n.kind == "module")}
     modules = [n for n in program.nodes if n.kind == "module"]
     # two modules per line, created left to right: the same order of seeded weights as one per line
@@ -253,9 +230,7 @@ class Reduction:
 
 
 def _bypasses(program: Program, what: str) -> list[Reduction]:
-    """Every reduction of one kind (appendix): ``"summand"`` (each side of each add whose other side has
-    the add's shape), ``"node"`` (each other node whose first input has its shape) or ``"output"``
-    (each returned value, when there are several)."""
+    """Every reduction of one kind: ``"summand"``, ``"node"`` (first input of the same shape) or ``"output"``."""
     if what == "output":
         return [Reduction("output", name) for name in program.outputs] if len(program.outputs) > 1 else []
     found = []
@@ -271,7 +246,7 @@ def _bypasses(program: Program, what: str) -> list[Reduction]:
 
 
 def _apply(program: Program, reductions: Sequence[Reduction]) -> Program:
-    """``program`` with ``reductions`` applied in order and dead nodes removed (appendix)."""
+    """``program`` with ``reductions`` applied in order and dead nodes removed."""
     nodes = {n.name: n for n in program.nodes}
     order = [n.name for n in program.nodes]
     alias: dict[str, str] = {}
@@ -337,9 +312,8 @@ def _has_conv_add(program: Program) -> bool:
 
 # ------------------------------------------------------------------------------------ the check
 def _check_in_fresh_process(source: str, timeout: float) -> tuple[str, str]:
-    """Run a candidate script in a fresh Python under ``timeout`` seconds: ``(outcome, last line)``
-    (appendix). ``fails`` (exit 1: the bug is there), ``passes`` (exit 0), ``timed out``, or ``error``
-    (any other exit: the candidate is broken, which is not the bug)."""
+    """``(outcome, last line)`` of a candidate script run under ``timeout``: ``fails`` (exit 1), ``passes``,
+    ``timed out`` or ``error`` (a broken candidate, not the bug)."""
     with tempfile.TemporaryDirectory(prefix="graphbook-minimize-") as folder:
         script = Path(folder) / "candidate.py"
         script.write_text(source)
@@ -393,7 +367,7 @@ def ddmin(items: list, fails: Callable[[list], bool]) -> list:
 
 @dataclass
 class Step:
-    """One candidate of a minimization: what was removed, what the check said, how long it took (appendix)."""
+    """One candidate of a minimization: what was removed, what the check said, how long it took."""
 
     step: int
     phase: str
@@ -412,16 +386,8 @@ def minimize(program: Program, *, check: Check = _check_in_fresh_process, candid
              budget: float = 1800, log: Callable[[Step], None] = lambda step: None,
              phases: Sequence[str] = ("tail", "output", "summand", "node", "channels", "size"),
              ) -> tuple[Program, list[Step]]:
-    """Reduce ``program`` while the freezing check keeps failing: ``(smallest failing program, steps)``
-    (appendix).
-
-    Step 0 checks the program as captured (it must fail). ``"tail"`` bisects for the earliest node after
-    which the program can be cut; ``"output"``, ``"summand"`` and ``"node"`` run :func:`ddmin` over the
-    reductions of that kind; ``"channels"`` and ``"size"`` halve while the check
-    still fails. A candidate without a ``conv + add`` left, or whose eager forward breaks, is logged as
-    ``skipped`` without a compile. When ``budget`` seconds are spent the search stops and returns what
-    it has.
-    """
+    """``(smallest failing program, steps)``: cut the tail, ddmin over outputs, summands and nodes, halve channels
+    and sizes, while the check fails; stops with what it has after ``budget`` seconds."""
     start, steps, best = time.perf_counter(), [], [program]
 
     def run(candidate: Program, phase: str, removed: str) -> bool:

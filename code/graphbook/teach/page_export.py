@@ -1,10 +1,5 @@
-"""The code a chapter teaches is written on its page and exported into the package, d2l's way (every chapter).
-
-A code cell whose first line is ``#@save MODULE`` holds code the book teaches. Every such cell of a page, in page
-order, is copied into the block of ``code/graphbook/LAYER/MODULE.py`` (``#@save teach.folding``) marked as taught on that page, so the package runs
-exactly what the reader read. ``scripts/export_taught_code.py`` writes the blocks; :func:`stale_modules` names the
-modules whose blocks differ from their pages, which is what the test of page against package checks.
-"""
+"""The code a chapter teaches is written on its page and exported into the package, d2l's way: each ``#@save
+MODULE`` cell goes into that module's block marked as taught on the page, so the package runs what the reader read."""
 from __future__ import annotations
 
 import json
@@ -43,11 +38,8 @@ def pages(root: Path = REPO_ROOT) -> list[Path]:
 
 
 def exported_modules(notebooks: list[Path], root: Path = REPO_ROOT, package: Path = PACKAGE_DIR) -> dict[Path, str]:
-    """The text every target module should have: each block marked as taught on a page holds that page's cells.
-
-    Raises ValueError for a ``#@save`` cell whose module has no block for its page, and for a block whose page
-    saves nothing into it: either way the page and the package would silently part.
-    """
+    """The text every target module should have; ValueError where a page and a block do not match up, since
+    they would otherwise silently part."""
     texts: dict[Path, str] = {}
     for notebook in notebooks:
         page = notebook.relative_to(root).as_posix()

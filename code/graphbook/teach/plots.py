@@ -1,23 +1,5 @@
-"""Small matplotlib helpers shared by the chapters (Chapter 1).
-
-- :func:`bar_with_spread` -- medians as bars, min..max as error bars (the harness's spread).
-- :func:`_roofline_attainable` and :func:`roofline` -- the roofline model: attainable throughput
-  ``min(peak_flops, bandwidth * intensity)`` on log-log axes, with operations placed on it.
-- :func:`speedup_waterfall` -- an attribution ladder as a waterfall: each cause's step on a log axis,
-  the product of the steps beside the total measured directly (Chapter 5; steps from
-  :func:`graphbook.teach.attribution.ladder`).
-- :func:`flow_diagram` -- boxes and labelled arrows, for the pipelines and maps the chapters draw (Chapters 3, 6).
-- :func:`draw_fusion_groups` -- a small FX graph with its TVM operator classes and fusion groups
-  (Chapter 3; the classes and groups come from :mod:`graphbook.teach.fusion_rules`).
-- :func:`draw_clip_detection` -- one frame of a synthetic clip, its target heatmap, the model's heatmap
-  and the decoded ball with its blur direction (Chapter 5; clips from :mod:`graphbook.model.synthetic_clips`,
-  detections from :mod:`graphbook.model.decoding`).
-- :func:`launch_order` -- the freezing miscompile's three summands and two launches, in the correct and
-  the miscompiled order (the appendix "Anatomy of a miscompile"; a figure of its own, not an ``ax``).
-
-Each helper draws on an ``ax`` it is given (or a new one) and returns the ``ax``; none calls
-``plt.show()``, so chapters control their own figures.
-"""
+"""Small matplotlib helpers shared by the chapters. Each draws on the ``ax`` it is given (or a new one) and
+returns it; none calls ``plt.show()``, so chapters control their own figures."""
 from __future__ import annotations
 
 import math
@@ -42,11 +24,7 @@ def _axes(ax):
 def bar_with_spread(labels: Sequence[str], medians: Sequence[float], lows: Sequence[float] | None = None,
                     highs: Sequence[float] | None = None, *, ax=None, ylabel: str = "time per call (ms)",
                     title: str = "", color=None, annotate: bool = True):
-    """Bars at the medians with error bars from ``lows`` to ``highs`` (e.g. min and max) (Chapter 1).
-
-    All sequences must have the same length, and each low <= median <= high. With ``annotate`` the
-    median is written above each bar.
-    """
+    """Bars at the medians with error bars from ``lows`` to ``highs`` (e.g. min and max)."""
     labels, medians = list(labels), [float(m) for m in medians]
     if len(labels) != len(medians) or not labels:
         raise ValueError(f"need one median per label, got {len(labels)} labels and {len(medians)} medians")
@@ -74,13 +52,8 @@ def bar_with_spread(labels: Sequence[str], medians: Sequence[float], lows: Seque
 
 def speedup_waterfall(labels: Sequence[str], steps: Sequence[float], total: float, *, step_ranges=None,
                       total_range=None, ax=None, title: str = ""):
-    """A waterfall of speed-ups: each bar rises (or falls) by one cause's step, on a log axis (Chapter 5).
-
-    ``steps`` are factors (>1 faster); the bars start where the previous one ended, so the last ends at
-    their product. A final bar shows ``total``, the speed-up measured directly, and the gap between the two
-    is written as the residual: causes that do not account for the total are shown, never hidden.
-    ``step_ranges``/``total_range``: (min, max) per step and for the total, drawn as whiskers.
-    """
+    """Each cause's speed-up step as a bar on a log axis, their product beside the ``total`` measured directly. The gap
+    is written as the residual: causes that do not account for the total are shown, never hidden."""
     labels, steps = list(labels), [float(s) for s in steps]
     if len(labels) != len(steps) or not steps or any(s <= 0 for s in steps) or total <= 0:
         raise ValueError("need one positive step per label and a positive total")
@@ -115,12 +88,8 @@ def speedup_waterfall(labels: Sequence[str], steps: Sequence[float], total: floa
 
 def flow_diagram(boxes: dict, arrows: Sequence[tuple], *, ax=None, title: str = "", width: float = 2.3,
                  height: float = 0.9):
-    """Boxes at given centres joined by arrows, each arrow with an optional label (Chapters 3, 6).
-
-    ``boxes`` maps a key to ``(x, y, text)`` or ``(x, y, text, colour)``; ``arrows`` are ``(from, to)`` or
-    ``(from, to, label)`` or ``(from, to, label, style)`` with ``style`` ``"dashed"`` for a path taken only
-    sometimes (a graph break's way back to Python). Raises ``KeyError`` for an arrow to an unknown box.
-    """
+    """Boxes at ``(x, y, text[, colour])`` joined by ``(from, to[, label[, style]])`` arrows; ``"dashed"`` for a
+    path taken only sometimes. KeyError for an arrow to an unknown box."""
     ax = _axes(ax)
     for key, spec in boxes.items():
         x, y, text = spec[:3]
@@ -158,11 +127,7 @@ def flow_diagram(boxes: dict, arrows: Sequence[tuple], *, ax=None, title: str = 
 
 
 def _roofline_attainable(intensity, peak_gflop_per_s: float, bandwidth_gb_per_s: float):
-    """Attainable GFLOP/s at arithmetic ``intensity`` (FLOPs per byte; scalar or array) (Chapter 1).
-
-    ``min(peak, bandwidth * intensity)``: below the ridge point ``peak / bandwidth`` memory limits
-    the throughput, above it compute does.
-    """
+    """Attainable GFLOP/s at arithmetic ``intensity`` (FLOPs per byte): ``min(peak, bandwidth * intensity)``."""
     if peak_gflop_per_s <= 0 or bandwidth_gb_per_s <= 0:
         raise ValueError("peak and bandwidth must be positive")
     values = np.minimum(peak_gflop_per_s, bandwidth_gb_per_s * np.asarray(intensity, dtype=float))
@@ -172,12 +137,8 @@ def _roofline_attainable(intensity, peak_gflop_per_s: float, bandwidth_gb_per_s:
 def roofline(peak_gflop_per_s: float, bandwidth_gb_per_s: float,
              points: Sequence[tuple] = (), *, ax=None, intensity_range=(1e-2, 1e3),
              title: str = "Roofline"):
-    """Draw the roofline and place operations on it (Chapter 1).
-
-    ``points`` holds ``(label, intensity)`` or ``(label, intensity, achieved_gflop_per_s)`` tuples;
-    without an achieved value the point sits on the roof (its best case). The ridge point is
-    marked with a dotted line.
-    """
+    """Draw the roofline and place ``(label, intensity[, achieved])`` points on it; without an achieved value a
+    point sits on the roof."""
     ax = _axes(ax)
     low, high = intensity_range
     if not 0 < low < high:
@@ -220,13 +181,8 @@ def _layers(shown) -> dict[str, int]:
 
 def draw_fusion_groups(graph, groups: Sequence[FusionGroup] | None = None, ax=None, title: str = "",
                        legend: bool = True):
-    """Draw a small FX graph top to bottom: nodes coloured by TVM operator class, a shaded box around
-    each fusion group (Chapter 3). Graph inputs are grey ovals; parameters are left out. Returns the Axes.
-
-    ``graph`` is a ``torch.fx.GraphModule`` or ExportedProgram; ``groups`` are its fusion groups
-    (default: :func:`graphbook.teach.fusion_rules.fuse_groups` of it).
-    Meant for graphs of up to a few dozen nodes; BlurBall is shown as a table instead.
-    """
+    """A small FX graph top to bottom, nodes coloured by TVM class, a box around each fusion group. For graphs of up to
+    a few dozen nodes; BlurBall is shown as a table instead."""
     gm = fusion_rules.as_graph_module(graph)
     groups = list(groups) if groups is not None else fusion_rules.fuse_groups(gm)
     infos = {i.name: i for i in fusion_rules.classify_graph(gm)}
@@ -310,17 +266,8 @@ def _streak(ax, x, y, angle_deg, half_length, *, color, label, marker="o", lines
 
 def draw_clip_detection(frame, target, heatmap, label=None, detection=None, *, crop: int | None = 40, axes=None,
                         from_logits: bool = True, titles: Sequence[str] | None = None):
-    """One frame of a clip, its target, the model's heatmap and the decoded ball, side by side (Chapter 5).
-
-    ``frame``: ``(H, W, 3)`` RGB in [0, 1]; ``target`` and ``heatmap``: ``(H, W)`` (the heatmap as logits
-    when ``from_logits``, else probabilities in [0, 1]); ``label``: the ground truth
-    (:class:`graphbook.model.synthetic_clips.BallLabel`) or None; ``detection``: the decoder's best
-    (:class:`graphbook.model.decoding.Detection`) or None. Four panels on ``axes`` (four matplotlib axes, or new
-    ones): the whole frame with a box around the ball, then the frame, the target and the heatmap cropped
-    to ``crop`` pixels around the true centre (the whole image when ``crop`` is None or there is no
-    label), each with the true streak (dashed green) and the decoded centre and blur direction (red).
-    Returns the axes.
-    """
+    """One frame, its target, the model's heatmap and the decoded ball side by side, cropped to ``crop`` px
+    around the true centre: the true streak dashed green, the decoded one red."""
     frame, target, heatmap = np.asarray(frame, np.float32), np.asarray(target, np.float32), np.asarray(heatmap, np.float32)
     if frame.ndim != 3 or frame.shape[2] != 3:
         raise ValueError(f"frame must be (H, W, 3) RGB, got shape {frame.shape}")
@@ -369,13 +316,8 @@ def draw_clip_detection(frame, target, heatmap, label=None, detection=None, *, c
 
 
 def launch_order(diff: dict, kernel: str):
-    """The fuse layer's three summands and the two launches that combine them, in the order of the wrapper
-    with fusion off (left) and on (right), from ``miscompile.side_by_side``'s launch lists (appendix).
-
-    Summand *a* is the buffer the in-place oneDNN call adds into, *b* the convolution that call adds, *c*
-    the term the generated ``kernel`` adds before its ReLU. Where the kernel runs before the in-place call
-    it reads *a* without *b*: the panel crosses *b* out of the sum.
-    """
+    """The fuse layer's three summands and two launches, in the wrapper's order with fusion off and on. Where ``kernel``
+    runs before the in-place oneDNN call it reads *a* without *b*: the panel crosses *b* out."""
     colours = {"a": "#4c72b0", "b": "#dd8452", "c": "#55a868"}
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for ax, key, title in zip(axes, ("unfused", "fused"), ("fusion off (max_fusion_size=1)", "fusion on (default)")):

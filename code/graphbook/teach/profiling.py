@@ -1,15 +1,5 @@
-"""Where BlurBall's time goes on a CPU: profiler ops grouped the article's way, and work against the peak.
-
-Introduced in Chapter 5. The article profiles BlurBall on a GPU and groups the kernels into
-convolution, batch norm, element-wise and other. :func:`op_category` is the book's one rule that puts
-an op (or a GPU kernel) in a category, on the CPU and on the GPU alike (:mod:`graphbook.lab.gpu_profiling`
-uses it for its kernels): the *innermost* op decides, so the weight casts that autocast runs inside
-``aten::conv2d`` count as "cast/copy", not as convolution. :func:`profile_eager` profiles one eager
-forward on the CPU and groups its op units (:func:`cpu_op_units`: nested ops of one category are one
-unit, with its own time), :func:`_group_profile` sums counts and time shares. :func:`with_rates` adds
-the matrix's derived columns: achieved GFLOP/s (2 x MACs / median time) and the share of the matmul rate of the
-same precision.
-"""
+"""Where BlurBall's time goes on a CPU, and work against the peak. The innermost op decides an op's category, on
+CPU and GPU alike, so the casts autocast runs inside ``aten::conv2d`` count as "cast/copy", not convolution."""
 from __future__ import annotations
 
 import contextlib
@@ -48,14 +38,8 @@ FORWARD_LABEL = "blurball_forward"
 
 
 def op_category(op_name: str, kernel_name: str = "") -> str:
-    """Category of an op, or of a kernel from its innermost launching op, else its own name (Chapter 5).
-
-    One of :data:`CATEGORIES`. The op decides when it names a category (``aten::mkldnn_convolution``,
-    ``aten::cudnn_batch_norm``, ``aten::copy_``, ``aten::relu_``...); an op that names none falls back to
-    the kernel name, which is how Inductor's fused Triton kernels
-    (``triton_poi_fused__native_batch_norm_legit_no_training_relu_3``) and kernels without a known op
-    are classified. Pass the innermost op: a top-level ``aten::conv2d`` would also take in its casts.
-    """
+    """The category of an op, else of its kernel's name (Inductor's fused Triton kernels), else the name itself. Pass
+    the innermost op: a top-level ``aten::conv2d`` would also take in its casts."""
     for name in ((op_name or "").lower(), (kernel_name or "").lower()):
         if not name:
             continue
@@ -73,12 +57,8 @@ def op_category(op_name: str, kernel_name: str = "") -> str:
 
 
 def is_annotation(event) -> bool:
-    """True for a profiler event that is a user annotation, not work (Chapter 5).
-
-    Covers ``record_function`` ranges on the CPU (``user_annotation``), their GPU-timeline copies
-    (``gpu_user_annotation``) and Inductor's ``## Call CompiledFxGraph <key> ##`` /
-    ``## <kernel> ##`` ranges, whatever flag the installed profiler version sets.
-    """
+    """True for a profiler event that is a user or Inductor annotation, not work, whatever flag this profiler
+    version sets."""
     if getattr(event, "is_user_annotation", False):
         return True
     activity = str(getattr(event, "activity_type", "") or "").lower()
@@ -89,23 +69,14 @@ def is_annotation(event) -> bool:
 
 
 def device_kind(event) -> str:
-    """``"CPU"`` or ``"CUDA"``: the device type of a profiler event (Chapter 5)."""
+    """``"CPU"`` or ``"CUDA"``: the device type of a profiler event."""
     kind = getattr(event, "device_type", "")
     return str(getattr(kind, "name", kind)).upper().replace("DEVICETYPE.", "")
 
 
 def cpu_op_units(events: Iterable) -> list[dict]:
-    """The work of a CPU profile as units, each categorised by its innermost op (Chapter 5).
-
-    A CPU op has no kernels to count, so the book counts *units*: an ``aten::`` op starts a unit when
-    its category (:func:`op_category`) differs from the unit it runs in, and nested ops of the same
-    category stay in it (``aten::conv2d`` > ``aten::convolution`` > ``aten::mkldnn_convolution`` is one
-    convolution). A unit's time is its own: its ops' time minus the units nested in it. So, as on the
-    GPU, the casts that bf16 autocast runs inside ``aten::conv2d`` are "cast/copy" units and time, not
-    convolution. Annotations, non-``aten`` events and allocation or view ops
-    (:data:`CPU_BOOKKEEPING_OPS`) start no unit. Returns dicts ``name`` (the unit's first op),
-    ``category``, ``start_us``, ``us``, in the order the units started.
-    """
+    """A CPU profile's work as units: nested ``aten::`` ops of one category are one unit, with its own time. A CPU op
+    has no kernels to count; units make the CPU profile comparable with the GPU's kernels."""
     events = list(events)
     units: list[dict] = []
 
@@ -131,10 +102,7 @@ def cpu_op_units(events: Iterable) -> list[dict]:
 
 
 def _group_profile(ops: Iterable[tuple[str, float]]) -> list[dict]:
-    """Counts, milliseconds and time shares per category from (op name, microseconds) pairs (Chapter 5).
-
-    One dict per category of :data:`CATEGORIES`, in that order: ``category``, ``ops``, ``ms``, ``share``.
-    """
+    """Ops, milliseconds and time share per category, in :data:`CATEGORIES` order."""
     totals = {c: {"count": 0, "us": 0.0} for c in CATEGORIES}
     for name, micros in ops:
         bucket = totals[op_category(name)]
@@ -148,12 +116,8 @@ def _group_profile(ops: Iterable[tuple[str, float]]) -> list[dict]:
 
 @contextlib.contextmanager
 def without_profiler_banner():
-    """Silence the native log lines the profiler writes on start and stop ("USDT: ... profiler_start") (Chapter 5).
-
-    Kineto prints them on file descriptor 2 from C++, outside Python's ``sys.stderr``, and no switch turns them
-    off, so the descriptor is pointed at ``/dev/null`` while the block runs and restored after it, even on an
-    error. Python's own warnings and exceptions are unaffected: only the block's native stderr is dropped.
-    """
+    """Silence the profiler's native start/stop lines while the block runs. Kineto prints them from C++ on descriptor 2
+    with no switch to turn them off, so fd 2 goes to ``/dev/null`` and is restored after, even on an error."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:
@@ -166,12 +130,8 @@ def without_profiler_banner():
 
 
 def profile_eager(model, x, autocast_dtype=None) -> list[dict]:
-    """Profile one eager forward on the CPU; group its op units (:func:`cpu_op_units`) by category (Chapter 5).
-
-    One untimed forward first (oneDNN primitive creation is not part of a steady-state forward).
-    ``autocast_dtype`` (e.g. ``torch.bfloat16``) runs both forwards under CPU autocast; its weight casts
-    then count as "cast/copy". Returns :func:`_group_profile`'s list.
-    """
+    """Profile one eager forward on the CPU after an untimed one (oneDNN primitive creation is not steady
+    state); units grouped by category."""
     def forward():  # autocast entered per forward, as a caller does: its cast cache lives for one block
         with (torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype is not None
               else contextlib.nullcontext()):
@@ -186,14 +146,8 @@ def profile_eager(model, x, autocast_dtype=None) -> list[dict]:
 
 
 def with_rates(frame: pd.DataFrame, macs: int, note: str) -> pd.DataFrame:
-    """The benchmark's frame with achieved GFLOP/s and the share of the matmul rate, and that rate's own rows (Chapter 5).
-
-    ``frame`` rows carry ``precision``, ``median_ms`` (none when the variant was not timed) and their run's
-    ``matmul_<precision>`` columns: a library's matrix-product rate in GFLOP/s measured in the same run (not the
-    machine's ceiling: a variant can exceed it). Each row gets ``gflop_per_s`` (2 x ``macs`` / median time),
-    ``peak_gflop_per_s`` of its precision and ``share_of_matmul_rate``; each run's rates become rows of their
-    own (record ``peak``, variant ``matmul_<precision>``, with ``note``) after that run's variants.
-    """
+    """The benchmark's frame with achieved GFLOP/s and its share of the same run's matmul rate (not the
+    ceiling: a variant can exceed it), plus each run's rates as rows."""
     rates = [c for c in frame if c.startswith("matmul_")]
     frame = frame.assign(gflop_per_s=2 * macs / (frame["median_ms"] * 1e-3) / 1e9,
                          peak_gflop_per_s=frame.apply(lambda row: row.get(f"matmul_{row['precision']}"), axis=1))
@@ -206,12 +160,7 @@ def with_rates(frame: pd.DataFrame, macs: int, note: str) -> pd.DataFrame:
 
 
 def _read_profile(profile_path: str | Path, runs: int = 1):
-    """Per-operator time from an ONNX Runtime profile (Chrome-trace JSON), per run (Chapter 4).
-
-    Uses the ``Node`` events whose names end in ``_kernel_time``; their ``dur`` is in microseconds.
-    Returns a DataFrame with columns op_name, nodes (kernel events per run), total_ms (per run) and
-    share (of the summed kernel time), sorted by time.
-    """
+    """Per-operator time from an ONNX Runtime profile's ``*_kernel_time`` events, per run, sorted by time."""
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise ValueError(f"runs must be a positive integer, got {runs!r}")
     events = json.loads(Path(profile_path).read_text())
@@ -229,10 +178,8 @@ def _read_profile(profile_path: str | Path, runs: int = 1):
 
 def profile_operators(path: str | Path, inputs, *, level="all", threads: int = THREADS, runs: int = 3,
                       workdir: str | Path):
-    """Run the model ``runs`` times (after one untimed run) under the profiler; per-op table (Chapter 4).
-
-    The warm-up run happens in a separate session so the profile holds only the timed runs.
-    """
+    """Per-op table of ``runs`` profiled runs; the warm-up runs in a separate session so the profile holds only
+    timed runs."""
     warm = make_session(path, level=level, threads=threads)
     run_session(warm, inputs)
     del warm
@@ -249,17 +196,9 @@ EXPLAINED_ABOVE_CEILING: dict[str, str] = {}
 
 
 def executed_rates(frame):
-    """Recorded BlurBall rows with the rate of the work each variant really executes, against its ceiling (Chapter 5).
-
-    ``frame``: variant rows of ``results.load("cpu-blurball")`` (``variant``, ``median_ms``, ``macs``,
-    ``dead_macs``, ``precision`` and the fingerprint). Eager executes every MAC, the never-read stage-4 outputs
-    included; every other family (Inductor, ONNX Runtime and the rest) runs a graph from which they are gone,
-    so its rate counts the live MACs only. Adds ``executed_macs``, ``executed_gflop_per_s`` (operations per
-    second for int8), ``ceiling_gflop_per_s`` (:func:`graphbook.measure.probes.precision_ceiling` of the row's own
-    machine in the row's own precision; empty when the file did not record the CPU's identity and clock, or
-    the CPU has no instructions for that precision), ``share_of_ceiling``, ``fp32_ceiling_gflop_per_s`` and
-    ``share_of_fp32_ceiling``.
-    """
+    """Recorded BlurBall rows with the rate of the work each variant really executes, against its ceiling. Eager
+    executes the never-read stage-4 outputs too; every other family runs a graph without them, so its rate counts live
+    MACs only."""
     out = frame.copy()
     eager = out["variant"].map(lambda v: getattr(REGISTRY.get(v), "family", "") == "eager")
     out["executed_macs"] = out["macs"] - out["dead_macs"].where(~eager, 0)
@@ -275,19 +214,14 @@ def executed_rates(frame):
 
 
 def share_of_ceiling(median_ms: float, executed_macs: float, precision: str, env: dict) -> dict:
-    """One timing's rate and its share of the machine's ceiling in that precision (Chapter 4).
-
-    ``executed_macs`` are the multiply-accumulates the timed graph really runs (two operations each);
-    ``precision`` is "fp32", "bf16" or "int8" (:func:`graphbook.measure.probes.precision_ceiling`); ``env`` a
-    fingerprint. Returns ``gflop_per_s``, ``ceiling_gflop_per_s`` and ``share`` (None without a ceiling).
-    """
+    """One timing's rate from the MACs the graph really runs, and its share of the ceiling (None without one)."""
     rate = 2 * executed_macs / (median_ms * 1e-3) / 1e9
     ceiling = precision_ceiling(env, precision)["gflop_per_s"]
     return {"gflop_per_s": rate, "ceiling_gflop_per_s": ceiling, "share": rate / ceiling if ceiling else None}
 
 
 def above_ceiling(frame):
-    """The FP32 rows of :func:`executed_rates` faster than their machine's ceiling, less the explained ones (Chapter 5)."""
+    """The FP32 rows of :func:`executed_rates` faster than their machine's ceiling, less the explained ones."""
     rated = executed_rates(frame) if "share_of_ceiling" not in frame.columns else frame
     fp32 = rated["precision"].astype(str).eq("fp32") if "precision" in rated.columns else True
     over = rated[fp32 & (rated["share_of_ceiling"].astype(float) > 1.0)]

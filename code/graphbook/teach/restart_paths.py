@@ -1,54 +1,6 @@
-"""Restart paths side by side: how long a fresh process takes to its first correct output (Chapter 6).
-
-Introduced in Chapter 6 (and used by Chapter 7's server). A server that restarts pays whatever its
-model needs before the first answer. Each path below is measured in **fresh processes** (at least 3),
-from the moment the parent launches the child to the moment the child holds the first output; the
-parent then checks that output against eager FP32 with :func:`graphbook.runtimes.correctness.compare_to_reference`
-(a fast wrong answer is not a restart path):
-
-==========================  =====================================================================
-``eager``                   build BlurBall, load the checkpoint, run it (no compile; the baseline)
-``compile-cold``            ``torch.compile`` with an empty ``TORCHINDUCTOR_CACHE_DIR``
-``compile-warm``            the same, with the cache directory the build run filled
-``compile-artifacts``       an empty cache directory plus ``torch.compiler.load_cache_artifacts``
-``aoti-static``             ``torch._inductor.aoti_load_package`` of a ``.pt2`` exported at batch 1
-``aoti-static-vec-isa-ok``  the same with ``TORCHINDUCTOR_VEC_ISA_OK=1`` (skips the g++ ISA probe)
-``aoti-static-probe-cached`` the same, with an Inductor cache directory that already holds the probe
-                            builds (one untimed load filled it; a container image can ship it)
-``aoti-dynamic``            a ``.pt2`` exported from batch 2 with ``Dim("batch", min=1, max=3)``
-``aoti-dynamic-vec-isa-ok`` the same with ``TORCHINDUCTOR_VEC_ISA_OK=1``
-``aoti-cpp``                the static ``.pt2`` loaded by libtorch's C++ ``AOTIModelPackageLoader``
-                            (``cpp/aoti_load.cpp``, built once with g++): no Python, no probe
-``aoti-cpp-dynamic``        the dynamic ``.pt2`` through the same C++ loader, batches 1, 2, 3
-``ort-raw``                 ONNX Runtime on the exported ``.onnx`` (level ``all``, optimizes at load)
-``ort-optimized-onnx``      the model ONNX Runtime saved after optimizing (level ``disabled``)
-``ort-optimized-ort``       the same in ORT format (FlatBuffers; level ``disabled``)
-``ort-dynamic``             a dynamic-batch ``.onnx`` serving batches 1, 2, 3 from one session
-``openvino``                OpenVINO reads the same ``.onnx`` and compiles it for this CPU (FP32)
-``openvino-cached``         the same with OpenVINO's model cache (``CACHE_DIR``) that one untimed
-                            start filled: the compiled blob is loaded, the ONNX graph is not read
-==========================  =====================================================================
-
-The ONNX Runtime and OpenVINO children never import torch (each row records ``torch_imported``). The one-time
-build of every artifact (export, AOTInductor compile, ORT optimization) also runs in a fresh
-process with its own empty cache directory, so its cost is what a build machine pays.
-
-Why ``TORCHINDUCTOR_VEC_ISA_OK=1`` matters: ``aoti_load_package`` asks Inductor which vector
-instruction set this CPU supports (``torch._inductor.cpu_vec_isa.pick_vec_isa``); to answer, Inductor
-compiles a small C++ file with g++ for each candidate ISA and ``dlopen``s it in a subprocess. The
-package's kernels were compiled when it was built, so the answer only feeds a check; the variable
-tells Inductor to trust the CPU flags instead of compiling the base check. On an AVX-512 CPU the
-sub-feature checks (AVX-512 BF16, VNNI) still compile (``VecAVX512.__bool__`` and
-``VecAVX512VNNI.__bool__`` call ``check_build`` regardless), so the variable removes only part of
-the probe there; the builds land in ``TORCHINDUCTOR_CACHE_DIR`` and are reused when that directory
-persists, which ``aoti-static-probe-cached`` measures. The C++ loader (``aoti-cpp``) is the path
-PyTorch documents for deployment ("Inference in C++" in the AOTInductor docs); it never imports
-Python or Inductor and never probes, so its start is libtorch's shared libraries plus the model.
-
-The child is this module run as ``python -m graphbook.teach.restart_paths --child SPEC_JSON``; it prints one
-line ``GRAPHBOOK_RESULT {...}``. This module imports only the standard library at the top, so an ONNX
-Runtime or OpenVINO child stays free of torch.
-"""
+"""How long a fresh process takes to its first correct output, per restart path (Chapter 6). Each output is
+checked against eager FP32 (a fast wrong answer is not a restart path); the children run
+:mod:`graphbook.compilers.restart_child`, so the ONNX Runtime and OpenVINO ones never import torch."""
 from __future__ import annotations
 
 import json
@@ -94,15 +46,9 @@ LABELS = {"eager": "eager (no compile)", "compile-cold": "torch.compile, cold",
 
 @dataclass(frozen=True)
 class RestartPath:
-    """One way to get a model running in a new process (Introduced in Chapter 6).
-
-    ``runtime``: ``eager``, ``compile``, ``aoti`` (Python loader), ``aoti-cpp`` (C++ loader), ``ort`` or
-    ``openvino``.
-    ``artifact``: the build output it loads (a key of :func:`_build_artifacts`' result, or None). ``cache``: for ``compile``, which Inductor cache
-    directory the child gets (``empty``, ``warm`` or ``artifacts``). ``env``: extra environment
-    variables. ``batch_sizes``: called in order; the first one's output is "the first output".
-    ``tied_to``: what must match between the machine that built the artifact and the one loading it.
-    """
+    """One way to get a model running in a new process. ``artifact`` keys :func:`_build_artifacts`' result; ``cache`` is
+    the Inductor cache a ``compile`` child gets (``empty``, ``warm`` or ``artifacts``); ``tied_to`` is what must match
+    between the building and the loading machine."""
 
     name: str
     runtime: str
@@ -125,6 +71,8 @@ PATHS: tuple[RestartPath, ...] = (
                 tied_to=f"{_TORCH}, CPU vector ISA; the artifacts hold C++ source, so g++ compiles again"),
     RestartPath("aoti-static", "aoti", "aoti-static",
                 tied_to="torch version (package ABI), CPU vector ISA the kernels were compiled for, batch 1"),
+    # aoti_load_package builds a small C++ file per candidate vector ISA only to answer a check: VEC_ISA_OK skips the
+    # base check, but on AVX-512 the sub-feature checks still build, into the cache the probe-cached path keeps.
     RestartPath("aoti-static-vec-isa-ok", "aoti", "aoti-static", env={"TORCHINDUCTOR_VEC_ISA_OK": "1"},
                 tied_to="as aoti-static; the env var skips the g++ ISA probe, so no compiler is needed"),
     RestartPath("aoti-static-probe-cached", "aoti", "aoti-static", cache="probe",
@@ -157,16 +105,13 @@ PATH_NAMES = tuple(p.name for p in PATHS)
 
 
 def _path_by_name(name: str) -> RestartPath:
-    """The :class:`RestartPath` called ``name`` (ValueError listing the names otherwise; Chapter 6)."""
     for p in PATHS:
         if p.name == name:
             return p
     raise ValueError(f"unknown restart path {name!r}; choose from {', '.join(PATH_NAMES)}")
 
 
-# --------------------------------------------------------------------------------------------------
-# Children (fresh processes)
-# --------------------------------------------------------------------------------------------------
+# -- Children (fresh processes) --
 
 
 def _run_child(spec: dict, env_extra: dict | None = None, *, cache_dir=None, timeout: float = 1800.0) -> dict:
@@ -205,22 +150,17 @@ def _run_cpp_child(spec: dict, loader, *, timeout: float = 1800.0) -> dict:
     return _start_child(cmd, env, spec["name"], "C++ loader", timeout)
 
 
-# --------------------------------------------------------------------------------------------------
-# Parent: reference, builds, fresh-process loads
-# --------------------------------------------------------------------------------------------------
+# -- Parent: reference, builds, fresh-process loads --
 def _file_bytes(path: Path) -> int:
-    """Size of an artifact on disk: a file plus its ``.data`` sibling (ONNX external weights; Chapter 6)."""
+    """Size of an artifact on disk: a file plus its ``.data`` sibling (ONNX external weights)."""
     path = Path(path)
     data = path.with_name(path.name + ".data")
     return sum(p.stat().st_size for p in (path, data) if p.is_file())
 
 
 def _nchwc_summary(model_path) -> dict:
-    """Operators of a saved ONNX Runtime model by domain: how many are CPU-layout specific (Chapter 6).
-
-    Returns ``nchwc_ops`` (operators in ``com.microsoft.nchwc``: ORT's blocked channel layout, whose block
-    size MLAS picks from the CPU it runs on), ``contrib_ops`` (``com.microsoft``) and ``total_ops``.
-    """
+    """Operators of a saved ORT model by domain: ``nchwc_ops`` are CPU-layout specific (MLAS picks the block
+    size from the CPU it runs on)."""
     counts = op_counts(model_path)
     total = sum(counts.values())
     by_domain: dict[str, int] = {}
@@ -231,7 +171,7 @@ def _nchwc_summary(model_path) -> dict:
 
 
 def _prepare_reference(work: Path, checkpoint, input_hw, batch_sizes=BATCH_SIZES, seed: int = 0) -> dict:
-    """Seeded inputs and eager FP32 outputs per batch size, saved as ``.npy`` in ``work`` (Chapter 6)."""
+    """Seeded inputs and eager FP32 outputs per batch size, saved as ``.npy`` in ``work``."""
     model = build_blurball(checkpoint)
     gen = torch.Generator().manual_seed(seed)
     refs = {}
@@ -245,11 +185,7 @@ def _prepare_reference(work: Path, checkpoint, input_hw, batch_sizes=BATCH_SIZES
 
 def _build_artifacts(work: Path, checkpoint, threads: int = THREADS, timeout: float = 1800.0,
                     which=("onnx", "aoti-static", "aoti-dynamic")) -> dict:
-    """Build every artifact in its own fresh process and empty cache; time and size each (Chapter 6).
-
-    Returns ``{artifact key: {"path", "build_s", "bytes", ...}}`` for ``onnx-raw``, ``onnx-dynamic``,
-    ``onnx-optimized``, ``ort-format``, ``aoti-static`` and ``aoti-dynamic``.
-    """
+    """Build every artifact in its own fresh process and empty cache, so its cost is what a build machine pays."""
     base = {"role": "build", "work": str(work), "checkpoint": str(checkpoint), "threads": threads}
     built = {}
     if "onnx" in which:
@@ -280,12 +216,7 @@ def _build_onnx(base: dict, work: Path, built: dict, timeout: float) -> None:
 
 def _measure_path(path: RestartPath, work: Path, repeat: int, *, checkpoint, artifacts: dict,
                  threads: int = THREADS, steady_runs: int = 5, timeout: float = 1800.0) -> dict:
-    """One fresh-process start of ``path``; returns the child's timings (Chapter 6).
-
-    Compile paths get the cache directory their ``cache`` names: a new empty one per start
-    (``empty``), the one the first cold start filled (``warm``), or a new empty one plus the cache
-    artifacts the first cold start saved (``artifacts``). The first cold start (repeat 0) saves them.
-    """
+    """One fresh-process start of ``path``; the first cold start (repeat 0) saves the cache artifacts."""
     out_dir = work / "outputs" / f"{path.name}-{repeat}"
     spec = {"role": "load", "name": path.name, "runtime": path.runtime, "level": path.level,
             "batch_sizes": list(path.batch_sizes), "work": str(work), "out_dir": str(out_dir),
@@ -325,14 +256,8 @@ def _order(paths) -> list[RestartPath]:
 def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, threads: int = THREADS,
                       paths=PATH_NAMES, steady_runs: int = 5, workdir=None, timeout: float = 1800.0,
                       progress=None, server_repeats: int = 0, server_rows: list | None = None) -> list[dict]:
-    """Build the artifacts, then start every path in ``repeats`` fresh processes (Chapter 6).
-
-    Starts are interleaved by round (every path once, then again), so a slow phase of a shared
-    machine spreads over all paths instead of hitting one. Every first output is compared with eager
-    FP32 (:func:`graphbook.runtimes.correctness.compare_to_reference`). Returns one row per (path, repeat).
-    With ``server_repeats > 0`` the server is also started from the model and from the artifacts
-    (:func:`graphbook.compilers.compile_cache.server_readiness`) and its rows are appended to the list ``server_rows``.
-    """
+    """Build the artifacts, then start every path in ``repeats`` fresh processes, one row per start. Starts are
+    interleaved by round, so a slow phase of a shared machine spreads over all paths."""
     say = progress or (lambda msg: None)
     chosen = [_path_by_name(n) for n in paths]
     ov_ok, ov_why = openvino_available() if any(p.runtime == "openvino" for p in chosen) else (True, "")
@@ -445,14 +370,8 @@ def _dir_bytes(path: Path) -> int:
 
 
 def summarize(frame, baseline: str = "compile-cold"):
-    """One row per path: median and spread of the first correct output, ratio to the cold compile (Chapter 6).
-
-    ``frame`` holds one recorded run (e.g. ``results.latest_run(results.load("restart-paths"))``).
-    Columns: ``path``, ``starts``, ``first_output_median_s``, ``first_output_min_s``,
-    ``first_output_max_s``, ``speedup_vs_cold`` (baseline median / this median), ``speedup_vs_cold_min``
-    (the least favourable pairing: the fastest cold start against this path's slowest),
-    ``steady_median_ms``, ``build_s``, ``artifact_mb``, ``same_output`` (every start), ``tied_to``.
-    """
+    """One row per path of one recorded run: first-output median and spread, ratio to ``baseline``, steady time,
+    sizes. ``speedup_vs_cold_min`` pairs the fastest cold start with this path's slowest."""
     if frame.empty:
         return pd.DataFrame()
     base = frame[frame["path"] == baseline]["first_output_s"]

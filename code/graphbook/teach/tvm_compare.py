@@ -1,21 +1,5 @@
-"""Real TVM as the referee of the book's fusion rules (Chapter 3).
-
-Introduced in Chapter 3. ``graphbook.teach.fusion_rules`` groups BlurBall's ATen graph the way the TVM paper
-describes fusion. This module runs the real thing, Apache TVM's Relax compiler (PyPI ``apache-tvm``, an
-optional dependency: ``requirements-tvm.txt``, x86-64 Linux wheels only), on the same model:
-
-``torch.export`` -> ``tvm.relax.frontend.torch.from_exported_program`` -> ``LegalizeOps`` (every Relax
-operator becomes a TIR function) -> ``AnnotateTIROpPattern`` (each TIR function gets its class:
-injective, broadcast, reduction, out-elementwise-fusable, opaque) -> ``FoldConstant`` -> ``FuseOps``.
-The fused groups are read *before* ``FuseTIR`` merges each into one kernel, so each group's composition
-(the TIR functions it calls) can be counted and set beside the book's groups.
-
-Two pipelines: TVM's default one, and the same with ``DecomposeOpsForInference`` first (as TVM's own
-static-shape pipeline does), which rewrites inference batch norm into element-wise arithmetic.
-
-Everything here returns plain data (lists, dicts, DataFrames); :func:`tvm_status` says whether TVM can
-be used, and why not, so a chapter can branch on it.
-"""
+"""Real TVM (Apache TVM's Relax; optional, x86-64 Linux wheels) as the referee of the book's fusion rules
+(Chapter 3): groups are read after ``FuseOps``, before ``FuseTIR`` merges them, and set beside the book's."""
 from __future__ import annotations
 
 import collections
@@ -40,7 +24,7 @@ def _tvm_installed() -> bool:
 
 
 def tvm_status() -> tuple[bool, str]:
-    """``(True, "apache-tvm X")`` when TVM imports here, else ``(False, why)`` (Chapter 3)."""
+    """``(True, "apache-tvm X")`` when TVM imports here, else ``(False, why)``."""
     if not _tvm_installed():
         return False, ("apache-tvm is not installed (optional: pip install -r requirements-tvm.txt; wheels "
                        "exist for x86-64 Linux only)")
@@ -60,7 +44,7 @@ def _require_tvm():
 
 @dataclass(frozen=True)
 class TVMGroup:
-    """One kernel TVM's FuseOps planned: its name and the TIR functions it calls, in order (Chapter 3)."""
+    """One kernel TVM's FuseOps planned: its name and the TIR functions it calls, in order."""
 
     name: str
     ops: tuple[str, ...]
@@ -71,12 +55,8 @@ class TVMGroup:
 
 
 def relax_module(model: torch.nn.Module, example: torch.Tensor, program=None):
-    """BlurBall (or any model) as a Relax IRModule: ``torch.export`` then TVM's PyTorch frontend (Chapter 3).
-
-    Parameters become constants (``keep_params_as_input=False``), so ``FoldConstant`` can work on them,
-    as it would when compiling for deployment. Nodes whose results never reach the output are dropped
-    by the frontend.
-    """
+    """A model as a Relax IRModule via ``torch.export``; parameters become constants so ``FoldConstant`` can
+    work on them, as when compiling for deployment."""
     _require_tvm()
     from tvm.relax.frontend.torch import from_exported_program
 
@@ -92,7 +72,7 @@ def _tir_name(gvar_name: str) -> str:
 
 
 def fuse(mod, decompose_bn: bool = False):
-    """The IRModule after TVM's fusion planning (``FuseOps``, before ``FuseTIR``) (Chapter 3)."""
+    """The IRModule after TVM's fusion planning (``FuseOps``, before ``FuseTIR``)."""
     _require_tvm()
     import tvm
     from tvm import relax
@@ -121,8 +101,7 @@ def _call_tir_callees(expr) -> list[str]:
 
 
 def fused_groups(mod) -> list[TVMGroup]:
-    """The kernels ``main`` launches after FuseOps: a fused function (several TIR calls) or one TIR call
-    (Chapter 3)."""
+    """The kernels ``main`` launches after FuseOps: a fused function or one TIR call."""
     from tvm import relax
 
     groups = []
@@ -144,7 +123,7 @@ def fused_groups(mod) -> list[TVMGroup]:
 
 
 def op_patterns(mod) -> dict[str, str]:
-    """TIR function -> the pattern class ``AnnotateTIROpPattern`` gave it (Chapter 3)."""
+    """TIR function -> the pattern class ``AnnotateTIROpPattern`` gave it."""
     from tvm import tirx as tir  # noqa: F401  (tvm 0.27 names it tirx)
 
     names = {0: "elementwise", 1: "broadcast", 2: "injective", 3: "comm_reduce", 4: "out_elemwise_fusable",
@@ -159,8 +138,7 @@ def op_patterns(mod) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------ the book's side
 def _book_groups(model: torch.nn.Module, example: torch.Tensor, program=None) -> tuple[list, list]:
-    """The book's fusion groups of ``model``, split into ``(live, dead)``: a dead group's nodes never reach
-    the output (BlurBall's unused stage-4 outputs), so a compiler drops it (Chapter 3)."""
+    """The book's fusion groups as ``(live, dead)``: a dead group never reaches the output, so a compiler drops it."""
     if program is None:
         gm = fr.capture_aten_graph(model, (example,))
     else:
@@ -202,7 +180,7 @@ def _count(groups_ops: Sequence[Sequence[str]]) -> collections.Counter:
 
 @dataclass
 class Comparison:
-    """The book's groups and TVM's, counted and explained (Chapter 3)."""
+    """The book's groups and TVM's, counted and explained."""
 
     book_live: int
     book_dead: int
@@ -219,12 +197,8 @@ class Comparison:
 
 
 def compare(height: int = 32, width: int = 64, model: torch.nn.Module | None = None) -> Comparison:
-    """BlurBall through the book's rules and through TVM's two pipelines, side by side (Chapter 3).
-
-    The group structure does not depend on the input size, so a small input keeps it fast (about
-    half a minute on two cores, most of it ``torch.export``). Raises ``RuntimeError`` (with the reason)
-    when TVM is not available: check :func:`tvm_status` first.
-    """
+    """BlurBall through the book's rules and TVM's two pipelines (with and without BN decomposed), side by side. Group
+    structure does not depend on input size, so a small input keeps it fast. RuntimeError without TVM."""
     _require_tvm()
 
     model = model if model is not None else blurball.build_blurball()
