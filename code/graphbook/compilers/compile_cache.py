@@ -220,9 +220,7 @@ if __name__ == "__main__":
     sys.exit(answer_as_child(sys.argv[1:], "graphbook.compilers.compile_cache", RESULT_MARKER, _child_main))
 
 
-# --------------------------------------------------------------------------------------------------
-# Time to ready of the book's server in a fresh process (Chapter 7's readiness table)
-# --------------------------------------------------------------------------------------------------
+# ---- Time to ready of the book's server in a fresh process (Chapter 7's readiness table)
 def _time_server_to_ready(server_args: list[str], *, threads: int = THREADS, env_extra: dict | None = None,
                          cache_dir=None, timeout: float = 600.0, error: type[Exception] = CompileCacheError) -> float:
     """Start ``code/serve_blurball.py`` on a free port with ``server_args``; seconds from launch to READY

@@ -9,6 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
 import torch
 from torch._inductor.utils import fresh_inductor_cache
 
@@ -113,9 +114,6 @@ def _variant_name(config: dict) -> str:
     return name + ("+cudnn_benchmark" if config.get("cudnn_benchmark") else "")
 
 
-device_slug = gp.device_slug
-kernel_category = gp.kernel_category
-union_length = gp.union_length
 summarize_kernels = gp.summarize_kernels
 
 
@@ -165,36 +163,20 @@ def failed_variants(rows: list[dict]) -> list[str]:
 
 def write_results(rows: list[dict], env: dict, results_dir: Path | None, device_name: str) -> Path:
     """Write rows to a new ``gpu-blurball-<device>-<date>[-N].csv``; never an existing file (Chapter 5)."""
-    return results.write_run(KIND, rows, env, results_dir=results_dir, tag=device_slug(device_name))
+    return results.write_run(KIND, rows, env, results_dir=results_dir, tag=gp.device_slug(device_name))
 
 
 def format_table(rows: list[dict]) -> str:
-    """Text table of the variant rows and the profile rows (Chapter 5)."""
-    lines = [f"{'variant':42s} {'median ms':>9s} {'x same':>7s} {'x fp32':>7s} {'1st s':>7s} {'2nd s':>7s} "
-             f"{'max|diff|':>9s} {'peaks':>5s}"]
-    fmt = lambda v, spec: format(v, spec) if v != "" and v is not None else " " * len(format(0.0, spec))
-    for r in rows:
-        if r["record"] == "variant":
-            peaks = "" if r["same_peaks"] == "" else ("same" if r["same_peaks"] else "DIFF")
-            lines.append(f"{r['variant']:42s} {fmt(r['median_ms'], '9.2f')} "
-                         f"{fmt(r['speedup_vs_eager_same_precision'], '7.2f')} "
-                         f"{fmt(r['speedup_vs_eager'], '7.2f')} {fmt(r['compile_s'], '7.2f')} "
-                         f"{fmt(r['second_call_s'], '7.2f')} "
-                         f"{fmt(r['max_abs_diff'], '9.1e')} {peaks:>5s} {r['note']}")
-    profile_rows = [r for r in rows if r["record"] == "profile"]
-    if profile_rows:
-        lines.append("")
-        lines.append(f"{'profiled variant':42s} {'category':12s} {'kernels':>7s} {'ms':>7s} {'share':>6s} "
-                     f"{'total':>6s} {'active ms':>9s} {'wall ms':>8s}")
-        for r in profile_rows:
-            lines.append(f"{r['variant']:42s} {r['category']:12s} {r['kernels']:7d} {r['kernel_ms']:7.2f} "
-                         f"{r['share']:6.1%} {r['total_kernels']:6d} {r['active_gpu_ms']:9.2f} {r['wall_ms']:8.2f}")
-    return "\n".join(lines)
+    """Text table of the variant rows, then of the profile rows (Chapter 5)."""
+    frame = pd.DataFrame(rows).replace("", None).infer_objects()
+    shown = ["variant", "median_ms", "speedup_vs_eager_same_precision", "speedup_vs_eager", "compile_s",
+             "second_call_s", "max_abs_diff", "same_peaks", "note"]
+    tables = [frame.loc[frame.record == kind, columns] for kind, columns in
+              (("variant", shown), ("profile", ["variant"] + PROFILE_COLUMNS))]
+    return "\n\n".join(t.to_string(index=False, na_rep="", float_format="{:.3g}".format) for t in tables if len(t))
 
 
-# --------------------------------------------------------------------------------------------------
-# The measurement (CUDA, or the CPU in --smoke)
-# --------------------------------------------------------------------------------------------------
+# ---- The measurement (CUDA, or the CPU in --smoke)
 
 def _autocast(precision: str, device: str):
     if precision == "fp16":

@@ -37,9 +37,7 @@ def device_slug(name: str) -> str:
     return slug or "unknown-gpu"
 
 
-# --------------------------------------------------------------------------------------------------
-# Profiles
-# --------------------------------------------------------------------------------------------------
+# ---- Profiles
 
 def _matches(name: str, words: Sequence[str]) -> bool:
     return any(word in name for word in words)
@@ -117,9 +115,7 @@ def profile_call(call: Callable[[], object], device: str = "cuda") -> list[dict]
     return summarize_kernels(_kernels_from_events(prof.events(), device), wall_ms)
 
 
-# --------------------------------------------------------------------------------------------------
-# First calls, streams, enqueues, autotune
-# --------------------------------------------------------------------------------------------------
+# ---- First calls, streams, enqueues, autotune
 
 def uses_cuda_graphs(mode: str) -> bool:
     """True for the ``torch.compile`` modes that record CUDA graphs (Chapter 5)."""
@@ -173,9 +169,7 @@ def autotune_verdict(device_index: int = 0) -> dict:
     return {"sm_count": sms, "inductor_is_big_gpu": verdict}
 
 
-# --------------------------------------------------------------------------------------------------
-# Child processes (cuDNN benchmark rows)
-# --------------------------------------------------------------------------------------------------
+# ---- Child processes (cuDNN benchmark rows)
 
 CHILD_TAG = "GRAPHBOOK_CHILD_ROWS "
 
@@ -196,9 +190,7 @@ def run_child(argv: Sequence[str], *, timeout: float = 900, env: dict | None = N
     return rows
 
 
-# --------------------------------------------------------------------------------------------------
-# The smoke run's stand-in model
-# --------------------------------------------------------------------------------------------------
+# ---- The smoke run's stand-in model
 
 def smoke_model(frames_in: int = 3, frames_out: int = 3, width: int = 8, seed: int = 0):
     """A tiny BlurBall-shaped network for the GPU scripts' ``--smoke`` runs on a CPU (Chapter 5)."""

@@ -77,17 +77,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-device_slug = gp.device_slug
-
-
-# --------------------------------------------------------------------------------------------------
-# TensorRT
-# --------------------------------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------------------------------
-# ONNX Runtime
-# --------------------------------------------------------------------------------------------------
+# ---- ONNX Runtime
 
 def _ort_stream_options(stream, device_id: int = 0) -> dict:
     """Provider options that put an ONNX Runtime GPU provider on ``stream`` (a dedicated one) (Chapter 4)."""
@@ -117,9 +107,7 @@ def _engine_cache_state(cache_dir: Path) -> str:
     return "loaded from a cache" if existing else "built (empty per-run cache folder)"
 
 
-# --------------------------------------------------------------------------------------------------
-# The run
-# --------------------------------------------------------------------------------------------------
+# ---- The run
 
 def _blank_row(variant: str, smoke: bool) -> dict:
     """A row of :data:`COLUMNS` for ``variant``, every measurement empty (Chapter 4)."""
@@ -142,7 +130,7 @@ def _finish_rows(rows: list[dict]) -> list[dict]:
 
 def write_results(rows: list[dict], env: dict, results_dir: Path | None, device_name: str) -> Path:
     """Write rows to a new ``gpu-tensorrt-<device>-<date>[-N].csv``; never an existing file (Chapter 4)."""
-    return results.write_run(KIND, rows, env, results_dir=results_dir, tag=device_slug(device_name))
+    return results.write_run(KIND, rows, env, results_dir=results_dir, tag=gp.device_slug(device_name))
 
 
 def failed_variants(rows: list[dict]) -> list[str]:

@@ -51,11 +51,6 @@ class BrowserAssetsError(RuntimeError):
     """The browser page's files are missing or do not match their manifest (Chapter 4)."""
 
 
-def _size_key(height: int, width: int) -> str:
-    """``"96x160"`` for a height and width (Chapter 4)."""
-    return f"{int(height)}x{int(width)}"
-
-
 def _parse_sizes(text: str | Iterable[str]) -> tuple[str, ...]:
     """Validated size keys from ``"96x160,288x512"`` or a list; ValueError names the known ones (Chapter 4)."""
     keys = [k.strip() for k in (text.split(",") if isinstance(text, str) else text)]
@@ -193,9 +188,7 @@ def publish(dest: str | Path, assets_dir: str | Path = ASSETS_DIR, *, webgpu: bo
     return copied
 
 
-# --------------------------------------------------------------------------------------------------
-# Native ONNX Runtime on the same files
-# --------------------------------------------------------------------------------------------------
+# ---- Native ONNX Runtime on the same files
 
 def time_native(model_path: str | Path, clip: np.ndarray, *, level: str = "all", threads: int = 1,
                 warmup: int = 2, repeats: int = 10) -> dict:

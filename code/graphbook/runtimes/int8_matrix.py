@@ -38,9 +38,7 @@ FP32_NAME = "fp32"
 MAX_ABS_DIFF = "max_abs_diff"
 
 
-# --------------------------------------------------------------------------------------------------
-# Scoring and timing
-# --------------------------------------------------------------------------------------------------
+# ---- Scoring and timing
 
 def clip_inputs(clips) -> list[np.ndarray]:
     """One normalised ``(1, 9, H, W)`` float32 input per clip (ImageNet normalisation, as in training;
@@ -61,9 +59,7 @@ def _score_outputs(logits: Sequence[np.ndarray], clips, reference: Sequence[np.n
     return {**summary, MAX_ABS_DIFF: diff}
 
 
-# --------------------------------------------------------------------------------------------------
-# The matrix
-# --------------------------------------------------------------------------------------------------
+# ---- The matrix
 
 @dataclass
 class MatrixRun:
@@ -141,9 +137,7 @@ def run_matrix(fp32_path: str | Path, configs: Sequence[Int8Config], calibration
     return run
 
 
-# --------------------------------------------------------------------------------------------------
-# Which tensors quantize worst (onnxruntime.quantization.qdq_loss_debug)
-# --------------------------------------------------------------------------------------------------
+# ---- Which tensors quantize worst (onnxruntime.quantization.qdq_loss_debug)
 
 def _sqnr_db(reference, candidate) -> float:
     """Signal-to-quantization-noise ratio in dB (``qdq_loss_debug``'s), NaN when the reference is all zero."""

@@ -49,9 +49,7 @@ class OnnxExportError(ValueError):
     """A model or an argument that the book's export helper refuses, with the reason (Chapter 4)."""
 
 
-# --------------------------------------------------------------------------------------------------
-# Export
-# --------------------------------------------------------------------------------------------------
+# ---- Export
 
 def _modules_in_training_mode(model) -> list[str]:
     """Names of the submodules of ``model`` that are in training mode (Chapter 4). ``""`` is the root."""
@@ -144,14 +142,10 @@ def onnx_files(path: str | Path) -> list[Path]:
     return [p for p in (path, data_file) if p.exists()]
 
 
-# --------------------------------------------------------------------------------------------------
-# Loading, sessions, providers
-# --------------------------------------------------------------------------------------------------
+# ---- Loading, sessions, providers
 
 
-# --------------------------------------------------------------------------------------------------
-# Graph inspection
-# --------------------------------------------------------------------------------------------------
+# ---- Graph inspection
 
 def _graph(model_or_path):
     if isinstance(model_or_path, (str, Path)):

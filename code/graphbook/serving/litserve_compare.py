@@ -223,9 +223,7 @@ def compare(onnx_path: Path, input_hw, *, levels, runs: int = 3, threads: int = 
     return rows
 
 
-# --------------------------------------------------------------------------------------------------
-# Reading a recording back: the chapter's table and sentences
-# --------------------------------------------------------------------------------------------------
+# ---- Reading a recording back: the chapter's table and sentences
 LABELS = {"book": "the book's server", "litserve": "LitServe"}
 
 

@@ -48,9 +48,7 @@ def predict(url: str, array: np.ndarray, timeout: float = 120.0) -> tuple[int, d
     return request(url.rstrip("/") + "/predict", "POST", body, headers, timeout=timeout)
 
 
-# --------------------------------------------------------------------------------------------------
-# A bounded loopback load test
-# --------------------------------------------------------------------------------------------------
+# ---- A bounded loopback load test
 MAX_LOAD_REQUESTS = 10_000
 MAX_LOAD_SECONDS = 600.0
 
