@@ -5,14 +5,10 @@ import sys
 import pandas as pd
 import pytest
 
-from graphbook import paths
 from graphbook.compilers import aoti_cpp
 from graphbook.config import BATCH_SIZES, SAME_OUTPUT_ATOL
-from graphbook.paths import TRAINED_CHECKPOINT
 from graphbook.record import results
 from graphbook.teach import restart_paths
-
-SCRIPT = paths.script("bench_restart_paths.py")
 
 
 def test_path_registry_names_are_unique_and_say_what_they_are_tied_to():
@@ -52,30 +48,66 @@ def test_module_cli_without_child_flag_exits_2():
     assert proc.returncode == 2 and "usage" in proc.stderr
 
 
-@pytest.mark.slow
-def test_onnx_runtime_paths_are_correct_and_never_import_torch(tmp_path):
-    rows = restart_paths.run_restart_paths(TRAINED_CHECKPOINT, input_hw=(32, 64), repeats=1, threads=1,
-                                           paths=("eager", "ort-raw", "ort-optimized-ort", "ort-dynamic"),
-                                           steady_runs=1, workdir=tmp_path)
-    by_path = {r["path"]: r for r in rows}
-    assert set(by_path) == {"eager", "ort-raw", "ort-optimized-ort", "ort-dynamic"}
-    for name, row in by_path.items():
-        assert row[results.SAME_OUTPUT] and row["first_output_s"] > 0, name
-        assert row["torch_imported"] is (name == "eager")
-    assert by_path["ort-dynamic"]["batch_sizes"] == ",".join(map(str, BATCH_SIZES))
-    assert by_path["ort-optimized-ort"]["nchwc_ops"] >= 0 and by_path["ort-raw"]["artifact_bytes"] > 1e6
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory, script):
+    """One small run of bench_restart_paths.py (its main(argv) here; every path starts its own processes) over
+    the ONNX Runtime, OpenVINO and C++ loader paths: ``(paths frame, serving-ready frame, workdir)``. One run
+    exports BlurBall once for all of them."""
+    root = tmp_path_factory.mktemp("restart")
+    chosen = ["eager", "ort-raw", "ort-optimized-ort", "ort-dynamic", "openvino", "openvino-cached", "aoti-cpp-dynamic"]
+    assert script("bench_restart_paths.py").main([
+        "--paths", ",".join(chosen), "--height", "32", "--width", "64", "--repeats", "1", "--steady-runs", "1",
+        "--threads", "1", "--server-repeats", "1", "--workdir", str(root / "work"),
+        "--results-dir", str(root / "results")]) == 0
+    frame = results.load(restart_paths.KIND, root / "results")
+    return frame.set_index("path"), results.load("serving-ready", root / "results"), root / "work"
 
 
 @pytest.mark.slow
-def test_openvino_paths_are_correct_never_import_torch_and_the_cache_is_used(tmp_path):
+def test_onnx_runtime_paths_are_correct_and_never_import_torch(bench_run):
+    by_path = bench_run[0]
+    for name in ("eager", "ort-raw", "ort-optimized-ort", "ort-dynamic"):
+        assert by_path.loc[name, results.SAME_OUTPUT] and by_path.loc[name, "first_output_s"] > 0, name
+        assert bool(by_path.loc[name, "torch_imported"]) is (name == "eager")
+    assert by_path.loc["ort-dynamic", "batch_sizes"] == ",".join(map(str, BATCH_SIZES))
+    assert by_path.loc["ort-optimized-ort", "nchwc_ops"] >= 0 and by_path.loc["ort-raw", "artifact_bytes"] > 1e6
+
+
+@pytest.mark.slow
+def test_openvino_paths_are_correct_never_import_torch_and_the_cache_is_used(bench_run):
     pytest.importorskip("openvino")
-    rows = restart_paths.run_restart_paths(TRAINED_CHECKPOINT, input_hw=(32, 64), repeats=1, threads=1,
-                                           paths=("openvino", "openvino-cached"), steady_runs=1, workdir=tmp_path)
-    by_path = {r["path"]: r for r in rows}
-    assert set(by_path) == {"openvino", "openvino-cached"}
-    for name, row in by_path.items():
+    by_path, _, work = bench_run
+    for name in ("openvino", "openvino-cached"):
+        row = by_path.loc[name]
         assert row[results.SAME_OUTPUT] and row["first_output_s"] > 0 and not row["torch_imported"], name
-    assert any((tmp_path / "caches" / "openvino").iterdir()), "OpenVINO wrote nothing to its model cache"
+    assert any((work / "caches" / "openvino").iterdir()), "OpenVINO wrote nothing to its model cache"
+
+
+@pytest.mark.slow
+def test_bench_script_writes_one_restart_paths_file_and_the_server_starts(bench_run):
+    by_path, servers, _ = bench_run
+    assert len(set(by_path[results.SOURCE_FILE])) == 1 and by_path[results.SAME_OUTPUT].all()
+    # the eager path brings the eager server start, the .pt2 built for the C++ loader two more; without
+    # compile-cold no compiling server is started
+    assert set(servers["server"]) == {"eager", "onnxruntime .onnx (dynamic batch)", "onnxruntime .ort (optimized, batch 1)",
+                                      "aoti .pt2 (dynamic batch)", "aoti .pt2 (dynamic batch), TORCHINDUCTOR_VEC_ISA_OK=1"}
+    assert (servers["time_to_ready_s"] > 0).all()
+
+
+@pytest.mark.slow
+def test_cpp_loader_runs_the_package_without_python_and_matches_eager(bench_run):
+    # The dynamic package through the C++ loader: the loader, batches 1-3 and the match with eager in one
+    # AOTInductor compile (the static package is the same loader on a batch-1 export).
+    by_path, _, work = bench_run
+    row = by_path.loc["aoti-cpp-dynamic"]
+    assert row["batch_sizes"] == ",".join(map(str, BATCH_SIZES))
+    assert row[results.SAME_OUTPUT] and row[results.MAX_ABS_DIFF] < SAME_OUTPUT_ATOL
+    assert row["import_s"] == 0.0 and 0 < row["first_output_s"] <= row["ready_s"]
+    # the build cost of the C++ path includes compiling the loader once
+    assert row["build_s"] > 0
+    # the package is machine code for one instruction set: it holds vector instructions of some width
+    vector = aoti_cpp.package_vector_instructions(work / "aoti-dynamic.pt2")
+    assert vector is None or vector["zmm"] + vector["ymm"] + vector["xmm"] > 0
 
 
 def test_openvino_paths_are_skipped_where_openvino_is_absent(tmp_path, monkeypatch):
@@ -85,22 +117,6 @@ def test_openvino_paths_are_skipped_where_openvino_is_absent(tmp_path, monkeypat
     with pytest.raises(ValueError, match="repeats"):
         restart_paths.run_restart_paths("x.pt", paths=("openvino",), repeats=0, workdir=tmp_path, progress=said.append)
     assert said == ["skipping the OpenVINO paths: no wheel here"]
-
-
-@pytest.mark.slow
-def test_bench_script_writes_one_restart_paths_file(tmp_path):
-    out = tmp_path / "results"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--paths", "eager,ort-raw", "--height", "32", "--width", "64",
-                           "--repeats", "1", "--steady-runs", "1", "--threads", "1", "--server-repeats", "1",
-                           "--results-dir", str(out)],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    frame = results.load(restart_paths.KIND, out)
-    assert sorted(frame["path"]) == ["eager", "ort-raw"] and frame[results.SAME_OUTPUT].all()
-    servers = results.load("serving-ready", out)
-    # the eager path brings the eager server start; without compile-cold no compiling server is started
-    assert set(servers["server"]) == {"eager", "onnxruntime .onnx (dynamic batch)", "onnxruntime .ort (optimized, batch 1)"}
-    assert (servers["time_to_ready_s"] > 0).all()
 
 
 def test_cpp_loader_command_uses_the_wheels_headers_libraries_and_abi():
@@ -119,28 +135,11 @@ def test_cpp_loader_without_gplusplus_is_a_clear_error(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_cpp_loader_runs_the_package_without_python_and_matches_eager(tmp_path):
-    # The dynamic package through the C++ loader: the loader, batches 1-3 and the match with eager in one
-    # AOTInductor compile (the static package is the same loader on a batch-1 export).
-    rows = restart_paths.run_restart_paths(TRAINED_CHECKPOINT, input_hw=(32, 64), repeats=1, threads=1,
-                                           paths=("aoti-cpp-dynamic",), steady_runs=1, workdir=tmp_path)
-    (row,) = rows
-    assert row["path"] == "aoti-cpp-dynamic" and row["batch_sizes"] == ",".join(map(str, BATCH_SIZES))
-    assert row[results.SAME_OUTPUT] and row[results.MAX_ABS_DIFF] < SAME_OUTPUT_ATOL
-    assert row["import_s"] == 0.0 and 0 < row["first_output_s"] <= row["ready_s"]
-    # the build cost of the C++ path includes compiling the loader once
-    assert row["build_s"] > 0
-    # the package is machine code for one instruction set: it holds vector instructions of some width
-    vector = aoti_cpp.package_vector_instructions(tmp_path / "aoti-dynamic.pt2")
-    assert vector is None or vector["zmm"] + vector["ymm"] + vector["xmm"] > 0
-
-
-@pytest.mark.slow
-def test_cpp_loader_refuses_bad_arguments_with_exit_2(tmp_path):
-    built = aoti_cpp.build_cpp_loader(tmp_path)
-    proc = subprocess.run([str(built["path"])], capture_output=True, text=True, timeout=60)
+def test_cpp_loader_refuses_bad_arguments_with_exit_2(bench_run, tmp_path):
+    loader = bench_run[2] / "aoti_load"  # the loader the aoti-cpp path built
+    proc = subprocess.run([str(loader)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "usage" in proc.stderr
-    proc = subprocess.run([str(built["path"]), str(tmp_path / "missing.pt2"), str(tmp_path), str(tmp_path), "0", "1", "1",
+    proc = subprocess.run([str(loader), str(tmp_path / "missing.pt2"), str(tmp_path), str(tmp_path), "0", "1", "1",
                            "1"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stderr.startswith("aoti_load: ") and "Traceback" not in proc.stderr
 
