@@ -15,7 +15,3 @@ THREADS = 2
 #: logits, scaled by the reference's magnitude when that exceeds 1 (BlurBall's logits are below 1). Reordered
 #: FP32 additions stay orders of magnitude below it; a miscompile or a lower precision does not.
 SAME_OUTPUT_ATOL = 1e-3
-#: A fold done in float64 and cast back matches conv + BN to float32 rounding, relative to the output's size.
-FOLD_RTOL = 1e-5
-#: Element-wise code that only reorders float32 operations on one value (a fused loop) is equal to this.
-ROUNDING_TOL = 1e-6

@@ -11,7 +11,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CODE_DIR = REPO_ROOT / "code"
 DATA_DIR = REPO_ROOT / "data"
 SEED_DIR = DATA_DIR / "seed"
-PAPERS_DIR = DATA_DIR / "papers"
 CHECKPOINT_DIR = DATA_DIR / "checkpoints"
 #: BlurBall trained on the synthetic clips by ``code/train_blurball.py`` (committed with the book).
 TRAINED_CHECKPOINT = CHECKPOINT_DIR / "blurball_synthetic.pt"

@@ -20,12 +20,8 @@ from graphbook.record import results
 def _output_paths(out_dir: Path, name: str) -> dict[str, Path]:
     """Checkpoint, log and provenance paths under ``name``, ``name-2``...: a second run never overwrites the first."""
     suffixes = {"checkpoint": ".pt", "log": ".log.csv", "provenance": ".provenance.json"}
-    for k in range(1, 10_000):
-        stem = name if k == 1 else f"{name}-{k}"
-        paths = {key: out_dir / f"{stem}{suffix}" for key, suffix in suffixes.items()}
-        if not any(p.exists() for p in paths.values()):
-            return paths
-    raise FileExistsError(f"no free output name for {name!r} in {out_dir}")
+    stem = results._unique_path(out_dir, name, *suffixes.values()).name.removesuffix(".pt")
+    return {key: out_dir / f"{stem}{suffix}" for key, suffix in suffixes.items()}
 
 
 def _line_loss(logits, target, kind: str = "weighted-mse", pos_weight: float = 20.0):

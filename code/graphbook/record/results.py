@@ -37,7 +37,6 @@ BALL_FRAMES = "ball_frames"        #: held-out frames decoded
 BALL_SHIFT_PX = "ball_max_shift_px"  #: largest shift of the decoded ball from eager FP32's, in pixels
 EXPECTED_TO_MATCH = "expected_to_match_eager"  #: bool, from graphbook.runtimes.variants
 SPEEDUP_VS_EAGER = "speedup_vs_eager"  #: eager FP32 median / this median (same threads, same run)
-SPEEDUP_VS_EAGER_SAME_PRECISION = "speedup_vs_eager_same_precision"  #: vs eager at this row's precision
 COMPILE_S = "compile_s"            #: seconds to build the variant: compile (or export + session,
                                    #: or engine build) including the first call
 
@@ -105,9 +104,7 @@ def kind(name: str) -> Kind:
 
 
 def _results_dir(results_dir) -> Path:
-    if results_dir is None:
-        return Path(paths.RESULTS_DIR)
-    return Path(results_dir)
+    return Path(paths.RESULTS_DIR if results_dir is None else results_dir)
 
 
 def files(kind_name: str, results_dir: str | Path | None = None) -> list[Path]:
@@ -143,9 +140,7 @@ def write_run(kind_name: str, rows: Iterable[dict] | pd.DataFrame, env: dict | N
     if tag and not _TAG_RE.match(tag):
         raise ValueError(f"tag must be letters, digits, '.', '_' or single '-' between them, got {tag!r}")
     frame = _framed(rows, env, "write_run")
-    day = _dt.datetime.now(_dt.timezone.utc).date().isoformat()
-    if env and env.get(DATE):
-        day = str(env[DATE])[:10]
+    day = str(env[DATE])[:10] if env and env.get(DATE) else _dt.datetime.now(_dt.timezone.utc).date().isoformat()
     stem = "-".join([k.prefix] + ([tag] if tag else []) + [day])
     path = _unique_path(_results_dir(results_dir), stem)
     if not k.matches(path.name):  # checked before the file exists: a bad name leaves no orphan behind
@@ -208,20 +203,21 @@ def append_rows(path: str | Path, rows: Iterable[dict], env: dict | None = None)
     return path
 
 
-def _unique_path(directory: str | Path, stem: str, suffix: str = ".csv") -> Path:
-    """``directory/stem.csv``, else ``stem-2``, ``stem-3``...: reserved by convention only (one writer at a time)."""
+def _unique_path(directory: str | Path, stem: str, suffix: str = ".csv", *also: str) -> Path:
+    """``directory/stem.csv``, else ``stem-2``, ``stem-3``... (the first free of ``suffix`` and every ``also``
+    suffix): reserved by convention only (one writer at a time)."""
     if not stem or "/" in stem or "\\" in stem:
         raise ValueError(f"stem must be a plain file name without slashes, got {stem!r}")
-    if suffix and not suffix.startswith("."):
-        suffix = "." + suffix
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    candidate = directory / f"{stem}{suffix}"
-    counter = 2
-    while candidate.exists():
-        candidate = directory / f"{stem}-{counter}{suffix}"
+
+    def named(counter: int, suffix: str) -> Path:
+        return directory / (f"{stem}{suffix}" if counter == 1 else f"{stem}-{counter}{suffix}")
+
+    counter = 1
+    while any(named(counter, s).exists() for s in (suffix, *also)):
         counter += 1
-    return candidate
+    return named(counter, suffix)
 
 
 # -- Reading --
@@ -285,8 +281,7 @@ def latest_run(frame):
     ``...-2.csv`` sorts before ``...-3.csv`` but also after a later day's first file."""
     if frame.empty:
         return frame
-    table = runs(frame)
-    newest = table[RUN_ID].iloc[-1]
+    newest = runs(frame)[RUN_ID].iloc[-1]
     return frame[frame[RUN_ID] == newest].reset_index(drop=True)
 
 
