@@ -16,7 +16,7 @@ EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_RESOURCE_ABSENT = 0, 1, 2, 3
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose error is one line on stderr (no usage block), exit status 2."""
 
-    def error(self, message):  # noqa: D401 - argparse API
+    def error(self, message):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 

@@ -114,7 +114,7 @@ def side_by_side(kind: str, results_dir=None):
         quiet = per_run[~per_run.flagged.astype(bool)]["value"]
         rows.append({runs.MACHINE: keys[0], **dict(zip(found.by, keys[1:])),
                      "median": float(quiet.median()) if len(quiet) else float("nan"),
-                     "quiet_runs": int(len(quiet)), "flagged_runs": int(per_run.flagged.astype(bool).sum()),
+                     "quiet_runs": len(quiet), "flagged_runs": int(per_run.flagged.astype(bool).sum()),
                      "values": [float(v) for v in per_run["value"]], "flags": [bool(f) for f in per_run.flagged]})
     out = pd.DataFrame(rows, columns=columns)
     if found.groups:
@@ -123,17 +123,21 @@ def side_by_side(kind: str, results_dir=None):
     return out
 
 
-def plot_side_by_side(kind: str, results_dir=None, ax=None, *, where: dict | None = None):
-    """Bars per machine, a dot per quiet run and a cross per flagged one; None when nothing is recorded."""
-    found = measure(kind)
+def _side_by_side_where(kind: str, results_dir, where: dict | None):
     table = side_by_side(kind, results_dir)
     for column, wanted in (where or {}).items():
         table = table[table[column] == wanted]
+    return table
+
+
+def plot_side_by_side(kind: str, results_dir=None, ax=None, *, where: dict | None = None):
+    """Bars per machine, a dot per quiet run and a cross per flagged one; None when nothing is recorded."""
+    found, table = measure(kind), _side_by_side_where(kind, results_dir, where)
     if not len(table):
         return None
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 0.35 * len(table) + 1.5))
-    label_of = lambda row: " / ".join(str(row[c]) for c in found.by if c not in (where or {}))  # noqa: E731
+    label_of = lambda row: " / ".join(str(row[c]) for c in found.by if c not in (where or {}))
     groups = list(dict.fromkeys(label_of(r) for _, r in table.iterrows()))
     machines = list(dict.fromkeys(table[runs.MACHINE]))
     height = 0.8 / len(machines)
@@ -156,10 +160,7 @@ def plot_side_by_side(kind: str, results_dir=None, ax=None, *, where: dict | Non
 
 def compare_sentence(kind: str, group: str | None, results_dir=None, *, where: dict | None = None) -> str:
     """One sentence, from the data, on how the machines compare for one group (a value of the first ``by``)."""
-    found = measure(kind)
-    table = side_by_side(kind, results_dir)
-    for column, wanted in (where or {}).items():
-        table = table[table[column] == wanted]
+    found, table = measure(kind), _side_by_side_where(kind, results_dir, where)
     if not len(table):
         return f"No run of this kind is recorded yet (`{results.kind(kind).script}` records it)."
     machines_n = table[runs.MACHINE].nunique()

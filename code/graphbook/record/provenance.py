@@ -13,11 +13,6 @@ from graphbook.paths import REPO_ROOT
 GLUE_MIME_PREFIX = "application/papermill.record/"
 
 
-def _notebook_paths(root: Path = REPO_ROOT) -> list[Path]:
-    """The chapter notebooks in reading order (appendix pages excluded)."""
-    return sorted((root / "chapters").glob("*.ipynb"))
-
-
 def _load(path: Path) -> dict:
     try:
         return json.loads(Path(path).read_text())
@@ -67,7 +62,7 @@ def _machine(record: dict) -> str:
 def chapter_table(root: Path = REPO_ROOT):
     """One row per chapter: title, when and where it last ran, how long, cells, GPU part."""
     rows = []
-    for path in _notebook_paths(root):
+    for path in sorted((root / "chapters").glob("*.ipynb")):  # reading order; appendix pages excluded
         rec = _execution_record(path) or {}
         glued = _glued_values(path)
         gpu = glued.get("gpu_status", "no GPU part").strip("'\"")

@@ -75,14 +75,11 @@ def machine_label(fingerprint: Mapping, columns: Sequence[str] = MACHINE_COLUMNS
     if "cpu_isa" in values:
         isa = values.pop("cpu_isa")
         parts.append("ISA unrecorded" if isa == UNRECORDED else isa)
-    if "torch_isa" in values:
-        torch_isa = values.pop("torch_isa")
-        if torch_isa != UNRECORDED:
-            parts.append(f"torch {torch_isa}")
-    if "isa_caps" in values:
-        caps = values.pop("isa_caps")
-        if caps != UNRECORDED:  # "" (nothing capped) and older files read the same: no cap
-            parts.append(f"capped {caps}")
+    # an unrecorded torch ISA or cap is left out: "" (nothing capped) and older files read the same, no cap
+    for key, prefix in (("torch_isa", "torch"), ("isa_caps", "capped")):
+        if values.get(key, UNRECORDED) != UNRECORDED:
+            parts.append(f"{prefix} {values[key]}")
+        values.pop(key, None)
     if "threads" in values:
         threads = values.pop("threads")
         parts.append(f"{threads} thread{'s' if threads != '1' else ''}")
@@ -98,6 +95,11 @@ def add_machine(frame, columns: Sequence[str] = MACHINE_COLUMNS):
     records = out[present].to_dict("records") if present else [{} for _ in range(len(out))]
     out[MACHINE] = [machine_label(row, columns) for row in records]
     return out
+
+
+def _here_label(here: Mapping | str | None) -> str:
+    """The machine label of ``here``: a label, a fingerprint, or None for this machine."""
+    return here if isinstance(here, str) else machine_label(fingerprint() if here is None else here)
 
 
 class MixedMachines(ValueError):
@@ -125,20 +127,16 @@ def _check_columns(frame, *names) -> None:
         raise ValueError(f"the frame has no column(s) {missing}; it has {list(frame.columns)}")
 
 
-def _per_run(frame, by: Sequence[str], value: str, run: str):
-    """One value per (machine, *by, run): the median of that run's rows."""
-    framed = frame if MACHINE in frame.columns else add_machine(frame)
-    _check_columns(framed, value, run, *by)
-    data = framed.dropna(subset=[value])
-    return data.groupby([MACHINE, *by, run], dropna=False, sort=False)[value].median().reset_index()
-
-
 def summarize_runs(frame, by: Sequence[str] | str = ("variant",), value: str = "median_ms", *,
                    run: str = "run_id"):
     """Per machine and ``by`` group: runs, median across runs, min, max, spread and the per-run values. A group with
     fewer than :data:`MIN_RUNS` runs is kept but has ``enough_runs`` False."""
     by = [by] if isinstance(by, str) else list(by)
-    per_run = _per_run(frame, by, value, run)
+    framed = frame if MACHINE in frame.columns else add_machine(frame)
+    _check_columns(framed, value, run, *by)
+    # one value per (machine, *by, run): the median of that run's rows
+    per_run = framed.dropna(subset=[value]).groupby([MACHINE, *by, run], dropna=False, sort=False)[value] \
+        .median().reset_index()
     rows = []
     for keys, group in per_run.groupby([MACHINE, *by], dropna=False, sort=False):
         keys = keys if isinstance(keys, tuple) else (keys,)
@@ -206,9 +204,7 @@ def flag_under_load(frame, *, value: str = "median_ms", variant: str = "variant"
 def deciding_machine(frame, *, here: Mapping | str | None = None, run: str = "run_id") -> str | None:
     """The machine a chapter quotes: the reference machine with :data:`MIN_RUNS` quiet runs, else ``here``
     with as many, else the one with the most quiet runs; None when no run is quiet."""
-    if here is None:
-        here = fingerprint()
-    label = here if isinstance(here, str) else machine_label(here)
+    label = _here_label(here)
     data = add_machine(frame) if MACHINE not in frame.columns else frame
     _check_columns(data, run)
     quiet = data[~data[UNDER_LOAD].astype(bool)] if UNDER_LOAD in data.columns else data
@@ -225,15 +221,8 @@ def deciding_machine(frame, *, here: Mapping | str | None = None, run: str = "ru
 
 def _passed(frame, variant: str, correct: str) -> dict:
     """variant -> True when every recorded row of it passed its correctness check."""
-    verdicts = {}
-    for name, values in frame.groupby(variant, sort=False)[correct]:
-        flags = [v for v in values if not _blank(v)]
-        verdicts[name] = bool(flags) and all(bool(v) and str(v) != "False" for v in flags)
-    return verdicts
-
-
-def _per_run_pivot(frame, variant: str, value: str, run: str):
-    return frame.pivot_table(index=run, columns=variant, values=value, aggfunc="median")
+    flags = {name: [v for v in values if not _blank(v)] for name, values in frame.groupby(variant, sort=False)[correct]}
+    return {name: bool(f) and all(bool(v) and str(v) != "False" for v in f) for name, f in flags.items()}
 
 
 def choose_best(frame, *, value: str = "median_ms", variant: str = "variant", correct: str = "same_output",
@@ -262,7 +251,8 @@ def choose_best(frame, *, value: str = "median_ms", variant: str = "variant", co
             row.update(best=best[variant], best_median=float(best["median"]), runs=int(best["runs"]))
         if len(summary) > 1:
             second = summary.iloc[1]
-            pivot = _per_run_pivot(group, variant, value, run)[[row["best"], second[variant]]].dropna()
+            pivot = group.pivot_table(index=run, columns=variant, values=value, aggfunc="median")
+            pivot = pivot[[row["best"], second[variant]]].dropna()
             ahead = (pivot.iloc[:, 0] < pivot.iloc[:, 1]) if lower_is_better else (pivot.iloc[:, 0] > pivot.iloc[:, 1])
             margin = (second["median"] / best["median"]) if lower_is_better else (best["median"] / second["median"])
             row.update(runner_up=second[variant], runner_up_median=float(second["median"]), margin=float(margin),
@@ -284,7 +274,7 @@ def paired_ratios(frame, a: str, b: str, *, value: str = "median_ms", variant: s
     data = add_machine(frame) if MACHINE not in frame.columns else frame
     found = {}
     for machine, group in data.groupby(MACHINE, sort=False):
-        pivot = _per_run_pivot(group, variant, value, run)
+        pivot = group.pivot_table(index=run, columns=variant, values=value, aggfunc="median")
         if a not in pivot.columns or b not in pivot.columns:
             continue
         pair = pivot[[a, b]].dropna()
@@ -316,9 +306,7 @@ def phrase_comparison(frame, a: str, b: str, *, here: Mapping | str | None = Non
                       variant: str = "variant", run: str = "run_id", lower_is_better: bool = True) -> str:
     """A sentence, generated from the data, comparing ``a`` with ``b`` on this machine and the others. When the runs
     disagree on the order, the sentence says so instead of ranking."""
-    if here is None:
-        here = fingerprint()
-    label = here if isinstance(here, str) else machine_label(here)
+    label = _here_label(here)
     data = add_machine(frame) if MACHINE not in frame.columns else frame
     ratios = paired_ratios(data, a, b, value=value, variant=variant, run=run, lower_is_better=lower_is_better)
 
