@@ -29,8 +29,7 @@ def set_threads(threads: int) -> int:
 
 def cpu_model(cpuinfo_text: str | None = None) -> str:
     """The CPU's name on any architecture (cpuinfo, ARM implementer/part, sysctl...), never an exception."""
-    text = _read_cpuinfo() if cpuinfo_text is None else cpuinfo_text
-    fields = _cpuinfo_fields(text)
+    fields = _cpuinfo_fields(cpuinfo_text)
     for key in ("model name", "model", "hardware"):
         value = fields.get(key, "")
         if value and not value.isdigit():  # x86 also has a numeric "model" line
@@ -95,25 +94,18 @@ def _cache_kib(sysfs_root: Path) -> dict:
             size = (index / "size").read_text().strip().upper()
         except OSError:
             continue
-        factor = {"K": 1, "M": 1024, "G": 1024 * 1024}.get(size[-1:], None)
-        value = _int_or_none(size[:-1]) if factor else _int_or_none(size)
-        if value is None:
-            continue
-        kib = value * (factor or 1)
-        if level == "1" and kind == "Data":
-            sizes["cpu_l1d_kib"] = kib
-        elif level == "2":
-            sizes["cpu_l2_kib"] = kib
-        elif level == "3":
-            sizes["cpu_l3_kib"] = kib
+        factor = {"K": 1, "M": 1024, "G": 1024 * 1024}.get(size[-1:])
+        value = _int_or_none(size[:-1] if factor else size)
+        key = "cpu_l1d_kib" if (level, kind) == ("1", "Data") else {"2": "cpu_l2_kib", "3": "cpu_l3_kib"}.get(level)
+        if value is not None and key:
+            sizes[key] = value * (factor or 1)
     return sizes
 
 
 def cpu_identity(cpuinfo_text: str | None = None, cache_root: str | Path | None = None) -> dict:
     """Vendor, family, model, stepping, microarchitecture and cache sizes; None where unreadable. "AMD EPYC" names CPUs
     whose speed differs by 2x (Zen 4 and Zen 5), so the name alone identifies no machine."""
-    text = _read_cpuinfo() if cpuinfo_text is None else cpuinfo_text
-    fields = _cpuinfo_fields(text)
+    fields = _cpuinfo_fields(cpuinfo_text)
     if "vendor_id" in fields:
         vendor = fields["vendor_id"]
         family, model = _int_or_none(fields.get("cpu family")), _int_or_none(fields.get("model"))
@@ -136,15 +128,13 @@ def cpu_identity(cpuinfo_text: str | None = None, cache_root: str | Path | None 
             "cpu_microarch": arch, **_cache_kib(root)}
 
 
-def _read_cpuinfo() -> str:
-    try:
-        return Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return ""
-
-
-def _cpuinfo_fields(text: str) -> dict[str, str]:
-    """First value of each ``key : value`` line, keys lower-cased."""
+def _cpuinfo_fields(text: str | None) -> dict[str, str]:
+    """First value of each ``key : value`` line of ``text`` (None: this machine's /proc/cpuinfo), keys lower-cased."""
+    if text is None:
+        try:
+            text = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            text = ""
     fields: dict[str, str] = {}
     for line in text.splitlines():
         if ":" in line:
@@ -201,8 +191,7 @@ def cpu_features(cpuinfo_text: str | None = None, machine: str | None = None, *,
             result["arch"] = arch
         values = {feature: feature in have for feature in names}
     else:
-        text = _read_cpuinfo() if cpuinfo_text is None else cpuinfo_text
-        fields = _cpuinfo_fields(text)
+        fields = _cpuinfo_fields(cpuinfo_text)
         flag_line = fields.get("flags") or fields.get("features")
         if flag_line is not None and names:
             flags = set(flag_line.split())
@@ -335,20 +324,15 @@ def _gpu_info() -> dict:
     return info
 
 
-def _clock():
-    ghz = measured_clock_ghz()
-    return round(ghz, 2) if ghz is not None else None
-
-
 def fingerprint(threads: int | None = None) -> dict:
     """Everything a measurement needs to be compared later: date, commit, CPU and clock, ISAs, threads, versions."""
-    features = cpu_features()
+    features, ghz = cpu_features(), measured_clock_ghz()
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(),
         "cpu_model": cpu_model(),
         **cpu_identity(),
-        "cpu_ghz": _clock(),
+        "cpu_ghz": round(ghz, 2) if ghz is not None else None,
         "cpu_isa": features["isa"],
         "torch_isa": features["torch_isa"],
         "isa_caps": _isa_caps_label(),

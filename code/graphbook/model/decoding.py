@@ -9,8 +9,6 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 
-
-
 def normalize_angle(angle_deg: float) -> float:
     """Map an undirected line angle to ``[-90, 90)`` degrees."""
     return float((angle_deg + 90.0) % 180.0 - 90.0)

@@ -103,7 +103,7 @@ def _rng(seed_or_rng) -> np.random.Generator:
 # -- Backgrounds --
 def _value_noise(rng: np.random.Generator, height: int, width: int, cell: float) -> np.ndarray:
     """Smooth noise in [-1, 1]: random values on a grid of ``cell`` px, bilinearly interpolated."""
-    gh, gw = int(math.ceil(height / cell)) + 2, int(math.ceil(width / cell)) + 2
+    gh, gw = math.ceil(height / cell) + 2, math.ceil(width / cell) + 2
     grid = rng.uniform(-1.0, 1.0, size=(gh, gw)).astype(np.float32)
     ys = np.arange(height, dtype=np.float32) / cell + rng.uniform(0, 1)
     xs = np.arange(width, dtype=np.float32) / cell + rng.uniform(0, 1)
@@ -208,15 +208,15 @@ def _render_ball(img: np.ndarray, label: BallLabel, colour=(0.97, 0.97, 0.95), *
     height, width = out.shape[:2]
     (xa, ya), (xb, yb) = label.endpoints()
     reach = label.radius + 1.5
-    j0, j1 = max(int(math.floor(min(xa, xb) - reach)), 0), min(int(math.ceil(max(xa, xb) + reach)) + 1, width)
-    i0, i1 = max(int(math.floor(min(ya, yb) - reach)), 0), min(int(math.ceil(max(ya, yb) + reach)) + 1, height)
+    j0, j1 = max(math.floor(min(xa, xb) - reach), 0), min(math.ceil(max(xa, xb) + reach) + 1, width)
+    i0, i1 = max(math.floor(min(ya, yb) - reach), 0), min(math.ceil(max(ya, yb) + reach) + 1, height)
     if j0 >= j1 or i0 >= i1:
         return out
     offsets = (np.arange(supersample, dtype=np.float32) + 0.5) / supersample - 0.5
     sy = (np.arange(i0, i1, dtype=np.float32)[:, None] + offsets[None, :]).reshape(-1)
     sx = (np.arange(j0, j1, dtype=np.float32)[:, None] + offsets[None, :]).reshape(-1)
     syy, sxx = np.meshgrid(sy, sx, indexing="ij")
-    steps = max(int(math.ceil(2 * label.half_length / 0.25)) + 1, 1)
+    steps = max(math.ceil(2 * label.half_length / 0.25) + 1, 1)
     ts = np.linspace(0.0, 1.0, steps, dtype=np.float32) if steps > 1 else np.array([0.5], np.float32)
     coverage = np.zeros_like(sxx)
     shade = np.zeros_like(sxx)
@@ -250,8 +250,8 @@ def _line_target(height: int, width: int, label: BallLabel, radius: float = LINE
         return target
     (xa, ya), (xb, yb) = label.endpoints()
     r = disc_radius if label.half_length <= 0 else radius
-    j0, j1 = max(int(math.floor(min(xa, xb) - r)), 0), min(int(math.ceil(max(xa, xb) + r)) + 1, width)
-    i0, i1 = max(int(math.floor(min(ya, yb) - r)), 0), min(int(math.ceil(max(ya, yb) + r)) + 1, height)
+    j0, j1 = max(math.floor(min(xa, xb) - r), 0), min(math.ceil(max(xa, xb) + r) + 1, width)
+    i0, i1 = max(math.floor(min(ya, yb) - r), 0), min(math.ceil(max(ya, yb) + r) + 1, height)
     if j0 >= j1 or i0 >= i1:
         return target
     yy, xx = np.mgrid[i0:i1, j0:j1].astype(np.float32)
