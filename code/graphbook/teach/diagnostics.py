@@ -192,26 +192,19 @@ def _detect_cond(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return result, y.max()
 
 
-def _breaks_only(fn):
-    """``fn`` with its outputs reduced to the result tensor, for explain/timing."""
-    def wrapped(x):
-        out = fn(x)
-        return out[0] if isinstance(out, tuple) else out
-    return wrapped
-
-
 def graph_break_comparison(size: int = 4096, repeats: int = 50, warmup: int = 5) -> list[dict]:
     """Graphs and breaks from ``explain``, whether ``fullgraph=True`` accepts it, the median time and the result's
     equality, before and after the fix."""
     x = torch.linspace(-1, 1, size)
     sink = io.StringIO()
     expected = _detect_with_breaks(x, sink)
-    variants = {"with breaks (print + if)": lambda t: _detect_with_breaks(t, sink),
+    # every variant returns a tuple whose first item is the result
+    variants = {"with breaks (print + if)": lambda t: (_detect_with_breaks(t, sink),),
                 "fixed: torch.where": _detect_fullgraph,
                 "fixed: torch.cond": _detect_cond}
     rows = []
     for name, fn in variants.items():
-        report = explain(_breaks_only(fn), x)
+        report = explain(lambda t, fn=fn: fn(t)[0], x)
         try:
             torch._dynamo.reset()
             torch.compile(fn, fullgraph=True)(x)
@@ -220,8 +213,7 @@ def graph_break_comparison(size: int = 4096, repeats: int = 50, warmup: int = 5)
             fullgraph = False
         torch._dynamo.reset()
         compiled = torch.compile(fn)
-        out = compiled(x)
-        out = out[0] if isinstance(out, tuple) else out
+        out = compiled(x)[0]
         timing = time_cpu(lambda: compiled(x), warmup=warmup, repeats=repeats, name=name)
         rows.append({"variant": name, "graphs": report.graph_count, "graph_breaks": report.graph_break_count,
                      "fullgraph_compiles": fullgraph, "median_us": timing.median_ms * 1000,
@@ -283,7 +275,7 @@ def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, t
             (out_dir / name).unlink(missing_ok=True)
     _fix_tlparse_pages(out_dir)
     _write_tlparse_provenance(out_dir, height=height, width=width, threads=threads, command=command,
-                              seconds=time.perf_counter() - start, tlparse=_command_version(tool))
+                              seconds=time.perf_counter() - start, tlparse=tlparse_version(tool))
     return out_dir / "index.html"
 
 
@@ -315,16 +307,13 @@ def _fix_tlparse_pages(out_dir: str | Path) -> int:
 TLPARSE_SITE_PATH = "tlparse/index.html"
 
 
-def tlparse_version() -> str:
-    """The installed tlparse's version (``"0.4.3"``), or ``""``."""
-    tool = tlparse_command()
-    return _command_version(tool) if tool else ""
-
-
-def _command_version(command: str) -> str:
-    """What a tool prints for ``--version``, reduced to the version, or ``""``."""
+def tlparse_version(tool: str | None = None) -> str:
+    """The installed tlparse's (or ``tool``'s) version as ``--version`` prints it (``"0.4.3"``), or ``""``."""
+    tool = tool or tlparse_command()
+    if tool is None:
+        return ""
     try:
-        proc = subprocess.run([command, "--version"], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return ""
     words = proc.stdout.split()

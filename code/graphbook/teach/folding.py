@@ -7,8 +7,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import torch
-import torch.fx as fx
-from torch import nn
+from torch import fx, nn
 
 
 class FoldingError(ValueError):

@@ -129,11 +129,8 @@ def op_name(node: torch.fx.Node, root: torch.nn.Module | None = None) -> str:
     elif node.op == "call_function":
         target = node.target
         if isinstance(target, torch._ops.OpOverload):
-            name = target.overloadpacket.__name__
-        elif isinstance(target, torch._ops.OpOverloadPacket):
-            name = target.__name__
-        else:
-            name = getattr(target, "__name__", str(target))
+            target = target.overloadpacket
+        name = getattr(target, "__name__", str(target))
     else:
         raise ValueError(f"node {node.name!r} is a {node.op!r} node, not a computation")
     # In-place variants (relu_, add_) compute the same thing as their functional forms.
@@ -149,18 +146,12 @@ def _overload_name(node: torch.fx.Node) -> str:
 
 def classify_op(name: str, overload: str = "") -> tuple[OpClass, bool, bool]:
     """``(op_class, elementwise, known)`` from the table; unknown names are opaque with ``known=False``."""
-    if name in ("max", "min") and overload in _BINARY_OVERLOADS:
+    if name in ELEMENTWISE_OPS or name in ("max", "min") and overload in _BINARY_OVERLOADS:
         return OpClass.INJECTIVE, True, True
-    if name in ELEMENTWISE_OPS:
-        return OpClass.INJECTIVE, True, True
-    if name in OTHER_INJECTIVE_OPS:
-        return OpClass.INJECTIVE, False, True
-    if name in REDUCTION_OPS:
-        return OpClass.REDUCTION, False, True
-    if name in COMPLEX_OUT_FUSABLE_OPS:
-        return OpClass.COMPLEX_OUT_FUSABLE, False, True
-    if name in OPAQUE_OPS:
-        return OpClass.OPAQUE, False, True
+    for ops, op_class in ((OTHER_INJECTIVE_OPS, OpClass.INJECTIVE), (REDUCTION_OPS, OpClass.REDUCTION),
+                          (COMPLEX_OUT_FUSABLE_OPS, OpClass.COMPLEX_OUT_FUSABLE), (OPAQUE_OPS, OpClass.OPAQUE)):
+        if name in ops:
+            return op_class, False, True
     return OpClass.OPAQUE, False, False
 
 
@@ -338,20 +329,15 @@ def fusion_summary(graph) -> dict:
     """Counts for one graph: compute nodes, nodes per class, unknown ops, groups."""
     infos = classify_graph(graph)
     groups = fuse_groups(graph)
-    summary = {"nodes": len(infos), "groups": len(groups)}
-    for cls in OpClass:
-        summary[cls.value] = sum(1 for i in infos if i.op_class is cls)
-    summary["unknown_ops"] = ", ".join(unknown_ops(graph)) or "-"
-    return summary
+    return {"nodes": len(infos), "groups": len(groups),
+            **{cls.value: sum(i.op_class is cls for i in infos) for cls in OpClass},
+            "unknown_ops": ", ".join(unknown_ops(graph)) or "-"}
 
 
 def groups_table(groups: Iterable[FusionGroup], max_ops: int = 8):
     """One row per group: kind, anchor, size and its ops."""
-    rows = []
-    for g in groups:
-        ops = " -> ".join(g.ops[:max_ops]) + (" ..." if len(g.ops) > max_ops else "")
-        rows.append({"group": g.index, "kind": g.kind.value, "anchor": g.anchor, "nodes": g.size,
-                     "ops": ops})
+    rows = [(g.index, g.kind.value, g.anchor, g.size,
+             " -> ".join(g.ops[:max_ops]) + (" ..." if len(g.ops) > max_ops else "")) for g in groups]
     return pd.DataFrame(rows, columns=["group", "kind", "anchor", "nodes", "ops"])
 
 

@@ -250,7 +250,7 @@ def _apply(program: Program, reductions: Sequence[Reduction]) -> Program:
     nodes = {n.name: n for n in program.nodes}
     order = [n.name for n in program.nodes]
     alias: dict[str, str] = {}
-    resolve = lambda r: resolve(alias[r]) if r in alias else r   # noqa: E731 -- follows bypass chains
+    resolve = lambda r: resolve(alias[r]) if r in alias else r
     shape_in, channels = tuple(program.input_shape), lambda c: c
     cut, dropped_outputs = None, set()
     for red in reductions:

@@ -322,9 +322,9 @@ def launch_order(diff: dict, kernel: str):
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for ax, key, title in zip(axes, ("unfused", "fused"), ("fusion off (max_fusion_size=1)", "fusion on (default)")):
         lines = diff[key]
-        position = lambda needle: next((i for i, line in enumerate(lines) if needle in line), None)  # noqa: E731
+        position = lambda needle: next((i for i, line in enumerate(lines) if needle in line), None)
         k_at, ip_at = position(kernel if key == "fused" else "cpp_fused"), position("_convolution_pointwise_.binary(")
-        number = lambda i: "#" + lines[i][1:].split()[0] if i is not None else "?"  # noqa: E731
+        number = lambda i: "#" + lines[i][1:].split()[0] if i is not None else "?"
         events = sorted([(ip_at if ip_at is not None else 0, "in-place oneDNN call:\na += conv(x)  (adds b)", number(ip_at)),
                          (k_at if k_at is not None else 1, "generated kernel:\nrelu(buffer a + c)", number(k_at))])
         late = (k_at or 0) < (ip_at or 0)

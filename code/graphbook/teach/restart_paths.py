@@ -9,6 +9,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -161,13 +162,11 @@ def _file_bytes(path: Path) -> int:
 def _nchwc_summary(model_path) -> dict:
     """Operators of a saved ORT model by domain: ``nchwc_ops`` are CPU-layout specific (MLAS picks the block
     size from the CPU it runs on)."""
-    counts = op_counts(model_path)
-    total = sum(counts.values())
-    by_domain: dict[str, int] = {}
-    for (domain, _op), n in counts.items():
-        by_domain[domain] = by_domain.get(domain, 0) + n
-    return {"nchwc_ops": by_domain.get("com.microsoft.nchwc", 0),
-            "contrib_ops": by_domain.get("com.microsoft", 0), "total_ops": total}
+    by_domain = Counter()
+    for (domain, _op), n in op_counts(model_path).items():
+        by_domain[domain] += n
+    return {"nchwc_ops": by_domain["com.microsoft.nchwc"], "contrib_ops": by_domain["com.microsoft"],
+            "total_ops": by_domain.total()}
 
 
 def _prepare_reference(work: Path, checkpoint, input_hw, batch_sizes=BATCH_SIZES, seed: int = 0) -> dict:
@@ -189,7 +188,17 @@ def _build_artifacts(work: Path, checkpoint, threads: int = THREADS, timeout: fl
     base = {"role": "build", "work": str(work), "checkpoint": str(checkpoint), "threads": threads}
     built = {}
     if "onnx" in which:
-        _build_onnx(base, work, built, timeout)
+        onnx_t = _run_child({**base, "what": "onnx"}, cache_dir=work / "cache-build-onnx", timeout=timeout)
+        export_s = onnx_t["export_s"]
+        for key, file, build_s in (("onnx-raw", "raw.onnx", export_s),
+                                   ("onnx-dynamic", "dynamic.onnx", onnx_t["export_dynamic_s"]),
+                                   ("onnx-optimized", "optimized.onnx", export_s + onnx_t["optimize_onnx_s"]),
+                                   ("ort-format", "optimized.ort", export_s + onnx_t["optimize_ort_s"])):
+            built[key] = {"path": work / file, "build_s": build_s, "bytes": _file_bytes(work / file)}
+        # the ORT-format file holds the same optimized graph (the onnx package cannot read it)
+        layout = _nchwc_summary(built["onnx-optimized"]["path"])
+        built["onnx-optimized"].update(layout)
+        built["ort-format"].update(layout)
     for what in ("aoti-static", "aoti-dynamic"):
         if what not in which:
             continue
@@ -197,21 +206,6 @@ def _build_artifacts(work: Path, checkpoint, threads: int = THREADS, timeout: fl
         built[what] = {"path": work / f"{what}.pt2", "build_s": t["export_s"] + t["compile_s"],
                        "export_s": t["export_s"], "bytes": _file_bytes(work / f"{what}.pt2")}
     return built
-
-
-def _build_onnx(base: dict, work: Path, built: dict, timeout: float) -> None:
-    onnx_t = _run_child({**base, "what": "onnx"}, cache_dir=work / "cache-build-onnx", timeout=timeout)
-    built["onnx-raw"] = {"path": work / "raw.onnx", "build_s": onnx_t["export_s"]}
-    built["onnx-dynamic"] = {"path": work / "dynamic.onnx", "build_s": onnx_t["export_dynamic_s"]}
-    built["onnx-optimized"] = {"path": work / "optimized.onnx",
-                               "build_s": onnx_t["export_s"] + onnx_t["optimize_onnx_s"]}
-    built["ort-format"] = {"path": work / "optimized.ort", "build_s": onnx_t["export_s"] + onnx_t["optimize_ort_s"]}
-    for key in ("onnx-raw", "onnx-dynamic", "onnx-optimized", "ort-format"):
-        built[key]["bytes"] = _file_bytes(built[key]["path"])
-    # the ORT-format file holds the same optimized graph (the onnx package cannot read it)
-    layout = _nchwc_summary(built["onnx-optimized"]["path"])
-    built["onnx-optimized"].update(layout)
-    built["ort-format"].update(layout)
 
 
 def _measure_path(path: RestartPath, work: Path, repeat: int, *, checkpoint, artifacts: dict,
@@ -246,11 +240,6 @@ def _measure_path(path: RestartPath, work: Path, repeat: int, *, checkpoint, art
         result = _run_child(spec, path.env, cache_dir=cache_dir, timeout=timeout)
     result["out_dir"] = str(out_dir)
     return result
-
-
-def _order(paths) -> list[RestartPath]:
-    # compile-cold first (it fills the warm cache and saves the artifacts the others load)
-    return sorted(paths, key=lambda p: 0 if p.name == "compile-cold" else 1)
 
 
 def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, threads: int = THREADS,
@@ -294,7 +283,8 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
                          threads=threads, steady_runs=1, timeout=timeout)
         rows = []
         for repeat in range(repeats):
-            for path in _order(chosen):
+            # compile-cold first (it fills the warm cache and saves the artifacts the others load)
+            for path in sorted(chosen, key=lambda p: p.name != "compile-cold"):
                 res = _measure_path(path, work, repeat, checkpoint=checkpoint, artifacts=artifacts,
                                    threads=threads, steady_runs=steady_runs, timeout=timeout)
                 checks = [correctness.compare_to_reference(np.load(Path(res["out_dir"]) / f"out-b{b}.npy"), refs[b])
@@ -380,7 +370,7 @@ def summarize(frame, baseline: str = "compile-cold"):
         first = group["first_output_s"]
         same = group["same_output"].astype(bool).all()
         rows.append({
-            "path": name, "starts": int(len(group)),
+            "path": name, "starts": len(group),
             "first_output_median_s": float(first.median()), "first_output_min_s": float(first.min()),
             "first_output_max_s": float(first.max()),
             "speedup_vs_cold": float(base.median() / first.median()) if len(base) else float("nan"),

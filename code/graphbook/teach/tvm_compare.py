@@ -30,7 +30,7 @@ def tvm_status() -> tuple[bool, str]:
                        "exist for x86-64 Linux only)")
     try:
         import tvm
-        from tvm.relax.frontend.torch import from_exported_program  # noqa: F401
+        from tvm.relax.frontend.torch import from_exported_program
     except Exception as error:  # a broken install, or a platform without the native library
         return False, f"apache-tvm is installed but does not import: {type(error).__name__}: {error}"
     return True, f"apache-tvm {tvm.__version__}"
@@ -124,7 +124,7 @@ def fused_groups(mod) -> list[TVMGroup]:
 
 def op_patterns(mod) -> dict[str, str]:
     """TIR function -> the pattern class ``AnnotateTIROpPattern`` gave it."""
-    from tvm import tirx as tir  # noqa: F401  (tvm 0.27 names it tirx)
+    from tvm import tirx as tir
 
     names = {0: "elementwise", 1: "broadcast", 2: "injective", 3: "comm_reduce", 4: "out_elemwise_fusable",
              7: "tuple", 8: "opaque"}
