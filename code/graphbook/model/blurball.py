@@ -160,13 +160,7 @@ def _transition(prev: Sequence[int], new: Sequence[int]) -> nn.ModuleList:
 
 
 def _apply_transition(transition: nn.ModuleList, xs: list[torch.Tensor]) -> list[torch.Tensor]:
-    out = []
-    for i, layer in enumerate(transition):
-        if layer is None:
-            out.append(xs[i])
-        else:
-            out.append(layer(xs[i] if i < len(xs) else xs[-1]))
-    return out
+    return [xs[i] if layer is None else layer(xs[i] if i < len(xs) else xs[-1]) for i, layer in enumerate(transition)]
 
 
 # -- The model --
@@ -239,8 +233,10 @@ def build_blurball(weights: str | Path | None = None, *, seed: int = DEFAULT_SEE
         model = cls()
         generator = torch.Generator().manual_seed(seed + 1)
         _randomise_batchnorm(model, generator)
-    if weights is not None:
-        _load_weights(model, weights)
+    if weights is not None:  # strict key and shape checking, with errors that name the keys
+        state = _read_state_dict(weights)
+        _check_state_dict(model, state)
+        model.load_state_dict(state, strict=True)
     return model.eval()
 
 
@@ -280,23 +276,10 @@ def _check_state_dict(model: nn.Module, state: Mapping[str, torch.Tensor]) -> No
     extra = [k for k in state if k not in expected]
     misshapen = [f"{k} {tuple(state[k].shape)} != {tuple(expected[k].shape)}"
                  for k in expected if k in state and state[k].shape != expected[k].shape]
-    problems = []
-    if missing:
-        problems.append(f"{len(missing)} missing key(s): {_first(missing)}")
-    if extra:
-        problems.append(f"{len(extra)} unexpected key(s): {_first(extra)}")
-    if misshapen:
-        problems.append(f"{len(misshapen)} misshapen key(s): {_first(misshapen)}")
+    problems = [f"{len(keys)} {what} key(s): {_first(keys)}"
+                for what, keys in (("missing", missing), ("unexpected", extra), ("misshapen", misshapen)) if keys]
     if problems:
         raise CheckpointError("checkpoint does not match BlurBall: " + "; ".join(problems))
-
-
-def _load_weights(model: nn.Module, path: str | Path) -> nn.Module:
-    """Load a checkpoint into ``model`` with strict key and shape checking; returns it."""
-    state = _read_state_dict(path)
-    _check_state_dict(model, state)
-    model.load_state_dict(state, strict=True)
-    return model
 
 
 def save_weights(model: nn.Module, path: str | Path) -> Path:

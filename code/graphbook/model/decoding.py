@@ -130,11 +130,9 @@ def _decode_heatmap(heatmap, threshold: float = 0.5, *, from_logits: bool = True
     rows, cols, comp = rows[order], cols[order], comp[order]
     starts = np.searchsorted(comp, np.arange(1, count + 1))
     ends = np.append(starts[1:], comp.size)
-    found = []
-    for s, e in zip(starts, ends):
-        ys, xs = rows[s:e].astype(np.float64), cols[s:e].astype(np.float64)
-        found.append(_blob_detection(ys, xs, heat[rows[s:e], cols[s:e]].astype(np.float64)))
-    found.sort(key=lambda d: -d.score)
+    found = sorted((_blob_detection(rows[s:e].astype(np.float64), cols[s:e].astype(np.float64),
+                                    heat[rows[s:e], cols[s:e]].astype(np.float64)) for s, e in zip(starts, ends)),
+                   key=lambda d: -d.score)
     return FrameDecoding(found[0], tuple(found))
 
 

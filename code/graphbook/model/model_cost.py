@@ -2,6 +2,7 @@
 against the machine's ceiling, and to count the dead stage-4 work)."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -12,16 +13,12 @@ from graphbook.model.blurball import DEAD_MODULE_PREFIXES
 
 def module_counts(model: nn.Module) -> dict[str, int]:
     """How many modules of each class, e.g. ``{"Conv2d": 72, ...}``."""
-    counts: dict[str, int] = {}
-    for module in model.modules():
-        name = type(module).__name__
-        counts[name] = counts.get(name, 0) + 1
-    return counts
+    return dict(Counter(type(module).__name__ for module in model.modules()))
 
 
 def parameter_count(model: nn.Module) -> int:
     """Learnable parameters (BN running statistics are buffers, not counted)."""
-    return int(sum(p.numel() for p in model.parameters()))
+    return sum(p.numel() for p in model.parameters())
 
 
 def macs_by_module(model: nn.Module, x: torch.Tensor) -> dict[str, int]:

@@ -15,7 +15,6 @@ from graphbook.model.decoding import normalize_angle
 LINE_TARGET_RADIUS = 2.5
 #: Radius (px) of the disc drawn instead when the ball is not blurred (half-length 0).
 DISC_TARGET_RADIUS = 3.0
-#: The full input size BlurBall runs at (height, width).
 #: Frames per clip (BlurBall's ``frames_in`` and ``frames_out``).
 FRAMES = 3
 #: Seed of the book's held-out clips (:func:`held_out_clips`); training never draws from it.
@@ -110,11 +109,9 @@ def _value_noise(rng: np.random.Generator, height: int, width: int, cell: float)
     y0, x0 = ys.astype(int), xs.astype(int)
     fy, fx = (ys - y0)[:, None], (xs - x0)[None, :]
     fy, fx = fy * fy * (3 - 2 * fy), fx * fx * (3 - 2 * fx)  # smoothstep hides the grid
-    a = grid[y0][:, x0]
-    b = grid[y0][:, x0 + 1]
-    c = grid[y0 + 1][:, x0]
-    d = grid[y0 + 1][:, x0 + 1]
-    return (a * (1 - fx) + b * fx) * (1 - fy) + (c * (1 - fx) + d * fx) * fy
+    top, bottom = grid[y0], grid[y0 + 1]
+    return ((top[:, x0] * (1 - fx) + top[:, x0 + 1] * fx) * (1 - fy)
+            + (bottom[:, x0] * (1 - fx) + bottom[:, x0 + 1] * fx) * fy)
 
 
 def _polygon_mask(xx: np.ndarray, yy: np.ndarray, corners: np.ndarray) -> np.ndarray:
@@ -196,6 +193,14 @@ def _render_background(height: int, width: int, seed=0, clutter: float = 1.0) ->
 
 
 # -- The ball and its target --
+def _streak_box(label: BallLabel, reach: float, height: int, width: int) -> tuple[int, int, int, int] | None:
+    """Rows ``i0:i1`` and columns ``j0:j1`` within ``reach`` px of the streak, clipped to the frame; None if empty."""
+    (xa, ya), (xb, yb) = label.endpoints()
+    j0, j1 = max(math.floor(min(xa, xb) - reach), 0), min(math.ceil(max(xa, xb) + reach) + 1, width)
+    i0, i1 = max(math.floor(min(ya, yb) - reach), 0), min(math.ceil(max(ya, yb) + reach) + 1, height)
+    return (i0, i1, j0, j1) if j0 < j1 and i0 < i1 else None
+
+
 def _render_ball(img: np.ndarray, label: BallLabel, colour=(0.97, 0.97, 0.95), *, supersample: int = 3) -> np.ndarray:
     """A new image with a motion-blurred ball: each pixel is the time average of the shaded disc passing over it."""
     out = np.array(img, dtype=np.float32, copy=True)
@@ -205,13 +210,11 @@ def _render_ball(img: np.ndarray, label: BallLabel, colour=(0.97, 0.97, 0.95), *
         raise ValueError(f"ball radius must be > 0 and half-length >= 0, got {label.radius}, {label.half_length}")
     if supersample < 1:
         raise ValueError(f"supersample must be >= 1, got {supersample}")
-    height, width = out.shape[:2]
     (xa, ya), (xb, yb) = label.endpoints()
-    reach = label.radius + 1.5
-    j0, j1 = max(math.floor(min(xa, xb) - reach), 0), min(math.ceil(max(xa, xb) + reach) + 1, width)
-    i0, i1 = max(math.floor(min(ya, yb) - reach), 0), min(math.ceil(max(ya, yb) + reach) + 1, height)
-    if j0 >= j1 or i0 >= i1:
+    box = _streak_box(label, label.radius + 1.5, *out.shape[:2])
+    if box is None:
         return out
+    i0, i1, j0, j1 = box
     offsets = (np.arange(supersample, dtype=np.float32) + 0.5) / supersample - 0.5
     sy = (np.arange(i0, i1, dtype=np.float32)[:, None] + offsets[None, :]).reshape(-1)
     sx = (np.arange(j0, j1, dtype=np.float32)[:, None] + offsets[None, :]).reshape(-1)
@@ -250,10 +253,10 @@ def _line_target(height: int, width: int, label: BallLabel, radius: float = LINE
         return target
     (xa, ya), (xb, yb) = label.endpoints()
     r = disc_radius if label.half_length <= 0 else radius
-    j0, j1 = max(math.floor(min(xa, xb) - r), 0), min(math.ceil(max(xa, xb) + r) + 1, width)
-    i0, i1 = max(math.floor(min(ya, yb) - r), 0), min(math.ceil(max(ya, yb) + r) + 1, height)
-    if j0 >= j1 or i0 >= i1:
+    box = _streak_box(label, r, height, width)
+    if box is None:
         return target
+    i0, i1, j0, j1 = box
     yy, xx = np.mgrid[i0:i1, j0:j1].astype(np.float32)
     target[i0:i1, j0:j1] = (_segment_distance(xx, yy, xa, ya, xb, yb) <= r).astype(np.float32)
     return target

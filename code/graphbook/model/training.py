@@ -84,8 +84,7 @@ def train(args) -> dict:
     deadline = started + args.minutes * 60.0
     set_threads(args.threads)
     torch.manual_seed(args.seed)
-    paths = _output_paths(args.checkpoint_dir, args.name)
-    args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    paths = _output_paths(args.checkpoint_dir, args.name)  # creates the folder
     env = fingerprint(args.threads)
 
     model = blurball.build_blurball(seed=args.seed, heatmap_only=True)
@@ -139,16 +138,13 @@ def train(args) -> dict:
     model.eval()
     blurball.save_weights(model, paths["checkpoint"])
     final = {}
-    if args.final_val_clips:
-        held_out = synthetic_clips.held_out_clips(args.final_val_clips, args.height, args.width,
-                                                  max_speed=args.max_speed)
-        summary, _ = scoring.evaluate_model(model, held_out, batch_size=args.batch_size)
-        final[f"{args.height}x{args.width}"] = {"clips": args.final_val_clips, **summary}
-    if args.full_eval_clips:
-        full_height, full_width = synthetic_clips.FULL_SIZE
-        held_out = synthetic_clips.held_out_clips(args.full_eval_clips, full_height, full_width)
-        summary, _ = scoring.evaluate_model(model, held_out, batch_size=1)
-        final[f"{full_height}x{full_width}"] = {"clips": args.full_eval_clips, **summary}
+    for clips, (height, width), batch_size, options in (
+            (args.final_val_clips, (args.height, args.width), args.batch_size, {"max_speed": args.max_speed}),
+            (args.full_eval_clips, synthetic_clips.FULL_SIZE, 1, {})):
+        if clips:
+            held_out = synthetic_clips.held_out_clips(clips, height, width, **options)
+            summary, _ = scoring.evaluate_model(model, held_out, batch_size=batch_size)
+            final[f"{height}x{width}"] = {"clips": clips, **summary}
     checkpoint_bytes = paths["checkpoint"].stat().st_size
     record = {
         "checkpoint": paths["checkpoint"].name, "log": paths["log"].name,
