@@ -31,10 +31,6 @@ class TimingResult:
         return asdict(self)
 
 
-def _timer(fn: Callable[[], object]) -> benchmark.Timer:
-    return benchmark.Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-
-
 def _result(seconds: Sequence[float], warmup: int) -> TimingResult:
     ms = np.asarray(seconds) * 1e3
     q1, median, q3 = np.percentile(ms, [25, 50, 75])
@@ -52,7 +48,8 @@ def interleaved(calls: Mapping[str, Callable[[], object]], *, warmup: int = 2,
                 repeats: int = 10) -> dict[str, TimingResult]:
     """Several functions timed in turn, A, B, C, A, B, C..., ``repeats`` rounds. Taking turns makes every function see
     the same background load, so their ratios hold while absolute times drift."""
-    timers = {name: _timer(fn) for name, fn in calls.items()}
+    timers = {name: benchmark.Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+              for name, fn in calls.items()}
     for timer in timers.values():
         timer.timeit(max(warmup, 1))
     seconds: dict[str, list[float]] = {name: [] for name in calls}
@@ -105,7 +102,7 @@ def repeated_runs(calls: Mapping[str, Callable[[], object]], *, runs: int = 3, w
     return rows
 
 
-def _copy_gbps(nbytes: int) -> float:
+def _copy_gbps(nbytes: int) -> float:  # the module-level name: repeated_runs has a parameter named probes
     return probes.copy_bandwidth(nbytes=nbytes, repeats=5)["gb_per_s"]
 
 

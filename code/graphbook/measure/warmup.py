@@ -2,7 +2,6 @@
 the request path; the cure is to call every size before serving, then prove traffic compiles nothing."""
 from __future__ import annotations
 
-import contextlib
 import random
 import time
 
@@ -114,26 +113,19 @@ def warm_up(compiled, input_chw, batch_sizes=BATCH_SIZES, *, calls_per_size: int
     return seconds
 
 
-@contextlib.contextmanager
-def _no_recompiles():
-    """Inside this block a recompilation raises ``RuntimeError``: the proof that warm-up covered every shape.
-    ``set_stance`` is process-wide, so use it in a single-threaded check; a server's worker runs its model with
-    ``torch._dynamo.run`` instead, which never compiles."""
-    with torch.compiler.set_stance("fail_on_recompile"):
-        yield
-
-
 def serve_random_sequence(compiled, input_chw, batch_sizes=BATCH_SIZES, *, requests: int = 20,
                           seed: int = 0) -> dict:
-    """Serve ``requests`` calls of random batch sizes under :func:`_no_recompiles`; ``new_graphs`` is 0 after a
-    complete warm-up."""
+    """Serve ``requests`` calls of random batch sizes where a recompilation raises ``RuntimeError``: the proof that
+    warm-up covered every shape (``new_graphs`` is 0 after a complete one)."""
     sizes = _check_sizes(batch_sizes)
     if requests < 1:
         raise ValueError(f"requests must be >= 1, got {requests}")
     rng = random.Random(seed)
     sequence = [rng.choice(sizes) for _ in range(requests)]
     before = graphs_compiled()
-    with _no_recompiles(), torch.no_grad():
+    # set_stance is process-wide, so this is a single-threaded check; a server's worker runs its model with
+    # torch._dynamo.run instead, which never compiles
+    with torch.compiler.set_stance("fail_on_recompile"), torch.no_grad():
         for b in sequence:
             compiled(torch.randn(b, *input_chw))
     return {"requests": len(sequence), "sizes_seen": sorted(set(sequence)),
