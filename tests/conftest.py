@@ -140,3 +140,20 @@ def script():
             spec.loader.exec_module(loaded[name])
         return loaded[name]
     return load
+
+
+@pytest.fixture
+def run_main(script, capsys):
+    """``run_main("bench_x.py", *argv)``: the script's ``main(argv)`` in this process, as ``(exit status, stdout,
+    stderr)``. A script pins torch's thread count for its process: the test process gets its own back."""
+    def run(name: str, *argv):
+        import torch
+
+        threads = torch.get_num_threads()
+        try:
+            code = script(name).main([str(a) for a in argv])
+        finally:
+            torch.set_num_threads(threads)
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run

@@ -1,11 +1,7 @@
 """code/bench_litserve.py and graphbook.serving.litserve_compare: the book's server beside LitServe (Chapter 7)."""
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
-from graphbook import paths
 from graphbook.record import results
 from graphbook.serving import litserve_compare
 
@@ -27,12 +23,11 @@ def test_every_operator_feature_is_described_for_both_servers():
 
 
 @pytest.mark.slow
-def test_three_alternating_runs_of_both_servers_are_recorded(tmp_path):
-    proc = subprocess.run([sys.executable, str(paths.script("bench_litserve.py")), "--model", "tiny", "--height", "16", "--width", "24",
-                           "--concurrency", "1,3", "--requests", "6", "--overload-clients", "6", "--max-queue", "3",
-                           "--threads", "1", "--results-dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+def test_three_alternating_runs_of_both_servers_are_recorded(tmp_path, run_main):
+    code, _, err = run_main("bench_litserve.py", "--model", "tiny", "--height", "16", "--width", "24",
+                            "--concurrency", "1,3", "--requests", "6", "--overload-clients", "6", "--max-queue", "3",
+                            "--threads", "1", "--results-dir", tmp_path)
+    assert code == 0, err[-2000:]
     frame = results.load("litserve-compare", tmp_path)
     assert sorted(frame["server"].unique()) == ["book", "litserve"] and sorted(frame["run"].unique()) == [1, 2, 3]
     assert len(frame) == 2 * 3 * 3 and (frame["errors"] == 0).all()

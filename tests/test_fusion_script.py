@@ -1,7 +1,5 @@
 """Tests of graphbook.teach.fusion_demo (the demo's measurements) and of code/03_fusion.py, its command line."""
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -17,11 +15,6 @@ SCRIPT = paths.script("03_fusion.py")
 @pytest.fixture(scope="module")
 def fusion():
     return fusion_demo
-
-
-def _run(*args, timeout=300, cwd=None):
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
 
 
 def test_script_defaults_agree_with_the_module():
@@ -88,13 +81,14 @@ def test_measure_runs_times_both_parts_in_the_run_protocol(fusion):
 
 
 @pytest.mark.slow
-def test_tiny_end_to_end_run(tmp_path):
+def test_tiny_end_to_end_run(tmp_path, run_main, monkeypatch):
     results_dir = tmp_path / "results"
     args = ["--size", "4096", "--repeats", "3", "--feature-map", "4", "16", "16", "--report-dir", str(tmp_path),
             "--results-dir", str(results_dir), "--no-compile", "--no-allocator"]
+    monkeypatch.chdir(tmp_path)
     for _ in range(2):  # a re-run adds a record, never rewrites one
-        proc = _run(*args, cwd=tmp_path)  # from any folder: graphbook is installed, not found beside the script
-        assert proc.returncode == 0, proc.stderr
+        code, _, err = run_main("03_fusion.py", *args)
+        assert code == 0, err
     report = (tmp_path / "03_fusion.out.txt").read_text()
     assert "# environment" in report and "torch: " in report
     assert "(a) BN folding" in report and "(b) element-wise chain" in report

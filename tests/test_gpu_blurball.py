@@ -1,9 +1,7 @@
-"""Tests of code/gpu_blurball.py (run as a subprocess) and graphbook.lab.gpu_measure behind it, on a CPU:
+"""Tests of code/gpu_blurball.py (its main(argv) in this process) and graphbook.lab.gpu_measure behind it, on a CPU:
 arguments, the plan, the no-CUDA exit, the rows and file names, the cuDNN-benchmark child process,
 and the whole pipeline in --smoke mode."""
 import csv
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -20,10 +18,6 @@ SCRIPT = ROOT / "code" / "gpu_blurball.py"
 def gpu():
     """The library behind the script: the script itself is only run as a command line."""
     return gpu_measure
-
-
-def run_script(*args, timeout=600):
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_defaults_follow_the_article(gpu):
@@ -143,9 +137,9 @@ def test_results_are_a_gpu_blurball_kind_never_overwritten(gpu, tmp_path):
 # -- the whole pipeline on the CPU ------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_smoke_runs_every_step_on_the_cpu(tmp_path):
-    proc = run_script("--smoke", "--results-dir", str(tmp_path))
-    assert proc.returncode == 0, proc.stderr[-2000:]
+def test_smoke_runs_every_step_on_the_cpu(tmp_path, run_main):
+    code, _, err = run_main("gpu_blurball.py", "--smoke", "--results-dir", tmp_path)
+    assert code == 0, err[-2000:]
     files = list(tmp_path.iterdir())
     assert [f.name for f in files] == [f"gpu-blurball-smoke-cpu-{files[0].name[-14:-4]}.csv"]
     frame = results.load("gpu-blurball", tmp_path)

@@ -1,12 +1,9 @@
 """graphbook.serving.hostile_clients and code/bench_litserve.py --faults: the same hostile clients against both servers (Chapter 7)."""
-import subprocess
-import sys
-
 import numpy as np
 import pandas as pd
 import pytest
 
-from graphbook import paths, serving
+from graphbook import serving
 from graphbook.measure.warmup import tiny_clip_net
 from graphbook.record import results
 from graphbook.serving import hostile_clients
@@ -58,11 +55,11 @@ def test_the_chapter_table_agrees_across_runs_and_shows_the_spread():
 
 
 @pytest.mark.slow
-def test_three_alternating_runs_of_both_servers_facing_the_faults_are_recorded(tmp_path):
-    proc = subprocess.run([sys.executable, str(paths.script("bench_litserve.py")), "--faults", "--model", "tiny",
-                           "--height", "16", "--width", "24", "--max-queue", "2", "--max-stalled", "4", "--hold", "1",
-                           "--threads", "1", "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+def test_three_alternating_runs_of_both_servers_facing_the_faults_are_recorded(tmp_path, run_main):
+    code, _, err = run_main("bench_litserve.py", "--faults", "--model", "tiny", "--height", "16", "--width", "24",
+                            "--max-queue", "2", "--max-stalled", "4", "--hold", "1", "--threads", "1",
+                            "--results-dir", tmp_path)
+    assert code == 0, err[-2000:]
     frame = results.load("hostile-clients", tmp_path)
     assert len(frame) == 2 * 3 * len(hostile_clients.FAULTS) and sorted(frame["run"].unique()) == [1, 2, 3]
     firsts = frame[frame["run_order"] == 1].groupby("run")["server"].first().tolist()

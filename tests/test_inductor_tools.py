@@ -6,7 +6,6 @@ milliseconds; two tests compile tiny functions (a few seconds each with a cold c
 import pytest
 import torch
 
-from graphbook import paths
 from graphbook.compilers import inductor_tools
 
 WRAPPER = '''
@@ -155,22 +154,17 @@ def test_compile_and_get_code_without_reset_keeps_earlier_compiles():
 
 
 @pytest.mark.slow
-def test_bench_ablation_records_three_rotated_runs_without_recompiling(tmp_path):
+def test_bench_ablation_records_three_rotated_runs_without_recompiling(tmp_path, run_main, monkeypatch):
     """Two configurations at 16x32 (one a non-Inductor backend, which compiles in seconds), compiled once each, timed
     in three runs (the default): own run ids, a rotated order, a copy_ probe per run, no recompile in the runs;
     runs.summarize_runs counts 3."""
-    import subprocess
-    import sys
-
     from graphbook.record import results, runs
 
-    script = paths.script("bench_ablation.py")
-    proc = subprocess.run([sys.executable, str(script), "--height", "16", "--width", "32", "--threads", "1",
-                           "--repeats", "2", "--warmup", "1", "--probe-mib", "4",
-                           "--variants", "without freezing,decomposed op by op (aot_eager)",
-                           "--results-dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main("bench_ablation.py", "--height", "16", "--width", "32", "--threads", "1", "--repeats", "2",
+                            "--warmup", "1", "--probe-mib", "4", "--variants",
+                            "without freezing,decomposed op by op (aot_eager)", "--results-dir", tmp_path)
+    assert code == 0, err[-2000:]
     frame = results.latest_recording(results.load("ablation", tmp_path))
     stem = frame[results.SOURCE_FILE].iloc[0].removesuffix(".csv")
     assert sorted(frame[results.RUN_ID].unique()) == [f"{stem}/r{k}" for k in (1, 2, 3)]

@@ -9,7 +9,6 @@ import pytest
 import torch
 import torch.nn as nn
 
-from graphbook import paths
 from graphbook.lab import gpu_runtimes
 from graphbook.runtimes import correctness, onnx_utils as ou, quantization
 from graphbook.teach import profiling
@@ -296,19 +295,16 @@ def test_calibration_reader_needs_frames():
 
 # The benchmark script's argument checks (no model is built) -----------------------------------------
 @pytest.mark.slow
-def test_bench_script_records_three_rotated_runs(tmp_path):
+def test_bench_script_records_three_rotated_runs(tmp_path, run_main, monkeypatch):
     """A tiny run of code/bench_onnxruntime.py (no compile, no INT8): sessions built once, then three runs
     with their own run ids, a rotated order and a copy_ probe each; runs.summarize_runs counts 3 runs."""
-    import subprocess
-    import sys
-
     from graphbook.record import results, runs
 
-    script = paths.script("bench_onnxruntime.py")
-    done = subprocess.run([sys.executable, str(script), "--height", "16", "--width", "32", "--threads", "1",
-                           "--repeats", "2", "--warmup", "1", "--no-compile", "--no-quantize", "--probe-mib", "4",
-                           "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main("bench_onnxruntime.py", "--height", "16", "--width", "32", "--threads", "1", "--repeats",
+                            "2", "--warmup", "1", "--no-compile", "--no-quantize", "--probe-mib", "4",
+                            "--results-dir", tmp_path)
+    assert code == 0, err[-2000:]
     frame = results.latest_recording(results.load("cpu-onnxruntime", tmp_path))
     stem = frame[results.SOURCE_FILE].iloc[0].removesuffix(".csv")
     assert sorted(frame[results.RUN_ID].unique()) == [f"{stem}/r{k}" for k in (1, 2, 3)]

@@ -1,8 +1,6 @@
 """graphbook.compilers.tvm_build and code/bench_tvm.py: the census of generated code, per-run speed-ups against both eager
 baselines and the busy-cores measure without TVM; with TVM (slow), the two untuned targets and a whole tiny
 recording: every variant checked, three runs, no parallel loop in TVM's untuned code, the machine on every row."""
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -67,11 +65,10 @@ def test_targets_generic_has_no_mcpu_and_host_names_llvms_host_cpu():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not TVM_OK, reason=TVM_WHY)
-def test_a_tiny_recording_checks_every_variant_in_three_runs(tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), "--height", "16", "--width", "32", "--repeats", "1",
-                           "--warmup", "1", "--results-dir", str(tmp_path)], capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
+def test_a_tiny_recording_checks_every_variant_in_three_runs(tmp_path, run_main):
+    code, _, err = run_main("bench_tvm.py", "--height", "16", "--width", "32", "--repeats", "1", "--warmup", "1",
+                            "--results-dir", tmp_path)
+    assert code == 0, err[-2000:]
     (path,) = tmp_path.glob("cpu-tvm-*.csv")
     assert results.kind("tvm").matches(path.name)
     frame = results.load("tvm", results_dir=tmp_path)
