@@ -92,24 +92,14 @@ def test_bf16_support_gives_a_reason():
     assert isinstance(supported, bool) and reason
 
 
-def _main(script, *argv):
-    """bench_blurball_cpu.py's main(argv) in this process; it pins torch's threads, so they are given back."""
-    import torch
-
-    threads = torch.get_num_threads()
-    try:
-        return script("bench_blurball_cpu.py").main(list(argv))
-    finally:
-        torch.set_num_threads(threads)
-
-
 @pytest.mark.slow
-def test_tiny_eager_run_writes_a_new_file_each_time(tmp_path, script, capsys, monkeypatch):
+def test_tiny_eager_run_writes_a_new_file_each_time(tmp_path, run_main, monkeypatch):
     # Only channels-last is asked for: eager FP32, the reference, is always added.
     monkeypatch.chdir(tmp_path)
     argv = ["--variants", "eager_fp32_channels_last", *TINY, "--results-dir", str(tmp_path / "results")]
-    assert _main(script, *argv) == 0 and "wrote" in capsys.readouterr().out
-    assert _main(script, *argv, "--no-profile") == 0
+    code, stdout, _ = run_main("bench_blurball_cpu.py", *argv)
+    assert code == 0 and "wrote" in stdout
+    assert run_main("bench_blurball_cpu.py", *argv, "--no-profile")[0] == 0
     files = sorted((tmp_path / "results").glob("cpu-blurball-*.csv"), key=lambda p: len(p.name))
     assert len(files) == 2 and files[1].stem == files[0].stem + "-2"  # the second run never overwrites
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
@@ -134,13 +124,13 @@ def test_tiny_eager_run_writes_a_new_file_each_time(tmp_path, script, capsys, mo
 
 
 @pytest.mark.slow
-def test_lower_precision_rows_carry_the_decoded_ball_and_what_openvino_ran(tmp_path, script, capsys):
+def test_lower_precision_rows_carry_the_decoded_ball_and_what_openvino_ran(tmp_path, run_main):
     pytest.importorskip("openvino")
     argv = ["--variants", "eager_bf16_autocast,openvino_fp32", "--height", "32", "--width", "64", "--repeats", "2",
             "--warmup", "1", "--threads", "1", "--peak-n", "64", "--probe-mib", "4", "--ball-clips", "1",
             "--no-profile", "--results-dir", str(tmp_path)]
-    assert _main(script, *argv) == 0
-    stdout = capsys.readouterr().out
+    code, stdout, _ = run_main("bench_blurball_cpu.py", *argv)
+    assert code == 0
     with next(tmp_path.glob("cpu-blurball-*.csv")).open() as handle:
         every = [r for r in csv.DictReader(handle) if r["record"] == "variant"]
     rows = {r["variant"]: r for r in every if r["run"] == "1"}

@@ -164,10 +164,9 @@ def test_rows_get_every_column_and_the_speedup():
 
 
 @pytest.mark.slow
-def test_smoke_runs_every_step_the_cpu_can(tmp_path, script):
+def test_smoke_runs_every_step_the_cpu_can(tmp_path, run_main):
     work = tmp_path / "work"
-    assert script("gpu_tensorrt.py").main(["--smoke", "--results-dir", str(tmp_path / "results"),
-                                           "--workdir", str(work)]) == 0
+    assert run_main("gpu_tensorrt.py", "--smoke", "--results-dir", tmp_path / "results", "--workdir", work)[0] == 0
     written = list((tmp_path / "results").iterdir())
     assert len(written) == 1 and results.kind("gpu-tensorrt").matches(written[0].name)
     assert written[0].name.startswith("gpu-tensorrt-smoke-cpu-")

@@ -310,24 +310,16 @@ def test_runs_taken_under_load_are_set_aside_and_the_sentence_says_so(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # The script
 # ------------------------------------------------------------------------------------------------
-def test_missing_checkpoint_exits_3(tmp_path, script, capsys):
-    code = script("bench_int8.py").main(["--smoke", "--checkpoint", str(tmp_path / "none.pt"),
-                                         "--results-dir", str(tmp_path)])
-    err = capsys.readouterr().err
+def test_missing_checkpoint_exits_3(tmp_path, run_main):
+    code, _, err = run_main("bench_int8.py", "--smoke", "--checkpoint", tmp_path / "none.pt", "--results-dir", tmp_path)
     assert code == 3 and "checkpoint not found" in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.glob("*.csv"))
 
 
 @pytest.mark.slow
-def test_smoke_run_writes_both_kinds_and_recommends(tmp_path, script, capsys):
-    import torch
-
-    threads = torch.get_num_threads()  # the script pins this process's threads: give them back afterwards
-    try:
-        assert script("bench_int8.py").main(["--smoke", "--results-dir", str(tmp_path)]) == 0
-    finally:
-        torch.set_num_threads(threads)
-    stdout = capsys.readouterr().out
+def test_smoke_run_writes_both_kinds_and_recommends(tmp_path, run_main):
+    code, stdout, _ = run_main("bench_int8.py", "--smoke", "--results-dir", tmp_path)
+    assert code == 0
     assert "2 INT8 configurations at 32x64, 2 threads" in stdout
     matrix = results.load(im.KIND_MATRIX, results_dir=tmp_path)
     assert list(matrix["config"]) == ["fp32", "baseline", "smoke-combination"]
