@@ -55,17 +55,6 @@ def test_fixed_versions_compute_what_the_original_does(values):
         assert torch.equal(peak, torch.sigmoid(values * 2).max())
 
 
-def test_explain_counts_before_and_after_the_fix():
-    from graphbook.compilers.inductor_tools import explain
-
-    x = torch.ones(8)
-    sink = io.StringIO()
-    before = explain(lambda t: d._detect_with_breaks(t, sink), x)
-    after = explain(lambda t: d._detect_fullgraph(t)[0], x)
-    assert (before.graph_count, before.graph_break_count) == (3, 2)
-    assert (after.graph_count, after.graph_break_count) == (1, 0)
-
-
 def test_tlparse_report_needs_tlparse(monkeypatch, tmp_path):
     monkeypatch.setattr(d, "tlparse_command", lambda: None)
     assert not d.tlparse_available()

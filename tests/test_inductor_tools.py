@@ -80,55 +80,15 @@ def test_bad_callables_raise():
         inductor_tools.explain("not a function")
 
 
-def test_explain_counts_breaks():
-    def with_breaks(x):
-        y = x.sin()
-        print("inside")  # a graph break
-        if y.sum() > 0:  # data-dependent branch: another break
-            return y.cos()
-        return y.exp()
-
-    summary = inductor_tools.explain(with_breaks, torch.ones(4))
-    assert summary.graph_count == 3
-    assert summary.graph_break_count == 2
-    assert len(summary.break_reasons) == 2
-
-
 def testdynamo_graphs_records_without_compiling():
     graphs = inductor_tools.dynamo_graphs(lambda x: (x * 2).relu(), torch.randn(3))
     assert len(graphs) == 1
     assert isinstance(graphs[0], torch.fx.GraphModule)
 
 
-@pytest.mark.slow
-def test_elementwise_chain_compiles_to_one_kernel():
-    torch.set_num_threads(1)
-    result = inductor_tools.compile_and_get_code(lambda x: ((x * 2 + 1).relu().sin()) * 3, torch.randn(64))
-    assert result.kernel_count == 1
-    assert result.extern_calls == []
-    x = torch.linspace(-2, 2, 64)
-    again = inductor_tools.compile_and_get_code(lambda x: ((x * 2 + 1).relu().sin()) * 3, x)
-    torch.testing.assert_close(again.output, ((x * 2 + 1).relu().sin()) * 3)
-
-
 def test_unknown_option_is_refused():
     with pytest.raises(ValueError, match="no_such_knob"):
         inductor_tools.compile_and_get_code(torch.relu, torch.randn(4), options={"no_such_knob": 1})
-
-
-@pytest.mark.slow
-def test_freezing_folds_batch_norm_into_the_convolution():
-    torch.set_num_threads(1)
-    block = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 3, padding=1, bias=False),
-                                torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
-    x = torch.randn(1, 4, 8, 8)
-    plain = inductor_tools.compile_and_get_code(block, x, options={"freezing": False})
-    frozen = inductor_tools.compile_and_get_code(block, x, options={"freezing": True})
-    assert any("batch_norm" in k for k in plain.kernels)
-    assert not any("batch_norm" in k for k in frozen.kernels)
-    assert "torch.ops.mkldnn._convolution_pointwise" in frozen.extern_calls
-    with torch.no_grad():
-        torch.testing.assert_close(frozen.output, block(x), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.slow
