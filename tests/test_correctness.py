@@ -76,7 +76,7 @@ def test_table_on_tiny_model_with_onnx_and_int8(tmp_path):
     held_out = synthetic_clips._make_clips(2, seed=100, height=32, width=48)
     calib = synthetic_clips._make_clips(2, seed=200, height=32, width=48)
     runners = correctness.all_variants(net, held_out[0], calibration_clips=calib, threads=1, workdir=tmp_path)
-    # the compiled variants are exercised by Chapter 6 and test_warmup; keep this test fast
+    # the compiled variants are exercised by Chapter 6; keep this test fast
     runners.pop("compile")
     runners.pop("compile + freezing")
     rows = {r["variant"]: r for r in correctness.correctness_table(runners, held_out)}

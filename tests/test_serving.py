@@ -119,7 +119,6 @@ def test_compiled_server_warms_up_every_batch_size_and_never_recompiles_or_touch
     stances = []
     real = torch.compiler.set_stance
     monkeypatch.setattr(torch.compiler, "set_stance", lambda *a, **k: stances.append(a) or real(*a, **k))
-    # same model and size as tests/test_warmup.py, so a warm Inductor cache serves both
     small_h, small_w = 8, 12
     service = serving.InferenceService(warmup.tiny_clip_net(hidden=4), (small_h, small_w), compile=True)
     srv = serving.InferenceServer(service).start()
