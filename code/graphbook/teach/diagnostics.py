@@ -244,6 +244,22 @@ _TRACE_SCRIPT = (
 )
 
 
+def traced_compile_log(script: str, trace_dir: str | Path, *args: str, env: dict | None = None,
+                       timeout: float) -> Path:
+    """Run ``script`` (and ``args``) in a fresh interpreter with ``TORCH_TRACE`` at ``trace_dir`` and Inductor's
+    caches off (a cache hit would leave the trace without code); the last log it wrote. RuntimeError when the
+    compile fails or leaves no log."""
+    env = {**os.environ, **(env or {}), "TORCH_TRACE": str(trace_dir), "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
+    proc = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the traced compile failed: {proc.stderr[-1500:]}")
+    logs = sorted(Path(trace_dir).glob("*.log"))
+    if not logs:
+        raise RuntimeError(f"TORCH_TRACE wrote no log under {trace_dir}")
+    return logs[-1]
+
+
 def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, threads: int = THREADS,
                    timeout: float = 900, keep_raw: bool = False, command: str = "") -> Path:
     """Compile BlurBall with ``TORCH_TRACE`` on and write tlparse's report to ``out_dir`` (replaced); returns
@@ -254,19 +270,11 @@ def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, t
     out_dir = Path(out_dir)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="graphbook-trace-") as trace_dir:
-        env = {**os.environ, "TORCH_TRACE": trace_dir,
-               "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}   # a cache hit would leave the trace without code
-        script = _TRACE_SCRIPT.format(threads=threads, height=height, width=width)
-        proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                              timeout=timeout)
-        if proc.returncode != 0:
-            raise RuntimeError(f"the traced compile failed: {proc.stderr[-1500:]}")
-        logs = sorted(Path(trace_dir).glob("*.log"))
-        if not logs:
-            raise RuntimeError(f"TORCH_TRACE wrote no log under {trace_dir}")
+        log = traced_compile_log(_TRACE_SCRIPT.format(threads=threads, height=height, width=width), trace_dir,
+                                 timeout=timeout)
         if out_dir.exists():
             shutil.rmtree(out_dir)
-        proc = subprocess.run([tool, str(logs[-1]), "-o", str(out_dir), "--overwrite", "--no-browser"],
+        proc = subprocess.run([tool, str(log), "-o", str(out_dir), "--overwrite", "--no-browser"],
                               capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0 or not (out_dir / "index.html").exists():
             raise RuntimeError(f"tlparse failed: {(proc.stdout + proc.stderr)[-1500:]}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -84,10 +85,10 @@ def _fx_calls(module: nn.Module) -> tuple[list[_Call], dict[str, int], set[str]]
             f"{str(error).splitlines()[0][:120]}); pass example_inputs so that the dataflow is traced "
             "with torch.export instead") from None
     modules = dict(traced.named_modules())
-    calls, counts, attribute_uses = [], {}, set()
+    calls, counts, attribute_uses = [], Counter(), set()
     for node in traced.graph.nodes:
         if node.op == "call_module":
-            counts[node.target] = counts.get(node.target, 0) + 1
+            counts[node.target] += 1
             source = node.args[0] if node.args else None
             calls.append(_Call(node.target, modules[node.target], source, node, len(node.users)))
         elif node.op == "get_attr":  # a parameter or buffer used outside its module's own call
@@ -97,9 +98,7 @@ def _fx_calls(module: nn.Module) -> tuple[list[_Call], dict[str, int], set[str]]
 
 def _module_path(node) -> str | None:
     stack = node.meta.get("nn_module_stack")
-    if not stack:
-        return None
-    return list(stack.values())[-1][0]
+    return list(stack.values())[-1][0] if stack else None
 
 
 def _export_calls(module: nn.Module, example_inputs: tuple) -> tuple[list[_Call], dict[str, int], set[str]]:
@@ -114,11 +113,9 @@ def _export_calls(module: nn.Module, example_inputs: tuple) -> tuple[list[_Call]
     conv_ops = {torch.ops.aten.conv2d.default, torch.ops.aten.conv2d.padding, torch.ops.aten.convolution.default}
     bn_ops = {torch.ops.aten.batch_norm.default,
               torch.ops.aten._native_batch_norm_legit_no_training.default}
-    param_owner = {}
-    for placeholder, name in {**program.graph_signature.inputs_to_parameters,
-                              **program.graph_signature.inputs_to_buffers}.items():
-        param_owner[placeholder] = name.rpartition(".")[0]
-    calls, counts, attribute_uses = [], {}, set()
+    param_owner = {placeholder: name.rpartition(".")[0] for placeholder, name in
+                   {**program.graph_signature.inputs_to_parameters, **program.graph_signature.inputs_to_buffers}.items()}
+    calls, counts, attribute_uses = [], Counter(), set()
     for node in program.graph.nodes:
         if node.op == "placeholder" and node.name in param_owner:
             owner = param_owner[node.name]
@@ -130,7 +127,7 @@ def _export_calls(module: nn.Module, example_inputs: tuple) -> tuple[list[_Call]
         path = _module_path(node)
         if path is None or path not in modules:
             continue
-        counts[path] = counts.get(path, 0) + 1
+        counts[path] += 1
         users = len(node.users)
         if node.target is torch.ops.aten._native_batch_norm_legit_no_training.default:
             users = sum(len(u.users) for u in node.users)  # through getitem(..., 0)
@@ -152,9 +149,7 @@ def conv_bn_plan(module: nn.Module, example_inputs: tuple | None = None) -> Fold
         calls, counts, attribute_uses = _export_calls(module, example_inputs)
         tracer = "torch.export"
     by_node = {id(call.node): call for call in calls}
-    instances: dict[int, int] = {}
-    for _, sub in module.named_modules(remove_duplicate=False):
-        instances[id(sub)] = instances.get(id(sub), 0) + 1
+    instances = Counter(id(sub) for _, sub in module.named_modules(remove_duplicate=False))
     plan = FoldPlan(tracer=tracer)
     for call in calls:
         if not isinstance(call.module, nn.BatchNorm2d):

@@ -70,22 +70,16 @@ def count_cpp_kernels(code: str) -> int:
 
 
 # ---------------------------------------------------------------- (a) BN folding
-def _conv_bn(channels: int) -> tuple[nn.Conv2d, nn.BatchNorm2d]:
-    conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
-    bn = nn.BatchNorm2d(channels)
+def _bn_folding_setup(feature_map=DEFAULT_FEATURE_MAP, seed: int = 0) -> tuple[dict, list[dict]]:
+    """Conv3x3 + BN and its folded conv on one ``(C, H, W)`` feature map, built and checked once: calls and rows."""
+    channels, height, width = feature_map
+    torch.manual_seed(seed)
+    conv, bn = nn.Conv2d(channels, channels, 3, padding=1, bias=False).eval(), nn.BatchNorm2d(channels).eval()
     with torch.no_grad():  # "trained" statistics, so the fold is not a no-op
         bn.running_mean.uniform_(-0.5, 0.5)
         bn.running_var.uniform_(0.5, 2.0)
         bn.weight.uniform_(0.5, 1.5)
         bn.bias.uniform_(-0.5, 0.5)
-    return conv.eval(), bn.eval()
-
-
-def _bn_folding_setup(feature_map=DEFAULT_FEATURE_MAP, seed: int = 0) -> tuple[dict, list[dict]]:
-    """Conv3x3 + BN and its folded conv on one ``(C, H, W)`` feature map, built and checked once: calls and rows."""
-    channels, height, width = feature_map
-    torch.manual_seed(seed)
-    conv, bn = _conv_bn(channels)
     folded = fold_conv_bn(conv, bn)
     x = torch.randn(1, channels, height, width)
     with torch.no_grad():
@@ -165,15 +159,9 @@ def measure_runs(feature_map=DEFAULT_FEATURE_MAP, n_elements: int = DEFAULT_SIZE
 # ---------------------------------------------------------------- the chain from in-cache to DRAM
 def cache_levels(env: dict) -> dict[str, int]:
     """The CPU's data caches from a fingerprint, in bytes: ``L1d``, ``L2``, ``L3`` (those it recorded)."""
-    levels = {}
-    for name, column in (("L1d", "cpu_l1d_kib"), ("L2", "cpu_l2_kib"), ("L3", "cpu_l3_kib")):
-        try:
-            kib = int(env.get(column) or 0)
-        except (TypeError, ValueError):
-            kib = 0
-        if kib > 0:
-            levels[name] = kib * 1024
-    return levels
+    kib = {name: pd.to_numeric(env.get(column) or 0, errors="coerce")
+           for name, column in (("L1d", "cpu_l1d_kib"), ("L2", "cpu_l2_kib"), ("L3", "cpu_l3_kib"))}
+    return {name: int(k) * 1024 for name, k in kib.items() if k > 0}
 
 
 def chain_size_sweep(exponents=(10, 12, 14, 16, 18, 20, 22, 24, 26), *, runs: int = 3, env: dict | None = None):

@@ -23,11 +23,9 @@ def _config_phrase(row) -> str:
     bins = row.get("histogram_bins")
     bins = f" ({int(float(bins))} histogram bins)" if bins not in (None, "") and str(bins) != "nan" else ""
     parts = ["per-channel weights" if _is_true(row.get("per_channel")) else "per-tensor weights",
-             f"{row.get('calibration')} calibration{bins}"]
-    if _is_true(row.get("pre_process")):
-        parts.append("quant_pre_process")
-    parts.append(excluded_phrase(excluded))
-    parts.append(f"reduce_range={_is_true(row.get('reduce_range'))}")
+             f"{row.get('calibration')} calibration{bins}",
+             *(["quant_pre_process"] if _is_true(row.get("pre_process")) else []),
+             excluded_phrase(excluded), f"reduce_range={_is_true(row.get('reduce_range'))}"]
     return ", ".join(parts)
 
 
@@ -150,13 +148,17 @@ def latest_tensor_errors(results_dir: str | Path | None = None):
     return _latest(KIND_TENSOR_ERRORS, results_dir)
 
 
-def _latest(kind_name: str, results_dir):
+def _recorded(kind_name: str, results_dir):
     frame = results.load(kind_name, results_dir=results_dir)
     if "smoke" in frame:
         frame = frame[~frame["smoke"].map(_is_true)]
     if frame.empty:
         raise Int8MatrixError(f"no recorded {kind_name} run (smoke runs excluded): run `python code/bench_int8.py`")
-    return results.latest_run(frame).reset_index(drop=True)
+    return frame
+
+
+def _latest(kind_name: str, results_dir):
+    return results.latest_run(_recorded(kind_name, results_dir)).reset_index(drop=True)
 
 
 def _combine_runs(frame):
@@ -197,12 +199,7 @@ def _combine_runs(frame):
 
 def combined_matrix(results_dir: str | Path | None = None):
     """:func:`_combine_runs` over every recorded (non-smoke) run of the matrix."""
-    frame = results.load(KIND_MATRIX, results_dir=results_dir)
-    if "smoke" in frame:
-        frame = frame[~frame["smoke"].map(_is_true)]
-    if frame.empty:
-        raise Int8MatrixError("no recorded int8-matrix run (smoke runs excluded): run `python code/bench_int8.py`")
-    return _combine_runs(frame)
+    return _combine_runs(_recorded(KIND_MATRIX, results_dir))
 
 
 def matrix_table(frame):

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Mapping
@@ -19,7 +17,7 @@ import torch
 from graphbook.compilers import inductor_tools
 from graphbook.config import THREADS
 from graphbook.teach import fusion_rules
-from graphbook.teach.diagnostics import tlparse_command
+from graphbook.teach.diagnostics import tlparse_command, traced_compile_log
 
 #: The provenance page relative to the site root (``html_extra_path`` copies ``images/extra/``); a chapter
 #: page links it as ``../tlparse_provenance/index.html``.
@@ -57,18 +55,11 @@ def trace_blurball(*, height: int = 96, width: int = 160, threads: int = THREADS
         raise RuntimeError("tlparse is not installed (pip install tlparse; see requirements.txt)")
     with tempfile.TemporaryDirectory(prefix="graphbook-provenance-") as work:
         work = Path(work)
-        env = {**os.environ, "TORCH_TRACE": str(work / "trace"), "INDUCTOR_PROVENANCE": "1",
-               "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "OMP_NUM_THREADS": str(threads)}
-        script = _TRACE_SCRIPT.format(threads=threads, height=height, width=width)
-        proc = subprocess.run([sys.executable, "-c", script, str(work / "nodes.json")], env=env,
-                              capture_output=True, text=True, timeout=timeout)
-        if proc.returncode != 0:
-            raise RuntimeError(f"the traced compile failed: {proc.stderr[-1500:]}")
-        logs = sorted((work / "trace").glob("*.log"))
-        if not logs:
-            raise RuntimeError("TORCH_TRACE wrote no log")
+        log = traced_compile_log(_TRACE_SCRIPT.format(threads=threads, height=height, width=width), work / "trace",
+                                 str(work / "nodes.json"), timeout=timeout,
+                                 env={"INDUCTOR_PROVENANCE": "1", "OMP_NUM_THREADS": str(threads)})
         out = work / "tlparse"
-        proc = subprocess.run([tlparse, str(logs[-1]), "-o", str(out), "--inductor-provenance", "--overwrite",
+        proc = subprocess.run([tlparse, str(log), "-o", str(out), "--inductor-provenance", "--overwrite",
                                "--no-browser"], capture_output=True, text=True, timeout=timeout)
         mappings = sorted(out.glob("*/inductor_provenance_tracking_node_mappings_*.json"))
         pages = [p for p in out.glob("provenance_tracking_*.html") if p.name != "provenance_tracking_-_-_-_-.html"]

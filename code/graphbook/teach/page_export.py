@@ -13,14 +13,6 @@ PACKAGE_DIR = CODE_DIR / "graphbook"
 PAGE_DIRS = ("chapters", "appendix")
 
 
-def _begin(page: str) -> str:
-    return f"# >>> taught on {page}: edit it there, then run scripts/export_taught_code.py\n"
-
-
-def _end(page: str) -> str:
-    return f"# <<< end of the code taught on {page}\n"
-
-
 def _taught_cells(notebook: Path) -> dict[str, list[str]]:
     """The ``#@save`` cells of one notebook, grouped by target module, in page order."""
     found: dict[str, list[str]] = {}
@@ -48,7 +40,8 @@ def exported_modules(notebooks: list[Path], root: Path = REPO_ROOT, package: Pat
             if not path.is_file():
                 raise ValueError(f"{page} saves code into {module!r}, but there is no {path.relative_to(root)}")
             text = texts.get(path, path.read_text())
-            begin, end = _begin(page), _end(page)
+            begin = f"# >>> taught on {page}: edit it there, then run scripts/export_taught_code.py\n"
+            end = f"# <<< end of the code taught on {page}\n"
             if text.count(begin) != 1 or text.count(end) != 1:
                 raise ValueError(f"{path.relative_to(root)} needs one block marked as taught on {page}")
             head, rest = text.split(begin)

@@ -113,7 +113,6 @@ def _group_profile(ops: Iterable[tuple[str, float]]) -> list[dict]:
              "share": totals[c]["us"] / all_us} for c in CATEGORIES]
 
 
-
 @contextlib.contextmanager
 def without_profiler_banner():
     """Silence the profiler's native start/stop lines while the block runs. Kineto prints them from C++ on descriptor 2

@@ -153,9 +153,8 @@ def _book_groups(model: torch.nn.Module, example: torch.Tensor, program=None) ->
             if parent.name not in live:
                 live.add(parent.name)
                 stack.append(parent)
-    live_groups = [g for g in groups if any(n in live for n in g.nodes)]
-    dead_groups = [g for g in groups if not any(n in live for n in g.nodes)]
-    return live_groups, dead_groups
+    reached = [any(n in live for n in g.nodes) for g in groups]
+    return [g for g, r in zip(groups, reached) if r], [g for g, r in zip(groups, reached) if not r]
 
 
 def _kind(ops: Sequence[str]) -> str:
@@ -172,10 +171,6 @@ def _kind(ops: Sequence[str]) -> str:
     if "resize2d" in ops:
         return "upsample + element-wise"
     return "element-wise only"
-
-
-def _count(groups_ops: Sequence[Sequence[str]]) -> collections.Counter:
-    return collections.Counter(_kind(ops) for ops in groups_ops)
 
 
 @dataclass
@@ -200,6 +195,7 @@ def compare(height: int = 32, width: int = 64, model: torch.nn.Module | None = N
     """BlurBall through the book's rules and TVM's two pipelines (with and without BN decomposed), side by side. Group
     structure does not depend on input size, so a small input keeps it fast. RuntimeError without TVM."""
     _require_tvm()
+    from tvm import relax
 
     model = model if model is not None else blurball.build_blurball()
     example = blurball.example_input(height=height, width=width)
@@ -216,7 +212,8 @@ def compare(height: int = 32, width: int = 64, model: torch.nn.Module | None = N
     live, dead = _book_groups(model, example, program)
     lap("book rules")
     mod = relax_module(model, example, program)
-    relax_ops = sum(1 for _ in _relax_bindings(mod))
+    relax_ops = sum(isinstance(binding.value, relax.Call) for block in mod["main"].body.blocks
+                    for binding in block.bindings)
     lap("TVM import (from_exported_program)")
     default_mod = fuse(mod, decompose_bn=False)
     default = fused_groups(default_mod)
@@ -225,9 +222,9 @@ def compare(height: int = 32, width: int = 64, model: torch.nn.Module | None = N
     decomposed = fused_groups(decomposed_mod)
     lap("TVM + DecomposeOpsForInference")
 
-    sides = {"book, live": _count([g.ops for g in live]), "book, dead": _count([g.ops for g in dead]),
-             "TVM default": _count([g.ops for g in default]),
-             "TVM + DecomposeOpsForInference": _count([g.ops for g in decomposed])}
+    sides = {side: collections.Counter(_kind(g.ops) for g in groups) for side, groups in (
+        ("book, live", live), ("book, dead", dead), ("TVM default", default),
+        ("TVM + DecomposeOpsForInference", decomposed))}
     kinds = sorted(set().union(*sides.values()))
     by_kind = pd.DataFrame({side: [counts.get(k, 0) for k in kinds] for side, counts in sides.items()},
                            index=pd.Index(kinds, name="group anchored by"))
@@ -275,17 +272,6 @@ def compare(height: int = 32, width: int = 64, model: torch.nn.Module | None = N
                           "tvm_decomposed": dict(collections.Counter(g.composition for g in decomposed))})
 
 
-def _relax_bindings(mod):
-    from tvm import relax
-
-    for block in mod["main"].body.blocks:
-        for binding in block.bindings:
-            if isinstance(binding.value, relax.Call):
-                yield binding
-
-
 def _top(label: str, compositions: Sequence[str], n: int = 8):
     counts = collections.Counter(compositions).most_common(n)
     return pd.DataFrame({f"{label}": [c for c, _ in counts], f"{label} n": [k for _, k in counts]})
-
-
