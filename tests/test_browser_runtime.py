@@ -125,8 +125,8 @@ def test_widget_html_embeds_the_native_figures_and_marks_a_failed_check():
 # The panel in Chromium, judged by the book's own browser check
 # --------------------------------------------------------------------------------------------------
 
-def _site(tmp_path, assets_dir):
-    html = tmp_path / "html"
+def _site(html, assets_dir):
+    """The panel on ``html``/index.html with its files under ``html``/_static/ortweb; returns that folder."""
     static = html / "_static" / "ortweb"
     browser_runtime.publish(static, assets_dir, webgpu=False, widget=True)
     native = pd.DataFrame(columns=["size", "level", "threads", "median_ms", "min_ms", "max_ms", "passed"])
@@ -135,7 +135,7 @@ def _site(tmp_path, assets_dir):
         '<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>panel</title>'
         f'</head><body><main>{panel}</main><script type="module" src="_static/ortweb/widget.js"></script>'
         "</body></html>")
-    return html, static
+    return static
 
 
 def _check(html, tmp_path):
@@ -154,30 +154,45 @@ def runtime_installed():
         pytest.skip("needs onnxruntime-web (scripts/setup_web.sh installs it; test.sh runs that first)")
 
 
-def test_browser_check_passes_the_panel_on_intact_files(assets, tmp_path, runtime_installed):
-    html, _ = _site(tmp_path, assets[0])
-    proc = _check(html, tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-def test_browser_check_fails_when_the_model_file_is_missing(assets, tmp_path, runtime_installed):
-    html, static = _site(tmp_path, assets[0])
-    (static / assets[1]["sizes"][KEY]["model"]).unlink()
-    proc = _check(html, tmp_path)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "the in-browser check did not pass" in proc.stdout and "did not load" in proc.stdout
-    assert "Check failed" in proc.stdout and "The model is not timed" in proc.stdout
-
-
-def test_browser_check_fails_when_the_stored_reference_does_not_match(assets, tmp_path, runtime_installed):
-    html, static = _site(tmp_path, assets[0])
+@pytest.fixture(scope="module")
+def checked_panels(assets, tmp_path_factory, runtime_installed):
+    """Three copies of the panel checked in one browser session: intact, its model file missing, its stored
+    reference changed. ``{folder: (FAIL or ok, the problems reported)}``."""
+    root = tmp_path_factory.mktemp("panels")
+    html = root / "html"
+    statics = {name: _site(html / name, assets[0]) for name in ("intact", "missing", "mismatch")}
+    (html / "index.html").write_text('<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,">'
+                                     "<title>book</title></head><body><main><p>Book.</p></main></body></html>")
     entry = assets[1]["sizes"][KEY]
-    reference = browser_runtime.read_tensor(static / entry["reference"], entry["output_shape"])
-    (static / entry["reference"]).write_bytes((reference + np.float32(0.01)).astype("<f4").tobytes())
-    proc = _check(html, tmp_path)
+    (statics["missing"] / entry["model"]).unlink()
+    reference = browser_runtime.read_tensor(statics["mismatch"] / entry["reference"], entry["output_shape"])
+    (statics["mismatch"] / entry["reference"]).write_bytes((reference + np.float32(0.01)).astype("<f4").tobytes())
+    proc = _check(html, root)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "the in-browser check did not pass" in proc.stdout and "differs from the stored reference" in proc.stdout
-    assert "no time appeared" not in proc.stdout
+    pages, page = {}, None
+    for line in proc.stdout.splitlines():
+        if line.startswith(("FAIL ", "ok   ")):
+            page = line[5:].split(" (")[0].removesuffix("/index.html")
+            pages[page] = (line[:4].strip(), "")
+        elif line.startswith("       - ") and page is not None:
+            pages[page] = (pages[page][0], pages[page][1] + " | " + line.strip())
+    return pages
+
+
+def test_browser_check_passes_the_panel_on_intact_files(checked_panels):
+    assert checked_panels["intact"][0] == "ok", checked_panels["intact"]
+
+
+def test_browser_check_fails_when_the_model_file_is_missing(checked_panels):
+    verdict, problems = checked_panels["missing"]
+    assert verdict == "FAIL" and "the in-browser check did not pass" in problems and "did not load" in problems
+    assert "Check failed" in problems and "The model is not timed" in problems
+
+
+def test_browser_check_fails_when_the_stored_reference_does_not_match(checked_panels):
+    verdict, problems = checked_panels["mismatch"]
+    assert verdict == "FAIL" and "the in-browser check did not pass" in problems
+    assert "differs from the stored reference" in problems and "no time appeared" not in problems
 
 
 def _open_panel(tmp_path, assets_dir, init_script=None):
@@ -188,7 +203,8 @@ def _open_panel(tmp_path, assets_dir, init_script=None):
                      if Path(c).exists()), None)
     if chromium is None:
         pytest.skip("needs Chromium (scripts/setup_browser.sh installs it; test.sh runs that first)")
-    html, _ = _site(tmp_path, assets_dir)
+    html = tmp_path / "html"
+    _site(html, assets_dir)
     return html, sync_playwright, chromium
 
 
