@@ -139,23 +139,6 @@ def test_compiled_server_warms_up_every_batch_size_and_never_recompiles_or_touch
 SCRIPT = str(REPO_ROOT / "code" / "serve_blurball.py")
 
 
-def test_cli_serves_the_tiny_model_until_terminated():
-    import re
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen([sys.executable, SCRIPT, "--model", "tiny", "--port", "0", "--height", "16",
-                             "--width", "24", "--threads", "1"], stdout=subprocess.PIPE, text=True)
-    try:
-        url = re.search(r"on (http://\S+);", proc.stdout.readline()).group(1)
-        assert proc.stdout.readline().startswith("READY")
-        assert serving.request(url + "/healthz")[0] == 200
-        assert serving.predict(url, clip_with_ball())[0] == 200
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
 # --------------------------------------------------------------------------------------------------
 # Probes, dynamic batching, the bounded queue, artifacts, the load test
 # --------------------------------------------------------------------------------------------------
