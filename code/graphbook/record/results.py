@@ -228,10 +228,8 @@ def _typed(frame):
     """Columns all True/False become ``bool``, or nullable ``boolean`` where some are blank."""
     for column in frame.columns:
         series = frame[column]
-        if series.dtype == bool or str(series.dtype) == "boolean":
-            continue
         if not (pd.api.types.is_object_dtype(series) or pd.api.types.is_string_dtype(series)):
-            continue
+            continue  # numbers, and columns already bool or boolean
         present = series.dropna()
         present = present[present.astype(str) != ""]
         if present.empty or not all(isinstance(v, bool) or v in _BOOL_TEXT for v in present):

@@ -139,11 +139,6 @@ def op_name(node: torch.fx.Node, root: torch.nn.Module | None = None) -> str:
     return name
 
 
-def _overload_name(node: torch.fx.Node) -> str:
-    target = node.target
-    return target._overloadname if isinstance(target, torch._ops.OpOverload) else ""
-
-
 def classify_op(name: str, overload: str = "") -> tuple[OpClass, bool, bool]:
     """``(op_class, elementwise, known)`` from the table; unknown names are opaque with ``known=False``."""
     if name in ELEMENTWISE_OPS or name in ("max", "min") and overload in _BINARY_OVERLOADS:
@@ -175,8 +170,8 @@ def classify_graph(graph) -> list[NodeInfo]:
     infos = []
     for node in compute_nodes(gm):
         name = op_name(node, gm)
-        op_class, elementwise, known = classify_op(name, _overload_name(node))
-        infos.append(NodeInfo(node.name, name, op_class, elementwise, known))
+        overload = node.target._overloadname if isinstance(node.target, torch._ops.OpOverload) else ""
+        infos.append(NodeInfo(node.name, name, *classify_op(name, overload)))
     return infos
 
 

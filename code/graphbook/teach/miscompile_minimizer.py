@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections import Counter
 import re
 import subprocess
 import sys
@@ -96,7 +97,7 @@ def capture(model: nn.Module, example: torch.Tensor) -> Program:
         meta = fx.meta.get("tensor_meta")
         shapes[fx.name] = tuple(meta.shape) if meta is not None and hasattr(meta, "shape") else None
     first_input = next(n for n in graph_module.graph.nodes if n.op == "placeholder").name
-    nodes = [_rename_input(n, first_input) for n in nodes]
+    nodes = [replace(n, args=_map_refs(n.args, lambda r: "x" if r == first_input else r)) for n in nodes]
     return Program(tuple(nodes), tuple(example.shape), output, shapes)
 
 
@@ -110,10 +111,6 @@ def load_program(path: str | Path) -> Program:
     exec(compile(source[:shape.start()], str(path), "exec"), scope)   # not "__main__": its usage guard stays quiet
     torch.manual_seed(0)
     return capture(scope["M"]().eval(), torch.randn(*map(int, shape.group(1).split(","))))
-
-
-def _rename_input(node: Node, name: str) -> Node:
-    return replace(node, args=_map_refs(node.args, lambda r: "x" if r == name else r))
 
 
 def _map_refs(args, fn):
@@ -165,10 +162,7 @@ def to_source(program: Program, *, threads: int = THREADS, atol: float = 1e-4, d
     init = ["        " + ", ".join(f"self.{fields[n.name]}" for n in modules[i:i + 2]) + " = "
             + ", ".join(n.target for n in modules[i:i + 2]) for i in range(0, len(modules), 2)]
     body, inline = [], {}
-    uses = {}
-    for n in program.nodes:
-        for r in _refs(n.args):
-            uses[r] = uses.get(r, 0) + 1
+    uses = Counter(r for n in program.nodes for r in _refs(n.args))
     for n, after in zip(program.nodes, [*program.nodes[1:], None]):
         text = _expr(n, fields, inline)
         # a value used once, by the very next line as its first input, is written inside that line:

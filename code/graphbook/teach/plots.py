@@ -196,15 +196,12 @@ def draw_fusion_groups(graph, groups: Sequence[FusionGroup] | None = None, ax=No
     by_layer: dict[int, list[str]] = {}
     for node in shown:
         by_layer.setdefault(layer[node.name], []).append(node.name)
-    pos = {}
-    for depth, row in by_layer.items():
-        for k, name in enumerate(row):
-            pos[name] = (k - (len(row) - 1) / 2.0, -depth)
+    pos = {name: (k - (len(row) - 1) / 2.0, -depth) for depth, row in by_layer.items() for k, name in enumerate(row)}
     if ax is None:
         height = 0.75 * (len(by_layer) + 1)
         _, ax = plt.subplots(figsize=(6.5, max(2.5, height)))
     box_w, box_h = 0.8, 0.5
-    for gi, g in enumerate(groups):
+    for g in groups:
         xs = [pos[m][0] for m in g.nodes]
         ys = [pos[m][1] for m in g.nodes]
         pad = 0.12
