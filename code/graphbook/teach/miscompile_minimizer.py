@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 import operator
-from collections import Counter
 import re
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
