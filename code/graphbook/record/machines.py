@@ -105,8 +105,7 @@ def side_by_side(kind: str, results_dir=None):
             frame[runs.UNDER_LOAD] = False
             frame[runs.LOAD_REASON] = ""
     rows = []
-    for keys, group in frame.groupby([runs.MACHINE, *found.by], sort=False, dropna=False):
-        keys = keys if isinstance(keys, tuple) else (keys,)
+    for keys, group in frame.groupby([runs.MACHINE, *found.by], sort=False, dropna=False):  # keys: always a tuple
         if found.groups and keys[1] not in found.groups:
             continue
         per_run = group.groupby(found.run, sort=False).agg(value=(found.value, "median"),

@@ -139,7 +139,6 @@ def summarize_runs(frame, by: Sequence[str] | str = ("variant",), value: str = "
         .median().reset_index()
     rows = []
     for keys, group in per_run.groupby([MACHINE, *by], dropna=False, sort=False):
-        keys = keys if isinstance(keys, tuple) else (keys,)
         values = [float(v) for v in group[value]]
         middle = statistics.median(values)
         rows.append({MACHINE: keys[0], **dict(zip(by, keys[1:])), "runs": len(values), "median": middle,

@@ -113,8 +113,9 @@ def _export_calls(module: nn.Module, example_inputs: tuple) -> tuple[list[_Call]
     conv_ops = {torch.ops.aten.conv2d.default, torch.ops.aten.conv2d.padding, torch.ops.aten.convolution.default}
     bn_ops = {torch.ops.aten.batch_norm.default,
               torch.ops.aten._native_batch_norm_legit_no_training.default}
+    signature = program.graph_signature
     param_owner = {placeholder: name.rpartition(".")[0] for placeholder, name in
-                   {**program.graph_signature.inputs_to_parameters, **program.graph_signature.inputs_to_buffers}.items()}
+                   {**signature.inputs_to_parameters, **signature.inputs_to_buffers}.items()}
     calls, counts, attribute_uses = [], Counter(), set()
     for node in program.graph.nodes:
         if node.op == "placeholder" and node.name in param_owner:
