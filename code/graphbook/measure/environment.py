@@ -181,7 +181,6 @@ def cpu_features(cpuinfo_text: str | None = None, machine: str | None = None, *,
     names = X86_FEATURES if arch == "x86" else ARM_FEATURES if arch == "arm" else {}
     result: dict = {"arch": arch, "machine": machine, "source": "unknown"}
     override = environ.get(FEATURES_ENV, "").strip()
-    have: set[str] | None = None
     if override:
         have = {f.strip().lower() for f in override.split(",") if f.strip() and f.strip().lower() != "none"}
         result["source"] = FEATURES_ENV
@@ -205,12 +204,11 @@ def cpu_features(cpuinfo_text: str | None = None, machine: str | None = None, *,
                 if any(found.values()):
                     values = {feature: (found[feature] == "1") if found[feature] else None for feature in names}
                     result["source"] = "sysctl"
-            elif arch == "x86":  # an Intel Mac: the CPUID feature words as upper-case names
+            elif arch == "x86":  # an Intel Mac: the CPUID feature words, cpuinfo's names upper-case without "_"
                 flags = set((read("machdep.cpu.features") + " " + read("machdep.cpu.leaf7_features")).lower().split())
                 if flags:
-                    aliases = {"avx2": ("avx2",), "avx512f": ("avx512f",), "avx512_vnni": ("avx512vnni",),
-                               "avx_vnni": ("avxvnni",), "amx": ("amxtile", "amxint8")}
-                    values = {feature: any(a in flags for a in aliases[feature]) for feature in names}
+                    values = {feature: any(a.replace("_", "") in flags for a in aliases)
+                              for feature, aliases in names.items()}
                     result["source"] = "sysctl"
     result.update(values)
     if arch == "x86":
