@@ -83,9 +83,7 @@ def machine_facts(results_dir=None, measures: Sequence[Measure] = MEASURES):
                 row["last"] = max(filter(None, [row["last"], dates[-1]]))
             row[found.kind] = int(group[found.run].nunique())
     table = pd.DataFrame(list(facts.values()))
-    for found in measures:
-        if found.kind not in table.columns:
-            table[found.kind] = 0
+    table = table.assign(**{m.kind: table.get(m.kind, 0) for m in measures})  # a kind no machine recorded: 0 runs
     return table.fillna({m.kind: 0 for m in measures}).astype({m.kind: int for m in measures})
 
 

@@ -273,14 +273,14 @@ def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, thre
                 artifacts["cpp-loader"] = build_cpp_loader(work)
             for key, info in artifacts.items():
                 say(f"  {key}: {info['build_s']:.1f} s, {info['bytes'] / 1e6:.1f} MB")
-        if any(p.cache == "probe" for p in chosen):  # one untimed load leaves the probe builds in the cache
-            say("priming an Inductor cache directory with the vector-ISA probe (untimed)")
-            _measure_path(_path_by_name("aoti-static-probe-cached"), work, -1, checkpoint=checkpoint,
-                         artifacts=artifacts, threads=threads, steady_runs=1, timeout=timeout)
-        if any(p.cache == "openvino" for p in chosen):  # one untimed start leaves the compiled blob in the cache
-            say("filling OpenVINO's model cache (untimed)")
-            _measure_path(_path_by_name("openvino-cached"), work, -1, checkpoint=checkpoint, artifacts=artifacts,
-                         threads=threads, steady_runs=1, timeout=timeout)
+        # one untimed start leaves the ISA probe's builds (or OpenVINO's compiled blob) in the cache the path keeps
+        for cache, name, doing in (("probe", "aoti-static-probe-cached",
+                                    "priming an Inductor cache directory with the vector-ISA probe"),
+                                   ("openvino", "openvino-cached", "filling OpenVINO's model cache")):
+            if any(p.cache == cache for p in chosen):
+                say(f"{doing} (untimed)")
+                _measure_path(_path_by_name(name), work, -1, checkpoint=checkpoint, artifacts=artifacts,
+                              threads=threads, steady_runs=1, timeout=timeout)
         rows = []
         for repeat in range(repeats):
             # compile-cold first (it fills the warm cache and saves the artifacts the others load)
