@@ -72,7 +72,7 @@ def _kernels_from_events(events: Iterable, device: str = "cuda") -> list[tuple[s
     return out
 
 
-def union_length(intervals) -> float:
+def _union_length(intervals) -> float:
     """Total length covered by (start, end) intervals, overlaps counted once (active GPU time, Chapter 5)."""
     total, current_start, current_end = 0.0, None, None
     for start, end in sorted(intervals):
@@ -95,7 +95,7 @@ def summarize_kernels(kernels: list[tuple[str, str, float, float]], wall_ms: flo
         bucket[0] += 1
         bucket[1] += (end - start) / 1e3
     kernel_total = sum(v[1] for v in sums.values()) or 1.0
-    active = union_length([(s, e) for _, _, s, e in kernels]) / 1e3
+    active = _union_length([(s, e) for _, _, s, e in kernels]) / 1e3
     return [{"category": c, "kernels": sums[c][0], "kernel_ms": sums[c][1],
              "share": sums[c][1] / kernel_total, "total_kernels": len(kernels),
              "active_gpu_ms": active, "wall_ms": wall_ms} for c in KERNEL_CATEGORIES]

@@ -37,7 +37,7 @@ def _result(seconds: Sequence[float], warmup: int) -> TimingResult:
     return TimingResult(float(median), float(ms.min()), float(ms.max()), float(q1), float(q3), len(ms), warmup)
 
 
-def time_cpu(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 10, name: str = "",
+def time_cpu(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 10,
              threads: int | None = None) -> TimingResult:
     """``fn()`` timed by the Timer at ``threads`` (restored after): ``warmup`` calls, then blocks for about
     ``repeats`` calls."""

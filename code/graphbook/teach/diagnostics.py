@@ -214,7 +214,7 @@ def graph_break_comparison(size: int = 4096, repeats: int = 50, warmup: int = 5)
         torch._dynamo.reset()
         compiled = torch.compile(fn)
         out = compiled(x)[0]
-        timing = time_cpu(lambda: compiled(x), warmup=warmup, repeats=repeats, name=name)
+        timing = time_cpu(lambda: compiled(x), warmup=warmup, repeats=repeats)
         rows.append({"variant": name, "graphs": report.graph_count, "graph_breaks": report.graph_break_count,
                      "fullgraph_compiles": fullgraph, "median_us": timing.median_ms * 1000,
                      "same_result": bool(torch.allclose(out, expected))})
