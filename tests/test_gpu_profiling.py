@@ -66,15 +66,10 @@ def autocast_conv_events():
             event("void cudnn::bn_fw_inf_1C11_kernel_NCHW", "CUDA", 40, 45, id=22, linked=99)]  # owner unknown
 
 
-def test_runtime_calls_never_own_kernels():
+def test_weight_casts_under_conv2d_are_cast_copy_not_convolution_and_runtime_calls_own_no_kernel():
     events = [event("cudaLaunchKernel", "CPU", 1, 2, id=6, linked=4),   # CUPTI id equal to the conv's op id
               *autocast_conv_events()]
     kernels = gp._kernels_from_events(events, "cuda")
-    assert [k[0] for k in kernels] == ["aten::copy_", "aten::cudnn_convolution", ""]
-
-
-def test_weight_casts_under_conv2d_are_cast_copy_not_convolution():
-    kernels = gp._kernels_from_events(autocast_conv_events(), "cuda")
     assert [k[0] for k in kernels] == ["aten::copy_", "aten::cudnn_convolution", ""]
     rows = {r["category"]: r["kernels"] for r in gp.summarize_kernels(kernels, wall_ms=0.05)}
     assert rows == {"convolution": 1, "batch_norm": 1, "cast/copy": 1, "elementwise": 0, "other": 0}
