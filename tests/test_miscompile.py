@@ -79,19 +79,14 @@ def test_verdict_is_cached_per_torch_version_and_cpu_capability(monkeypatch, tmp
 
 
 @pytest.mark.slow
-def test_reproducer_verdict_in_a_fresh_process(monkeypatch, tmp_path):
-    monkeypatch.setattr(mc, "CACHE_DIR", tmp_path)
-    verdict = mc.freezing_bug_verdict(refresh=True)
-    assert verdict["torch"] == torch.__version__
-    assert verdict["present"] == (verdict["max_abs_diff"] > 1e-4)
-
-
-@pytest.mark.slow
-def test_the_freezing_workaround_is_still_needed_and_still_works():
-    """Fails the day an upstream fix makes plain freezing correct: then the book drops its workaround."""
+def test_the_freezing_workaround_is_still_needed_and_still_works(monkeypatch, tmp_path):
+    """Fails the day an upstream fix makes plain freezing correct: then the book drops its workaround. The plain
+    run is the verdict the chapters read, made now in a fresh process: code/repro_freezing_minimal.py exits 1."""
     fixed = mc.run_minimal(fix="out_of_place_conv_add")
     assert not fixed["present"], f"conv + add out of place no longer restores eager's output ({fixed['max_abs_diff']:.3g})"
-    plain = mc.run_minimal()
+    monkeypatch.setattr(mc, "CACHE_DIR", tmp_path)
+    plain = mc.freezing_bug_verdict(refresh=True)
+    assert plain["torch"] == torch.__version__ and plain["present"] == (plain["max_abs_diff"] > 1e-4)
     assert plain["present"], ("plain freezing now matches eager on the reproducer: the miscompile is fixed in this "
                               "torch, so the book's freezing workaround (variants.FREEZING_FIXES) should go")
 
@@ -118,7 +113,7 @@ def test_load_reproducer_gives_the_standalone_script_without_running_it():
     assert repro.__file__ == str(mc.REPRO_SCRIPT)
     assert callable(repro.build) and callable(repro.main)
     # the file stays fileable upstream as it is: torch and the standard library only
-    imports = re.findall(r"^(?:import|from) (\w+)", mc.REPRO_SCRIPT.read_text(), re.M)
+    imports = re.findall(r"^(?:import|from) (\w+)", mc.REPRO_SCRIPT.read_text(), re.MULTILINE)
     assert set(imports) <= {"__future__", "argparse", "platform", "sys", "time", "torch"}, imports
 
 

@@ -1,6 +1,5 @@
 """The freezing minimizer's parts on small inputs: delta debugging on a fake predicate, programs and their
 reductions, the step log, and the fresh-process check's time limit (no torch.compile here)."""
-import subprocess
 import sys
 
 import pytest
@@ -24,7 +23,7 @@ def test_ddmin_finds_the_two_items_that_matter_and_tests_each_subset_once():
 
 
 def test_ddmin_result_is_one_minimal():
-    fails = lambda s: 5 in s or {1, 2} <= set(s)   # noqa: E731
+    fails = lambda s: 5 in s or {1, 2} <= set(s)
     found = mm.ddmin(list(range(8)), fails)
     assert fails(found)
     assert all(not fails([x for x in found if x != y]) for y in found)
@@ -123,21 +122,12 @@ def test_the_committed_minimal_reproducer_is_the_minimizers_own_output():
     assert source.startswith('"""') and mm.to_source(program).count("nn.") == source.count("nn.")
 
 
-@pytest.mark.slow
-def test_minimal_reproducer_exits_1_while_the_bug_is_present():
-    """The standalone minimal reproducer still fails on this torch (exit 1); 0 would mean a fixed torch."""
-    proc = subprocess.run([sys.executable, str(paths.CODE_DIR / "repro_freezing_minimal.py")],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "max abs diff" in proc.stdout
-
-
 def test_a_written_program_loads_back_for_a_second_search(tiny, tmp_path):
     script = tmp_path / "smallest.py"
     script.write_text(mm.to_source(tiny, doc="A test program."))
     again = mm.load_program(script)
     assert again.describe() == tiny.describe()
-    constructors = lambda text: [line for line in text.splitlines() if " = nn." in line]   # noqa: E731
+    constructors = lambda text: [line for line in text.splitlines() if " = nn." in line]
     assert constructors(mm.to_source(again)) == constructors(script.read_text())   # same modules, same seed
     (tmp_path / "other.py").write_text("print('hello')\n")
     with pytest.raises(ValueError, match="not a script written by the minimizer"):
@@ -161,11 +151,10 @@ def test_the_written_reproducer_refuses_options_and_prints_usage(tiny, tmp_path,
 def test_the_upstream_report_carries_the_committed_reproducer_and_its_length():
     import re
 
-    from graphbook import paths
     from graphbook.compilers import miscompile
 
     report = (paths.REPO_ROOT / "docs" / "upstream" / "freezing-miscompile-issue.md").read_text()
     source = miscompile.MINIMAL_SCRIPT.read_text()
-    block = re.search(r"## Reproducer \((\d+) lines[^\n]*\n\n```python\n(.*?)```", report, re.S)
+    block = re.search(r"## Reproducer \((\d+) lines[^\n]*\n\n```python\n(.*?)```", report, re.DOTALL)
     assert block is not None and block.group(2) == source
     assert int(block.group(1)) == len(source.splitlines())
