@@ -1,6 +1,5 @@
 """_ext/book_html_fixes.py: the repository and launch buttons exist only once the book's repository URL is
 set, in its one place (``book_repository_url`` under ``sphinx: config:`` in _config.yml)."""
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,35 +14,22 @@ ROOT = paths.REPO_ROOT
 URL = "https://github.com/example-org/example-book"
 
 
-def in_extension(statements: str, result: str):
-    """Run ``statements`` in a fresh Python with the extension imported as Sphinx imports it (from its
-    folder, ``local_extensions`` in _config.yml), and return the JSON value of ``result``."""
-    code = (f"import json\nfrom types import SimpleNamespace\nimport book_html_fixes as fixes\n{statements}\n"
-            f"print(json.dumps({result}))")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "_ext", capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout)
+def test_the_url_is_the_only_switch(script):
+    """Buttons switched on elsewhere (theme options) are dropped while the URL is empty; a URL turns every
+    button on, pointing at it. (The extension loaded from its file, as Sphinx's local_extensions does.)"""
+    from types import SimpleNamespace
 
-
-def test_no_url_no_buttons():
-    assert in_extension("", '[fixes.repository_theme_options(""), fixes.repository_theme_options("   ")]') == [{}, {}]
-
-
-def test_a_url_turns_on_every_button_pointing_at_it():
-    options = in_extension("", f'fixes.repository_theme_options("{URL}/", "dev")')
+    fixes = script("_ext/book_html_fixes.py")
+    config = SimpleNamespace(html_theme_options={"repository_url": "https://example.org/stale", "use_issues_button": True,
+                                                 "launch_buttons": {"colab_url": "x"}, "home_page_in_toc": True},
+                             book_repository_url="", book_repository_branch="main")
+    fixes._apply_repository_url(None, config)
+    assert config.html_theme_options == {"home_page_in_toc": True}
+    assert fixes.repository_theme_options("   ") == {}
+    options = fixes.repository_theme_options(f"{URL}/", "dev")
     assert options["repository_url"] == URL and options["repository_branch"] == "dev"
     assert options["use_repository_button"] and options["use_issues_button"]
     assert options["launch_buttons"]["binderhub_url"] and options["launch_buttons"]["colab_url"]
-
-
-def test_the_url_is_the_only_switch():
-    """Buttons switched on elsewhere (theme options) are dropped while the URL is empty."""
-    options = in_extension(
-        'config = SimpleNamespace(html_theme_options={"repository_url": "https://example.org/stale", '
-        '"use_issues_button": True, "launch_buttons": {"colab_url": "x"}, "home_page_in_toc": True}, '
-        'book_repository_url="", book_repository_branch="main")\n'
-        "fixes._apply_repository_url(None, config)", "config.html_theme_options")
-    assert options == {"home_page_in_toc": True}
 
 
 def test_the_book_config_sets_the_url_in_one_place_only():
