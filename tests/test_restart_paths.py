@@ -1,6 +1,5 @@
 """Restart paths in fresh processes (graphbook.teach.restart_paths, code/bench_restart_paths.py; Chapter 6)."""
 import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -42,11 +41,6 @@ def test_run_refuses_warm_paths_without_the_cold_one_and_zero_repeats(tmp_path):
         restart_paths.run_restart_paths("x.pt", paths=("compile-warm",), workdir=tmp_path)
     with pytest.raises(ValueError, match="repeats"):
         restart_paths.run_restart_paths("x.pt", paths=("eager",), repeats=0, workdir=tmp_path)
-
-
-def test_module_cli_without_child_flag_exits_2():
-    proc = subprocess.run([sys.executable, "-m", "graphbook.compilers.restart_child"], capture_output=True, text=True)
-    assert proc.returncode == 2 and "usage" in proc.stderr
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
 """Tests of the results schema (graphbook.record.results): kinds, write_run, load, latest_run, the comparison."""
 import csv
 import hashlib
-import os
 import re
 
 import pandas as pd
@@ -181,18 +180,6 @@ def test_load_of_nothing_is_an_empty_frame_with_the_key_columns(tmp_path):
     assert frame.empty and {results.RUN_ID, results.SOURCE_FILE, results.DATE} <= set(frame.columns)
     assert results.latest_run(frame).empty
     assert results.load("gpu-blurball", tmp_path / "missing").empty
-
-
-def test_load_honours_graphbook_results_dir(tmp_path):
-    import subprocess
-    import sys
-
-    results.write_run("ablation", [{"variant": "x"}], ENV, results_dir=tmp_path)
-    code = "from graphbook.record import results; print(len(results.load('ablation')))"
-    env = {**os.environ, "GRAPHBOOK_RESULTS_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
-                         cwd=ROOT)
-    assert out.stdout.strip() == "1", out.stderr
 
 
 # ------------------------------------------------------------------------------ latest_run
