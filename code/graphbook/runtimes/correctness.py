@@ -36,11 +36,6 @@ TORCH_VARIANTS = ("eager_fp32", "compile_default", "compile_freezing", "eager_bf
                   "eager_fp32_channels_last")
 
 
-def _torch_variants(model: torch.nn.Module) -> dict[str, Callable]:
-    """Runners ``x -> logits`` for the PyTorch variants, keyed by label, eager FP32 first (Chapter 6)."""
-    return variants.runners(model.eval(), None, TORCH_VARIANTS)
-
-
 def _onnx_variants(model: torch.nn.Module, example: torch.Tensor, workdir: str | Path, *,
                   calibration: list[torch.Tensor] | None = None, threads: int = THREADS,
                   levels=None) -> dict[str, Callable]:
@@ -80,10 +75,8 @@ def correctness_table(runners: dict[str, Callable], clips: list, *, reference: s
         raise ValueError("need at least one held-out clip")
     inputs = [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor(clips[i:i + batch_size]))
               for i in range(0, len(clips), batch_size)]
-    outputs = {}
     with torch.no_grad():
-        for name, run in runners.items():
-            outputs[name] = [run(x).float() for x in inputs]
+        outputs = {name: [run(x).float() for x in inputs] for name, run in runners.items()}
     decoded = {name: [d for out in outs for d in decoding.decode_batch(out, threshold)] for name, outs in outputs.items()}
     rows = []
     for name in runners:
@@ -99,17 +92,15 @@ def correctness_table(runners: dict[str, Callable], clips: list, *, reference: s
                      results.SAME_OUTPUT: all(c[results.SAME_OUTPUT] for c in checks),
                      results.EXPECTED_TO_MATCH: expected,
                      "agree_frames": int(agree), "agree_share": agree / frames, "max_shift_px": float(shift),
-                     "detection_rate": float(truth["detection_rate"]),
-                     "median_error_px": float(truth["median_error_px"]),
-                     "median_angle_error_deg": float(truth["median_angle_error_deg"]),
-                     "false_positive_rate": float(truth["false_positive_rate"])})
+                     **{key: float(truth[key]) for key in ("detection_rate", "median_error_px",
+                                                           "median_angle_error_deg", "false_positive_rate")}})
     return rows
 
 
 def all_variants(model: torch.nn.Module, example_clip, *, onnx: bool = True, calibration_clips: list | None = None,
                  threads: int = THREADS, workdir: str | Path | None = None) -> dict[str, Callable]:
     """Every variant this machine can run, eager FP32 first (Chapter 6)."""
-    runners = _torch_variants(model)
+    runners = variants.runners(model.eval(), None, TORCH_VARIANTS)  # keyed by label, eager FP32 first
     if onnx and variants.onnx_available()[0]:
         example = blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([example_clip]))
         calibration = ([blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([c])) for c in calibration_clips]

@@ -142,9 +142,6 @@ def onnx_files(path: str | Path) -> list[Path]:
     return [p for p in (path, data_file) if p.exists()]
 
 
-# ---- Loading, sessions, providers
-
-
 # ---- Graph inspection
 
 def _graph(model_or_path):
@@ -174,10 +171,7 @@ def op_counts_table(counts: Mapping[str, Counter]):
 
 def _graph_difference(before: Counter, after: Counter) -> dict[str, Counter]:
     """Operators that disappeared and appeared between two graphs' counts (Chapter 4)."""
-    keys = set(before) | set(after)
-    removed = Counter({k: before.get(k, 0) - after.get(k, 0) for k in keys if before.get(k, 0) > after.get(k, 0)})
-    added = Counter({k: after.get(k, 0) - before.get(k, 0) for k in keys if after.get(k, 0) > before.get(k, 0)})
-    return {"removed": removed, "added": added}
+    return {"removed": Counter(before) - Counter(after), "added": Counter(after) - Counter(before)}
 
 
 def _ops(counter: Counter, op_type: str, domain: str | None = None) -> int:
@@ -188,23 +182,25 @@ def name_fusions(before: Counter, after: Counter) -> list[str]:
     """Name the rewrites that turned graph ``before`` into graph ``after``, from their counts (Chapter 4)."""
     notes = []
     nchwc = "com.microsoft.nchwc"
-    bn_gone = _ops(before, "BatchNormalization") - _ops(after, "BatchNormalization")
+
+    def gained(op_type, domain=None):
+        return _ops(after, op_type, domain) - _ops(before, op_type, domain)
+
+    bn_gone = -gained("BatchNormalization")
     if bn_gone > 0:
         notes.append(f"Conv+BatchNormalization folding: {bn_gone} BatchNormalization nodes removed")
-    fused_conv = _ops(after, "FusedConv", "com.microsoft") - _ops(before, "FusedConv", "com.microsoft")
+    fused_conv, fused_gemm = gained("FusedConv", "com.microsoft"), gained("FusedGemm", "com.microsoft")
     if fused_conv > 0:
         notes.append(f"Conv+activation fusion: {fused_conv} com.microsoft::FusedConv nodes")
-    fused_gemm = _ops(after, "FusedGemm", "com.microsoft") - _ops(before, "FusedGemm", "com.microsoft")
     if fused_gemm > 0:
         notes.append(f"Gemm+activation fusion: {fused_gemm} com.microsoft::FusedGemm nodes")
-    nchwc_conv = _ops(after, "Conv", nchwc) - _ops(before, "Conv", nchwc)
+    nchwc_conv = gained("Conv", nchwc)
     if nchwc_conv > 0:
         reorders = sum(n for (d, op), n in after.items() if d == nchwc and op.startswith("Reorder")) - sum(
             n for (d, op), n in before.items() if d == nchwc and op.startswith("Reorder"))
         notes.append(f"NCHWc blocked layout: {nchwc_conv} {nchwc}::Conv nodes, {reorders} layout reorders")
     if fused_conv > 0 or fused_gemm > 0 or nchwc_conv > 0:
-        absorbed = [(op, _ops(before, op) - _ops(after, op)) for op in ("Relu", "Sigmoid", "Clip", "Add")]
-        absorbed = [f"{n} {op}" for op, n in absorbed if n > 0]
+        absorbed = [f"{-gained(op)} {op}" for op in ("Relu", "Sigmoid", "Clip", "Add") if gained(op) < 0]
         if absorbed:
             notes.append("absorbed into the fused operators: " + ", ".join(absorbed))
     diff = _graph_difference(before, after)

@@ -104,14 +104,9 @@ def quantize_qdq(fp32_path: str | Path, out_path: str | Path, frames: Iterable, 
         settings = int8_settings_for(features, per_channel=per_channel)
     input_name = onnx.load(str(fp32_path), load_external_data=False).graph.input[0].name
     reader = calibration_reader(input_name, frames)
-    root_logger = logging.getLogger()
-    previous = root_logger.level
-    root_logger.setLevel(logging.ERROR)  # the quantizer logs a pre-processing hint as a warning
-    try:
+    with quiet_onnxruntime():
         quant.quantize_static(str(fp32_path), str(out_path), reader, quant_format=quant.QuantFormat.QDQ,
                               calibrate_method=quant.CalibrationMethod.MinMax, **settings.quantize_static_kwargs())
-    finally:
-        root_logger.setLevel(previous)
     return out_path
 
 
@@ -231,8 +226,7 @@ def design(reduce_range: bool, *, smoke: bool = False) -> list[Int8Config]:
 
 
 def int8_settings() -> dict:
-    """``reduce_range`` for this CPU and why, as :func:`graphbook.runtimes.onnx_utils.int8_settings_for` decides (Chapter 4).
-    """
+    """``reduce_range`` for this CPU and why, as :func:`int8_settings_for` decides (Chapter 4)."""
     features = cpu_features()
     settings = int8_settings_for(features)
     return {"reduce_range": bool(settings.reduce_range), "reduce_range_reason": settings.reason,
@@ -282,9 +276,6 @@ def _classify_nodes(model_or_path) -> dict[str, str | None]:
 def _nodes_in_groups(model_or_path, groups: Iterable[str]) -> list[str]:
     """Names of the nodes in the given layer groups, for ``quantize_static(nodes_to_exclude=...)`` (Chapter 4)."""
     groups = tuple(groups)
-    unknown = [g for g in groups if g not in GROUPS]
-    if unknown:
-        raise Int8MatrixError(f"unknown layer group(s) {unknown}; choose from {list(GROUPS)}")
     classes = _classify_nodes(model_or_path)
     chosen = [name for name, group in classes.items() if group in groups]
     empty = [g for g in groups if not any(group == g for group in classes.values())]

@@ -27,9 +27,7 @@ from graphbook.measure.warmup import logits_of
 from graphbook.runtimes import onnx_utils, openvino_runtime, quantization
 from graphbook.runtimes.onnx_utils import LEVEL_NAMES
 
-# torch is imported where it is used, so that a script can check its --variants (and fail fast on bad
-# arguments) without paying torch's import.
-Runner = Callable[["torch.Tensor"], "torch.Tensor"]
+Runner = Callable[[torch.Tensor], torch.Tensor]
 
 #: The reference every variant is compared with.
 REFERENCE = "eager_fp32"
@@ -81,10 +79,7 @@ def freezing(enabled: bool = True, fix: str = "none"):
 
 
 def _autocast(enabled: bool, x: torch.Tensor):
-    if not enabled:
-        return contextlib.nullcontext()
-
-    return torch.autocast(x.device.type, dtype=torch.bfloat16)
+    return torch.autocast(x.device.type, dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
 
 
 @dataclass
@@ -319,12 +314,10 @@ REGISTRY: dict[str, Variant] = _registry()
 #: Each lower precision's FP32 twin: the same runtime and settings in FP32. A lower precision passes only when
 #: it keeps the decoded ball *and* its twin gives eager's output: rounding can hide a miscompile it inherits
 #: (compile + freezing bf16 keeps the ball, yet its logits are as far off as the FP32 freezing miscompile's).
-FP32_TWINS = {"eager_bf16_autocast": "eager_fp32", "compile_bf16": "compile_default",
-              "compile_freezing_bf16": "compile_freezing", "compile_max_autotune_bf16": "compile_max_autotune",
-              "compile_freezing_out_of_place_conv_add_no_fusion_bf16": "compile_freezing_out_of_place_conv_add_no_fusion",
-              "compile_freezing_no_fusion_bf16": "compile_freezing_no_fusion",
-              "compile_freezing_out_of_place_conv_add_bf16": "compile_freezing_out_of_place_conv_add", "ort_int8_qdq_all": "ort_exporter_optimized_all",
-              "openvino_bf16": "openvino_fp32", "openvino_int8": "openvino_fp32"}
+FP32_TWINS = {**{name: name.removesuffix("_bf16") for name in REGISTRY if name.startswith("compile_") and
+                 name.endswith("_bf16")}, "eager_bf16_autocast": "eager_fp32", "compile_bf16": "compile_default",
+              "ort_int8_qdq_all": "ort_exporter_optimized_all", "openvino_bf16": "openvino_fp32",
+              "openvino_int8": "openvino_fp32"}
 
 
 def get(name: str) -> Variant:
@@ -386,10 +379,8 @@ def build(name: str, model: torch.nn.Module, example: torch.Tensor, context: Bui
         seconds = time.perf_counter() - start
         note, artifact = _NOTES.get(name, "") or _autotuned(tuning_log.getvalue()), None
         if variant.family in ("onnxruntime", "openvino"):
-            if variant.family == "onnxruntime":
-                note = f"ORT {ort.__version__}"
-            else:
-                note = f"OpenVINO {openvino_runtime.version()}"
+            note = (f"ORT {ort.__version__}" if variant.family == "onnxruntime"
+                    else f"OpenVINO {openvino_runtime.version()}")
             export = _EXPORTS.get(name, "raw")
             artifact = None if own_context else context.cache.get((id(model), tuple(example.shape), export))
     finally:
