@@ -90,17 +90,10 @@ def cuda_problem() -> str | None:
 
 def plan_matrix(skip_max_autotune: bool = False) -> list[dict]:
     """The configurations to measure, in order: eager first, max-autotune last (Chapter 5)."""
-    plan = []
-    for precision in PRECISIONS:
-        plan.append(dict(precision=precision, mode="eager", layout="nchw", cudnn_benchmark=False))
-    for precision in PRECISIONS:
-        plan.append(dict(precision=precision, mode="eager", layout="channels_last", cudnn_benchmark=False))
-    for precision in PRECISIONS:
-        plan.append(dict(precision=precision, mode="eager", layout="nchw", cudnn_benchmark=True))
     modes = [m for m in COMPILE_MODES if not (skip_max_autotune and m == "compile_max_autotune")]
-    for mode in modes:
-        for precision in PRECISIONS:
-            plan.append(dict(precision=precision, mode=mode, layout="nchw", cudnn_benchmark=False))
+    settings = [("eager", "nchw", False), ("eager", "channels_last", False), ("eager", "nchw", True)]
+    plan = [dict(precision=precision, mode=mode, layout=layout, cudnn_benchmark=benchmark)
+            for mode, layout, benchmark in settings + [(m, "nchw", False) for m in modes] for precision in PRECISIONS]
     for config in plan:
         config["variant"] = _variant_name(config)
         config["fp16_method"] = gp.FP16_AUTOCAST if config["precision"] == "fp16" else ""
@@ -179,9 +172,7 @@ def format_table(rows: list[dict]) -> str:
 # ---- The measurement (CUDA, or the CPU in --smoke)
 
 def _autocast(precision: str, device: str):
-    if precision == "fp16":
-        return torch.autocast(device, dtype=torch.float16)
-    return contextlib.nullcontext()
+    return torch.autocast(device, dtype=torch.float16) if precision == "fp16" else contextlib.nullcontext()
 
 
 def _sync(device: str):

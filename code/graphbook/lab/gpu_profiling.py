@@ -39,10 +39,6 @@ def device_slug(name: str) -> str:
 
 # ---- Profiles
 
-def _matches(name: str, words: Sequence[str]) -> bool:
-    return any(word in name for word in words)
-
-
 #: The category of one kernel from its innermost launching op, else its own name (Chapter 5):
 #: :func:`graphbook.teach.profiling.op_category`, the one rule of the CPU and GPU profiles.
 kernel_category = op_category
@@ -64,7 +60,7 @@ def _kernels_from_events(events: Iterable, device: str = "cuda") -> list[tuple[s
     for event in events:
         if _device_kind(event) != "CUDA" or is_annotation(event):
             continue
-        if _matches(str(event.name), _SKIPPED_DEVICE_EVENTS):
+        if any(word in str(event.name) for word in _SKIPPED_DEVICE_EVENTS):
             continue  # copies the runtime makes, not kernels the model launches
         owner = owners.get(getattr(event, "linked_correlation_id", None))
         out.append((owner.name if owner is not None else "", event.name,

@@ -23,7 +23,7 @@ from graphbook.measure import timing
 from graphbook.model import blurball
 from graphbook.paths import DATA_DIR
 from graphbook.record import results
-from graphbook.record.cli import EXIT_RESOURCE_ABSENT, make_parser, positive_int
+from graphbook.record.cli import EXIT_RESOURCE_ABSENT, comma_choices, make_parser, positive_int
 from graphbook.runtimes import correctness, onnx_utils as ou, quantization
 from graphbook.runtimes.onnx_utils import CUDA_PROVIDER, TENSORRT_PROVIDER, available_providers
 
@@ -43,18 +43,10 @@ COLUMNS = ["variant", "description", "precision", "fp16_method", "runtime", "run
            "timing_cache_bytes", "engine_cache", "trt_typing", "engine_bytes", "qdq_source", "note", "smoke"]
 
 
-def _variant_list(text: str) -> list[str]:
-    names = [v.strip() for v in text.split(",") if v.strip()]
-    unknown = [v for v in names if v not in VARIANTS]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"unknown variant(s) {unknown or text!r}; choose from {','.join(VARIANTS)}")
-    return names
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     """``gpu_tensorrt.py``'s options (Chapter 4); bad values exit 2 with one line on stderr."""
     parser = make_parser(PROG, "BlurBall on ONNX Runtime's GPU providers and TensorRT (Chapter 4).")
-    parser.add_argument("--variants", type=_variant_list, default=list(VARIANTS),
+    parser.add_argument("--variants", type=comma_choices(VARIANTS, "variant"), default=VARIANTS,
                         help=f"comma-separated subset of {','.join(VARIANTS)}")
     parser.add_argument("--warmup", type=positive_int, default=20)
     parser.add_argument("--repeats", type=positive_int, default=50)
@@ -103,8 +95,8 @@ def _ort_runner(session, x, out_shape, dtype, *, device: str = "cuda"):
 
 def _engine_cache_state(cache_dir: Path) -> str:
     """``"built (empty per-run cache folder)"`` or ``"loaded from a cache"`` for the TensorRT provider (Chapter 4)."""
-    existing = [p for p in Path(cache_dir).glob("*") if p.is_file()] if Path(cache_dir).is_dir() else []
-    return "loaded from a cache" if existing else "built (empty per-run cache folder)"
+    cached = any(p.is_file() for p in Path(cache_dir).glob("*"))  # an absent folder globs to nothing
+    return "loaded from a cache" if cached else "built (empty per-run cache folder)"
 
 
 # ---- The run
@@ -119,13 +111,11 @@ def _blank_row(variant: str, smoke: bool) -> dict:
 def _finish_rows(rows: list[dict]) -> list[dict]:
     """Speed-ups over eager FP32 (same run) and every column of :data:`COLUMNS` in every row (Chapter 4)."""
     eager = next((r["median_ms"] for r in rows if r["variant"] == "eager_fp32" and r["median_ms"] != ""), None)
-    out = []
+    rows = [{c: row.get(c, "") for c in COLUMNS} for row in rows]
     for row in rows:
-        row = {c: row.get(c, "") for c in COLUMNS}
         if eager and row["median_ms"] != "":
             row["speedup_vs_eager"] = eager / row["median_ms"]
-        out.append(row)
-    return out
+    return rows
 
 
 def write_results(rows: list[dict], env: dict, results_dir: Path | None, device_name: str) -> Path:

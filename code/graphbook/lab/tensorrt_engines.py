@@ -2,7 +2,6 @@
 a runner on a dedicated CUDA stream, and the symmetric INT8 Q/DQ model TensorRT accepts."""
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 
@@ -124,15 +123,10 @@ def quantize_symmetric(fp32_path: Path, out_path: Path, frames) -> Path:
     """Chapter 4's static Q/DQ recipe with TensorRT's constraint: int8 activations and weights,
     symmetric ranges (zero points 0), per-channel weights, min-max calibration (Chapter 4)."""
     input_name = onnx.load(str(fp32_path), load_external_data=False).graph.input[0].name
-    root = logging.getLogger()
-    previous = root.level
-    root.setLevel(logging.ERROR)
-    try:
+    with quantization.quiet_onnxruntime():
         quant.quantize_static(str(fp32_path), str(out_path), quantization.calibration_reader(input_name, frames),
                               quant_format=quant.QuantFormat.QDQ, activation_type=quant.QuantType.QInt8,
                               weight_type=quant.QuantType.QInt8, per_channel=True,
                               calibrate_method=quant.CalibrationMethod.MinMax,
                               extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
-    finally:
-        root.setLevel(previous)
     return out_path
