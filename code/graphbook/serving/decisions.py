@@ -42,10 +42,8 @@ def _restart_medians(restart_frame) -> tuple[dict[str, float], str | None]:
     if restart_frame is None or not len(restart_frame):
         return {}, None
     newest = runs.single_machine(results.latest_run(restart_frame))
-    found = {}
-    for path, rows in newest.groupby("path"):
-        if rows["same_output"].astype(bool).all():
-            found[path] = float(rows["first_output_s"].median())
+    found = {path: float(rows["first_output_s"].median()) for path, rows in newest.groupby("path")
+             if rows["same_output"].astype(bool).all()}
     return found, str(newest[runs.MACHINE].iloc[0])
 
 

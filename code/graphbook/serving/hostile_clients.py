@@ -1,6 +1,7 @@
 """The same hostile clients against the book's server and LitServe, on loopback (Chapter 7)."""
 from __future__ import annotations
 
+import collections
 import http.client
 import os
 import select
@@ -79,10 +80,7 @@ def _status(answer: str) -> int:
 
 
 def _tally(answers) -> str:
-    counts: dict[str, int] = {}
-    for answer in answers:
-        counts[answer] = counts.get(answer, 0) + 1
-    return ", ".join(f"{answer} x{n}" for answer, n in sorted(counts.items()))
+    return ", ".join(f"{answer} x{n}" for answer, n in sorted(collections.Counter(answers).items()))
 
 
 def _collect(socks, seconds: float) -> tuple[list[str], list[float]]:

@@ -8,6 +8,7 @@ read; every error answer is JSON, and a client that vanishes mid-answer costs a 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -118,10 +119,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.request_version == "HTTP/0.9":  # a request line it could not parse: answer with a status line
             self.request_version = "HTTP/1.1"
         short = self.responses.get(code, ("error",))[0]
-        try:
+        with contextlib.suppress(OSError):
             self._send(code, {"error": f"{short}: {message}" if message else short})
-        except OSError:
-            pass
 
     def _send(self, status: int, payload: dict, headers: dict | None = None) -> None:
         body = json.dumps(payload).encode()
@@ -294,11 +293,9 @@ class InferenceServer(ThreadingHTTPServer):
                 self.connections += 1
         if busy:
             self.refused_connections += 1
-            try:
+            with contextlib.suppress(OSError):
                 request.settimeout(1.0)
                 request.sendall(_BUSY_RESPONSE)
-            except OSError:
-                pass
             self.shutdown_request(request)
             return
         super().process_request(request, client_address)
@@ -351,10 +348,8 @@ class InferenceServer(ThreadingHTTPServer):
                     del self._deadlines[conn]
             for conn in late:
                 self.dropped_connections += 1
-                try:
+                with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RD)
-                except OSError:
-                    pass
 
     # -- life cycle -----------------------------------------------------------------------------
     def start(self, *, warm_up: bool = True) -> "InferenceServer":
@@ -373,10 +368,8 @@ class InferenceServer(ThreadingHTTPServer):
         return self
 
     def _warm_up_quietly(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # recorded in service.warmup_error; /readyz and /livez report it as 500
             self.service.warm_up()
-        except Exception:  # recorded in service.warmup_error; /readyz and /livez report it as 500
-            pass
 
     def wait_until_ready(self, timeout: float = 600.0) -> float:
         """Block until the warm-up finished; return the time to ready in seconds (raises on failure)."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -129,11 +130,9 @@ def _wait_for_health(url: str, path: str, proc, timeout: float) -> float:
     while time.perf_counter() - t0 < timeout:
         if proc.poll() is not None:
             raise RuntimeError(f"the server exited with status {proc.returncode} before it was ready")
-        try:
+        with contextlib.suppress(OSError):
             if request(url + path, timeout=5)[0] == 200:
                 return time.perf_counter() - t0
-        except OSError:
-            pass
         time.sleep(0.05)
     raise RuntimeError(f"the server was not ready after {timeout:.0f} s")
 
@@ -169,18 +168,12 @@ def start_server(server: str, onnx_path: Path, input_hw, *, threads: int, max_qu
 
 def stop_server(proc) -> None:
     """Stop a server :func:`start_server` started, and every process it started (Chapter 7)."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait(timeout=5)
 
 
