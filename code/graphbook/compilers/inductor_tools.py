@@ -97,11 +97,7 @@ def extern_calls(sources: str | Sequence[str]) -> list[str]:
     ``torch.ops.mkldnn._convolution_pointwise``...), one entry per call site (Chapter 3)."""
     if isinstance(sources, str):
         sources = [sources]
-    calls = []
-    for src in sources:
-        body = _call_body(src)
-        calls.extend(m.group(1) for m in _EXTERN_CALL.finditer(body))
-    return calls
+    return [m.group(1) for src in sources for m in _EXTERN_CALL.finditer(_call_body(src))]
 
 
 def _call_body(source: str) -> str:
@@ -251,8 +247,7 @@ def dynamo_graphs(fn: Callable, *args) -> list[torch.fx.GraphModule]:
 
 def ablation_options(name: str) -> dict:
     """The Inductor options of one ablation variant, by name (Chapter 3)."""
-    try:
-        return dict({**ABLATION_CONFIGS, **UNFUSED_ABLATION_CONFIGS, **CAUSE_ABLATION_CONFIGS}[name])
-    except KeyError:
-        raise KeyError(f"unknown ablation {name!r}; choose one of "
-                       f"{list(ABLATION_CONFIGS) + list(UNFUSED_ABLATION_CONFIGS) + list(CAUSE_ABLATION_CONFIGS)}") from None
+    configs = {**ABLATION_CONFIGS, **UNFUSED_ABLATION_CONFIGS, **CAUSE_ABLATION_CONFIGS}
+    if name not in configs:
+        raise KeyError(f"unknown ablation {name!r}; choose one of {list(configs)}")
+    return dict(configs[name])

@@ -1,6 +1,7 @@
 """The freezing miscompile taken apart: verdict, wrapper diff, the missing summand (Chapter 3)."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -9,7 +10,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -83,16 +84,12 @@ def freezing_bug_verdict(*, refresh: bool = False, timeout: float = 900, threads
     if not refresh:
         cache = _cache_file()
         if cache.exists():
-            try:
+            with contextlib.suppress(OSError, ValueError):  # an unreadable cache is simply recomputed
                 return {**json.loads(cache.read_text()), "source": f"cache {cache}"}
-            except (OSError, ValueError):
-                pass  # an unreadable cache is simply recomputed
     verdict = _run_reproducer(timeout, threads)
-    try:
+    with contextlib.suppress(OSError):  # a read-only home: the verdict is still returned
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
         _cache_file().write_text(json.dumps(verdict, indent=1))
-    except OSError:
-        pass  # a read-only home: the verdict is still returned
     return {**verdict, "source": "run now"}
 
 
@@ -147,12 +144,8 @@ class InplaceCall:
 
 def _inplace_binary_calls(source: str) -> list[InplaceCall]:
     """The in-place ``_convolution_pointwise_.binary`` calls of a wrapper, in order (Chapter 3)."""
-    calls = []
-    for line, text in _call_lines(source):
-        match = _INPLACE.search(text)
-        if match:
-            calls.append(InplaceCall(line, match.group(1), match.group(2), text))
-    return calls
+    return [InplaceCall(line, match.group(1), match.group(2), text) for line, text in _call_lines(source)
+            if (match := _INPLACE.search(text))]
 
 
 @dataclass
@@ -248,9 +241,6 @@ class SummandCheck:
     diff_without: float      # max |compiled - eager without that summand|
     diff_with: float         # max |compiled - eager| (the whole sum)
     summand_max: float       # the largest magnitude of the summand that went missing
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def dropped_summand(model, x: torch.Tensor, compiled_output: torch.Tensor) -> list[SummandCheck]:

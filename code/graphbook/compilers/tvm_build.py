@@ -32,12 +32,10 @@ def _code_census(llvm_ir: str) -> dict:
     code runs on one thread), ``ir_lines_f32xN``, the lines using N-wide float vectors (N = 4, 8, 16), and
     ``ir_lines_gather``, the lines calling a masked gather (a vector loaded from scattered addresses: what LLVM
     emits when it vectorizes a loop whose accesses are not contiguous)."""
-    census = {"parallel_launches": len(_PARALLEL_LAUNCH.findall(llvm_ir)),
-              "ir_lines_gather": sum(1 for line in llvm_ir.splitlines() if "@llvm.masked.gather" in line)}
-    for width in _VECTOR_WIDTHS:
-        marker = f"<{width} x float>"
-        census[f"ir_lines_f32x{width}"] = sum(1 for line in llvm_ir.splitlines() if marker in line)
-    return census
+    lines = llvm_ir.splitlines()
+    return {"parallel_launches": len(_PARALLEL_LAUNCH.findall(llvm_ir)),
+            "ir_lines_gather": sum("@llvm.masked.gather" in line for line in lines),
+            **{f"ir_lines_f32x{width}": sum(f"<{width} x float>" in line for line in lines) for width in _VECTOR_WIDTHS}}
 
 
 def _modules(module) -> Iterable:
