@@ -315,11 +315,7 @@ def measure(args: argparse.Namespace, log=print) -> list[dict]:
 
 def environment(args, device: str) -> dict:
     """The run's provenance: the fingerprint plus cuDNN, SM count, weights and the smoke flag (Chapter 5)."""
-    env = fingerprint()
-    env["cudnn_version"] = str(torch.backends.cudnn.version())
-    env["cudnn_allow_tf32"] = bool(torch.backends.cudnn.allow_tf32)
-    env["gpu_sm_count"] = (int(torch.cuda.get_device_properties(0).multi_processor_count)
-                           if device == "cuda" else "")
-    env["weights"] = ("smoke stand-in model" if args.smoke
-                      else args.weights.name if args.weights else "seeded-random")
-    return env
+    return {**fingerprint(), "cudnn_version": str(torch.backends.cudnn.version()),
+            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "gpu_sm_count": int(torch.cuda.get_device_properties(0).multi_processor_count) if device == "cuda" else "",
+            "weights": "smoke stand-in model" if args.smoke else args.weights.name if args.weights else "seeded-random"}

@@ -353,7 +353,7 @@ def detect_gpu_runtimes() -> GpuRuntimes:
         status.reasons.append(f"the installed ONNX Runtime offers only {status.ort_providers} "
                               "(the GPU providers come with the separate onnxruntime-gpu package)")
     try:
-        import tensorrt  # noqa: F401  (optional, lab machines only)
+        import tensorrt  # optional, lab machines only
 
         status.tensorrt_version = str(getattr(tensorrt, "__version__", "unknown"))
     except Exception:  # absent, or present without its CUDA libraries

@@ -1,6 +1,7 @@
 """BlurBall in the reader's browser: onnxruntime-web's files, the checked clip, native figures (Chapter 4)."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import html
 import json
@@ -92,11 +93,9 @@ def export_browser_assets(out_dir: str | Path = ASSETS_DIR, sizes: Sequence[str]
     if manifest_path.exists() and not force:
         old = json.loads(manifest_path.read_text())
         if old.get("stamp") == stamp and set(sizes) <= set(old.get("sizes", {})):
-            try:
+            with contextlib.suppress(BrowserAssetsError):  # a file was removed or changed: export again
                 check_assets(out, sizes)
                 return old
-            except BrowserAssetsError:
-                pass  # a file was removed or changed: export again
     out.mkdir(parents=True, exist_ok=True)
     model = builder()
     manifest = {"stamp": stamp, "atol": SAME_OUTPUT_ATOL, "input_name": None,
@@ -238,13 +237,7 @@ def native_figures(assets_dir: str | Path = ASSETS_DIR, *, sizes: Sequence[str] 
 
 def _simd_width_bits(features: Mapping) -> int | None:
     """The widest float vector register of a CPU from :func:`graphbook.measure.environment.cpu_features` (Chapter 4)."""
-    if features.get("avx512f"):
-        return 512
-    if features.get("avx2"):
-        return 256
-    if features.get("neon"):
-        return 128
-    return None
+    return next((bits for flag, bits in (("avx512f", 512), ("avx2", 256), ("neon", 128)) if features.get(flag)), None)
 
 
 def simd_sentence(features: Mapping) -> str:
@@ -264,9 +257,8 @@ def widget_html(native, *, machine: str, assets_url: str = "../_static/ortweb/")
     for row in native.to_dict("records"):
         ok = row["passed"] and row["median_ms"] == row["median_ms"]
         figures.setdefault(row["size"], {})[row["level"]] = {
-            "median_ms": round(float(row["median_ms"]), 2) if ok else None,
-            "min_ms": round(float(row["min_ms"]), 2) if ok else None,
-            "max_ms": round(float(row["max_ms"]), 2) if ok else None, "threads": int(row["threads"])}
+            **{k: round(float(row[k]), 2) if ok else None for k in ("median_ms", "min_ms", "max_ms")},
+            "threads": int(row["threads"])}
     data = html.escape(json.dumps({"machine": machine, "figures": figures}), quote=True)
     options = "".join(f'<option value="{k}"{" selected" if k == DEFAULT_SIZE else ""}>{k[:k.index("x")]} x '
                       f'{k[k.index("x") + 1:]}{" (default)" if k == DEFAULT_SIZE else " (slower: on request)"}</option>'

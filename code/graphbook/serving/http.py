@@ -101,7 +101,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.timeout = 2 * self.server.request_timeout_s
         super().setup()
 
-    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+    def log_message(self, format, *args):  # the base class's parameter names
         if getattr(self.server, "verbose", False):
             super().log_message(format, *args)
 
@@ -144,7 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
             headers["Allow"] = "POST" if self._path() == "/predict" else "GET"
         self._send(exc.status, {"error": exc.message}, headers)
 
-    def do_GET(self):  # noqa: N802 - http.server's naming
+    def do_GET(self):  # http.server's naming
         service: InferenceService = self.server.service
         path = self._path()
         if path == "/livez":
@@ -198,7 +198,7 @@ class _Handler(BaseHTTPRequestHandler):
             left -= len(chunk)
         return True
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         service: InferenceService = self.server.service
         try:
             path = self._path()

@@ -222,17 +222,13 @@ LABELS = {"book": "the book's server", "litserve": "LitServe"}
 
 def summarize(frame):
     """One row per (server, level) of a ``litserve-compare`` recording: medians and ranges across runs (Chapter 7)."""
-    rows = []
-    for (server, clients, overload), part in frame.groupby(["server", "concurrency", "overload_level"], sort=True):
-        tp = part["throughput_rps"]
-        rows.append({"server": server, "clients": int(clients), "overload": bool(overload), "runs": int(part["run"].nunique()),
-                     "rps_median": float(tp.median()), "rps_min": float(tp.min()), "rps_max": float(tp.max()),
-                     "p50_ms": float(part["p50_ms"].median()), "p99_ms": float(part["p99_ms"].median()),
-                     "sent": int(part["sent"].sum()), "ok": int(part["ok"].sum()),
-                     "overloaded": int(part["overloaded"].sum()), "errors": int(part["errors"].sum()),
-                     "mean_batch": float(part["mean_joined_batch"].median()),
-                     "ready_s": float(part["ready_s"].median())})
-    return pd.DataFrame(rows)
+    sums = {column: (column, "sum") for column in ("sent", "ok", "overloaded", "errors")}
+    out = frame.groupby(["server", "concurrency", "overload_level"], sort=True).agg(
+        runs=("run", "nunique"), rps_median=("throughput_rps", "median"), rps_min=("throughput_rps", "min"),
+        rps_max=("throughput_rps", "max"), p50_ms=("p50_ms", "median"), p99_ms=("p99_ms", "median"), **sums,
+        mean_batch=("mean_joined_batch", "median"), ready_s=("ready_s", "median")).reset_index()
+    out = out.rename(columns={"concurrency": "clients", "overload_level": "overload"})
+    return out.astype({"clients": int, "overload": bool, "runs": int, **dict.fromkeys(sums, int)})
 
 
 def _level_phrase(book, lit) -> str:
