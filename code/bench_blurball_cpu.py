@@ -13,7 +13,7 @@ from graphbook.measure.environment import fingerprint, set_threads
 from graphbook.model import blurball, model_cost, synthetic_clips
 from graphbook.paths import TRAINED_CHECKPOINT
 from graphbook.record import cli, results, runs as runs_lib
-from graphbook.record.cli import int_at_least, multiple_of_8, positive_int
+from graphbook.record.cli import int_at_least, positive_int
 from graphbook.record.results import (
     BALL_AGREE_FRAMES,
     BALL_FRAMES,
@@ -41,31 +41,20 @@ REFERENCE = registry.REFERENCE
 
 
 def _variant_list(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in registry.REGISTRY]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown variant(s) {unknown or [text]}; choose from {', '.join(registry.REGISTRY)}")
-    if REFERENCE not in names:  # everything is checked and reported against eager FP32
-        names.insert(0, REFERENCE)
-    return list(dict.fromkeys(names))
+    names = list(cli.comma_choices(registry.REGISTRY, "variant")(text))
+    return names if REFERENCE in names else [REFERENCE, *names]  # everything is checked against eager FP32
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Command-line options; bad values exit 2 with one line on stderr (Chapter 5)."""
     parser = cli.make_parser("bench_blurball_cpu.py", "BlurBall CPU measurement matrix (Chapter 5).")
-    parser.add_argument("--threads", type=positive_int, default=2, help="torch and ORT intra-op threads")
-    parser.add_argument("--repeats", type=positive_int, default=10, help="timed calls per variant")
-    parser.add_argument("--warmup", type=positive_int, default=3, help="untimed calls per variant")
+    cli.add_run_protocol_options(parser, repeats=10, warmup=3)
+    cli.add_input_size(parser, height=288, width=512)
     parser.add_argument("--variants", type=_variant_list, default=list(DEFAULT_VARIANTS),
                         help="comma-separated names from graphbook.runtimes.variants (default: "
                              + ", ".join(DEFAULT_VARIANTS) + ")")
-    parser.add_argument("--height", type=multiple_of_8, default=288)
-    parser.add_argument("--width", type=multiple_of_8, default=512)
     parser.add_argument("--no-profile", action="store_true", help="skip the eager profile")
     parser.add_argument("--peak-n", type=positive_int, default=2048, help="matmul size for the peak")
-    parser.add_argument("--runs", type=int_at_least(3), default=3,
-                        help="independent runs, each timing every variant once in a rotated order (default 3, at least 3)")
     parser.add_argument("--probe-mib", type=positive_int, default=64,
                         help="MiB per buffer of the copy_ bandwidth probe measured in every run (default 64)")
     parser.add_argument("--weights", default=None,
@@ -146,7 +135,6 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
             one = registry.build(name, model, x, context)
             note = one.note or (bf16_reason if variant.precision == "bf16" else "")
             if variant.family == "openvino":  # what OpenVINO really executed: a bf16 hint is not a bf16 run
-
                 graph = describe_runtime(one.run.compiled)
                 note += (f"; executed {graph['layers']} layers ("
                          + ", ".join(f"{p} {n}" for p, n in graph["by_precision"].items())
@@ -190,7 +178,6 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     for row in flagged.itertuples(index=False):
         print(f"  {row[0]} looks taken under load: {row[1]}")
     if ball_clips:  # what these runs alone say about a lower precision (Chapter 7 decides on every recorded run)
-
         print(f"lower precision, from these runs: {lower_precision_worker(recorded, here=env)}")
     print(f"\nMACs per forward {cost.macs / 1e9:.2f} G ({cost.dead_macs / 1e9:.2f} G in never-read stage-4 outputs)")
     print(f"bf16: {bf16_reason}\nwrote {path}")

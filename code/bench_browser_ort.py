@@ -41,9 +41,6 @@ def main(argv: list[str] | None = None) -> int:
     env["onnxruntime_web"] = browser_runtime.onnxruntime_web_version()
     repeats = {"96x160": args.repeats, "288x512": args.large_repeats}
 
-    def progress(line: str) -> None:
-        print(line, flush=True)
-
     def copy_probe() -> dict:  # each run measures its own bandwidth (graphbook.record.runs.flag_under_load)
         return {results.COPY_GBPS: probes.copy_bandwidth(64 * 2**20, repeats=3)["gb_per_s"]}
 
@@ -51,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rows = browser_measure.measure_in_chromium(
                 sizes=args.sizes, levels=args.levels, threads=args.threads, runs=args.runs, warmup=args.warmup,
-                repeats=repeats, workdir=workdir, progress=progress, probes=copy_probe)
+                repeats=repeats, workdir=workdir, probes=copy_probe,
+                progress=lambda line: print(line, flush=True))
         except browser_runtime.BrowserAssetsError as error:
             return cli.resource_absent(PROG, f"error: {error}")
     for row in rows:

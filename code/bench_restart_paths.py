@@ -10,8 +10,8 @@ import pandas as pd
 
 from graphbook.measure.environment import fingerprint
 from graphbook.paths import TRAINED_CHECKPOINT
-from graphbook.record import results  # noqa: F401 - imported now: the run takes many minutes
-from graphbook.record.cli import comma_choices, int_at_least, make_parser, multiple_of_8, positive_int
+from graphbook.record import results
+from graphbook.record.cli import add_input_size, comma_choices, int_at_least, make_parser, positive_int
 from graphbook.teach import restart_paths
 from graphbook.teach.restart_paths import PATH_NAMES
 
@@ -20,8 +20,7 @@ def parse_args(argv=None):
     p = make_parser("bench_restart_paths.py", __doc__.splitlines()[0])
     p.add_argument("--paths", type=comma_choices(PATH_NAMES, "restart path"), default=PATH_NAMES,
                    help="comma-separated restart paths (default: all)")
-    p.add_argument("--height", type=multiple_of_8, default=288)
-    p.add_argument("--width", type=multiple_of_8, default=512)
+    add_input_size(p, height=288, width=512)
     p.add_argument("--repeats", type=positive_int, default=3, help="fresh starts per path (default 3)")
     p.add_argument("--steady-runs", type=positive_int, default=5, help="calls timed after the first (default 5)")
     p.add_argument("--server-repeats", type=int_at_least(0), default=3,
@@ -68,7 +67,6 @@ def main(argv: list[str] | None = None) -> int:
             out = results.write_run("serving-ready", server_rows, env, results_dir=args.results_dir)
             print(f"wrote {len(server_rows)} server rows to {out}")
     except Exception as exc:  # never lose a long run: keep its rows where the user can find them
-
         keep = Path(tempfile.mkstemp(prefix="restart-paths-rows-", suffix=".json")[1])
         keep.write_text(json.dumps({"env": env, "rows": rows, "server_rows": server_rows}, default=str))
         print(f"bench_restart_paths.py: error: could not write the results ({type(exc).__name__}: {exc}); "

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def add_tvm(name, executable, target, note, **columns):
         vm = relax.VirtualMachine(executable, tvm.cpu())
-        call = lambda: vm["main"](data)  # noqa: E731
+        call = lambda: vm["main"](data)
         output = call()
         output = output if hasattr(output, "numpy") else output[0]
         add(name, call, torch.from_numpy(output.numpy()), note, int(os.environ["TVM_NUM_THREADS"]),

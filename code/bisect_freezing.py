@@ -51,12 +51,11 @@ def run_bisector(model, inputs) -> dict:
     start = time.perf_counter()
     found = CompilerBisector.do_bisect(check)
     seconds = time.perf_counter() - start
-    row = {"tool": "CompilerBisector", "status": "found" if found else "nothing found",
-           "backend": getattr(found, "backend", ""), "subsystem": getattr(found, "subsystem", "") or "",
-           "bisect_number": getattr(found, "bisect_number", "") if found else "",
-           "debug_info": (getattr(found, "debug_info", "") or "")[:2000].replace("\n", " | "),
-           "compiles": calls["n"], "seconds": round(seconds, 1)}
-    return row
+    return {"tool": "CompilerBisector", "status": "found" if found else "nothing found",
+            "backend": getattr(found, "backend", ""), "subsystem": getattr(found, "subsystem", "") or "",
+            "bisect_number": getattr(found, "bisect_number", "") if found else "",
+            "debug_info": (getattr(found, "debug_info", "") or "")[:2000].replace("\n", " | "),
+            "compiles": calls["n"], "seconds": round(seconds, 1)}
 
 
 # The minifier's process: graphbook is installed (pyproject.toml), so no path set-up is needed.
@@ -86,11 +85,9 @@ def run_minifier(args) -> dict:
                               text=True, timeout=args.minifier_timeout)
         status, tail = f"exit {proc.returncode}", (proc.stdout + proc.stderr)[-20000:]
     except subprocess.TimeoutExpired as expired:
-        out = (expired.stdout or b"") + (expired.stderr or b"")
-        if isinstance(out, str):
-            out = out.encode()
+        out = (expired.stdout or b"") + (expired.stderr or b"")  # bytes, whatever text= said
         status = f"timed out after {args.minifier_timeout} s"
-        tail = out.decode(errors="replace")[-20000:]
+        tail = (out.decode(errors="replace") if isinstance(out, bytes) else out)[-20000:]
     seconds = time.perf_counter() - start
     (workdir / "minifier_output.txt").write_text(tail)
     repros = sorted(workdir.rglob("repro.py")) + sorted(workdir.rglob("minifier_launcher.py"))
@@ -112,9 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     model, inputs = miscompile.check_model(args.model, args.height, args.width)
     rows = []
-    if args.skip_bisector:
-        pass
-    else:
+    if not args.skip_bisector:
         print("CompilerBisector ...", flush=True)
         rows.append(run_bisector(model, inputs))
         print(rows[-1], flush=True)

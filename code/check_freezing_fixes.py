@@ -19,13 +19,9 @@ PROG = "check_freezing_fixes.py"
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.make_parser(PROG, __doc__.splitlines()[0])
-    parser.add_argument("--fixes", default=",".join(FREEZING_FIXES),
+    parser.add_argument("--fixes", type=cli.comma_choices(FREEZING_FIXES, "fix"), default=tuple(FREEZING_FIXES),
                         help=f"comma-separated, from {', '.join(FREEZING_FIXES)} (default: all)")
     args = parser.parse_args(argv)
-    fixes = [fix.strip() for fix in args.fixes.split(",") if fix.strip()]
-    unknown = [fix for fix in fixes if fix not in FREEZING_FIXES]
-    if unknown or not fixes:
-        parser.error(f"unknown fix(es) {unknown or [args.fixes]}; choose from {', '.join(FREEZING_FIXES)}")
     if not TRAINED_CHECKPOINT.is_file():
         print(f"{PROG}: error: checkpoint {TRAINED_CHECKPOINT} is missing; recreate it with "
               "code/train_blurball.py", file=sys.stderr)
@@ -33,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(THREADS)
     model = blurball.load_trained_blurball()
     rows = []
-    for fix in fixes:
+    for fix in args.fixes:
         checked = miscompile.check_fix(fix, model)
         print(f"{fix}: {'matches eager everywhere' if all(r['same_output'] for r in checked) else 'DIFFERS'} "
               f"(largest max abs diff {max(r['max_abs_diff'] for r in checked):.3g})", flush=True)

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from graphbook.paths import TLPARSE_REPORT_DIR
-from graphbook.record.cli import directory, make_parser, multiple_of_8, positive_int
+from graphbook.record.cli import add_input_size, directory, make_parser, positive_int
 from graphbook.teach import diagnostics
 
 
@@ -13,8 +13,7 @@ def parse_args(argv=None):
     parser = make_parser("make_tlparse_report.py", __doc__.splitlines()[0], results_dir=False)
     parser.add_argument("--out", type=directory, default=TLPARSE_REPORT_DIR,
                         help="output folder, replaced (default images/extra/tlparse)")
-    parser.add_argument("--height", type=multiple_of_8, default=32)
-    parser.add_argument("--width", type=multiple_of_8, default=64)
+    add_input_size(parser, height=32, width=64)
     parser.add_argument("--threads", type=positive_int, default=2)
     return parser.parse_args(argv)
 

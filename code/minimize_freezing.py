@@ -9,7 +9,7 @@ import torch
 from graphbook.compilers import miscompile
 from graphbook.measure import environment
 from graphbook.record import cli, results
-from graphbook.record.cli import comma_choices, make_parser, multiple_of_8, positive_float, positive_int
+from graphbook.record.cli import comma_choices, make_parser, positive_float, positive_int
 from graphbook.teach import miscompile_minimizer as minimizer
 
 #: The docstring (and ``--help``) of the reproducer ``--write-repro`` writes.
@@ -21,8 +21,7 @@ PHASES = ("tail", "output", "summand", "node", "channels", "size")
 
 def parse_args(argv=None):
     parser = make_parser("minimize_freezing.py", __doc__.splitlines()[0])
-    parser.add_argument("--height", type=multiple_of_8, default=32, help="input height (default 32)")
-    parser.add_argument("--width", type=multiple_of_8, default=64, help="input width (default 64)")
+    cli.add_input_size(parser, height=32, width=64)
     parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--candidate-timeout", type=positive_float, default=180,
                         help="seconds one candidate may take in its fresh process (default 180)")
@@ -56,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         model, (x,) = miscompile.check_model("repro", args.height, args.width)
         program = minimizer.capture(model, x)
     print(f"captured: {program.describe()}", flush=True)
-    log = lambda s: print(f"step {s.step:3d} [{s.phase}] {s.outcome:>9} {s.seconds:6.1f} s  {s.program}; "  # noqa: E731
+    log = lambda s: print(f"step {s.step:3d} [{s.phase}] {s.outcome:>9} {s.seconds:6.1f} s  {s.program}; "
                           f"removed {s.removed[:90]}", flush=True)
     try:
         smallest, steps = minimizer.minimize(program, candidate_timeout=args.candidate_timeout,

@@ -12,10 +12,10 @@ import time
 import warnings
 from pathlib import Path
 
-_STARTED = time.perf_counter()
-from graphbook import paths, serving  # noqa: E402
-from graphbook.config import BATCH_SIZES  # noqa: E402
-from graphbook.record.cli import make_parser, positive_int, positive_int_list  # noqa: E402
+_STARTED = time.perf_counter()  # before the book's imports: READY's seconds count them
+from graphbook import paths, serving
+from graphbook.config import BATCH_SIZES
+from graphbook.record.cli import make_parser, positive_int, positive_int_list
 
 
 def _port(text: str) -> int:
@@ -92,10 +92,7 @@ def build_model(args):
         return tiny_clip_net(), "tiny stand-in"
     from graphbook.model.blurball import build_blurball
 
-    weights = args.weights
-    default = paths.TRAINED_CHECKPOINT
-    if weights is None and default.is_file():
-        weights = default
+    weights = args.weights or (paths.TRAINED_CHECKPOINT if paths.TRAINED_CHECKPOINT.is_file() else None)
     return build_blurball(weights), (str(weights) if weights else "seeded random weights")
 
 
