@@ -1,6 +1,7 @@
 """Restart cost of torch.compile: cold, warm on-disk cache, and saved cache artifacts (Chapter 6)."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -53,8 +54,6 @@ class RestartSpec:
 
 def _resolve_factory(factory: str):
     """Import ``"module:function"`` and return the function (Introduced in Chapter 6)."""
-    if ":" not in factory:
-        raise ValueError(f"factory must look like 'package.module:function', got {factory!r}")
     module_name, _, attr = factory.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -165,13 +164,11 @@ def cache_experiment(spec: RestartSpec, workdir: str | os.PathLike | None = None
                      timeout: float = 1800.0) -> list[dict]:
     """Measure cold, warm and artifacts restarts of ``spec``, each in a fresh process (Chapter 6)."""
     spec.validate()
-    own_tmp = None
-    if workdir is None:
-        own_tmp = tempfile.TemporaryDirectory(prefix="graphbook-cache-")
-        workdir = own_tmp.name
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
+    with contextlib.ExitStack() as stack:
+        if workdir is None:
+            workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="graphbook-cache-"))
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
         first_dir = workdir / "cache-cold-then-warm"
         second_dir = workdir / "cache-from-artifacts"
         for d in (first_dir, second_dir):
@@ -183,9 +180,6 @@ def cache_experiment(spec: RestartSpec, workdir: str | os.PathLike | None = None
             "warm": _run_fresh_process(spec, first_dir, timeout=timeout),
             "artifacts": _run_fresh_process(spec, second_dir, load_artifacts=artifact_file, timeout=timeout),
         }
-    finally:
-        if own_tmp is not None:
-            own_tmp.cleanup()
     cold_restart = _restart_seconds(runs["cold"])
     rows = []
     for scenario in SCENARIOS:

@@ -55,9 +55,7 @@ def bf16_native() -> tuple[bool, str]:
     from graphbook.measure import probes
 
     native, reason = probes.bf16_support()
-    if not native:
-        return False, reason
-    return True, "OpenVINO's CPU plugin lists BF16 (" + reason + ")"
+    return native, f"OpenVINO's CPU plugin lists BF16 ({reason})" if native else reason
 
 
 def compile_model(path: str | Path, *, precision: str = "f32", threads: int = THREADS, cache_dir: str | Path | None = None):
