@@ -19,11 +19,10 @@ def main(argv: list[str] | None = None) -> int:
         return gr.EXIT_NO_GPU
 
     print(status.summary(), flush=True)
-    env = fingerprint(threads=torch.get_num_threads())
-    env["tensorrt"] = status.tensorrt_version or "absent"
-    env["gpu_sm_count"] = (int(torch.cuda.get_device_properties(0).multi_processor_count)
-                           if torch.cuda.is_available() and not args.smoke else "")
-    env["weights"] = "smoke stand-in model" if args.smoke else "seeded-random"
+    env = {**fingerprint(threads=torch.get_num_threads()), "tensorrt": status.tensorrt_version or "absent",
+           "gpu_sm_count": (int(torch.cuda.get_device_properties(0).multi_processor_count)
+                            if torch.cuda.is_available() and not args.smoke else ""),
+           "weights": "smoke stand-in model" if args.smoke else "seeded-random"}
     rows = gr.measure(args, status)
     if not any(r["median_ms"] != "" for r in rows):
         print(f"{gr.PROG}: nothing was measured: " + "; ".join(r["note"] for r in rows), file=sys.stderr)

@@ -256,6 +256,8 @@ def measure(args, status, log=print) -> list[dict]:
             record(row, run, False)
 
         def tensorrt_build_and_run(row, onnx_path, int8=False):
+            if not status.tensorrt:
+                return skip(row, "the tensorrt Python package is not installed (or there is no CUDA device)")
             import tensorrt as trt
 
             first = build_tensorrt_engine(trt, onnx_path, args.workspace_mib, int8=int8)
@@ -270,8 +272,6 @@ def measure(args, status, log=print) -> list[dict]:
             path = onnx_file("fp16")  # exported in the smoke run too: the export path is part of the check
             if smoke:
                 return skip(row, SMOKE_GPU_ONLY)
-            if not status.tensorrt:
-                return skip(row, "the tensorrt Python package is not installed (or there is no CUDA device)")
             tensorrt_build_and_run(row, path)
 
         def tensorrt_qdq(kind):
@@ -287,8 +287,6 @@ def measure(args, status, log=print) -> list[dict]:
                     return skip(row, problem)
                 if smoke:
                     return skip(row, SMOKE_GPU_ONLY)
-                if not status.tensorrt:
-                    return skip(row, "the tensorrt Python package is not installed (or there is no CUDA device)")
                 tensorrt_build_and_run(row, path, int8=True)
             return body
 
