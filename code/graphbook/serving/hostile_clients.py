@@ -52,7 +52,7 @@ def _answer(sock: socket.socket, timeout: float) -> str:
     try:
         response.begin()
         response.read()
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:  # socket.timeout is its alias
         return "waiting"
     except (http.client.HTTPException, OSError):
         return "closed"

@@ -176,7 +176,7 @@ class _Handler(BaseHTTPRequestHandler):
         while left:
             try:
                 chunk = self.rfile.read1(min(left, 1 << 20))
-            except (TimeoutError, socket.timeout, ConnectionError):
+            except (TimeoutError, ConnectionError):
                 chunk = b""
             if not chunk:  # the client closed, or the reaper shut the connection at its deadline
                 raise RequestError(408, f"the body ended after {length - left} of {length} bytes "
@@ -191,7 +191,7 @@ class _Handler(BaseHTTPRequestHandler):
         while left:
             try:
                 chunk = self.rfile.read1(min(left, 1 << 16))
-            except (TimeoutError, socket.timeout, ConnectionError):
+            except (TimeoutError, ConnectionError):
                 return False
             if not chunk:
                 return False
