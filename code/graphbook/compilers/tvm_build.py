@@ -35,7 +35,8 @@ def _code_census(llvm_ir: str) -> dict:
     lines = llvm_ir.splitlines()
     return {"parallel_launches": len(_PARALLEL_LAUNCH.findall(llvm_ir)),
             "ir_lines_gather": sum("@llvm.masked.gather" in line for line in lines),
-            **{f"ir_lines_f32x{width}": sum(f"<{width} x float>" in line for line in lines) for width in _VECTOR_WIDTHS}}
+            **{f"ir_lines_f32x{width}": sum(f"<{width} x float>" in line for line in lines)
+               for width in _VECTOR_WIDTHS}}
 
 
 def _modules(module) -> Iterable:
