@@ -4,6 +4,9 @@ The child-process protocol is tested with ``backend="eager"`` (no code generatio
 cold / warm / artifacts experiment with Inductor runs in Chapter 6 and ``code/bench_compile_cache.py``.
 """
 
+import subprocess
+import sys
+
 import pytest
 
 from graphbook.compilers import compile_cache as cc
@@ -19,6 +22,10 @@ def test_fresh_process_reports_first_calls_and_graphs(tmp_path):
     assert result["graphs_after"] == {"1": 1, "2": 2}  # automatic dynamic: static 1, then dynamic
     assert result["process_wall_s"] > result["import_s"] > 0
     assert cc._restart_seconds(result) == pytest.approx(sum(result["first_call_s"].values()))
+    # import_s times torch's import only if the child's module does not import torch before _child_main starts
+    probe = subprocess.run([sys.executable, "-c", "import sys, graphbook.compilers.compile_cache as m; "
+                            "print('torch' in sys.modules)"], capture_output=True, text=True, timeout=120)
+    assert probe.stdout.strip() == "False", probe.stderr[-500:]
 
 
 @pytest.mark.parametrize("kwargs, error", [

@@ -10,7 +10,7 @@ OPTIONAL_PACKAGES = {"tensorrt", "openvino", "tvm", "playwright", "litserve", "o
 # A restart path's fresh process and the server time their own start-up, so their imports are the measurement;
 # and a server or restart path on an ONNX file runs without torch, so the runtimes it uses import torch only
 # where a torch tensor is made.
-LAZY_ON_PURPOSE = {"restart_child.py", "compiletime.py", "serve_blurball.py", "runners.py", "openvino_runtime.py"}
+LAZY_ON_PURPOSE = {"restart_child.py", "compile_cache.py", "compiletime.py", "serve_blurball.py", "runners.py", "openvino_runtime.py"}
 
 
 def test_no_module_of_the_package_imports_itself_back():

@@ -11,10 +11,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import torch
-import torch._dynamo
-from torch._dynamo.utils import counters
-
 from graphbook import paths
 from graphbook.config import BATCH_SIZES, THREADS
 from graphbook.measure.compiletime import run_tagged_child, seconds_to_ready
@@ -68,6 +64,8 @@ def _resolve_factory(factory: str):
 def _child_main(spec_given: dict) -> dict:
     """Runs in the fresh process: build, (load artifacts), compile, first call per batch size."""
     started = time.perf_counter()
+    import torch  # imported here, not at module top: the child times torch's import
+    from torch._dynamo.utils import counters
 
     import_s = time.perf_counter() - started
     spec_dict = dict(spec_given)
