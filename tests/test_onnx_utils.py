@@ -160,7 +160,6 @@ def test_resolve_providers_falls_back_to_cpu():
     choice = ou.resolve_providers([ou.TENSORRT_PROVIDER, ou.CUDA_PROVIDER], available=[ou.CPU_PROVIDER])
     assert choice.providers == (ou.CPU_PROVIDER,)
     assert choice.missing == (ou.TENSORRT_PROVIDER, ou.CUDA_PROVIDER)
-    assert choice.fell_back
     assert "not available" in choice.note() and "CPUExecutionProvider instead" in choice.note()
 
 
@@ -168,7 +167,7 @@ def test_resolve_providers_keeps_order_of_available_ones():
     available = [ou.TENSORRT_PROVIDER, ou.CUDA_PROVIDER, ou.CPU_PROVIDER]
     choice = ou.resolve_providers([ou.CUDA_PROVIDER, ou.TENSORRT_PROVIDER], available=available)
     assert choice.providers == (ou.CUDA_PROVIDER, ou.TENSORRT_PROVIDER, ou.CPU_PROVIDER)
-    assert not choice.fell_back
+    assert choice.missing == ()
     assert ou.resolve_providers(None, available=available).providers == (ou.CPU_PROVIDER,)
     with pytest.raises(ValueError, match="provider"):
         ou.resolve_providers([], available=available)

@@ -85,11 +85,6 @@ class ProviderChoice:
     providers: tuple[str, ...]
     missing: tuple[str, ...] = ()
 
-    @property
-    def fell_back(self) -> bool:
-        """True when some requested provider is absent from this install."""
-        return bool(self.missing)
-
     def note(self) -> str:
         """One sentence saying what runs where, for printing in a chapter."""
         runs = ", ".join(self.providers)
