@@ -6,7 +6,7 @@ import sys
 import pandas as pd
 
 from graphbook.measure import environment
-from graphbook.paths import PROVENANCE_VIEW_DIR
+from graphbook.paths import PROVENANCE_VIEW_DIR, RESULTS_DIR
 from graphbook.record import cli, results
 from graphbook.teach import diagnostics, kernel_provenance as kp
 
@@ -19,7 +19,13 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=cli.positive_int, default=2, help="torch intra-op threads (default 2)")
     parser.add_argument("--view-dir", type=cli.directory, default=PROVENANCE_VIEW_DIR,
                         help="folder of the provenance page, replaced (default images/extra/tlparse_provenance)")
-    return parser.parse_args(argv)
+    parser.add_argument("--model", choices=sorted(kp.TRACED_MODELS), default="blurball",
+                        help="tiny: a three-layer stand-in that checks the pipeline in seconds (needs --results-dir "
+                             "and --view-dir, so it never replaces the book's record)")
+    args = parser.parse_args(argv)
+    if args.model == "tiny" and {args.results_dir.resolve(), args.view_dir.resolve()} & {RESULTS_DIR, PROVENANCE_VIEW_DIR}:
+        parser.error("--model tiny needs --results-dir and --view-dir (a stand-in must not replace the book's record)")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: tlparse is not installed (pip install -r requirements.txt)", file=sys.stderr)
         return cli.EXIT_RESOURCE_ABSENT
     try:
-        traced = kp.trace_blurball(height=args.height, width=args.width, threads=args.threads)
+        traced = kp.trace_blurball(height=args.height, width=args.width, threads=args.threads, model=args.model)
     except (RuntimeError, OSError) as error:
         print(f"{PROG}: error: {str(error).splitlines()[0] if str(error) else error}", file=sys.stderr)
         return cli.EXIT_CHECK_FAILED
@@ -38,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     if untraced:
         print(f"{PROG}: error: launches not traced to an eager operator: {', '.join(untraced[:5])}", file=sys.stderr)
         return cli.EXIT_CHECK_FAILED
-    env = {**environment.fingerprint(threads=args.threads), "height": args.height, "width": args.width}
+    env = {**environment.fingerprint(threads=args.threads), "model": args.model, "height": args.height,
+           "width": args.width}
     path = results.write_run("kernel-provenance", rows, env, results_dir=args.results_dir)
     page = kp.publish_page(traced["page"], args.view_dir, {
         "torch": env["torch"], "tlparse": diagnostics.tlparse_version(), "cpu": env["cpu_model"],

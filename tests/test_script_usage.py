@@ -39,6 +39,7 @@ REFUSALS = [
     ("serve_blurball.py", ["--artifact", "{file}"], "must end in .pt2"),
     ("serve_blurball.py", ["--save-artifacts", "a.bin"], "only make sense with --compile"),
     ("trace_kernel_provenance.py", ["--view-dir", "{file}"], "not a directory"),
+    ("trace_kernel_provenance.py", ["--model", "tiny", "--view-dir", "{dir}"], "must not replace the book's record"),
     ("train_blurball.py", ["--height", "36"], "multiple of 8"),
     ("train_blurball.py", ["--prior", "1.5"], "below 1"),
     ("train_blurball.py", ["--name", "../x"], "plain file stem"),

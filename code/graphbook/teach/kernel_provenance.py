@@ -28,10 +28,11 @@ PROVENANCE_SITE_PATH = "tlparse_provenance/index.html"
 _TRACE_SCRIPT = """\
 import json, sys, torch
 from torch._inductor.compile_fx import compile_fx
+from graphbook.measure import warmup
 from graphbook.model import blurball
 from graphbook.teach import fusion_rules
 torch.set_num_threads({threads})
-model = blurball.build_blurball()
+model = {model}
 x = blurball.example_input(height={height}, width={width})
 nodes = {{}}
 def backend(gm, example_inputs):
@@ -47,16 +48,21 @@ json.dump(nodes, open(sys.argv[1], "w"))
 """
 
 
-def trace_blurball(*, height: int = 96, width: int = 160, threads: int = THREADS, timeout: float = 1800) -> dict:
-    """Compile BlurBall in a fresh process with provenance on: ``{"mapping", "nodes", "page"}``. Caches are off: a cache
-    hit would leave the trace without the mapping."""
+#: The models a trace can compile: BlurBall for the book's record, a three-layer stand-in for a quick check.
+TRACED_MODELS = {"blurball": "blurball.build_blurball()", "tiny": "warmup.tiny_clip_net()"}
+
+
+def trace_blurball(*, height: int = 96, width: int = 160, threads: int = THREADS, timeout: float = 1800,
+                   model: str = "blurball") -> dict:
+    """Compile BlurBall (or ``model="tiny"``) in a fresh process with provenance on: ``{"mapping", "nodes", "page"}``.
+    Caches are off: a cache hit would leave the trace without the mapping."""
     tlparse = tlparse_command()
     if tlparse is None:
         raise RuntimeError("tlparse is not installed (pip install tlparse; see requirements.txt)")
     with tempfile.TemporaryDirectory(prefix="graphbook-provenance-") as work:
         work = Path(work)
-        log = traced_compile_log(_TRACE_SCRIPT.format(threads=threads, height=height, width=width), work / "trace",
-                                 str(work / "nodes.json"), timeout=timeout,
+        script = _TRACE_SCRIPT.format(threads=threads, height=height, width=width, model=TRACED_MODELS[model])
+        log = traced_compile_log(script, work / "trace", str(work / "nodes.json"), timeout=timeout,
                                  env={"INDUCTOR_PROVENANCE": "1", "OMP_NUM_THREADS": str(threads)})
         out = work / "tlparse"
         proc = subprocess.run([tlparse, str(log), "-o", str(out), "--inductor-provenance", "--overwrite",
