@@ -141,7 +141,7 @@ def op_name(node: torch.fx.Node, root: torch.nn.Module | None = None) -> str:
 
 def classify_op(name: str, overload: str = "") -> tuple[OpClass, bool, bool]:
     """``(op_class, elementwise, known)`` from the table; unknown names are opaque with ``known=False``."""
-    if name in ELEMENTWISE_OPS or name in ("max", "min") and overload in _BINARY_OVERLOADS:
+    if name in ELEMENTWISE_OPS or (name in ("max", "min") and overload in _BINARY_OVERLOADS):
         return OpClass.INJECTIVE, True, True
     for ops, op_class in ((OTHER_INJECTIVE_OPS, OpClass.INJECTIVE), (REDUCTION_OPS, OpClass.REDUCTION),
                           (COMPLEX_OUT_FUSABLE_OPS, OpClass.COMPLEX_OUT_FUSABLE), (OPAQUE_OPS, OpClass.OPAQUE)):
