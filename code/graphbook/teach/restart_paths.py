@@ -364,23 +364,15 @@ def summarize(frame, baseline: str = "compile-cold"):
     sizes. ``speedup_vs_cold_min`` pairs the fastest cold start with this path's slowest."""
     if frame.empty:
         return pd.DataFrame()
-    base = frame[frame["path"] == baseline]["first_output_s"]
-    rows = []
-    for name, group in frame.groupby("path", sort=False):
-        first = group["first_output_s"]
-        same = group["same_output"].astype(bool).all()
-        rows.append({
-            "path": name, "starts": len(group),
-            "first_output_median_s": float(first.median()), "first_output_min_s": float(first.min()),
-            "first_output_max_s": float(first.max()),
-            "speedup_vs_cold": float(base.median() / first.median()) if len(base) else float("nan"),
-            "speedup_vs_cold_min": float(base.min() / first.max()) if len(base) else float("nan"),
-            "import_median_s": float(group["import_s"].median()), "load_median_s": float(group["load_s"].median()),
-            "first_call_median_s": float(group["first_call_s"].median()),
-            "steady_median_ms": float(group["steady_median_ms"].median()),
-            "build_s": float(group["build_s"].iloc[0]) if pd.notna(group["build_s"].iloc[0]) else float("nan"),
-            "artifact_mb": float(group["artifact_bytes"].iloc[0]) / 1e6 if pd.notna(group["artifact_bytes"].iloc[0]) else float("nan"),
-            "same_output": bool(same), "tied_to": group["tied_to"].iloc[0],
-        })
-    return pd.DataFrame(rows)
-
+    table = frame.assign(same_output=frame["same_output"].astype(bool)).groupby("path", sort=False).agg(
+        starts=("first_output_s", "size"), first_output_median_s=("first_output_s", "median"),
+        first_output_min_s=("first_output_s", "min"), first_output_max_s=("first_output_s", "max"),
+        import_median_s=("import_s", "median"), load_median_s=("load_s", "median"),
+        first_call_median_s=("first_call_s", "median"), steady_median_ms=("steady_median_ms", "median"),
+        build_s=("build_s", "first"), artifact_bytes=("artifact_bytes", "first"), same_output=("same_output", "all"),
+        tied_to=("tied_to", "first"))
+    base = frame.loc[frame["path"] == baseline, "first_output_s"].astype(float)
+    table["speedup_vs_cold"] = base.median() / table["first_output_median_s"]
+    table["speedup_vs_cold_min"] = base.min() / table["first_output_max_s"]
+    table["artifact_mb"] = table.pop("artifact_bytes").astype(float) / 1e6
+    return table.reset_index()
