@@ -137,16 +137,11 @@ def summarize_runs(frame, by: Sequence[str] | str = ("variant",), value: str = "
     # one value per (machine, *by, run): the median of that run's rows
     per_run = framed.dropna(subset=[value]).groupby([MACHINE, *by, run], dropna=False, sort=False)[value] \
         .median().reset_index()
-    rows = []
-    for keys, group in per_run.groupby([MACHINE, *by], dropna=False, sort=False):
-        values = [float(v) for v in group[value]]
-        middle = statistics.median(values)
-        rows.append({MACHINE: keys[0], **dict(zip(by, keys[1:])), "runs": len(values), "median": middle,
-                     "min": min(values), "max": max(values),
-                     "spread": (max(values) - min(values)) / middle if middle else float("nan"),
-                     "values": values, "enough_runs": len(values) >= MIN_RUNS})
-    columns = [MACHINE, *by, "runs", "median", "min", "max", "spread", "values", "enough_runs"]
-    return pd.DataFrame(rows, columns=columns)
+    table = per_run.groupby([MACHINE, *by], dropna=False, sort=False)[value].agg(
+        runs="size", median="median", min="min", max="max", values=list).reset_index()
+    table["spread"] = (table["max"] - table["min"]) / table["median"].where(table["median"] != 0)
+    table["enough_runs"] = table["runs"] >= MIN_RUNS
+    return table[[MACHINE, *by, "runs", "median", "min", "max", "spread", "values", "enough_runs"]]
 
 
 def flag_under_load(frame, *, value: str = "median_ms", variant: str = "variant", run: str = "run_id",
