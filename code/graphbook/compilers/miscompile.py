@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from graphbook.compilers.inductor_tools import _EXTERN_CALL, _call_body, compile_and_get_code
-from graphbook.config import BATCH_SIZES, FULL_SIZE, SMALL_SIZE, THREADS
+from graphbook.config import BATCH_SIZES, FULL_SIZE, MISCOMPILE_ATOL, SMALL_SIZE, THREADS
 from graphbook.model import blurball
 from graphbook.runtimes import correctness, variants
 from graphbook.paths import CODE_DIR
@@ -272,7 +272,7 @@ def dropped_summand(model, x: torch.Tensor, compiled_output: torch.Tensor) -> li
                 finally:
                     blurball.HighResolutionModule.forward = original
                 diff = float((compiled_output - without).abs().max())
-                if diff < 1e-4:
+                if diff < MISCOMPILE_ATOL:
                     matches.append(SummandCheck(stage_name, i, j, diff, diff_with, captured.get("max", float("nan"))))
     return matches
 

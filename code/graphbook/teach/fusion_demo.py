@@ -10,6 +10,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from graphbook.config import FLOAT32_ROUNDING
 from graphbook.measure import compiletime, probes, timing
 from graphbook.record import runs as runs_lib
 from graphbook.teach.folding import fold_conv_bn
@@ -172,7 +173,7 @@ def chain_size_sweep(exponents=(10, 12, 14, 16, 18, 20, 22, 24, 26), *, runs: in
     for exponent in exponents:
         n = 2 ** int(exponent)
         x = torch.randn(n)
-        if not torch.allclose(compiled(x), chain(x), rtol=1e-6, atol=1e-6):
+        if not torch.allclose(compiled(x), chain(x), rtol=FLOAT32_ROUNDING, atol=FLOAT32_ROUNDING):
             raise AssertionError(f"the compiled chain differs from eager at n = 2^{exponent}")
         repeats = 30 if n <= 2 ** 18 else 10 if n <= 2 ** 22 else 4
         pair = timing.live_runs({"eager": lambda: chain(x), "compiled": lambda: compiled(x)}, runs=runs,

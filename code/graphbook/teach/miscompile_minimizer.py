@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
-from graphbook.config import THREADS
+from graphbook.config import MISCOMPILE_ATOL, THREADS
 
 FAILS, PASSES, TIMED_OUT, ERROR, SKIPPED = "fails", "passes", "timed out", "error", "skipped"
 
@@ -153,7 +153,7 @@ def _expr(node: Node, fields: dict, inline: dict | None = None) -> str:
     return f"{node.target}({', '.join(args)})"
 
 
-def to_source(program: Program, *, threads: int = THREADS, atol: float = 1e-4, doc: str = "") -> str:
+def to_source(program: Program, *, threads: int = THREADS, atol: float = MISCOMPILE_ATOL, doc: str = "") -> str:
     """A standalone torch-only script that exits 1 while eager and ``freezing=True`` differ, 0 when they agree;
     ``doc`` is its docstring and ``--help``."""
     fields = {n.name: f"m{i}" for i, n in enumerate(n for n in program.nodes if n.kind == "module")}
