@@ -5,7 +5,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
+from graphbook.model import blurball
 from graphbook.record import results
 from graphbook.runtimes import int8_matrix as im, quantization
 from graphbook.teach import int8_decision
@@ -316,8 +318,24 @@ def test_missing_checkpoint_exits_3(tmp_path, run_main):
     assert not list(tmp_path.glob("*.csv"))
 
 
+class _TinyBall(torch.nn.Module):
+    """A stand-in for BlurBall with its three layer groups, stem (conv1), SE and head (final_layers)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1 = torch.nn.Conv2d(9, 8, 3, padding=1)
+        self.se = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 1), torch.nn.Sigmoid())
+        self.final_layers = torch.nn.ModuleList([torch.nn.Conv2d(8, 3, 1)])
+
+    def forward(self, x):
+        y = torch.relu(self.conv1(x))
+        return self.final_layers[0](y * self.se(y))
+
+
 @pytest.mark.slow
-def test_smoke_run_writes_both_kinds_and_recommends(tmp_path, run_main):
+def test_smoke_run_writes_both_kinds_and_recommends(tmp_path, run_main, monkeypatch):
+    monkeypatch.setattr(blurball, "load_trained_blurball", lambda path: _TinyBall().eval())
     code, stdout, _ = run_main("bench_int8.py", "--smoke", "--results-dir", tmp_path)
     assert code == 0
     assert "2 INT8 configurations at 32x64, 2 threads" in stdout

@@ -295,11 +295,14 @@ def test_calibration_reader_needs_frames():
 # The benchmark script's argument checks (no model is built) -----------------------------------------
 @pytest.mark.slow
 def test_bench_script_records_three_rotated_runs(tmp_path, run_main, monkeypatch):
-    """A tiny run of code/bench_onnxruntime.py (no compile, no INT8): sessions built once, then three runs
-    with their own run ids, a rotated order and a copy_ probe each; runs.summarize_runs counts 3 runs."""
+    """A tiny run of code/bench_onnxruntime.py (no compile, no INT8) on a stand-in for BlurBall: sessions built once,
+    then three runs with their own run ids, a rotated order and a copy_ probe each; summarize_runs counts 3 runs."""
+    from graphbook.measure import warmup
+    from graphbook.model import blurball
     from graphbook.record import results, runs
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(blurball, "build_blurball", lambda: warmup.tiny_clip_net(hidden=4))
     code, _, err = run_main("bench_onnxruntime.py", "--height", "16", "--width", "32", "--threads", "1", "--repeats",
                             "2", "--warmup", "1", "--no-compile", "--no-quantize", "--probe-mib", "4",
                             "--results-dir", tmp_path)

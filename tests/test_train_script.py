@@ -1,8 +1,6 @@
 """code/train_blurball.py (Chapter 6): a tiny run into a temporary folder, its outputs, and its refusals;
 and graphbook.model.training, the library it runs."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,20 +8,15 @@ import pytest
 from graphbook import paths
 from graphbook.model import training
 
-ROOT = paths.REPO_ROOT
-SCRIPT = ROOT / "code" / "train_blurball.py"
 TINY = ["--height", "32", "--width", "32", "--batch-size", "1", "--max-steps", "2", "--epoch-steps", "1",
         "--val-clips", "1", "--final-val-clips", "1", "--full-eval-clips", "0", "--threads", "1"]
 
 
-def _run(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300, cwd=cwd)
-
-
 @pytest.mark.slow
-def test_tiny_training_run_writes_checkpoint_log_and_provenance(tmp_path):
-    proc = _run(*TINY, "--checkpoint-dir", str(tmp_path), "--seed", "3", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+def test_tiny_training_run_writes_checkpoint_log_and_provenance(tmp_path, run_main, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main("train_blurball.py", *TINY, "--checkpoint-dir", tmp_path, "--seed", "3")
+    assert code == 0, err
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["blurball_synthetic.log.csv", "blurball_synthetic.provenance.json", "blurball_synthetic.pt"]
     provenance = json.loads((tmp_path / "blurball_synthetic.provenance.json").read_text())
@@ -45,8 +38,7 @@ def test_tiny_training_run_writes_checkpoint_log_and_provenance(tmp_path):
     assert tuple(model(torch.zeros(1, 9, 32, 32)).shape) == (1, 3, 32, 32)
 
     # A second run never overwrites the first: it takes the next free name.
-    again = _run(*TINY, "--checkpoint-dir", str(tmp_path), "--max-steps", "1", cwd=tmp_path)
-    assert again.returncode == 0, again.stderr
+    assert run_main("train_blurball.py", *TINY, "--checkpoint-dir", tmp_path, "--max-steps", "1")[0] == 0
     assert (tmp_path / "blurball_synthetic-2.pt").exists()
     assert (tmp_path / "blurball_synthetic.provenance.json").read_text() == json.dumps(provenance, indent=2) + "\n"
 
