@@ -17,7 +17,7 @@ TINY = cc.RestartSpec("graphbook.measure.warmup:tiny_clip_net", (9, 8, 12), (1, 
 
 @pytest.mark.slow
 def test_fresh_process_reports_first_calls_and_graphs(tmp_path):
-    result = cc._run_fresh_process(TINY, tmp_path / "cache")
+    result = cc.fresh_process_compile(TINY, tmp_path / "cache")
     assert sorted(result["first_call_s"]) == ["1", "2"]
     assert result["graphs_after"] == {"1": 1, "2": 2}  # automatic dynamic: static 1, then dynamic
     assert result["process_wall_s"] > result["import_s"] > 0
@@ -30,7 +30,7 @@ def test_fresh_process_reports_first_calls_and_graphs(tmp_path):
 
 @pytest.mark.parametrize("kwargs, error", [
     ({"factory": "no_colon"}, "module:function"),
-    ({"input_chw": (9, 8)}, "input_chw"),
+    ({"input_chw": ()}, "input_chw"),
     ({"batch_sizes": (0,)}, "batch_sizes"),
     ({"threads": 0}, "threads"),
 ])
@@ -50,10 +50,10 @@ def test_resolve_factory_errors():
 
 def test_missing_artifact_file_and_failing_child(tmp_path):
     with pytest.raises(FileNotFoundError, match="artifact"):
-        cc._run_fresh_process(TINY, tmp_path / "c", load_artifacts=tmp_path / "missing.bin")
+        cc.fresh_process_compile(TINY, tmp_path / "c", load_artifacts=tmp_path / "missing.bin")
     broken = cc.RestartSpec("graphbook.measure.warmup:nope", (9, 8, 12), (1,), threads=1)
     with pytest.raises(cc.CompileCacheError, match="nope"):
-        cc._run_fresh_process(broken, tmp_path / "c")
+        cc.fresh_process_compile(broken, tmp_path / "c")
 
 
 def test_non_empty_cache_dir_is_refused(tmp_path):

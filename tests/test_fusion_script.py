@@ -143,19 +143,20 @@ def test_recorded_rows_give_each_compile_pair_the_run_it_belongs_to(tmp_path):
 def test_each_compile_time_run_starts_from_its_own_empty_cache(monkeypatch):
     calls = []
 
-    def stand_in(script, function, shapes, cache_dir, *, threads):
+    def stand_in(spec, cache_dir):
         cold = not any(Path(cache_dir).iterdir())
         (Path(cache_dir) / f"entry-{len(calls)}").write_text("compiled")
-        calls.append((Path(cache_dir), cold, shapes, threads))
-        return {"seconds": 8.0 if cold else 2.0, "fxgraph_cache_hit": int(not cold), "fxgraph_cache_miss": int(cold)}
+        calls.append((Path(cache_dir), cold, spec))
+        return {"first_call_s": {"1": 8.0 if cold else 2.0}, "fxgraph_cache_hit": int(not cold),
+                "fxgraph_cache_miss": int(cold)}
 
-    monkeypatch.setattr(fusion_demo.compiletime, "compile_in_fresh_process", stand_in)
+    monkeypatch.setattr(fusion_demo, "fresh_process_compile", stand_in)
     result = fusion_demo.measure_compile_time(4096, threads=2, runs=3)
-    assert [cold for _, cold, _, _ in calls] == [True, False] * 3
+    assert [cold for _, cold, _ in calls] == [True, False] * 3
     folders = [folder for folder, *_ in calls]
     assert folders[0::2] == folders[1::2] and len(set(folders)) == 3  # a pair shares one new folder
     assert not any(folder.exists() for folder in folders)             # and leaves nothing behind
-    assert {(tuple(map(tuple, shapes)), threads) for _, _, shapes, threads in calls} == {(((4096,),), 2)}
+    assert {(s.factory, s.input_chw, s.threads) for *_, s in calls} == {("graphbook.teach.fusion_demo:Chain", (4096,), 2)}
     assert result["run"].tolist() == [1, 1, 2, 2, 3, 3] and result["compile_s"].tolist() == [8.0, 2.0] * 3
     assert result["variant"].tolist() == ["cold", "warm"] * 3 and result["fxgraph_cache_hit"].tolist() == [0, 1] * 3
     with pytest.raises(ValueError, match="runs must be an integer >= 1"):

@@ -1,67 +1,12 @@
-"""Cold and warm torch.compile timing, and the fresh child processes that measure a restart.
+"""The fresh child processes that measure a restart: a tagged JSON answer, or the seconds to a READY line.
 ``torch._dynamo.reset()`` leaves the on-disk Inductor cache alone, so only a new process measures a restart."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Callable, Sequence
-
-_RESULT_TAG = "GRAPHBOOK_COMPILE_RESULT "
-
-
-_CHILD_PROGRAM = r"""
-import importlib.util, json, sys, time
-import torch
-from torch._dynamo.utils import counters
-spec = json.loads(sys.argv[1])
-module_spec = importlib.util.spec_from_file_location("graphbook_compile_target", spec["script"])
-module = importlib.util.module_from_spec(module_spec)
-module_spec.loader.exec_module(module)
-fn = getattr(module, spec["function"])
-torch.set_num_threads(spec["threads"])
-torch.manual_seed(0)
-args = [torch.randn(*shape) for shape in spec["shapes"]]
-compiled = torch.compile(fn)
-start = time.perf_counter()
-compiled(*args)
-seconds = time.perf_counter() - start
-inductor = counters["inductor"]
-print(%r + json.dumps({"seconds": seconds,
-                       "fxgraph_cache_hit": int(inductor["fxgraph_cache_hit"]),
-                       "fxgraph_cache_miss": int(inductor["fxgraph_cache_miss"])}))
-""" % _RESULT_TAG
-
-
-def compile_in_fresh_process(script: str | Path, function: str, shapes: Sequence[Sequence[int]],
-                             cache_dir: str | Path, *, threads: int = 1,
-                             timeout: float = 900) -> dict:
-    """Time the first call of ``function`` from ``script``, compiled in a new Python with ``cache_dir``. Importing torch
-    is not counted. Returns ``seconds`` and Inductor's ``fxgraph_cache_hit``/``_miss`` counters; RuntimeError with the
-    end of the child's stderr if it fails."""
-    script = Path(script).resolve()
-    if not script.is_file():
-        raise FileNotFoundError(f"script {script} does not exist")
-    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
-        raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
-    shapes = [[int(d) for d in shape] for shape in shapes]
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir.resolve()))
-    spec = json.dumps({"script": str(script), "function": function, "shapes": shapes,
-                       "threads": threads})
-    result, _ = run_tagged_child(
-        [sys.executable, "-c", _CHILD_PROGRAM, spec], _RESULT_TAG, env=env, timeout=timeout,
-        last=False, check_returncode=False,
-        timeout_message=f"compiling {function} in a fresh process took over {timeout} s",
-        failure_message=lambda proc: f"compiling {function} from {script.name} in a fresh process failed "
-                                     f"(exit {proc.returncode}): "
-                                     + "\n".join(proc.stderr.strip().splitlines()[-5:]))
-    return result
-
 
 # -- Fresh child processes: a tagged JSON answer, or the seconds to a READY line --
 

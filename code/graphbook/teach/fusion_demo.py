@@ -1,5 +1,4 @@
-"""The article's CPU fusion demo as a library behind ``code/03_fusion.py`` (Chapter 2). Imports are absolute
-on purpose: a fresh process loads this file by its path, outside the package, to time a compile."""
+"""The article's CPU fusion demo as a library behind ``code/03_fusion.py`` (Chapter 2)."""
 from __future__ import annotations
 
 import statistics
@@ -10,8 +9,9 @@ import pandas as pd
 import torch
 from torch import nn
 
+from graphbook.compilers.compile_cache import RestartSpec, fresh_process_compile
 from graphbook.config import FLOAT32_ROUNDING
-from graphbook.measure import compiletime, probes, timing
+from graphbook.measure import probes, timing
 from graphbook.record import runs as runs_lib
 from graphbook.teach.folding import fold_conv_bn
 
@@ -188,18 +188,27 @@ def chain_size_sweep(exponents=(10, 12, 14, 16, 18, 20, 22, 24, 26), *, runs: in
 
 
 # ---------------------------------------------------------------- (c) compile time, cold and warm
+class Chain(nn.Module):
+    """:func:`chain` as a module, for a fresh process to build by name and compile."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return chain(x)
+
+
 def measure_compile_time(n_elements: int = DEFAULT_SIZE, threads: int = 1, runs: int = 3) -> pd.DataFrame:
     """Compile time of :func:`chain` in fresh processes per run: a new empty cache (cold), then the same (warm)."""
     if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
         raise ValueError(f"runs must be an integer >= 1, got {runs!r}")
+    spec = RestartSpec(f"{__name__}:Chain", (n_elements,), (1,), threads=threads)
     rows = []
     for run in range(1, runs + 1):
         with tempfile.TemporaryDirectory(prefix="fusion-inductor-cache-") as directory:
             for order, variant in enumerate(("cold", "warm"), start=1):
-                child = compiletime.compile_in_fresh_process(__file__, "chain", [[n_elements]], directory,
-                                                             threads=threads)
+                child = fresh_process_compile(spec, directory)
                 rows.append({"part": "compile_time", "variant": variant, "run": run, "run_order": order,
-                             "size_elements": n_elements, "compile_s": child.pop("seconds"), **child})
+                             "size_elements": n_elements, "compile_s": child["first_call_s"]["1"],
+                             "fxgraph_cache_hit": child["fxgraph_cache_hit"],
+                             "fxgraph_cache_miss": child["fxgraph_cache_miss"]})
     return pd.DataFrame(rows)
 
 
