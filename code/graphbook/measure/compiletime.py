@@ -8,7 +8,6 @@ import sys
 import time
 from typing import Callable, Sequence
 
-# -- Fresh child processes: a tagged JSON answer, or the seconds to a READY line --
 
 def answer_as_child(argv: Sequence[str], module: str, tag: str, handler: Callable[[dict], dict]) -> int:
     """The child's side of :func:`run_tagged_child`: run ``handler(spec)`` and print ``tag`` + its JSON on one
