@@ -3,6 +3,7 @@ import pytest
 import torch
 from torch import nn
 
+from graphbook.config import FLOAT32_ROUNDING, FOLD_RTOL
 from graphbook.teach.folding import FoldingError, conv_bn_plan, fold_all_conv_bn, fold_conv_bn
 
 
@@ -48,14 +49,14 @@ def test_folded_conv_matches_conv_then_bn_and_torchs_own_fold(case, affine):
         folded = fold_conv_bn(conv, bn)
         actual = folded(x)
         assert not torch.allclose(conv(x), actual, atol=1e-3)  # the fold is not the conv alone
-    assert actual.shape == expected.shape and _max_relative_error(expected, actual) < 1e-5
+    assert actual.shape == expected.shape and _max_relative_error(expected, actual) < FOLD_RTOL
     for attribute in ("stride", "padding", "dilation", "groups", "padding_mode"):
         assert getattr(folded, attribute) == getattr(conv, attribute)
     assert torch.equal(conv.weight, weight) and torch.equal(bn.running_mean, mean)  # its inputs are left as they were
     if affine:
         torchs = fuse_conv_bn_eval(conv, bn)
-        assert torch.allclose(folded.weight, torchs.weight, rtol=1e-5, atol=1e-6)
-        assert torch.allclose(folded.bias, torchs.bias, rtol=1e-5, atol=1e-6)
+        assert torch.allclose(folded.weight, torchs.weight, rtol=FOLD_RTOL, atol=FLOAT32_ROUNDING)
+        assert torch.allclose(folded.bias, torchs.bias, rtol=FOLD_RTOL, atol=FLOAT32_ROUNDING)
 
 
 @pytest.mark.parametrize("conv, bn, message", [
@@ -147,7 +148,7 @@ def test_names_that_lie_are_not_trusted():
     assert isinstance(folded.bn3, nn.Identity)
     assert isinstance(folded.bn1, nn.BatchNorm2d) and isinstance(folded.bn2, nn.BatchNorm2d)
     expected, actual = _outputs(model, folded, torch.randn(2, 6, 9, 11))
-    assert _max_relative_error(expected, actual) < 1e-5
+    assert _max_relative_error(expected, actual) < FOLD_RTOL
 
 
 def test_neighbours_in_a_sequential_are_not_trusted():
@@ -158,7 +159,7 @@ def test_neighbours_in_a_sequential_are_not_trusted():
     assert plan.pairs == [("2", "1")]
     folded, count = fold_all_conv_bn(model)
     expected, actual = _outputs(model, folded, torch.randn(1, 4, 8, 8))
-    assert count == 1 and _max_relative_error(expected, actual) < 1e-5
+    assert count == 1 and _max_relative_error(expected, actual) < FOLD_RTOL
 
 
 def test_shared_outputs_and_modules_called_twice_are_skipped():
@@ -183,7 +184,7 @@ def test_untraceable_forward_needs_example_inputs():
     folded, count = fold_all_conv_bn(model, (x,))
     assert conv_bn_plan(model, (x,)).tracer == "torch.export"
     expected, actual = _outputs(model, folded, x)
-    assert count == 1 and _max_relative_error(expected, actual) < 1e-5
+    assert count == 1 and _max_relative_error(expected, actual) < FOLD_RTOL
 
 
 @pytest.mark.slow  # exports with torch.export
