@@ -68,9 +68,10 @@ def main(argv: list[str] | None = None) -> int:
                                      "(recreate it with `python code/train_blurball.py --seed 0`)")
 
     environment.set_threads(args.threads)
-    settings = quantization.int8_settings()
-    configs = quantization.design(settings["reduce_range"], smoke=args.smoke)
-    print(f"reduce_range={settings['reduce_range']} ({settings['reduce_range_reason']}) CPU {settings['cpu_isa']}; "
+    features = environment.cpu_features()
+    settings = quantization.int8_settings_for(features)
+    configs = quantization.design(settings.reduce_range, smoke=args.smoke)
+    print(f"reduce_range={settings.reduce_range} ({settings.reason}) CPU {features.get('isa', 'unknown')}; "
           f"{len(configs)} INT8 configurations at {args.height}x{args.width}, {args.threads} threads", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="bench_int8_") as tmp:
@@ -94,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                 row.update({"config": quantization.BASELINE_NAME, "height": args.height, "width": args.width,
                             "debug_clips": args.debug_clips, "smoke": args.smoke})
 
-    env = {**environment.fingerprint(args.threads), "reduce_range_reason": settings["reduce_range_reason"],
-           "vnni": settings["vnni"], "smoke": args.smoke}
+    env = {**environment.fingerprint(args.threads), "reduce_range_reason": settings.reason,
+           "vnni": features.get("vnni"), "smoke": args.smoke}
     written = [results.write_run(int8_matrix.KIND_MATRIX, run.rows, env, results_dir=args.results_dir)]
     if errors:
         written.append(results.write_run(int8_matrix.KIND_TENSOR_ERRORS, errors, env, results_dir=args.results_dir))

@@ -152,33 +152,20 @@ def test_a_checkpoint_that_is_not_blurballs_is_refused_naming_what_is_wrong(tmp_
         bb.build_blurball(path)
 
 
-def test_normalisation_per_frame_in_time_order():
+def test_normalisation_per_frame_in_time_order_and_bad_input():
     h, w = 4, 6
     mean = torch.tensor(bb.IMAGENET_MEAN).view(3, 1, 1)
     std = torch.tensor(bb.IMAGENET_STD).view(3, 1, 1)
-    f0 = mean.expand(3, h, w).clone()               # the mean image normalises to zero
-    f1 = (mean + std).expand(3, h, w).clone()       # one std above the mean normalises to one
+    f0 = mean.expand(3, h, w)               # the mean image normalises to zero
+    f1 = (mean + std).expand(3, h, w)       # one std above the mean normalises to one
     f2 = torch.zeros(3, h, w)
-    x = bb._normalize_frames([f0, f1, f2])
+    x = bb.imagenet_normalize(torch.cat([f0, f1, f2]).unsqueeze(0))
     assert x.shape == (1, 9, h, w) and x.dtype == torch.float32
     assert torch.allclose(x[0, 0:3], torch.zeros(3, h, w), atol=1e-6)
     assert torch.allclose(x[0, 3:6], torch.ones(3, h, w), atol=1e-6)
     assert torch.allclose(x[0, 6:9, 0, 0], -mean.flatten() / std.flatten())
-    stacked = bb._normalize_frames(torch.stack([f0, f1, f2]).unsqueeze(0).repeat(2, 1, 1, 1, 1))
-    assert stacked.shape == (2, 9, h, w) and torch.allclose(stacked[1], x[0])
-
-
-def test_normalisation_of_uint8_frames_and_bad_input():
-    frames = torch.full((3, 3, 2, 2), 255, dtype=torch.uint8)
-    x = bb._normalize_frames(frames)
-    expected = (1 - torch.tensor(bb.IMAGENET_MEAN)) / torch.tensor(bb.IMAGENET_STD)
-    assert torch.allclose(x[0, :3, 0, 0], expected)
-    with pytest.raises(ValueError, match="expected frames"):
-        bb._normalize_frames(torch.zeros(3, 4, 2, 2))
-    with pytest.raises(ValueError, match="uint8 or floating"):
-        bb._normalize_frames(torch.zeros(3, 3, 2, 2, dtype=torch.int32))
-    with pytest.raises(ValueError, match="non-empty"):
-        bb._normalize_frames([])
+    with pytest.raises(ValueError, match="3\\*frames"):
+        bb.imagenet_normalize(torch.rand(2, 8, 8, 16))
 
 
 def test_wrong_input_channels_is_a_clear_error(model):
@@ -228,10 +215,3 @@ def test_example_input_rejects_bad_sizes():
 def test_load_trained_blurball_names_the_script_when_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="train_blurball.py"):
         bb.load_trained_blurball(tmp_path / "absent.pt")
-
-
-def test_imagenet_normalize_takes_stacked_frames_and_rejects_other_shapes():
-    x = torch.rand(2, 9, 8, 16)
-    assert torch.equal(bb.imagenet_normalize(x), bb._normalize_frames(x.reshape(2, 3, 3, 8, 16)))
-    with pytest.raises(ValueError, match="3\\*frames"):
-        bb.imagenet_normalize(torch.rand(2, 8, 8, 16))

@@ -54,15 +54,12 @@ def test_heat_weighted_centroid():
 
 
 def test_connected_components_matches_a_flood_fill():
-    rng = np.random.default_rng(0)
-    for connectivity in (4, 8):
-        mask = rng.random((30, 40)) < 0.45
-        labels, count = decoding._connected_components(mask, connectivity)
-        expected = _flood_fill_count(mask, connectivity)
-        assert count == expected
-        assert labels.max() == count and (labels > 0).sum() == mask.sum()
-        # every pair of neighbours in the mask carries the same label
-        assert np.all(labels[:, 1:][mask[:, 1:] & mask[:, :-1]] == labels[:, :-1][mask[:, 1:] & mask[:, :-1]])
+    mask = np.random.default_rng(0).random((30, 40)) < 0.45
+    labels, count = decoding._connected_components(mask)
+    assert count == _flood_fill_count(mask)
+    assert labels.max() == count and (labels > 0).sum() == mask.sum()
+    # every pair of neighbours in the mask carries the same label
+    assert np.all(labels[:, 1:][mask[:, 1:] & mask[:, :-1]] == labels[:, :-1][mask[:, 1:] & mask[:, :-1]])
     spiral = np.zeros((21, 21), bool)  # one long snake-shaped component
     spiral[::2, :] = True
     spiral[1::4, -1] = True
@@ -71,9 +68,8 @@ def test_connected_components_matches_a_flood_fill():
     assert decoding._connected_components(np.zeros((5, 5), bool))[1] == 0
 
 
-def _flood_fill_count(mask, connectivity):
+def _flood_fill_count(mask):
     seen = np.zeros_like(mask)
-    steps = [(0, 1), (1, 0), (0, -1), (-1, 0)] + ([(1, 1), (1, -1), (-1, 1), (-1, -1)] if connectivity == 8 else [])
     count = 0
     for i, j in zip(*np.nonzero(mask)):
         if seen[i, j]:
@@ -83,8 +79,7 @@ def _flood_fill_count(mask, connectivity):
         seen[i, j] = True
         while stack:
             a, b = stack.pop()
-            for di, dj in steps:
-                u, v = a + di, b + dj
+            for u, v in ((a + di, b + dj) for di in (-1, 0, 1) for dj in (-1, 0, 1)):
                 if 0 <= u < mask.shape[0] and 0 <= v < mask.shape[1] and mask[u, v] and not seen[u, v]:
                     seen[u, v] = True
                     stack.append((u, v))
@@ -98,5 +93,3 @@ def test_bad_arguments_raise_clear_errors():
         decoding._decode_heatmap(np.zeros((10, 10)), threshold=1.5)
     with pytest.raises(ValueError, match=r"\(N, F, H, W\)"):
         decoding.decode_batch(np.zeros((10, 10)))
-    with pytest.raises(ValueError, match="connectivity"):
-        decoding._connected_components(np.zeros((4, 4), bool), connectivity=6)

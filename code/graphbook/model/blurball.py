@@ -301,35 +301,14 @@ def load_trained_blurball(path: str | Path | None = None, *, heatmap_only: bool 
 
 # -- Input, output, cost --
 
-def _normalize_frames(frames: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
-    """Stack F RGB frames ([0, 1] float or uint8) into float32 ``(N, 3F, H, W)``, ImageNet-normalised per frame."""
-    if not isinstance(frames, torch.Tensor):
-        frames = list(frames)
-        if not frames or not all(isinstance(f, torch.Tensor) for f in frames):
-            raise ValueError("_normalize_frames needs a tensor or a non-empty sequence of tensors")
-        frames = torch.stack(frames, dim=-4)
-    if frames.dim() == 4:
-        frames = frames.unsqueeze(0)
-    if frames.dim() != 5 or frames.shape[2] != 3:
-        raise ValueError(f"expected frames (N, F, 3, H, W) or (F, 3, H, W), got {tuple(frames.shape)}")
-    if frames.dtype == torch.uint8:
-        frames = frames.float() / 255.0
-    elif not frames.is_floating_point():
-        raise ValueError(f"frames must be uint8 or floating point, got {frames.dtype}")
-    frames = frames.float()
-    mean = torch.tensor(IMAGENET_MEAN, device=frames.device).view(1, 1, 3, 1, 1)
-    std = torch.tensor(IMAGENET_STD, device=frames.device).view(1, 1, 3, 1, 1)
-    normalised = (frames - mean) / std
-    n, f, c, h, w = normalised.shape
-    return normalised.reshape(n, f * c, h, w)
-
-
 def imagenet_normalize(x: torch.Tensor) -> torch.Tensor:
     """Per-frame ImageNet normalisation of ``(N, 3F, H, W)`` frames in [0, 1]."""
     if x.ndim != 4 or x.shape[1] % 3 != 0:
         raise ValueError(f"expected (N, 3*frames, H, W), got {tuple(x.shape)}")
-    n, c, h, w = x.shape
-    return _normalize_frames(x.reshape(n, c // 3, 3, h, w))
+    frames = x.shape[1] // 3
+    mean = torch.tensor(IMAGENET_MEAN, device=x.device).repeat(frames).view(1, -1, 1, 1)
+    std = torch.tensor(IMAGENET_STD, device=x.device).repeat(frames).view(1, -1, 1, 1)
+    return (x.float() - mean) / std
 
 
 def example_input(batch: int = 1, height: int = INPUT_HEIGHT, width: int = INPUT_WIDTH,
@@ -347,7 +326,7 @@ def example_input(batch: int = 1, height: int = INPUT_HEIGHT, width: int = INPUT
         cy, cx = height * (0.3 + 0.15 * t), width * (0.25 + 0.2 * t)
         disc = ((rows - cy) ** 2 + (cols - cx) ** 2) <= radius ** 2
         frames[:, t, :, disc] = torch.tensor([0.95, 0.9, 0.8]).view(1, 3, 1)
-    return _normalize_frames(frames)
+    return imagenet_normalize(frames.reshape(batch, 3 * FRAMES_IN, height, width))
 
 
 def heatmap_peaks(logits: torch.Tensor | Mapping[int, torch.Tensor]) -> torch.Tensor:

@@ -31,15 +31,6 @@ HARNESS = """<!doctype html><html><head><meta charset="utf-8"><title>onnxruntime
 """
 
 
-def _harness_page(folder: str | Path, native=None, machine: str = "this machine") -> Path:
-    """``index.html`` in a published folder: the page's panel and script alone, for scripts and tests (Chapter 4)."""
-    frame = native if native is not None else pd.DataFrame(
-        columns=["size", "level", "threads", "median_ms", "min_ms", "max_ms", "passed"])
-    path = Path(folder) / "index.html"
-    path.write_text(HARNESS.format(panel=widget_html(frame, machine=machine, assets_url="./")))
-    return path
-
-
 class _Handler(http.server.SimpleHTTPRequestHandler):
     isolate = False
 
@@ -67,14 +58,6 @@ def serve(folder: str | Path, *, isolate: bool = False):
         server.server_close()
 
 
-def _browser_benchmark(page, key: str, *, level: str, threads: int, warmup: int, repeats: int) -> dict:
-    """One check-then-time of the page script in an open Playwright page (Chapter 4)."""
-    return page.evaluate(
-        """async (o) => { const m = await import('./widget.js');
-             return await m.benchmark(o); }""",
-        {"size": key, "level": level, "threads": threads, "warmup": warmup, "repeats": repeats})
-
-
 def measure_in_chromium(*, sizes: Sequence[str] = tuple(SIZES), levels: Sequence[str] = ("all",),
                         threads: int = 1, runs: int = 3, warmup: int = 2, repeats: Mapping[str, int] | int = 5,
                         assets_dir: str | Path = ASSETS_DIR, workdir: str | Path, progress=print,
@@ -84,7 +67,9 @@ def measure_in_chromium(*, sizes: Sequence[str] = tuple(SIZES), levels: Sequence
 
     workdir = Path(workdir)
     publish(workdir, assets_dir, webgpu=False, widget=True)
-    _harness_page(workdir)
+    empty = pd.DataFrame(columns=["size", "level", "threads", "median_ms", "min_ms", "max_ms", "passed"])
+    panel = widget_html(empty, machine="this machine", assets_url="./")
+    (workdir / "index.html").write_text(HARNESS.format(panel=panel))
     manifest = load_manifest(assets_dir)
     chromium = next((c for c in ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
                      if Path(c).exists()), None)
@@ -117,7 +102,8 @@ def measure_in_chromium(*, sizes: Sequence[str] = tuple(SIZES), levels: Sequence
                 row.update({"max_abs_diff": check["max_abs_diff"], "same_output": check["same_output"],
                             "same_peaks": check["same_peaks"], "passed": check["passed"]})
             else:
-                timed = _browser_benchmark(page, key, level=level, threads=threads, warmup=warmup, repeats=n)
+                timed = page.evaluate("async (o) => (await import('./widget.js')).benchmark(o)", {
+                    "size": key, "level": level, "threads": threads, "warmup": warmup, "repeats": n})
                 if timed.get("error"):
                     raise BrowserAssetsError(f"the page failed at {key}: {timed['error']}")
                 row.update({"max_abs_diff": timed["max_abs_diff"], "same_output": timed["same_output"],

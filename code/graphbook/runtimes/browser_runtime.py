@@ -68,11 +68,8 @@ def onnxruntime_web_version(package_dir: Path = WEB_PACKAGE_DIR) -> str:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _stamp(model_name: str) -> str:

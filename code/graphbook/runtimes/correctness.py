@@ -36,15 +36,14 @@ TORCH_VARIANTS = ("eager_fp32", "compile_default", "compile_freezing", "eager_bf
                   "eager_fp32_channels_last")
 
 
-def _onnx_variants(model: torch.nn.Module, example: torch.Tensor, workdir: str | Path, *,
-                  calibration: list[torch.Tensor] | None = None, threads: int = THREADS,
-                  levels=None) -> dict[str, Callable]:
-    """Runners for ONNX Runtime at each optimisation level and, with ``calibration``, Q/DQ INT8 (Chapter 6)."""
-    names = [f"ort_{level}" for level in (levels or LEVEL_NAMES)] + (["ort_int8_qdq_all"] if calibration else [])
-    context = variants.BuildContext(workdir=workdir, threads=threads, calibration=calibration)
-    built = variants.runners(model.eval(), example, names, context, skip_unavailable=False)
-    built.pop(variants.get(variants.REFERENCE).label, None)
-    return built
+def _inputs(clips: list, batch_size: int = 1) -> list[torch.Tensor]:
+    """The clips as normalised model inputs, ``batch_size`` clips each."""
+    return [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor(clips[i:i + batch_size]))
+            for i in range(0, len(clips), batch_size)]
+
+
+def _decoded(outputs, threshold: float) -> list:
+    return [d for out in outputs for d in decoding.decode_batch(out, threshold)]
 
 
 def _detections_agree(a: list[list], b: list[list], agree_px: float = DEFAULT_AGREE_PX,
@@ -73,11 +72,10 @@ def correctness_table(runners: dict[str, Callable], clips: list, *, reference: s
         raise ValueError(f"reference variant {reference!r} is not among {sorted(runners)}")
     if not clips:
         raise ValueError("need at least one held-out clip")
-    inputs = [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor(clips[i:i + batch_size]))
-              for i in range(0, len(clips), batch_size)]
+    inputs = _inputs(clips, batch_size)
     with torch.no_grad():
         outputs = {name: [run(x).float() for x in inputs] for name, run in runners.items()}
-    decoded = {name: [d for out in outs for d in decoding.decode_batch(out, threshold)] for name, outs in outputs.items()}
+    decoded = {name: _decoded(outs, threshold) for name, outs in outputs.items()}
     rows = []
     for name in runners:
         checks = [compare_to_reference(o, r) for o, r in zip(outputs[name], outputs[reference])]
@@ -102,13 +100,14 @@ def all_variants(model: torch.nn.Module, example_clip, *, onnx: bool = True, cal
     """Every variant this machine can run, eager FP32 first (Chapter 6)."""
     runners = variants.runners(model.eval(), None, TORCH_VARIANTS)  # keyed by label, eager FP32 first
     if onnx and variants.onnx_available()[0]:
-        example = blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([example_clip]))
-        calibration = ([blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([c])) for c in calibration_clips]
-                       if calibration_clips else None)
+        names = [f"ort_{level}" for level in LEVEL_NAMES] + (["ort_int8_qdq_all"] if calibration_clips else [])
         # without a workdir the files go once the sessions are built (sessions hold their model in memory)
         with tempfile.TemporaryDirectory(prefix="graphbook-onnx-") as scratch:
-            runners.update(_onnx_variants(model, example, workdir if workdir is not None else scratch,
-                                         calibration=calibration, threads=threads))
+            context = variants.BuildContext(workdir=workdir if workdir is not None else scratch, threads=threads,
+                                            calibration=_inputs(calibration_clips or []) or None)
+            onnx_runners = variants.runners(model, _inputs([example_clip])[0], names, context, skip_unavailable=False)
+        onnx_runners.pop(variants.get(variants.REFERENCE).label)
+        runners.update(onnx_runners)
     return runners
 
 
@@ -117,13 +116,12 @@ def ball_check(run: Callable, clips: list, reference: Callable | list, *, thresh
     """Does ``run`` put the ball where eager FP32 does, on held-out clips? (Chapter 5)"""
     if not clips:
         raise ValueError("need at least one held-out clip")
-    inputs = [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([clip])) for clip in clips]
+    inputs = _inputs(clips)
     with torch.no_grad():
         outputs = [run(x).float() for x in inputs]
         ref = reference if isinstance(reference, list) else [reference(x).float() for x in inputs]
-    decoded = [d for out in outputs for d in decoding.decode_batch(out, threshold)]
-    decoded_ref = [d for out in ref for d in decoding.decode_batch(out, threshold)]
-    agree, frames, shift = _detections_agree(decoded, decoded_ref, agree_px, MIN_BALL_SCORE)
+    decoded = _decoded(outputs, threshold)
+    agree, frames, shift = _detections_agree(decoded, _decoded(ref, threshold), agree_px, MIN_BALL_SCORE)
     truth = scoring.summarize_matches(scoring.match_detections(decoded, clips))
     return {results.BALL_AGREE_FRAMES: int(agree), results.BALL_FRAMES: int(frames),
             results.BALL_SHIFT_PX: float(shift), results.SAME_BALL: bool(agree == frames),

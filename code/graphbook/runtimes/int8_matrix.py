@@ -93,10 +93,10 @@ def run_matrix(fp32_path: str | Path, configs: Sequence[Int8Config], calibration
     fp32_session = make_session(fp32_path, threads=threads)
     reference = infer(fp32_session)
     sessions[FP32_NAME] = fp32_session
-    fp32_row = {"config": FP32_NAME, "role": "reference", "precision": "fp32", "per_channel": "",
-                "calibration": "", "histogram_bins": "", "pre_process": "", "excluded": "", "reduce_range": "", "status": "ok",
-                "quantize_s": 0.0, "excluded_nodes": 0, "quantize_nodes": 0,
-                **_score_outputs(reference, eval_clips, reference)}
+    fp32_row = {"config": FP32_NAME, "role": "reference", "precision": "fp32",
+                **dict.fromkeys(("per_channel", "calibration", "histogram_bins", "pre_process", "excluded",
+                                 "reduce_range"), ""), "status": "ok", "quantize_s": 0.0, "excluded_nodes": 0,
+                "quantize_nodes": 0, **_score_outputs(reference, eval_clips, reference)}
     run.rows.append(fp32_row)
     run.paths[FP32_NAME] = Path(fp32_path)
     say(f"fp32: detection rate {fp32_row['detection_rate']:.3f}")
@@ -147,15 +147,12 @@ def _sqnr_db(reference, candidate) -> float:
     return float(compute_signal_to_quantization_noice_ratio(reference, candidate))
 
 
-def _producers_and_consumers(model_path: Path) -> tuple[dict, dict]:
-    model = onnx.load(str(model_path), load_external_data=False)
-    produced, consumed = {}, {}
-    for node in model.graph.node:
-        for name in node.output:
-            produced[name] = node
-        for name in node.input:
-            consumed.setdefault(name, node)
-    return produced, consumed
+def _where(node) -> dict:
+    """The module, layer group and operator of the node that produces or reads a tensor ("" when none)."""
+    if node is None:
+        return {"module": "", "group": "other", "op": ""}
+    scopes = node_scopes(node)
+    return {"module": module_of(scopes), "group": node_group(scopes) or "other", "op": node.op_type}
 
 
 def tensor_errors(fp32_path: str | Path, qdq_path: str | Path, frames: Sequence, *, workdir: str | Path,
@@ -165,40 +162,37 @@ def tensor_errors(fp32_path: str | Path, qdq_path: str | Path, frames: Sequence,
         raise Int8MatrixError(f"top must be a positive integer, got {top!r}")
     fp32_path, qdq_path, workdir = Path(fp32_path), Path(qdq_path), Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    produced, consumed = _producers_and_consumers(fp32_path)
+    graph = onnx.load(str(fp32_path), load_external_data=False).graph
+    produced = {name: node for node in graph.node for name in node.output}
+    consumed = {}
+    for node in graph.node:
+        for name in node.input:
+            consumed.setdefault(name, node)
 
-    input_name = onnx.load(str(fp32_path), load_external_data=False).graph.input[0].name
     with quiet_onnxruntime():
         activations = {}
         for label, path in (("float", fp32_path), ("qdq", qdq_path)):
             augmented = workdir / f"debug_{label}_{path.stem}.onnx"
             qld.modify_model_output_intermediate_tensors(str(path), str(augmented))
-            activations[label] = qld.collect_activations(str(augmented), calibration_reader(input_name, frames))
+            activations[label] = qld.collect_activations(str(augmented), calibration_reader(graph.input[0].name, frames))
         matched = qld.create_activation_matching(activations["qdq"], activations["float"])
         matched = {name: m for name, m in matched.items() if m.get("float")}
         for name, match in matched.items():
             node = produced.get(name)
-            if node is not None and node.op_type == "Relu":  # the Q/DQ model dropped it: see the docstring
+            if node is not None and node.op_type == "Relu":  # the Q/DQ model dropped it (its range clips at 0)
                 match["pre_qdq"] = [np.maximum(a, 0) for a in match["pre_qdq"]]
         act_err = qld.compute_activation_error(matched, err_func=_sqnr_db)
         weight_err = qld.compute_weight_error(qld.create_weight_matching(str(fp32_path), str(qdq_path)))
     rows = []
     finite = [(name, err) for name, err in act_err.items() if not math.isnan(err["qdq_err"])]
-    ranked = sorted(finite, key=lambda item: item[1]["qdq_err"])[:top]
-    for rank, (name, err) in enumerate(ranked, 1):
-        node = produced.get(name) or consumed.get(name)
+    for rank, (name, err) in enumerate(sorted(finite, key=lambda item: item[1]["qdq_err"])[:top], 1):
         rows.append({"tensor_kind": "activation", "rank": rank, "tensor": name,
-                     "module": module_of(node_scopes(node)) if node is not None else "",
-                     "group": (node_group(node_scopes(node)) or "other") if node is not None else "other",
-                     "op": node.op_type if node is not None else "", "sqnr_db": err["qdq_err"],
+                     **_where(produced.get(name) or consumed.get(name)), "sqnr_db": err["qdq_err"],
                      "qdq_sqnr_db": err["qdq_err"], "xmodel_sqnr_db": err.get("xmodel_err", math.nan)})
     for rank, (name, err) in enumerate(sorted(weight_err.items(), key=lambda item: item[1])[:top], 1):
-        node = consumed.get(name)
-        parameter = name.rsplit(".", 1)
-        module = parameter[0] if len(parameter) == 2 and parameter[1] in ("weight", "bias") else \
-            (module_of(node_scopes(node)) if node is not None else "")
-        rows.append({"tensor_kind": "weight", "rank": rank, "tensor": name, "module": module,
-                     "group": (node_group(node_scopes(node)) or "other") if node is not None else "other",
-                     "op": node.op_type if node is not None else "", "sqnr_db": err,
+        where = _where(consumed.get(name))
+        module, _, kind = name.rpartition(".")
+        rows.append({"tensor_kind": "weight", "rank": rank, "tensor": name, **where,
+                     "module": module if kind in ("weight", "bias") and module else where["module"], "sqnr_db": err,
                      "qdq_sqnr_db": math.nan, "xmodel_sqnr_db": math.nan})
     return rows

@@ -18,12 +18,10 @@ from torch.onnx import _constants
 from graphbook.runtimes.ort_sessions import (  # noqa: F401 - the sessions' own module; callers may read them here
     CPU_PROVIDER,
     CUDA_PROVIDER,
-    LEVEL_ENUM_NAMES,
     LEVEL_NAMES,
     NCHWC_TRANSFORMER,
     TENSORRT_PROVIDER,
     OnnxModelError,
-    ProviderChoice,
     available_providers,
     check_model_file,
     make_session,
@@ -169,11 +167,6 @@ def op_counts_table(counts: Mapping[str, Counter]):
     return table.astype(int)
 
 
-def _graph_difference(before: Counter, after: Counter) -> dict[str, Counter]:
-    """Operators that disappeared and appeared between two graphs' counts (Chapter 4)."""
-    return {"removed": Counter(before) - Counter(after), "added": Counter(after) - Counter(before)}
-
-
 def _ops(counter: Counter, op_type: str, domain: str | None = None) -> int:
     return sum(n for (d, op), n in counter.items() if op == op_type and (domain is None or d == domain))
 
@@ -203,8 +196,7 @@ def name_fusions(before: Counter, after: Counter) -> list[str]:
         absorbed = [f"{-gained(op)} {op}" for op in ("Relu", "Sigmoid", "Clip", "Add") if gained(op) < 0]
         if absorbed:
             notes.append("absorbed into the fused operators: " + ", ".join(absorbed))
-    diff = _graph_difference(before, after)
-    if not notes and (diff["removed"] or diff["added"]):
+    if not notes and before != after:
         notes.append("other rewrites: removed " + ", ".join(f"{n} {d}::{op}" for (d, op), n in
-                                                             sorted(diff["removed"].items())))
+                                                             sorted((Counter(before) - Counter(after)).items())))
     return notes

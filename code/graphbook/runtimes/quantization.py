@@ -94,20 +94,9 @@ def quantize_qdq(fp32_path: str | Path, out_path: str | Path, frames: Iterable, 
                  per_channel: bool = True, settings: Int8Settings | None = None,
                  features: Mapping | None = None) -> Path:
     """Static INT8 quantization to the explicit Q/DQ format, calibrated on ``frames`` (Chapter 4)."""
-    fp32_path = check_model_file(fp32_path)
-    out_path = Path(out_path)
-    if out_path.suffix != ".onnx":
-        raise ValueError(f"the output path must end in .onnx, got {str(out_path)!r}")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-
-    if settings is None:
-        settings = int8_settings_for(features, per_channel=per_channel)
-    input_name = onnx.load(str(fp32_path), load_external_data=False).graph.input[0].name
-    reader = calibration_reader(input_name, frames)
-    with quiet_onnxruntime():
-        quant.quantize_static(str(fp32_path), str(out_path), reader, quant_format=quant.QuantFormat.QDQ,
-                              calibrate_method=quant.CalibrationMethod.MinMax, **settings.quantize_static_kwargs())
-    return out_path
+    settings = settings or int8_settings_for(features, per_channel=per_channel)
+    config = Int8Config("qdq", per_channel=settings.per_channel, reduce_range=settings.reduce_range)
+    return quantize_config(fp32_path, out_path, config, list(frames))["path"]
 
 
 def qdq_counts(model_or_path) -> dict[str, int]:
@@ -118,31 +107,18 @@ def qdq_counts(model_or_path) -> dict[str, int]:
 
 #: The calibration methods of ``onnxruntime.quantization.CalibrationMethod`` the matrix compares.
 CALIBRATIONS = ("MinMax", "Entropy", "Percentile")
-
-
-#: The layer groups that can be kept in FP32 (see :func:`node_group`).
+#: The layer groups that can be kept in FP32 (see :func:`node_group`), and how prose names each.
 GROUPS = ("stem", "head", "se")
-
-
-#: Module names of BlurBall's stem (top-level convolutions, their BatchNorms, and the stem's ReLU).
-STEM_MODULES = ("conv1", "bn1", "conv2", "bn2", "relu")
-
-
-#: Module name of BlurBall's head (the 1x1 convolution that writes the logits).
-HEAD_MODULE = "final_layers"
-
-
-#: How prose names each layer group.
 GROUP_WORDS = {"stem": "stem", "head": "head", "se": "SE layers"}
-
-
+#: Module names of BlurBall's stem (top-level convolutions, their BatchNorms, the stem's ReLU) and of its head.
+STEM_MODULES = ("conv1", "bn1", "conv2", "bn2", "relu")
+HEAD_MODULE = "final_layers"
 #: Quantized bins of ONNX Runtime's entropy calibrator (its default, kept here); see :class:`Int8Config`.
 ENTROPY_QUANTIZED_BINS = 128
-
-
 #: Histogram bins of the design's real entropy calibration: 4x the quantized bins gives the search
 #: 193 candidate ranges; 2048 (TensorRT's choice) makes ONNX Runtime's Python search take minutes.
 ENTROPY_BINS = 512
+BASELINE_NAME = "baseline"
 
 
 class Int8MatrixError(ValueError):
@@ -225,14 +201,6 @@ def design(reduce_range: bool, *, smoke: bool = False) -> list[Int8Config]:
     ]
 
 
-def int8_settings() -> dict:
-    """``reduce_range`` for this CPU and why, as :func:`int8_settings_for` decides (Chapter 4)."""
-    features = cpu_features()
-    settings = int8_settings_for(features)
-    return {"reduce_range": bool(settings.reduce_range), "reduce_range_reason": settings.reason,
-            "cpu_isa": features.get("isa", "unknown"), "vnni": features.get("vnni")}
-
-
 def node_scopes(node) -> list[str]:
     """The module path the exporter recorded for ``node`` (``pkg.torch.onnx.name_scopes``), or []."""
     for prop in node.metadata_props:
@@ -266,23 +234,16 @@ def module_of(scopes: Sequence[str]) -> str:
     return modules[-2] if len(modules) >= 2 else (modules[0] if modules else "")
 
 
-def _classify_nodes(model_or_path) -> dict[str, str | None]:
-    """Node name -> :func:`node_group` for every node of an exported BlurBall (Chapter 4)."""
-    model = onnx.load(str(model_or_path), load_external_data=False) if isinstance(model_or_path, (str, Path)) \
-        else model_or_path
-    return {node.name: node_group(node_scopes(node)) for node in model.graph.node}
-
-
 def _nodes_in_groups(model_or_path, groups: Iterable[str]) -> list[str]:
     """Names of the nodes in the given layer groups, for ``quantize_static(nodes_to_exclude=...)`` (Chapter 4)."""
-    groups = tuple(groups)
-    classes = _classify_nodes(model_or_path)
-    chosen = [name for name, group in classes.items() if group in groups]
-    empty = [g for g in groups if not any(group == g for group in classes.values())]
+    model = onnx.load(str(model_or_path), load_external_data=False) if isinstance(model_or_path, (str, Path)) \
+        else model_or_path
+    classes = {node.name: node_group(node_scopes(node)) for node in model.graph.node}
+    empty = [g for g in groups if g not in classes.values()]
     if empty:
         raise Int8MatrixError(f"no node of the model belongs to {empty}: was it exported by torch.onnx with "
                               "module names (pkg.torch.onnx.name_scopes metadata)?")
-    return chosen
+    return [name for name, group in classes.items() if group in groups]
 
 
 @contextlib.contextmanager
@@ -332,17 +293,13 @@ def quantize_config(fp32_path: str | Path, out_path: str | Path, config: Int8Con
             cache = out_path.with_name(out_path.stem + ".calibration.json")
             _calibrate_to_cache(source, reader, config, cache, workdir=out_path.parent)
             reader = None
-        quant.quantize_static(str(source), str(out_path), reader,
-                              quant_format=quant.QuantFormat.QDQ, activation_type=quant.QuantType.QUInt8,
-                              weight_type=quant.QuantType.QInt8, per_channel=config.per_channel,
-                              reduce_range=config.reduce_range, nodes_to_exclude=excluded or None,
+        settings = Int8Settings(reduce_range=config.reduce_range, per_channel=config.per_channel)
+        quant.quantize_static(str(source), str(out_path), reader, quant_format=quant.QuantFormat.QDQ,
+                              nodes_to_exclude=excluded or None, **settings.quantize_static_kwargs(),
                               calibrate_method=getattr(quant.CalibrationMethod, config.calibration),
                               calibration_cache_path=str(cache) if cache else None)
     return {"path": out_path, "quantize_s": time.perf_counter() - start, "excluded_nodes": len(excluded),
             "quantize_nodes": qdq_counts(out_path)["QuantizeLinear"]}
-
-
-BASELINE_NAME = "baseline"
 
 
 def excluded_phrase(excluded: str) -> str:
