@@ -2,7 +2,9 @@
 
 Loopback only, a tiny model at 16 x 24 pixels and short limits (``request_timeout_s`` of one second),
 so the whole file runs in seconds. Times are never compared with absolute numbers: a stalled client must
-be dropped within a generous multiple of the server's own configured timeout.
+be dropped within a generous multiple of the server's own configured timeout. Chapter 7's code cell 26 sends
+the common faults live (a stalled body, a huge or negative Content-Length, a TLS handshake, an unknown method,
+a full queue refused from the headers), and tests/test_hostile_clients.py sweeps stalled uploads to their bound.
 """
 import http.client
 import json
@@ -11,12 +13,10 @@ import threading
 import time
 
 import numpy as np
-import pytest
 import torch
 from torch import nn
 
 from graphbook import serving
-from graphbook.serving import batcher
 
 H, W = 16, 24
 TIMEOUT_S = 1.0          # the server's request_timeout_s in these tests
@@ -44,11 +44,11 @@ def clip(batch=1):
     return x
 
 
-def make_server(model=None, *, max_connections=32, request_timeout_s=TIMEOUT_S, **service_kwargs):
+def make_server(model=None, *, max_connections=32):
     torch.set_num_threads(1)
-    options = dict(max_body_bytes=200_000, max_queue=4, queue_timeout_s=2.0, inference_timeout_s=0.5)
-    service = serving.InferenceService(model or HangableHeatmaps(), (H, W), **{**options, **service_kwargs})
-    srv = serving.InferenceServer(service, request_timeout_s=request_timeout_s, max_connections=max_connections).start()
+    service = serving.InferenceService(model or HangableHeatmaps(), (H, W), max_body_bytes=200_000, max_queue=4,
+                                       queue_timeout_s=2.0, inference_timeout_s=0.5)
+    srv = serving.InferenceServer(service, request_timeout_s=TIMEOUT_S, max_connections=max_connections).start()
     srv.wait_until_ready(timeout=60)
     return srv
 
@@ -114,7 +114,6 @@ class Prober:
 def test_hostile_clients_get_json_answers_in_bounded_time_and_probes_stay_prompt(capfd):
     model = HangableHeatmaps()
     srv = make_server(model)
-    service = srv.service
     try:
         with Prober(srv) as prober:
             # 1. a stalled body: 10 of 1000 bytes, then silence -> 408 once the request's deadline passes
@@ -130,50 +129,30 @@ def test_hostile_clients_get_json_answers_in_bounded_time_and_probes_stay_prompt
             quitter = connect(srv)
             quitter.sendall(predict_head(1000) + b"x" * 10)
             quitter.close()
-            # 4. huge, malformed and missing Content-Length; garbage request lines; unknown methods
+            # 4. malformed and missing Content-Length; a request line without a version; wrong methods and paths
             cases = {
-                "huge Content-Length": (predict_head(10 ** 30), 413),
-                "Content-Length beyond any int": (predict_head("9" * 5000), 413),
-                "negative Content-Length": (predict_head(-5), 400),
-                "Content-Length in exponent form": (predict_head("1e3"), 400),
-                "missing Content-Length": (b"POST /predict HTTP/1.1\r\nHost: x\r\n\r\n", 411),
-                "binary garbage request line": (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 400),
-                "request line without a version": (b"GET\r\n\r\n", 400),
-                "unknown method": (b"BREW /predict HTTP/1.1\r\nHost: x\r\n\r\n", 501),
-                "PUT on /predict": (b"PUT /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 405),
-                "DELETE on /livez": (b"DELETE /livez HTTP/1.1\r\nHost: x\r\n\r\n", 405),
-                "PATCH on an unknown path": (b"PATCH /admin HTTP/1.1\r\nHost: x\r\n\r\n", 404),
-                "OPTIONS on /predict": (b"OPTIONS /predict HTTP/1.1\r\nHost: x\r\n\r\n", 405),
+                "Content-Length beyond any int": (predict_head("9" * 5000), 413, None),
+                "Content-Length in exponent form": (predict_head("1e3"), 400, None),
+                "missing Content-Length": (b"POST /predict HTTP/1.1\r\nHost: x\r\n\r\n", 411, None),
+                "request line without a version": (b"GET\r\n\r\n", 400, None),
+                "PUT on /predict": (b"PUT /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 405, "POST"),
+                "OPTIONS on /predict": (b"OPTIONS /predict HTTP/1.1\r\nHost: x\r\n\r\n", 405, "POST"),
+                "GET on /predict": (b"GET /predict HTTP/1.1\r\nHost: x\r\n\r\n", 405, "POST"),
+                "DELETE on /livez": (b"DELETE /livez HTTP/1.1\r\nHost: x\r\n\r\n", 405, "GET"),
+                "POST on /readyz": (b"POST /readyz HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 405, "GET"),
+                "PATCH on an unknown path": (b"PATCH /admin HTTP/1.1\r\nHost: x\r\n\r\n", 404, None),
+                "GET on an unknown path": (b"GET /readyz/extra HTTP/1.1\r\nHost: x\r\n\r\n", 404, None),
             }
-            for name, (raw, want) in cases.items():
+            for name, (raw, want, allow) in cases.items():
                 status, headers, payload = exchange(srv, raw)
                 assert status == want and payload.get("error"), (name, status, payload)
-                if want == 405:
-                    assert headers.get("allow") in ("GET", "POST"), name
+                assert headers.get("allow") == allow, name
             assert read_answer(stalled)[0] == 408
             stalled.close()
             dribbler.join(BOUND_S)
             # cut off by the request deadline, long before http.server's limit of 100 header lines
             assert dribbles and dribbles[-1] == "cut" and len(dribbles) < 50, dribbles[-3:]
             loris.close()
-            # 5. a burst above the queue: with the worker paused, 4 requests queue and the rest get 503 at once
-            service.pause()
-            answers = []
-            waiting = []
-            for _ in range(service.max_queue):
-                t = threading.Thread(target=lambda: answers.append(good_request(srv)[0]))
-                t.start()
-                waiting.append(t)
-            _wait_for(lambda: service.queued() == service.max_queue)
-            extra = [good_request(srv) for _ in range(3)]
-            assert [s for s, _ in extra] == [503] * 3 and all("overloaded" in p["error"] for _, p in extra)
-            # refused from the headers alone: the body is never sent, the answer comes anyway
-            status, headers, payload = exchange(srv, predict_head(clip().nbytes))
-            assert status == 503 and headers.get("retry-after") == "1"
-            service.resume()
-            for t in waiting:
-                t.join(BOUND_S)
-            assert answers == [200] * service.max_queue
         probes = prober.seen
         assert probes and {s for _, s, _ in probes} == {200}, sorted({s for _, s, _ in probes})
         # prompt: no probe waited as long as a stalled client is allowed to hold a connection
@@ -252,39 +231,6 @@ def test_connections_beyond_the_limit_get_503_and_the_held_ones_are_dropped_in_b
         srv.stop()
 
 
-@pytest.mark.slow
-def test_stalled_uploads_up_to_their_bound_never_keep_a_valid_request_from_the_model(capfd):
-    # the defaults of serve_blurball.py; a deadline long enough to open every stalled client before it passes
-    srv = make_server(max_connections=serving.http.DEFAULT_MAX_CONNECTIONS, max_queue=batcher.DEFAULT_MAX_QUEUE,
-                      request_timeout_s=5 * TIMEOUT_S)
-    bound, stalled = srv.max_uploads, []  # a valid request's body is one of the max_uploads too
-    assert bound == srv.max_connections - srv.service.max_queue and bound - 1 >= 2 * srv.service.max_queue
-    try:
-        for count in (2 * srv.service.max_queue, bound - 1, bound):
-            while len(stalled) < count:  # each promises a whole clip, sends ten bytes of it, and stalls
-                stalled.append(connect(srv))
-                stalled[-1].sendall(predict_head(clip().nbytes) + b"x" * 10)
-            _wait_for(lambda: srv.uploads == count)
-            status, payload = good_request(srv)
-            if count < bound:
-                assert status == 200, f"{count} stalled uploads kept a valid request from the model"
-        # past the bound a valid request, and one more stalled client, are refused from the headers
-        assert status == 503 and "max_uploads" in payload["error"]
-        extra = connect(srv)
-        extra.sendall(predict_head(clip().nbytes) + b"x" * 10)
-        status, headers, payload = read_answer(extra)
-        assert status == 503 and headers.get("retry-after") == "1" and "max_uploads" in payload["error"]
-        # at their deadline the stalled clients are dropped (408), and a valid request is served again
-        assert {read_answer(sock)[0] for sock in stalled} == {408}
-        _wait_for(lambda: srv.uploads == 0)
-        assert good_request(srv)[0] == 200
-    finally:
-        for sock in stalled:
-            sock.close()
-        srv.stop()
-    assert "Traceback" not in capfd.readouterr().err
-
-
 def test_stop_before_start_returns():
     srv = serving.InferenceServer(serving.InferenceService(HangableHeatmaps(), (H, W)))
     stopper = threading.Thread(target=srv.stop)
@@ -307,18 +253,6 @@ def test_the_plan_never_counts_expired_requests_so_only_warmed_sizes_run():
             assert item.done.wait(BOUND_S)
         assert items[1].error is not None and items[1].error.status == 503 and "waited" in items[1].error.message
         assert set(model.batches) <= {1, 3}, f"ran batch sizes {model.batches}, warmed up only 1 and 3"
-    finally:
-        service.close()
-
-
-def test_the_call_record_is_bounded(monkeypatch):
-    monkeypatch.setattr(batcher, "CALL_HISTORY", 5)
-    service = serving.InferenceService(HangableHeatmaps(), (H, W))
-    service.warm_up()
-    try:
-        for _ in range(12):
-            service.predict(clip())
-        assert len(service.calls) == 5 and service.calls_by_size[1] == 12
     finally:
         service.close()
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import itertools
 import sys
 import threading
 import time
@@ -21,8 +22,6 @@ DEFAULT_MAX_QUEUE = 16
 DEFAULT_QUEUE_TIMEOUT_S = 30.0
 #: A model call that runs longer than this is hung: its requests get 504 and /livez says so.
 DEFAULT_INFERENCE_TIMEOUT_S = 60.0
-#: How many recent model calls :attr:`InferenceService.calls` keeps (the batching record, bounded).
-CALL_HISTORY = 1024
 
 
 class RequestError(ValueError):
@@ -49,21 +48,11 @@ class _Pending:
 
 
 def _plan_batch(sizes: list[int], allowed, *, batching: bool = True) -> int:
-    """How many queued requests (FIFO) the next model call takes (Chapter 7)."""
+    """How many queued requests (FIFO) the next model call takes: the longest prefix of a warmed size, at least one."""
     if not sizes:
         return 0
-    if not batching:
-        return 1
-    allowed = set(int(b) for b in allowed)
-    limit = max(allowed)
-    count, total = 0, 0
-    for n in sizes:
-        if total + n > limit:
-            break
-        count, total = count + 1, total + n
-    while count > 1 and sum(sizes[:count]) not in allowed:
-        count -= 1
-    return max(count, 1)
+    totals = itertools.accumulate(sizes) if batching else ()
+    return max((count for count, total in enumerate(totals, start=1) if total in allowed), default=1)
 
 
 class InferenceService:
@@ -95,7 +84,6 @@ class InferenceService:
             self.runner = model
         else:
             self.runner = TorchRunner(model, compile=compile)
-        self.model = getattr(self.runner, "model", None)
         self.compiled = bool(self.runner.compiled)
         static = self.runner.static_batch() if hasattr(self.runner, "static_batch") else None
         if static is not None and set(self.batch_sizes) != {static}:
@@ -114,8 +102,6 @@ class InferenceService:
         self.warmup_s: dict[int, float] = {}
         self.time_to_ready_s: float | None = None
         self.warmup_error: str | None = None
-        #: batch size of each recent model call after warm-up, oldest first (the last CALL_HISTORY)
-        self.calls: collections.deque[int] = collections.deque(maxlen=CALL_HISTORY)
         #: model calls after warm-up, per batch size, since start (a counter: it never grows in length)
         self.calls_by_size: collections.Counter[int] = collections.Counter()
         self._queue: collections.deque[_Pending] = collections.deque()
@@ -182,18 +168,25 @@ class InferenceService:
                      "torch_imported": "torch" in sys.modules}
 
     # -- admission ------------------------------------------------------------------------------
+    def _busy(self, message: str) -> RequestError:
+        """A 503 that says when to retry."""
+        return RequestError(503, message, retry_after_s=self.retry_after_s)
+
+    def _expired(self) -> RequestError:
+        return self._busy(f"waited more than {self.queue_timeout_s:g} s in the queue; retry later")
+
     def _refusal(self) -> RequestError | None:
         """Why a new request cannot be taken now (call with the lock held), or None."""
         if not self.ready.is_set():
-            return RequestError(503, "the model is still warming up; poll /readyz", retry_after_s=self.retry_after_s)
+            return self._busy("the model is still warming up; poll /readyz")
         if self._stopped:
-            return RequestError(503, "the server is shutting down", retry_after_s=self.retry_after_s)
+            return self._busy("the server is shutting down")
         if self._hung_for() is not None:
-            return RequestError(503, "the model is not answering (a call runs past inference_timeout_s); "
-                                     "retry on another replica", retry_after_s=self.retry_after_s)
+            return self._busy("the model is not answering (a call runs past inference_timeout_s); "
+                              "retry on another replica")
         if len(self._queue) >= self.max_queue:
-            return RequestError(503, f"overloaded: {len(self._queue)} requests already wait "
-                                     f"(max_queue {self.max_queue}); retry later", retry_after_s=self.retry_after_s)
+            return self._busy(f"overloaded: {len(self._queue)} requests already wait "
+                              f"(max_queue {self.max_queue}); retry later")
         return None
 
     def refuse_if_full(self) -> None:
@@ -242,8 +235,7 @@ class InferenceService:
                                         "(inference_timeout_s)")
             if not item.started and now - item.enqueued > self.queue_timeout_s:
                 item.cancelled = True
-                raise RequestError(503, f"waited more than {self.queue_timeout_s:g} s in the queue; retry later",
-                                   retry_after_s=self.retry_after_s)
+                raise self._expired()
         if item.error is not None:
             raise item.error
         decoded = decode_batch(item.logits, self.threshold)
@@ -283,8 +275,7 @@ class InferenceService:
         keep = collections.deque()
         for item in self._queue:
             if item.cancelled or now - item.enqueued > self.queue_timeout_s:
-                item.error = RequestError(503, f"waited more than {self.queue_timeout_s:g} s in the queue; "
-                                               "retry later", retry_after_s=self.retry_after_s)
+                item.error = self._expired()
                 item.done.set()
             else:
                 keep.append(item)
@@ -336,7 +327,6 @@ class InferenceService:
             finally:
                 self._busy_since = None
             finished = time.perf_counter()
-            self.calls.append(int(batch.shape[0]))
             self.calls_by_size[int(batch.shape[0])] += 1
             offset = 0
             for item in items:
@@ -351,7 +341,7 @@ class InferenceService:
         with self._cond:  # answer whoever still waits
             while self._queue:
                 item = self._queue.popleft()
-                item.error = RequestError(503, "the server is shutting down", retry_after_s=self.retry_after_s)
+                item.error = self._busy("the server is shutting down")
                 item.done.set()
 
 

@@ -4,7 +4,7 @@ What a hostile client can cost is bounded here: a whole request within ``request
 drops dribblers, a stalled body gets 408 first); at most ``max_connections`` at once (one more gets 503); bodies
 still uploading are bounded apart, by ``max_uploads``, and join the inference queue only once whole, so stalled
 uploads never keep a valid request from the model; an oversized ``Content-Length`` gets 413 before its body is
-read; every error answer is JSON, and a client that vanishes mid-answer costs a counter, never a traceback.
+read; every error answer is JSON, and a client that vanishes mid-answer never prints a traceback.
 """
 from __future__ import annotations
 
@@ -25,8 +25,7 @@ from graphbook.serving.batcher import InferenceService, RequestError
 #: Defaults for the limits on clients (see the module docstring).
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
 DEFAULT_MAX_CONNECTIONS = 64
-_GET_PATHS = ("/livez", "/readyz", "/healthz")
-_KNOWN_PATHS = (*_GET_PATHS, "/predict")
+_KNOWN_PATHS = ("/livez", "/readyz", "/healthz", "/predict")
 
 
 def _parse_shape_header(value: str | None) -> tuple[int, ...]:
@@ -138,6 +137,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _path(self) -> str:
         return self.path.split("?")[0]
 
+    def _unknown_path(self) -> None:
+        self._send(404, {"error": f"unknown path {self.path[:200]!r}; use GET /livez, GET /readyz or POST /predict"})
+
     def _refuse(self, exc: RequestError) -> None:
         headers = {"Retry-After": exc.retry_after_s} if exc.retry_after_s else {}
         if exc.status == 405:
@@ -155,7 +157,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/predict":
             self._refuse(RequestError(405, "use POST /predict with a body of clips (see the server's docs)"))
         else:
-            self._send(404, {"error": f"unknown path {self.path[:200]!r}; use GET /livez, GET /readyz or POST /predict"})
+            self._unknown_path()
 
     do_HEAD = do_GET
 
@@ -166,12 +168,12 @@ class _Handler(BaseHTTPRequestHandler):
             takes = "POST" if path == "/predict" else "GET"
             self._refuse(RequestError(405, f"{path} takes {takes}, not {self.command}"))
         else:
-            self._send(404, {"error": f"unknown path {self.path[:200]!r}; use GET /livez, GET /readyz or POST /predict"})
+            self._unknown_path()
 
     do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _wrong_method
 
-    def _read_body(self, length: int) -> bytes:
-        """Read exactly ``length`` bytes (RequestError 408 when the client stops or stalls short of it)."""
+    def _read_body(self, length: int, *, keep: bool = True) -> tuple[bytes, int]:
+        """Read up to ``length`` body bytes (kept, or dropped when not ``keep``): (the bytes kept, how many came)."""
         chunks, left = [], length
         while left:
             try:
@@ -179,55 +181,38 @@ class _Handler(BaseHTTPRequestHandler):
             except (TimeoutError, ConnectionError):
                 chunk = b""
             if not chunk:  # the client closed, or the reaper shut the connection at its deadline
-                raise RequestError(408, f"the body ended after {length - left} of {length} bytes "
-                                        f"(request_timeout_s {self.server.request_timeout_s:g})")
-            chunks.append(chunk)
+                break
+            if keep:
+                chunks.append(chunk)
             left -= len(chunk)
-        return b"".join(chunks)
-
-    def _discard_body(self, length: int) -> bool:
-        """Read and drop ``length`` body bytes within the request's deadline; False if they never came."""
-        left = length
-        while left:
-            try:
-                chunk = self.rfile.read1(min(left, 1 << 16))
-            except (TimeoutError, ConnectionError):
-                return False
-            if not chunk:
-                return False
-            left -= len(chunk)
-        return True
+        return b"".join(chunks), length - left
 
     def do_POST(self):
+        if self._path() != "/predict":
+            self._wrong_method()
+            return
         service: InferenceService = self.server.service
+        keep_alive = not self.close_connection
+        self.close_connection = True  # until the whole body is read
         try:
-            path = self._path()
-            if path != "/predict":
-                if path in _GET_PATHS:
-                    self.close_connection = True
-                    raise RequestError(405, f"{path} takes GET, not POST")
-                self._wrong_method()
-                return
-            try:
-                length = _content_length(self.headers, service.max_body_bytes)
-            except RequestError:
-                self.close_connection = True
-                raise
+            length = _content_length(self.headers, service.max_body_bytes)
             try:  # refused from the headers, before the body is read
                 service.refuse_if_full()
                 self.server._start_upload()
             except RequestError as exc:
-                self._refuse(exc)  # the answer leaves at once; the body, if the client sends it anyway,
-                if not self._discard_body(length):  # is read into a scratch buffer, never decoded, so
-                    self.close_connection = True    # the client can read its 503 instead of a reset
+                self.close_connection = not keep_alive
+                self._refuse(exc)  # the answer leaves at once; the body, if the client sends it anyway, is read
+                if self._read_body(length, keep=False)[1] < length:  # and dropped, never decoded, so the client
+                    self.close_connection = True                     # can read its 503 instead of a reset
                 return
             try:
-                body = self._read_body(length)
-            except RequestError:
-                self.close_connection = True
-                raise
+                body, received = self._read_body(length)
             finally:
                 self.server._end_upload()
+            if received < length:
+                raise RequestError(408, f"the body ended after {received} of {length} bytes "
+                                        f"(request_timeout_s {self.server.request_timeout_s:g})")
+            self.close_connection = not keep_alive
             self.server._disarm_deadline(self.connection)  # the model's own wait is bounded by the service
             array = _decode_body(self.headers.get("Content-Type"), self.headers, body)
             self._send(200, service.predict(array))
@@ -267,10 +252,8 @@ class InferenceServer(ThreadingHTTPServer):
         self.max_uploads = int(max_uploads)
         self.connections = 0           #: connections being served now
         self.uploads = 0               #: connections reading a request body now
-        self.refused_uploads = 0       #: requests answered 503 because max_uploads bodies were arriving
         self.refused_connections = 0   #: connections answered 503 because max_connections were busy
         self.dropped_connections = 0   #: connections shut at their deadline (stalled or idle clients)
-        self.client_errors = 0         #: connections that failed on the client's side (reset, broken pipe)
         self._lock = threading.Lock()
         self._deadlines: dict[socket.socket, float] = {}
         self._closing = threading.Event()
@@ -315,7 +298,6 @@ class InferenceServer(ThreadingHTTPServer):
             if not busy:
                 self.uploads += 1
         if busy:
-            self.refused_uploads += 1
             raise RequestError(503, f"too many request bodies arriving at once (max_uploads {self.max_uploads}); "
                                     "retry later", retry_after_s=self.service.retry_after_s)
 
@@ -324,8 +306,7 @@ class InferenceServer(ThreadingHTTPServer):
             self.uploads -= 1
 
     def handle_error(self, request, client_address):
-        """A client that resets or vanishes is counted, not printed (no tracebacks on stderr)."""
-        self.client_errors += 1
+        """A client that resets or vanishes prints no traceback (one line, when verbose)."""
         if self.verbose:
             print(f"serving: connection from {client_address[0]} failed: {sys.exc_info()[1]!r}", file=sys.stderr)
 
