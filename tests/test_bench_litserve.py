@@ -1,5 +1,8 @@
 """code/bench_litserve.py and graphbook.serving.litserve_compare: the book's server beside LitServe (Chapter 7)."""
+import json
+
 import numpy as np
+import pandas as pd
 import pytest
 
 from graphbook.record import results
@@ -9,17 +12,10 @@ from graphbook.serving import litserve_compare
 def test_the_json_body_carries_the_exact_float32_bytes():
     x = np.random.default_rng(0).standard_normal((1, 9, 8, 16)).astype(np.float32)
     body, headers = litserve_compare._base64_json_request(x)
-    import json
-
     decoded = litserve_compare._decode_clip(json.loads(body), (9, 8, 16))
     assert headers["Content-Type"] == "application/json" and np.array_equal(decoded, x)
     with pytest.raises(ValueError, match="shape"):
         litserve_compare._decode_clip(json.loads(body), (9, 16, 8))
-
-
-def test_every_operator_feature_is_described_for_both_servers():
-    assert set(litserve_compare.OPERATOR_FEATURES) == {"readiness", "batching", "back-pressure", "metrics"}
-    assert all(len(pair) == 2 and all(pair) for pair in litserve_compare.OPERATOR_FEATURES.values())
 
 
 @pytest.mark.slow
@@ -42,8 +38,6 @@ def test_three_alternating_runs_of_both_servers_are_recorded(tmp_path, run_main)
 
 
 def _fake_recording(book_rps, lit_rps, loadavg=0.5):
-    import pandas as pd
-
     rows = []
     for run, (b, l) in enumerate(zip(book_rps, lit_rps), start=1):
         for server, rps in (("book", b), ("litserve", l)):

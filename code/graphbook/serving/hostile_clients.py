@@ -27,7 +27,7 @@ UVICORN_KEEP_ALIVE_S = 5
 _TLS_HELLO = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n"
 _SMALL_FAULT_CLIENTS = 8
 _SETTLE_S = 0.02      # lets the server take a new connection in before the next client arrives
-_ANSWER_S = 5.0       # how long a hostile client of the quick faults waits for its answer
+_ANSWER_S = 5.0       # how long a hostile client of the quick faults waits for its answer (at most hold_s)
 _VALID_TIMEOUT_S = 60.0
 
 
@@ -132,11 +132,11 @@ def _stalled_body(address, head: bytes, body: bytes, valid: bytes, *, max_queue:
             "dropped_after_s": max((t - a for t, a in zip(answered, arrived)), default=float("nan"))}
 
 
-def _quick_fault(address, raw: bytes, valid: bytes) -> dict:
+def _quick_fault(address, raw: bytes, valid: bytes, wait_s: float) -> dict:
     socks = [_send(address, raw) for _ in range(_SMALL_FAULT_CLIENTS)]
     time.sleep(_SETTLE_S)
     answer, ms = _valid(address, valid)
-    answers, _ = _collect(socks, _ANSWER_S)
+    answers, _ = _collect(socks, wait_s)
     return {"hostile_clients": len(socks), "answers": _tally(answers), "valid_status": _status(answer), "valid_ms": ms}
 
 
@@ -186,7 +186,7 @@ def _measure_faults(url: str, clip: np.ndarray, encoded: tuple[bytes, dict], *, 
             row = _burst(address, valid, 3 * max_queue)
         else:
             raw = _TLS_HELLO if fault == "garbage-request-line" else _raw_request(parts.netloc, b"", headers, length=10 ** 12)[0]
-            row = _quick_fault(address, raw, valid)
+            row = _quick_fault(address, raw, valid, min(_ANSWER_S, hold_s))
         rows.append({"fault": fault, **row, "recovered_status": _status(_valid(address, valid)[0])})
     return rows
 
