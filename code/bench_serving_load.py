@@ -2,32 +2,29 @@
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from graphbook import serving
-from graphbook.measure.compiletime import stop_process
 from graphbook.measure.environment import fingerprint
 from graphbook.measure.warmup import tiny_clip_net
-from graphbook.model.blurball import build_blurball
+from graphbook.model.blurball import load_trained_blurball
 from graphbook.paths import TRAINED_CHECKPOINT
 from graphbook.record import results
-from graphbook.record.cli import add_load_test_options, check_load_test, comma_choices, make_parser
+from graphbook.record.cli import add_load_test_options, check_load_test, comma_choices, make_parser, resource_absent
 from graphbook.runtimes import onnx_utils
+from graphbook.serving.litserve_compare import start_server, stop_server
 
-SCRIPT = Path(__file__).resolve().parent / "serve_blurball.py"
+PROG = "bench_serving_load.py"
 RUNTIMES = ("eager", "onnxruntime")
 
 
 def parse_args(argv=None):
-    p = make_parser("bench_serving_load.py", __doc__.splitlines()[0])
+    p = make_parser(PROG, __doc__.splitlines()[0])
     add_load_test_options(p)
     p.add_argument("--runtimes", type=comma_choices(RUNTIMES, "runtime"), default=RUNTIMES,
                    help="comma-separated: eager (the checkpoint in PyTorch), onnxruntime (its dynamic-batch "
@@ -43,42 +40,8 @@ def parse_args(argv=None):
     return args
 
 
-def start_server(artifact: Path | None, args, batching: bool):
-    """Start serve_blurball.py from ``artifact`` (None: the checkpoint, eager); return (process, url, seconds to READY)."""
-    if artifact is not None:
-        model = ["--artifact", str(artifact)]
-    else:
-        model = ["--model", "tiny"] if args.model == "tiny" else ["--weights", str(_trained_checkpoint())]
-    cmd = [sys.executable, str(SCRIPT), *model, "--port", "0", "--height", str(args.height),
-           "--width", str(args.width), "--threads", str(args.threads), "--max-queue", str(args.max_queue),
-           "--max-wait-ms", str(args.max_wait_ms)] + ([] if batching else ["--no-batching"])
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    first = proc.stdout.readline()
-    match = re.search(r"on (http://\S+);", first)
-    ready = proc.stdout.readline()
-    if not match or not ready.startswith("READY"):
-        proc.kill()
-        raise RuntimeError(f"server did not start: {(first + ready + proc.stderr.read())[-600:]}")
-    return proc, match.group(1), time.perf_counter() - t0
-
-
-def _trained_checkpoint():
-    """The trained BlurBall's checkpoint, or None (with a message) when it is missing."""
-    weights = TRAINED_CHECKPOINT
-    if weights.is_file():
-        return weights
-    print(f"bench_serving_load.py: error: checkpoint {weights} is missing; "
-          "recreate it with `python code/train_blurball.py --seed 0`", file=sys.stderr)
-    return None
-
-
-def _export_dynamic_batch(args, folder: Path) -> Path:
+def _export_dynamic_batch(model, args, folder: Path) -> Path:
     """The served model (trained BlurBall or the stand-in) as ONNX with a dynamic batch dimension."""
-    if args.model == "tiny":
-        model = tiny_clip_net()
-    else:
-        model = build_blurball(_trained_checkpoint())
     print(f"exporting {args.model} with a dynamic batch at {args.height}x{args.width}", flush=True)
     return onnx_utils.export_dynamic_batch(model, torch.randn(2, 9, args.height, args.width),
                                            folder / f"{args.model}-dynamic.onnx")
@@ -87,24 +50,31 @@ def _export_dynamic_batch(args, folder: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
+    model, eager_args = tiny_clip_net(), ["--model", "tiny"]
+    if args.artifact is None and args.model == "blurball":
+        try:  # serve_blurball.py would fall back to random weights: not the book's model
+            model, eager_args = load_trained_blurball(), ["--weights", str(TRAINED_CHECKPOINT)]
+        except FileNotFoundError as exc:
+            return resource_absent(PROG, str(exc))
     env = fingerprint(args.threads)
     rows = []
-    if args.artifact is None and args.model == "blurball" and _trained_checkpoint() is None:
-        return 3  # serve_blurball.py would fall back to random weights: not the book's model
     with tempfile.TemporaryDirectory(prefix="graphbook-load-") as tmp:
         if args.artifact is not None:
             servers = [(args.artifact.suffix.lstrip("."), args.artifact)]
         else:
-            servers = [(runtime, None if runtime == "eager" else _export_dynamic_batch(args, Path(tmp)))
+            servers = [(runtime, None if runtime == "eager" else _export_dynamic_batch(model, args, Path(tmp)))
                        for runtime in args.runtimes]
         clip = np.random.default_rng(0).standard_normal((1, 9, args.height, args.width)).astype(np.float32)
         levels = [(c, False) for c in args.concurrency] + ([(args.overload_clients, True)] if args.overload_clients else [])
         for served, artifact in servers:
             for batching in (False, True):
                 try:
-                    proc, url, ready_s = start_server(artifact, args, batching)
+                    proc, url, ready_s = start_server("book", artifact, (args.height, args.width), threads=args.threads,
+                                                      max_queue=args.max_queue, max_wait_ms=args.max_wait_ms,
+                                                      book_args=([] if artifact else eager_args)
+                                                      + ([] if batching else ["--no-batching"]))
                 except RuntimeError as exc:
-                    print(f"bench_serving_load.py: error: {exc}", file=sys.stderr)
+                    print(f"{PROG}: error: {exc}", file=sys.stderr)
                     return 1
                 try:
                     _, ready = serving.request(url + "/readyz")
@@ -126,11 +96,11 @@ def main(argv: list[str] | None = None) -> int:
                               + ", ".join(f"b{k.rsplit('_b', 1)[1]} {v:.1f}" for k, v in report.items()
                                           if k.startswith("model_ms_per_clip_b")), flush=True)
                 finally:
-                    stop_process(proc)
+                    stop_server(proc)
     errors = sum(r["errors"] for r in rows)
     return results.write_and_report(
         "serving-load", rows, env, results_dir=args.results_dir, wrote="wrote {n} rows to {path}",
-        failure=f"bench_serving_load.py: {errors} requests got an answer other than 200 or 503" if errors else None)
+        failure=f"{PROG}: {errors} requests got an answer other than 200 or 503" if errors else None)
 
 
 if __name__ == "__main__":

@@ -142,13 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         service, source = build_service(args)
-    except (ValueError, FileNotFoundError) as exc:  # a configuration the model cannot serve, a bad file
-        print(f"serve_blurball.py: error: {(str(exc).splitlines() or ['invalid configuration'])[0]}", file=sys.stderr)
-        return 2
-    except RuntimeError as exc:  # the model itself failed to build
-        print(f"serve_blurball.py: error: {(str(exc).splitlines() or ['the model failed to build'])[0]}",
-              file=sys.stderr)
-        return 1
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:  # a configuration or file it cannot serve: 2;
+        print(f"serve_blurball.py: error: {(str(exc).splitlines() or [type(exc).__name__])[0]}", file=sys.stderr)
+        return 1 if isinstance(exc, RuntimeError) else 2  # the model itself failed to build: 1
     try:
         server = serving.InferenceServer(service, args.host, args.port, verbose=args.verbose)
     except OSError as exc:

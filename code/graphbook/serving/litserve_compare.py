@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from graphbook.config import THREADS
 from graphbook.measure import probes
@@ -137,17 +136,18 @@ def _wait_for_health(url: str, path: str, proc, timeout: float) -> float:
     raise RuntimeError(f"the server was not ready after {timeout:.0f} s")
 
 
-def start_server(server: str, onnx_path: Path, input_hw, *, threads: int, max_queue: int, max_wait_ms: float,
-                 timeout: float = 300.0, litserve_limits: dict | None = None):
-    """Start one server in a fresh process; return ``(process, url, seconds from launch to ready)`` (Chapter 7)."""
+def start_server(server: str, onnx_path: Path | None, input_hw, *, threads: int, max_queue: int, max_wait_ms: float,
+                 timeout: float = 300.0, litserve_limits: dict | None = None, book_args=()):
+    """Start one server in a fresh process (the book's on ``onnx_path``, or on the model ``book_args`` name);
+    return ``(process, url, seconds from launch to ready)`` (Chapter 7)."""
     height, width = (int(v) for v in input_hw)
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     t0 = time.perf_counter()
     if server == "book":
-        cmd = [sys.executable, str(REPO_ROOT / "code" / "serve_blurball.py"), "--artifact", str(onnx_path),
-               "--port", str(port), "--height", str(height), "--width", str(width), "--threads", str(threads),
-               "--max-queue", str(max_queue), "--max-wait-ms", str(max_wait_ms)]
+        cmd = [sys.executable, str(REPO_ROOT / "code" / "serve_blurball.py"), "--port", str(port),
+               "--height", str(height), "--width", str(width), "--threads", str(threads), "--max-queue", str(max_queue),
+               "--max-wait-ms", str(max_wait_ms), *(["--artifact", str(onnx_path)] if onnx_path else []), *book_args]
         health = "/readyz"
     elif server == "litserve":
         spec = dict(onnx_path=str(onnx_path), input_chw=[9, height, width], port=port, threads=threads,
