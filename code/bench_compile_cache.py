@@ -5,10 +5,10 @@ import sys
 import tempfile
 
 from graphbook.compilers import compile_cache
-from graphbook.config import BATCH_SIZES
+from graphbook.config import BATCH_SIZES, FULL_SIZE
 from graphbook.measure.environment import fingerprint
 from graphbook.record import results
-from graphbook.record.cli import make_parser, positive_int, positive_int_list
+from graphbook.record.cli import add_input_size, add_threads, make_parser, positive_int, positive_int_list
 
 FACTORIES = {"blurball": "graphbook.model.blurball:build_blurball", "tiny": "graphbook.measure.warmup:tiny_clip_net"}
 
@@ -16,16 +16,12 @@ FACTORIES = {"blurball": "graphbook.model.blurball:build_blurball", "tiny": "gra
 def parse_args(argv=None):
     p = make_parser("bench_compile_cache.py", __doc__.splitlines()[0])
     p.add_argument("--model", choices=sorted(FACTORIES), default="blurball")
-    p.add_argument("--height", type=positive_int, default=288)
-    p.add_argument("--width", type=positive_int, default=512)
+    add_input_size(p, height=FULL_SIZE[0], width=FULL_SIZE[1])
     p.add_argument("--batch-sizes", type=positive_int_list, default=BATCH_SIZES)
-    p.add_argument("--threads", type=positive_int, default=2)
+    add_threads(p)
     p.add_argument("--mode", default=None, help="torch.compile mode (default: the default mode)")
     p.add_argument("--timeout", type=positive_int, default=3600, help="seconds per fresh process")
-    args = p.parse_args(argv)
-    if args.model == "blurball" and (args.height % 8 or args.width % 8):
-        p.error(f"BlurBall needs height and width divisible by 8, got {args.height}x{args.width}")
-    return args
+    return p.parse_args(argv)
 
 
 def measure_cache_paths(args, work: str, env: dict) -> int:

@@ -11,7 +11,7 @@ import pandas as pd
 from graphbook.measure.environment import fingerprint
 from graphbook.paths import TRAINED_CHECKPOINT
 from graphbook.record import results
-from graphbook.record.cli import add_input_size, comma_choices, int_at_least, make_parser, positive_int
+from graphbook.record.cli import add_input_size, add_threads, comma_choices, int_at_least, make_parser, positive_int
 from graphbook.teach import restart_paths
 from graphbook.teach.restart_paths import PATH_NAMES
 
@@ -26,7 +26,7 @@ def parse_args(argv=None):
     p.add_argument("--server-repeats", type=int_at_least(0), default=3,
                    help="also time serve_blurball.py to ready from the .pt2, .onnx and .ort artifacts this many "
                         "times (a serving-ready results file; 0 skips it; default 3)")
-    p.add_argument("--threads", type=positive_int, default=2)
+    add_threads(p)
     p.add_argument("--weights", type=Path, default=None,
                    help="checkpoint (default: the book's trained BlurBall, data/checkpoints/blurball_synthetic.pt)")
     p.add_argument("--workdir", type=Path, default=None, help="keep the artifacts here (default: a temporary folder)")

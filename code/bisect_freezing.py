@@ -16,7 +16,7 @@ from torch._inductor.compiler_bisector import CompilerBisector
 from graphbook.compilers import miscompile
 from graphbook.measure import environment
 from graphbook.record import results
-from graphbook.record.cli import int_at_least, make_parser, multiple_of_8, positive_int
+from graphbook.record.cli import add_threads, int_at_least, make_parser, multiple_of_8
 from graphbook.runtimes import correctness, variants
 
 
@@ -26,7 +26,7 @@ def parse_args(argv=None):
                         help="BlurBall (seeded weights) or the reproducer's small module")
     parser.add_argument("--height", type=multiple_of_8, default=32, help="BlurBall input height (default 32)")
     parser.add_argument("--width", type=multiple_of_8, default=64, help="BlurBall input width (default 64)")
-    parser.add_argument("--threads", type=positive_int, default=2)
+    add_threads(parser)
     parser.add_argument("--minifier-timeout", type=int_at_least(0), default=300,
                         help="seconds for the accuracy minifier; 0 skips it (default 300)")
     parser.add_argument("--skip-bisector", action="store_true", help="run only the minifier")

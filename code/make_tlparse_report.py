@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from graphbook.paths import TLPARSE_REPORT_DIR
-from graphbook.record.cli import add_input_size, directory, make_parser, positive_int
+from graphbook.record.cli import add_input_size, add_threads, directory, make_parser
 from graphbook.teach import diagnostics
 
 
@@ -14,7 +14,7 @@ def parse_args(argv=None):
     parser.add_argument("--out", type=directory, default=TLPARSE_REPORT_DIR,
                         help="output folder, replaced (default images/extra/tlparse)")
     add_input_size(parser, height=32, width=64)
-    parser.add_argument("--threads", type=positive_int, default=2)
+    add_threads(parser)
     return parser.parse_args(argv)
 
 

@@ -9,7 +9,7 @@ import torch
 from graphbook.compilers import miscompile
 from graphbook.measure import environment
 from graphbook.record import cli, results
-from graphbook.record.cli import comma_choices, make_parser, positive_float, positive_int
+from graphbook.record.cli import comma_choices, make_parser, positive_float
 from graphbook.teach import miscompile_minimizer as minimizer
 
 #: The docstring (and ``--help``) of the reproducer ``--write-repro`` writes.
@@ -22,7 +22,7 @@ PHASES = ("tail", "output", "summand", "node", "channels", "size")
 def parse_args(argv=None):
     parser = make_parser("minimize_freezing.py", __doc__.splitlines()[0])
     cli.add_input_size(parser, height=32, width=64)
-    parser.add_argument("--threads", type=positive_int, default=2)
+    cli.add_threads(parser)
     parser.add_argument("--candidate-timeout", type=positive_float, default=180,
                         help="seconds one candidate may take in its fresh process (default 180)")
     parser.add_argument("--budget", type=positive_float, default=1800,

@@ -16,7 +16,7 @@ PROG = "trace_kernel_provenance.py"
 def parse_args(argv=None):
     parser = cli.make_parser(PROG, __doc__.splitlines()[0])
     cli.add_input_size(parser, height=96, width=160)
-    parser.add_argument("--threads", type=cli.positive_int, default=2, help="torch intra-op threads (default 2)")
+    cli.add_threads(parser)
     parser.add_argument("--view-dir", type=cli.directory, default=PROVENANCE_VIEW_DIR,
                         help="folder of the provenance page, replaced (default images/extra/tlparse_provenance)")
     parser.add_argument("--model", choices=sorted(kp.TRACED_MODELS), default="blurball",

@@ -16,7 +16,7 @@ REFUSALS = [
     ("bench_blurball_cpu.py", ["--weights", "{dir}/missing.pt"], "does not exist"),
     ("bench_browser_ort.py", ["--sizes", "100x100"], "unknown size"),
     ("bench_compile_cache.py", ["--batch-sizes", "0"], "positive integers"),
-    ("bench_compile_cache.py", ["--height", "7"], "divisible by 8"),
+    ("bench_compile_cache.py", ["--height", "7"], "multiple of 8"),
     ("bench_int8.py", ["--debug-clips", "9", "--eval-clips", "2"], "cannot exceed"),
     ("check_freezing_fixes.py", ["--fixes", "warp_drive"], "unknown fix"),
     ("bench_litserve.py", ["--faults", "--max-queue", "30"], "at most 21"),

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from graphbook import paths
+from graphbook.config import THREADS
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_RESOURCE_ABSENT = 0, 1, 2, 3
 
@@ -101,9 +102,13 @@ def add_input_size(parser: argparse.ArgumentParser, *, height: int, width: int) 
     parser.add_argument("--width", type=multiple_of_8, default=width, help=f"input width (default {width})")
 
 
+def add_threads(parser: argparse.ArgumentParser, what: str = "torch intra-op threads") -> None:
+    parser.add_argument("--threads", type=positive_int, default=THREADS, help=f"{what} (default {THREADS})")
+
+
 def add_run_protocol_options(parser: argparse.ArgumentParser, *, repeats: int, warmup: int) -> None:
     """``--threads``, ``--repeats``, ``--warmup`` and ``--runs`` (at least 3)."""
-    parser.add_argument("--threads", type=positive_int, default=2, help="torch intra-op threads")
+    add_threads(parser)
     parser.add_argument("--repeats", type=positive_int, default=repeats, help="timed calls per variant and run")
     parser.add_argument("--warmup", type=positive_int, default=warmup, help="untimed calls per variant and run")
     parser.add_argument("--runs", type=int_at_least(3), default=3, help="independent timed runs, each in a rotated "
@@ -121,7 +126,7 @@ def add_load_test_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="the batcher's wait for company (default 5)")
     parser.add_argument("--overload-clients", type=int_at_least(0), default=24,
                         help="clients of the last level, beyond the queue bound (0 skips it; default 24)")
-    parser.add_argument("--threads", type=positive_int, default=2, help="intra-op threads (default 2)")
+    add_threads(parser, "intra-op threads")
 
 
 def check_load_test(parser: argparse.ArgumentParser, args, *, queue_bound: bool = True) -> None:
