@@ -13,10 +13,8 @@ from graphbook.record.cli import int_at_least
 from graphbook.teach import allocation, fusion_demo
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_SIZE = 2 ** 25          # the defaults of graphbook.teach.fusion_demo, repeated so that a typo is refused
-DEFAULT_REPEATS = 7             # before torch is imported (tests/test_fusion_script.py checks they agree)
-DEFAULT_FEATURE_MAP = (64, 288, 512)
-DEFAULT_RUNS = 3
+DEFAULT_SIZE, DEFAULT_REPEATS = fusion_demo.DEFAULT_SIZE, fusion_demo.DEFAULT_REPEATS
+DEFAULT_FEATURE_MAP, DEFAULT_RUNS = fusion_demo.DEFAULT_FEATURE_MAP, fusion_demo.DEFAULT_RUNS
 
 
 def _parse(argv):
@@ -26,7 +24,8 @@ def _parse(argv):
                         help=f"float32 elements per array in the chain (default {DEFAULT_SIZE})")
     parser.add_argument("--repeats", type=int_at_least(3), default=DEFAULT_REPEATS, help="timed runs per median (>= 3)")
     parser.add_argument("--feature-map", type=cli.positive_int, nargs=3, metavar=("C", "H", "W"),
-                        default=list(DEFAULT_FEATURE_MAP), help="conv+BN feature map (default 64 288 512)")
+                        default=list(DEFAULT_FEATURE_MAP),
+                        help="conv+BN feature map (default {} {} {})".format(*DEFAULT_FEATURE_MAP))
     parser.add_argument("--runs", type=int_at_least(3), default=DEFAULT_RUNS,
                         help=f"independent runs of (a) and (b), each in a rotated order (default {DEFAULT_RUNS}, at least 3)")
     parser.add_argument("--report-dir", type=cli.directory, default=HERE, metavar="DIR",

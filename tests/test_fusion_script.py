@@ -1,5 +1,4 @@
 """Tests of graphbook.teach.fusion_demo (the demo's measurements) and of code/03_fusion.py, its command line."""
-import ast
 from pathlib import Path
 
 import pandas as pd
@@ -15,16 +14,6 @@ SCRIPT = paths.script("03_fusion.py")
 @pytest.fixture(scope="module")
 def fusion():
     return fusion_demo
-
-
-def test_script_defaults_agree_with_the_module():
-    """The script repeats three defaults so it can refuse a typo before importing torch; they must agree."""
-    tree = ast.parse(SCRIPT.read_text())
-    constants = {node.targets[0].id: eval(ast.unparse(node.value)) for node in tree.body  # plain arithmetic
-                 if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
-                 and node.targets[0].id.startswith("DEFAULT_")}
-    assert constants == {"DEFAULT_SIZE": fusion_demo.DEFAULT_SIZE, "DEFAULT_REPEATS": fusion_demo.DEFAULT_REPEATS,
-                         "DEFAULT_FEATURE_MAP": fusion_demo.DEFAULT_FEATURE_MAP, "DEFAULT_RUNS": fusion_demo.DEFAULT_RUNS}
 
 
 def test_failed_checks_name_the_versions_that_differ():

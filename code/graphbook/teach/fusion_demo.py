@@ -10,14 +10,14 @@ import torch
 from torch import nn
 
 from graphbook.compilers.compile_cache import RestartSpec, fresh_process_compile
-from graphbook.config import FLOAT32_ROUNDING
+from graphbook.config import FLOAT32_ROUNDING, FULL_SIZE
 from graphbook.measure import probes, timing
 from graphbook.record import runs as runs_lib
 from graphbook.teach.folding import fold_conv_bn
 
 DEFAULT_SIZE = 2 ** 25          # float32 elements per array: 128 MiB, well beyond the private caches
 DEFAULT_REPEATS = 7             # the article took the median of 7 runs
-DEFAULT_FEATURE_MAP = (64, 288, 512)  # channels, height, width: BlurBall's full-resolution stem
+DEFAULT_FEATURE_MAP = (64, *FULL_SIZE)  # channels, height, width: BlurBall's full-resolution stem
 CHAIN_OPS = 4                   # x*2, +1, relu, *3
 FLOAT_BYTES = 4
 REPORT_NAME = "03_fusion.out.txt"

@@ -20,7 +20,7 @@ import torch
 from graphbook.compilers import compile_cache
 from graphbook.compilers.aoti_cpp import build_cpp_loader
 from graphbook.compilers.restart_child import RESULT_MARKER, RestartPathError
-from graphbook.config import BATCH_SIZES, THREADS
+from graphbook.config import BATCH_SIZES, FULL_SIZE, THREADS
 from graphbook.measure.compiletime import run_tagged_child
 from graphbook.model.blurball import build_blurball
 from graphbook.record import results
@@ -242,7 +242,7 @@ def _measure_path(path: RestartPath, work: Path, repeat: int, *, checkpoint, art
     return result
 
 
-def run_restart_paths(checkpoint, *, input_hw=(288, 512), repeats: int = 3, threads: int = THREADS,
+def run_restart_paths(checkpoint, *, input_hw=FULL_SIZE, repeats: int = 3, threads: int = THREADS,
                       paths=PATH_NAMES, steady_runs: int = 5, workdir=None, timeout: float = 1800.0,
                       progress=None, server_repeats: int = 0, server_rows: list | None = None) -> list[dict]:
     """Build the artifacts, then start every path in ``repeats`` fresh processes, one row per start. Starts are
