@@ -5,10 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
-from graphbook import paths
 from graphbook.teach import fusion_demo
-
-SCRIPT = paths.script("03_fusion.py")
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +142,8 @@ def test_each_compile_time_run_starts_from_its_own_empty_cache(monkeypatch):
     folders = [folder for folder, *_ in calls]
     assert folders[0::2] == folders[1::2] and len(set(folders)) == 3  # a pair shares one new folder
     assert not any(folder.exists() for folder in folders)             # and leaves nothing behind
-    assert {(s.factory, s.input_chw, s.threads) for *_, s in calls} == {("graphbook.teach.fusion_demo:Chain", (4096,), 2)}
+    specs = {(spec.factory, spec.input_chw, spec.threads) for *_, spec in calls}
+    assert specs == {("graphbook.teach.fusion_demo:Chain", (4096,), 2)}
     assert result["run"].tolist() == [1, 1, 2, 2, 3, 3] and result["compile_s"].tolist() == [8.0, 2.0] * 3
     assert result["variant"].tolist() == ["cold", "warm"] * 3 and result["fxgraph_cache_hit"].tolist() == [0, 1] * 3
     with pytest.raises(ValueError, match="runs must be an integer >= 1"):
