@@ -115,12 +115,15 @@ def test_compile_and_get_code_without_reset_keeps_earlier_compiles():
 
 @pytest.mark.slow
 def test_bench_ablation_records_three_rotated_runs_without_recompiling(tmp_path, run_main, monkeypatch):
-    """Two configurations at 16x32 (one a non-Inductor backend, which compiles in seconds), compiled once each, timed
-    in three runs (the default): own run ids, a rotated order, a copy_ probe per run, no recompile in the runs;
-    runs.summarize_runs counts 3."""
+    """Two configurations (one a non-Inductor backend) on a stand-in for BlurBall (the protocol is what is checked),
+    compiled once each, timed in three runs (the default): own run ids, a rotated order, a copy_ probe per run, no
+    recompile in the runs; runs.summarize_runs counts 3."""
+    from graphbook.measure import warmup
+    from graphbook.model import blurball
     from graphbook.record import results, runs
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(blurball, "build_blurball", lambda: warmup.tiny_clip_net(hidden=4))
     code, _, err = run_main("bench_ablation.py", "--height", "16", "--width", "32", "--threads", "1", "--repeats", "2",
                             "--warmup", "1", "--probe-mib", "4", "--variants",
                             "without freezing,decomposed op by op (aot_eager)", "--results-dir", tmp_path)
