@@ -124,8 +124,13 @@ def test_tiny_eager_run_writes_a_new_file_each_time(tmp_path, run_main, monkeypa
 
 
 @pytest.mark.slow
-def test_lower_precision_rows_carry_the_decoded_ball_and_what_openvino_ran(tmp_path, run_main):
+def test_lower_precision_rows_carry_the_decoded_ball_and_what_openvino_ran(tmp_path, run_main, monkeypatch):
     pytest.importorskip("openvino")
+    from graphbook.measure import warmup
+    from graphbook.model import blurball
+
+    # a stand-in for the trained BlurBall: the rows' protocol is under test (Chapter 5 checks BlurBall's bf16 ball)
+    monkeypatch.setattr(blurball, "build_blurball", lambda weights: warmup.tiny_clip_net(hidden=4))
     argv = ["--variants", "eager_bf16_autocast,openvino_fp32", "--height", "32", "--width", "64", "--repeats", "2",
             "--warmup", "1", "--threads", "1", "--peak-n", "64", "--probe-mib", "4", "--ball-clips", "1",
             "--no-profile", "--results-dir", str(tmp_path)]

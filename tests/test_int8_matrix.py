@@ -180,26 +180,26 @@ def _frame(*rows):
     return pd.DataFrame([_row("fp32", 0.99, 0.40, 100.0, precision="fp32"), *rows])
 
 
-def test_recommends_the_most_accurate_config_within_budget():
-    frame = _frame(_row("fast-bad", 0.80, 0.9, 40.0), _row("good", 0.98, 0.5, 60.0),
-                   _row("best-but-slow", 0.99, 0.4, 150.0), _row("broken", math.nan, math.nan, math.nan,
-                                                                 status="RuntimeError: boom"))
-    row, sentence = int8_decision.recommend_int8_config(frame)
-    assert row["config"] == "good"
-    assert "good" in sentence and "98.0%" in sentence and "60.0 ms" in sentence and "1.67x" in sentence
-
-
-def test_a_clearly_larger_position_error_is_not_as_accurate():
-    frame = _frame(_row("a", 0.98, 0.7, 50.0), _row("b", 0.975, 0.5, 70.0), _row("c", 0.90, 0.1, 30.0))
-    row, sentence = int8_decision.recommend_int8_config(frame)
-    assert row["config"] == "b" and "this is it" in sentence
-
-
-def test_equally_accurate_configs_go_to_the_fastest():
-    frame = _frame(_row("a", 0.98, 0.52, 50.0, latency_min_ms=45.0, latency_max_ms=55.0),
-                   _row("b", 0.975, 0.50, 70.0, latency_min_ms=65.0, latency_max_ms=75.0))
-    row, sentence = int8_decision.recommend_int8_config(frame)
-    assert row["config"] == "a" and "2 are as accurate" in sentence and "fastest" in sentence
+@pytest.mark.parametrize("rows, kwargs, chosen, words", [
+    ((_row("fast-bad", 0.80, 0.9, 40.0), _row("good", 0.98, 0.5, 60.0), _row("best-but-slow", 0.99, 0.4, 150.0),
+      _row("broken", math.nan, math.nan, math.nan, status="RuntimeError: boom")), {}, "good",
+     ("good", "98.0%", "60.0 ms", "1.67x")),   # the most accurate within the budget
+    ((_row("a", 0.98, 0.7, 50.0), _row("b", 0.975, 0.5, 70.0), _row("c", 0.90, 0.1, 30.0)), {}, "b",
+     ("this is it",)),   # a clearly larger position error is not as accurate
+    ((_row("a", 0.98, 0.52, 50.0, latency_min_ms=45.0, latency_max_ms=55.0),
+      _row("b", 0.975, 0.50, 70.0, latency_min_ms=65.0, latency_max_ms=75.0)), {}, "a",
+     ("2 are as accurate", "fastest")),   # equally accurate configurations go to the fastest
+    ((_row("a", 0.98, 0.6, 50.0), _row("b", 0.99, 0.5, 90.0)), {}, "b", ()),
+    ((_row("a", 0.98, 0.6, 50.0), _row("b", 0.99, 0.5, 90.0)), {"latency_budget_ms": 60}, "a", ()),
+    ((_row("lossy", 0.90, 0.4, 50.0),), {"max_rate_drop": 0.2}, "lossy", ()),   # a looser rate drop admits it
+    ((_row("slow", 0.99, 0.4, 120.0),), {}, "fp32", ("Keep FP32", "slow")),
+    ((_row("lossy", 0.90, 0.4, 50.0),), {}, "fp32", ("loses", "lossy")),
+    ((_row("blurry", 0.99, 0.80, 50.0),), {}, "fp32", ("position error", "blurry")),
+    ((_row("x", math.nan, math.nan, math.nan, status="Error"),), {}, "fp32", ("none of the 1",)),
+])
+def test_recommendation(rows, kwargs, chosen, words):
+    row, sentence = int8_decision.recommend_int8_config(_frame(*rows), **kwargs)
+    assert row["config"] == chosen and all(word in sentence for word in words)
     assert "equally good" not in sentence
 
 
@@ -208,27 +208,6 @@ def test_a_lead_within_the_timing_spread_is_called_a_tie():
                    _row("b", 0.975, 0.50, 70.0, latency_min_ms=60.0, latency_max_ms=90.0))
     row, sentence = int8_decision.recommend_int8_config(frame)
     assert row["config"] == "a" and "equally good choices" in sentence and "b (" not in sentence.split("over")[0]
-
-
-def test_an_explicit_budget_is_respected():
-    frame = _frame(_row("a", 0.98, 0.6, 50.0), _row("b", 0.99, 0.5, 90.0))
-    assert int8_decision.recommend_int8_config(frame)[0]["config"] == "b"
-    assert int8_decision.recommend_int8_config(frame, latency_budget_ms=60)[0]["config"] == "a"
-
-
-@pytest.mark.parametrize("row, words", [
-    (_row("slow", 0.99, 0.4, 120.0), ("Keep FP32", "slow")), (_row("lossy", 0.90, 0.4, 50.0), ("loses", "lossy")),
-    (_row("blurry", 0.99, 0.80, 50.0), ("position error", "blurry")),
-    (_row("x", math.nan, math.nan, math.nan, status="Error"), ("none of the 1",)),
-])
-def test_keeps_fp32_when_int8_is_not_faster_loses_detections_moves_the_ball_or_never_ran(row, words):
-    chosen, sentence = int8_decision.recommend_int8_config(_frame(row))
-    assert chosen["precision"] == "fp32" and all(word in sentence for word in words)
-
-
-def test_a_looser_rate_drop_admits_the_lossy_config():
-    frame = _frame(_row("lossy", 0.90, 0.4, 50.0))
-    assert int8_decision.recommend_int8_config(frame, max_rate_drop=0.2)[0]["config"] == "lossy"
 
 
 @pytest.mark.parametrize("frame, match", [

@@ -42,10 +42,7 @@ class FrameDecoding:
 def _as_numpy(array) -> np.ndarray:
     if hasattr(array, "detach"):  # torch tensor, on any device and dtype
         array = array.detach().float().cpu().numpy()
-    out = np.asarray(array, dtype=np.float32)
-    if not np.issubdtype(out.dtype, np.floating):
-        raise TypeError(f"expected a float array, got {out.dtype}")
-    return out
+    return np.asarray(array, dtype=np.float32)
 
 
 def _connected_components(mask: np.ndarray) -> tuple[np.ndarray, int]:

@@ -36,8 +36,6 @@ from graphbook.runtimes.ort_sessions import (  # noqa: F401 - the sessions' own 
 # written for opset 18) can target without a down-conversion that has produced invalid models.
 DEFAULT_OPSET = 20
 MIN_OPSET = 18
-
-
 # ONNX writes the standard domain as the empty string; the book prints its name.
 STANDARD_DOMAIN = "ai.onnx"
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")

@@ -123,13 +123,6 @@ def _runtime_layers(compiled) -> list[dict]:
     return layers
 
 
-def _precision_by_type(layers: list[dict]) -> dict[str, dict[str, int]]:
-    table: dict[str, Counter] = {}
-    for layer in layers:
-        table.setdefault(layer["layer_type"], Counter())[layer["precision"]] += 1
-    return {kind: dict(counts) for kind, counts in table.items()}
-
-
 def _onnx_op_types(onnx_path) -> dict[str, str]:
     """ONNX node name -> operator type, to name what OpenVINO folded into each executed layer."""
     graph = onnx.load(str(onnx_path), load_external_data=False).graph
@@ -157,12 +150,13 @@ def describe_runtime(compiled, onnx_path: str | Path | None = None) -> dict:
     """What OpenVINO did to the graph, counted (Chapter 4)."""
     layers = _runtime_layers(compiled)
     fused = [layer for layer in layers if len(layer["fused"]) > 1]
-    return {"layers": len(layers),
-            "by_type": dict(Counter(layer["layer_type"] for layer in layers).most_common()),
+    by_type = dict(Counter(layer["layer_type"] for layer in layers).most_common())
+    return {"layers": len(layers), "by_type": by_type,
             "by_precision": dict(Counter(layer["precision"] for layer in layers).most_common()),
             "fused_layers": len(fused), "fused_ops": sum(len(layer["fused"]) for layer in fused),
             "reorders": sum(layer["layer_type"] == "Reorder" for layer in layers),
-            "precision_by_type": _precision_by_type(layers),
+            "precision_by_type": {kind: dict(Counter(layer["precision"] for layer in layers
+                                                      if layer["layer_type"] == kind)) for kind in by_type},
             "largest_fusions": [(layer["layer_type"], layer["fused"])
                                 for layer in sorted(fused, key=lambda layer: -len(layer["fused"]))[:5]],
             **({"fusion_patterns": _fusion_patterns(layers, _onnx_op_types(onnx_path))} if onnx_path else {})}

@@ -22,21 +22,11 @@ LEVEL_ENUM_NAMES = {
     "layout": "ORT_ENABLE_LAYOUT",
     "all": "ORT_ENABLE_ALL",
 }
-
-
 LEVEL_NAMES = tuple(LEVEL_ENUM_NAMES)
-
-
 #: ONNX Runtime's name for the rewrite of convolutions to its blocked NCHWc layout (part of the layout level).
 NCHWC_TRANSFORMER = "NchwcTransformer"
-
-
 CPU_PROVIDER = "CPUExecutionProvider"
-
-
 CUDA_PROVIDER = "CUDAExecutionProvider"
-
-
 TENSORRT_PROVIDER = "TensorrtExecutionProvider"
 
 

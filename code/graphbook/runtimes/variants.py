@@ -287,7 +287,7 @@ def _registry() -> dict[str, Variant]:
         # The layout level's blocked-layout rewrite taken out of level all: what NCHWc is worth on its own.
         Variant("ort_all_without_nchwc", "onnxruntime all without NCHWc",
                 "ONNX Runtime, raw export, level all with the NCHWc rewrite disabled", "fp32", "onnxruntime", True,
-                lambda m, x, c: _ort(m, x, c, export="raw", level="all", disabled=("NchwcTransformer",))),
+                lambda m, x, c: _ort(m, x, c, export="raw", level="all", disabled=(onnx_utils.NCHWC_TRANSFORMER,))),
         Variant("ort_exporter_optimized_all", "onnxruntime exporter-optimized",
                 "ONNX Runtime, exporter-optimized export, level all", "fp32", "onnxruntime", True,
                 lambda m, x, c: _ort(m, x, c, export="optimized", level="all")),
