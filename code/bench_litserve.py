@@ -10,18 +10,7 @@ import torch
 from graphbook.measure.environment import fingerprint
 from graphbook.measure.warmup import tiny_clip_net
 from graphbook.model.blurball import load_trained_blurball
-from graphbook.record import results
-from graphbook.record.cli import (
-    EXIT_CHECK_FAILED,
-    EXIT_OK,
-    add_load_test_options,
-    check_load_test,
-    int_at_least,
-    make_parser,
-    positive_float,
-    positive_int,
-    resource_absent,
-)
+from graphbook.record import cli, results
 from graphbook.runtimes import onnx_utils
 from graphbook.serving import hostile_clients, litserve_compare
 
@@ -29,22 +18,22 @@ PROG = "bench_litserve.py"
 
 
 def parse_args(argv=None):
-    p = make_parser(PROG, __doc__.splitlines()[0])
-    add_load_test_options(p)
-    p.add_argument("--runs", type=int_at_least(3), default=3, help="runs, alternating the order (at least 3)")
+    p = cli.make_parser(PROG, __doc__.splitlines()[0])
+    cli.add_load_test_options(p)
+    p.add_argument("--runs", type=cli.int_at_least(3), default=3, help="runs, alternating the order (at least 3)")
     p.add_argument("--model", choices=("blurball", "tiny"), default="blurball",
                    help="'tiny' serves the two-layer stand-in (for tests); default the trained BlurBall")
     p.add_argument("--faults", action="store_true", help="hostile clients instead of the load test")
-    p.add_argument("--max-stalled", type=positive_int, default=96,
+    p.add_argument("--max-stalled", type=cli.positive_int, default=96,
                    help="with --faults: stalled uploads to try at most (default 96, at most 256)")
-    p.add_argument("--hold", type=positive_float, default=15.0,
+    p.add_argument("--hold", type=cli.positive_float, default=15.0,
                    help="with --faults: seconds to hold the stalled uploads, to see them dropped (default 15, at most 120)")
     args = p.parse_args(argv)
     if args.max_stalled > 256 or args.hold > 120:
         p.error(f"--max-stalled must be at most 256 and --hold at most 120 s, got {args.max_stalled} and {args.hold:g}")
     if args.faults and args.max_queue > 21:  # the burst of three times the queue stays within 64 clients
         p.error(f"--max-queue must be at most 21 with --faults, got {args.max_queue}")
-    check_load_test(p, args, queue_bound=not args.faults)
+    cli.check_load_test(p, args, queue_bound=not args.faults)
     return args
 
 
@@ -53,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import litserve  # noqa: F401 - only its presence is checked here
     except ImportError:
-        return resource_absent(PROG, "litserve is not installed: pip install -r requirements.txt")
+        return cli.resource_absent(PROG, "litserve is not installed: pip install -r requirements.txt")
 
     if args.model == "tiny":
         model = tiny_clip_net()
@@ -61,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             model = load_trained_blurball()
         except FileNotFoundError as exc:
-            return resource_absent(PROG, str(exc))
+            return cli.resource_absent(PROG, str(exc))
     env = fingerprint(args.threads)
     levels = [(c, False) for c in args.concurrency] + ([(args.overload_clients, True)] if args.overload_clients else [])
     rows, failure = [], None
@@ -98,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         print(hostile_clients.fault_table(rows).to_string(index=False))
     if failure:
         print(failure, file=sys.stderr)
-        return EXIT_CHECK_FAILED
-    return EXIT_OK
+        return cli.EXIT_CHECK_FAILED
+    return cli.EXIT_OK
 
 if __name__ == "__main__":
     sys.exit(main())

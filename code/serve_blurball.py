@@ -28,10 +28,6 @@ def _port(text: str) -> int:
     return value
 
 
-def _stop_on_sigterm(signum, frame):
-    raise KeyboardInterrupt
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     p = make_parser("serve_blurball.py", "Serve BlurBall over HTTP (GET /livez, GET /readyz or /healthz, POST /predict).",
                     results_dir=False)
@@ -152,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"serving {args.model if args.artifact is None else 'artifact'} ({source}) on {server.url}; warming up batch sizes "
           f"{','.join(map(str, args.batch_sizes))}{' with torch.compile' if args.compile else ''}", flush=True)
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)  # an orchestrator's stop: shut down cleanly
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # an orchestrator's stop: shut down as on Ctrl-C
     server.start()
     try:
         server.wait_until_ready(timeout=3600)

@@ -8,6 +8,7 @@ a full queue refused from the headers), and tests/test_hostile_clients.py sweeps
 """
 import http.client
 import json
+import select
 import socket
 import threading
 import time
@@ -79,86 +80,74 @@ def exchange(srv, raw: bytes):
         sock.close()
 
 
-def predict_head(length, content_type="application/octet-stream", shape="1,9,16,24"):
-    return (f"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\nX-Dtype: float32\r\n"
-            f"X-Shape: {shape}\r\nContent-Length: {length}\r\n\r\n").encode()
+def predict_head(length):
+    return (f"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nX-Dtype: float32\r\n"
+            f"X-Shape: 1,9,{H},{W}\r\nContent-Length: {length}\r\n\r\n").encode()
 
 
 def good_request(srv):
     return serving.predict(srv.url, clip())
 
 
-class Prober:
-    """Polls /livez and /readyz in a thread; records every (path, status, seconds)."""
-
-    def __init__(self, srv):
-        self.srv, self.seen, self._stop = srv, [], threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        while not self._stop.wait(0.02):
-            for path in ("/livez", "/readyz"):
-                t0 = time.perf_counter()
-                status, _ = serving.request(self.srv.url + path, timeout=BOUND_S)
-                self.seen.append((path, status, time.perf_counter() - t0))
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(BOUND_S)
+def probe_until(srv, stop, seen):
+    """Poll /livez and /readyz until ``stop`` is set; record every (status, seconds)."""
+    while not stop.wait(0.02):
+        for path in ("/livez", "/readyz"):
+            t0 = time.perf_counter()
+            seen.append((serving.request(srv.url + path, timeout=BOUND_S)[0], time.perf_counter() - t0))
 
 
 def test_hostile_clients_get_json_answers_in_bounded_time_and_probes_stay_prompt(capfd):
     model = HangableHeatmaps()
     srv = make_server(model)
+    stop_probing, probes = threading.Event(), []
+    prober = threading.Thread(target=probe_until, args=(srv, stop_probing, probes), daemon=True)
+    prober.start()
     try:
-        with Prober(srv) as prober:
-            # 1. a stalled body: 10 of 1000 bytes, then silence -> 408 once the request's deadline passes
-            stalled = connect(srv)
-            stalled.sendall(predict_head(1000) + b"x" * 10)
-            # 2. a slow-loris: headers dribbled one line at a time, never finished -> cut off
-            loris = connect(srv)
-            loris.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\n")
-            dribbles = []
-            dribbler = threading.Thread(target=_dribble_headers, args=(loris, dribbles))
-            dribbler.start()
-            # 3. a client that disconnects mid-body
-            quitter = connect(srv)
-            quitter.sendall(predict_head(1000) + b"x" * 10)
-            quitter.close()
-            # 4. malformed and missing Content-Length; a request line without a version; wrong methods and paths
-            cases = {
-                "Content-Length beyond any int": (predict_head("9" * 5000), 413, None),
-                "Content-Length in exponent form": (predict_head("1e3"), 400, None),
-                "missing Content-Length": (b"POST /predict HTTP/1.1\r\nHost: x\r\n\r\n", 411, None),
-                "request line without a version": (b"GET\r\n\r\n", 400, None),
-                "PUT on /predict": (b"PUT /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 405, "POST"),
-                "OPTIONS on /predict": (b"OPTIONS /predict HTTP/1.1\r\nHost: x\r\n\r\n", 405, "POST"),
-                "GET on /predict": (b"GET /predict HTTP/1.1\r\nHost: x\r\n\r\n", 405, "POST"),
-                "DELETE on /livez": (b"DELETE /livez HTTP/1.1\r\nHost: x\r\n\r\n", 405, "GET"),
-                "POST on /readyz": (b"POST /readyz HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 405, "GET"),
-                "PATCH on an unknown path": (b"PATCH /admin HTTP/1.1\r\nHost: x\r\n\r\n", 404, None),
-                "GET on an unknown path": (b"GET /readyz/extra HTTP/1.1\r\nHost: x\r\n\r\n", 404, None),
-            }
-            for name, (raw, want, allow) in cases.items():
-                status, headers, payload = exchange(srv, raw)
-                assert status == want and payload.get("error"), (name, status, payload)
-                assert headers.get("allow") == allow, name
-            assert read_answer(stalled)[0] == 408
-            stalled.close()
-            dribbler.join(BOUND_S)
-            # cut off by the request deadline, long before http.server's limit of 100 header lines
-            assert dribbles and dribbles[-1] == "cut" and len(dribbles) < 50, dribbles[-3:]
-            loris.close()
-        probes = prober.seen
-        assert probes and {s for _, s, _ in probes} == {200}, sorted({s for _, s, _ in probes})
+        # 1. a stalled body: 10 of 1000 bytes, then silence -> 408 once the request's deadline passes
+        stalled = connect(srv)
+        stalled.sendall(predict_head(1000) + b"x" * 10)
+        # 2. a slow-loris: headers dribbled one line at a time, never finished -> cut off
+        loris = connect(srv)
+        loris.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\n")
+        dribbles = []
+        dribbler = threading.Thread(target=_dribble_headers, args=(loris, dribbles))
+        dribbler.start()
+        # 3. a client that disconnects mid-body
+        quitter = connect(srv)
+        quitter.sendall(predict_head(1000) + b"x" * 10)
+        quitter.close()
+        # 4. malformed and missing Content-Length; a request line without a version; wrong methods and paths
+        cases = {
+            "Content-Length beyond any int": (predict_head("9" * 5000), 413, None),
+            "Content-Length in exponent form": (predict_head("1e3"), 400, None),
+            "missing Content-Length": (b"POST /predict HTTP/1.1\r\nHost: x\r\n\r\n", 411, None),
+            "request line without a version": (b"GET\r\n\r\n", 400, None),
+            "PUT on /predict": (b"PUT /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 405, "POST"),
+            "OPTIONS on /predict": (b"OPTIONS /predict HTTP/1.1\r\nHost: x\r\n\r\n", 405, "POST"),
+            "GET on /predict": (b"GET /predict HTTP/1.1\r\nHost: x\r\n\r\n", 405, "POST"),
+            "DELETE on /livez": (b"DELETE /livez HTTP/1.1\r\nHost: x\r\n\r\n", 405, "GET"),
+            "POST on /readyz": (b"POST /readyz HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 405, "GET"),
+            "PATCH on an unknown path": (b"PATCH /admin HTTP/1.1\r\nHost: x\r\n\r\n", 404, None),
+            "GET on an unknown path": (b"GET /readyz/extra HTTP/1.1\r\nHost: x\r\n\r\n", 404, None),
+        }
+        for name, (raw, want, allow) in cases.items():
+            status, headers, payload = exchange(srv, raw)
+            assert status == want and payload.get("error"), (name, status, payload)
+            assert headers.get("allow") == allow, name
+        assert read_answer(stalled)[0] == 408
+        stalled.close()
+        dribbler.join(BOUND_S)
+        # cut off by the request deadline, long before http.server's limit of 100 header lines
+        assert dribbles and dribbles[-1] == "cut" and len(dribbles) < 50, dribbles[-3:]
+        loris.close()
+        stop_probing.set()
+        prober.join(BOUND_S)
+        assert probes and {s for s, _ in probes} == {200}, sorted({s for s, _ in probes})
         # prompt: no probe waited as long as a stalled client is allowed to hold a connection
-        assert max(sec for *_, sec in probes) < 10 * TIMEOUT_S
+        assert max(sec for _, sec in probes) < 10 * TIMEOUT_S
 
-        # 6. a model that hangs: its request gets 504, /livez says hung (restart me), new work is refused
+        # 5. a model that hangs: its request gets 504, /livez says hung (restart me), new work is refused
         model.hang.set()
         box = []
         hung_request = threading.Thread(target=lambda: box.append(good_request(srv)))
@@ -179,6 +168,7 @@ def test_hostile_clients_get_json_answers_in_bounded_time_and_probes_stay_prompt
         assert status == 200 and payload["batch_size"] == 1
         assert srv.dropped_connections >= 1
     finally:
+        stop_probing.set()
         model.release.set()
         srv.stop()
     assert "Traceback" not in capfd.readouterr().err
@@ -187,22 +177,17 @@ def test_hostile_clients_get_json_answers_in_bounded_time_and_probes_stay_prompt
 def _dribble_headers(sock, log, every_s=0.1):
     """Send one header line every ``every_s`` (never the blank line) until the server answers or cuts."""
     for _ in range(int(BOUND_S / every_s)):
-        if _readable(sock):  # an answer or EOF: the server gave up on it
-            log.append("cut")
-            return
+        if select.select([sock], [], [], 0)[0]:  # an answer or EOF: the server gave up on it
+            break
         try:
             sock.sendall(b"X-Slow: 1\r\n")
         except OSError:
-            log.append("cut")
-            return
+            break
         log.append("sent")
         time.sleep(every_s)
-
-
-def _readable(sock) -> bool:
-    import select
-
-    return bool(select.select([sock], [], [], 0)[0])
+    else:
+        return  # never cut off
+    log.append("cut")
 
 
 def _wait_for(condition, timeout=BOUND_S):
