@@ -135,9 +135,7 @@ class InferenceService:
     def _hung_for(self) -> float | None:
         """Seconds the current model call has run beyond ``inference_timeout_s``'s reach, or None."""
         since = self._busy_since
-        if since is None:
-            return None
-        running = time.perf_counter() - since
+        running = 0.0 if since is None else time.perf_counter() - since
         return running if running > self.inference_timeout_s else None
 
     def liveness(self) -> tuple[int, dict]:

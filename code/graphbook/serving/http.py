@@ -137,9 +137,6 @@ class _Handler(BaseHTTPRequestHandler):
     def _path(self) -> str:
         return self.path.split("?")[0]
 
-    def _unknown_path(self) -> None:
-        self._send(404, {"error": f"unknown path {self.path[:200]!r}; use GET /livez, GET /readyz or POST /predict"})
-
     def _refuse(self, exc: RequestError) -> None:
         headers = {"Retry-After": exc.retry_after_s} if exc.retry_after_s else {}
         if exc.status == 405:
@@ -154,10 +151,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif path in ("/readyz", "/healthz"):
             status, payload = service.health()
             self._send(status, payload, {"Retry-After": service.retry_after_s} if status == 503 else None)
-        elif path == "/predict":
-            self._refuse(RequestError(405, "use POST /predict with a body of clips (see the server's docs)"))
         else:
-            self._unknown_path()
+            self._wrong_method()  # GET /predict: 405; an unknown path: 404
 
     do_HEAD = do_GET
 
@@ -168,7 +163,7 @@ class _Handler(BaseHTTPRequestHandler):
             takes = "POST" if path == "/predict" else "GET"
             self._refuse(RequestError(405, f"{path} takes {takes}, not {self.command}"))
         else:
-            self._unknown_path()
+            self._send(404, {"error": f"unknown path {self.path[:200]!r}; use GET /livez, GET /readyz or POST /predict"})
 
     do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _wrong_method
 
