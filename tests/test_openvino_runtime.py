@@ -40,15 +40,6 @@ def no_openvino(monkeypatch):
     monkeypatch.setitem(sys.modules, "openvino", None)
 
 
-def test_registry_has_the_openvino_variants_from_the_book_files():
-    for name, precision in (("openvino_fp32", "fp32"), ("openvino_bf16", "bf16"), ("openvino_int8", "int8")):
-        variant = variants.get(name)
-        assert variant.family == "openvino" and variant.precision == precision
-        assert variant.expected_to_match_eager == (precision == "fp32")
-    assert variants.get("openvino_int8").needs_calibration
-    assert variants.names(families=["openvino"]) == ["openvino_fp32", "openvino_bf16", "openvino_int8"]
-
-
 def test_without_openvino_the_variants_are_unavailable_with_the_reason(no_openvino):
     ok, why = openvino_runtime.available()
     assert not ok and "openvino" in why

@@ -43,6 +43,8 @@ def test_unknown_names_are_clear_errors():
     assert variants.by_label("compile + freezing").name == "compile_freezing"
     assert variants.names(families=["compile"])[0] == "compile_default"
     assert variants.names(precisions=["int8"]) == ["ort_int8_qdq_all", "openvino_int8"]
+    assert variants.names(families=["openvino"]) == ["openvino_fp32", "openvino_bf16", "openvino_int8"]
+    assert all(variants.get(name).needs_calibration for name in variants.names(precisions=["int8"]))
 
 
 @pytest.mark.parametrize("name", ["eager_fp32", "eager_fp32_channels_last", "eager_bf16_autocast"])

@@ -11,16 +11,13 @@ from typing import Callable, Mapping, Sequence
 import pandas as pd
 
 from graphbook.measure import timing
-from graphbook.runtimes import onnx_utils
 from graphbook.runtimes.browser_runtime import (
     ASSETS_DIR,
     SIZES,
     BrowserAssetsError,
-    compare,
+    check_native,
     load_manifest,
     publish,
-    read_tensor,
-    time_native,
     widget_html,
 )
 
@@ -94,20 +91,15 @@ def measure_in_chromium(*, sizes: Sequence[str] = tuple(SIZES), levels: Sequence
                    "width": entry["width"], "level": level, "threads": threads, "warmup": warmup, "repeats": n,
                    "browser": f"Chromium {version}", "model_file": entry["model"], "model_sha256": entry["model_sha256"]}
             if runtime == "onnxruntime_native":
-                clip = read_tensor(Path(assets_dir) / entry["clip"], entry["input_shape"])
-                check = compare(onnx_utils.run_session(onnx_utils.make_session(
-                    Path(assets_dir) / entry["model"], level=level, threads=threads), clip), assets_dir, key)
-                timed = time_native(Path(assets_dir) / entry["model"], clip, level=level, threads=threads,
-                                    warmup=warmup, repeats=n) if check["passed"] else {}
-                row.update({"max_abs_diff": check["max_abs_diff"], "same_output": check["same_output"],
-                            "same_peaks": check["same_peaks"], "passed": check["passed"]})
+                check, timed = check_native(assets_dir, key, level=level, threads=threads, warmup=warmup, repeats=n)
+                row.update({k: check[k] for k in ("max_abs_diff", "same_output", "same_peaks", "passed")})
             else:
                 timed = page.evaluate("async (o) => (await import('./widget.js')).benchmark(o)", {
                     "size": key, "level": level, "threads": threads, "warmup": warmup, "repeats": n})
                 if timed.get("error"):
                     raise BrowserAssetsError(f"the page failed at {key}: {timed['error']}")
-                row.update({"max_abs_diff": timed["max_abs_diff"], "same_output": timed["same_output"],
-                            "same_peaks": timed["same_peaks"], "passed": timed["passed"], "browser_threads": timed["threads"]})
+                row.update({k: timed[k] for k in ("max_abs_diff", "same_output", "same_peaks", "passed")},
+                           browser_threads=timed["threads"])
             row.update({k: timed.get(k, float("nan")) for k in ("median_ms", "min_ms", "max_ms")})
             progress(f"run {index + 1} {key} {level} {runtime}: {row['median_ms']:.1f} ms, "
                      f"check {'passed' if row['passed'] else 'FAILED'}")

@@ -186,14 +186,6 @@ def publish(dest: str | Path, assets_dir: str | Path = ASSETS_DIR, *, webgpu: bo
 
 # ---- Native ONNX Runtime on the same files
 
-def time_native(model_path: str | Path, clip: np.ndarray, *, level: str = "all", threads: int = 1,
-                warmup: int = 2, repeats: int = 10) -> dict:
-    """Native ONNX Runtime on one file, timed by the book's harness: median/min/max ms per call (Chapter 4)."""
-    session = onnx_utils.make_session(model_path, level=level, threads=threads)
-    feed = {session.get_inputs()[0].name: clip}
-    return timing.time_cpu(lambda: session.run(None, feed), warmup=warmup, repeats=repeats).as_dict()
-
-
 def compare(output, assets_dir: str | Path, key: str) -> dict:
     """An output against the stored reference of size ``key``: the book's one rule (Chapter 4)."""
     manifest = load_manifest(assets_dir)
@@ -207,28 +199,35 @@ def compare(output, assets_dir: str | Path, key: str) -> dict:
     return verdict
 
 
+def check_native(assets_dir: str | Path, key: str, *, level: str = "all", threads: int = 1, warmup: int = 2,
+                 repeats: int = 10) -> tuple[dict, dict]:
+    """Native ONNX Runtime on the page's file of size ``key``: the check, then median/min/max ms if it passed
+    (Chapter 4)."""
+    entry = load_manifest(assets_dir)["sizes"][key]
+    clip = read_tensor(Path(assets_dir) / entry["clip"], entry["input_shape"])
+    session = onnx_utils.make_session(Path(assets_dir) / entry["model"], level=level, threads=threads)
+    check = compare(onnx_utils.run_session(session, clip), assets_dir, key)
+    if not check["passed"]:
+        return check, {}
+    feed = {session.get_inputs()[0].name: clip}
+    return check, timing.time_cpu(lambda: session.run(None, feed), warmup=warmup, repeats=repeats).as_dict()
+
+
 def native_figures(assets_dir: str | Path = ASSETS_DIR, *, sizes: Sequence[str] = tuple(SIZES),
                    levels: Sequence[str] = LEVELS, threads: int = 1, warmup: int = 2,
                    repeats: Mapping[str, int] | int = 10):
     """Native ONNX Runtime on the page's files: one row per size and level, checked first (Chapter 4)."""
-    assets_dir = Path(assets_dir)
     manifest = check_assets(assets_dir, sizes)
     rows = []
     for key in sizes:
         entry = manifest["sizes"][key]
-        clip = read_tensor(assets_dir / entry["clip"], entry["input_shape"])
         n = repeats[key] if isinstance(repeats, Mapping) else int(repeats)
         for level in levels:
-            check = compare(onnx_utils.run_session(onnx_utils.make_session(assets_dir / entry["model"], level=level,
-                                                                           threads=threads), clip), assets_dir, key)
-            row = {"size": key, "height": entry["height"], "width": entry["width"], "level": level,
-                   "threads": threads, "max_abs_diff": check["max_abs_diff"], "passed": check["passed"],
-                   "median_ms": float("nan"), "min_ms": float("nan"), "max_ms": float("nan"), "repeats": 0}
-            if check["passed"]:
-                timed = time_native(assets_dir / entry["model"], clip, level=level, threads=threads,
-                                    warmup=warmup, repeats=n)
-                row.update({k: timed[k] for k in ("median_ms", "min_ms", "max_ms", "repeats")})
-            rows.append(row)
+            check, timed = check_native(assets_dir, key, level=level, threads=threads, warmup=warmup, repeats=n)
+            rows.append({"size": key, "height": entry["height"], "width": entry["width"], "level": level,
+                         "threads": threads, "max_abs_diff": check["max_abs_diff"], "passed": check["passed"],
+                         **{k: timed.get(k, float("nan")) for k in ("median_ms", "min_ms", "max_ms")},
+                         "repeats": timed.get("repeats", 0)})
     return pd.DataFrame(rows)
 
 

@@ -5,7 +5,6 @@ import contextlib
 import copy
 import io
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -90,20 +89,18 @@ class BuildContext:
     threads: int = THREADS
     calibration: Sequence[torch.Tensor] | None = None
     cache: dict = field(default_factory=dict)
-    _scratch: Path | None = field(default=None, repr=False)
+    _scratch: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
 
     def folder(self) -> Path:
-        if self.workdir is not None:
-            path = Path(self.workdir)
-            path.mkdir(parents=True, exist_ok=True)
-            return path
-        if self._scratch is None:
-            self._scratch = Path(tempfile.mkdtemp(prefix="graphbook-onnx-"))
-        return self._scratch
+        if self.workdir is None and self._scratch is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix="graphbook-onnx-")
+        path = Path(self.workdir if self.workdir is not None else self._scratch.name)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     def close(self) -> None:
         if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch.cleanup()
             self._scratch = None
 
     def __enter__(self):
@@ -194,12 +191,9 @@ def onnx_file(model, example, context: BuildContext, export: str) -> Path:
     if key in context.cache:
         return context.cache[key]
     folder = context.folder()
-    if export == "raw":
-        path = onnx_utils.export_onnx(model.eval(), (example,), folder / "blurball_raw.onnx", optimize=False,
-                                      fold_constants=True, external_data=False)
-    elif export == "optimized":
-        path = onnx_utils.export_onnx(model.eval(), (example,), folder / "blurball_optimized.onnx",
-                                      external_data=False)
+    if export in ("raw", "optimized"):  # the raw file: the exporter's optimizer off, constants folded
+        path = onnx_utils.export_onnx(model.eval(), (example,), folder / f"blurball_{export}.onnx", external_data=False,
+                                      optimize=export == "optimized", fold_constants=export == "raw")
     elif export == "int8":
         if not context.calibration:
             raise VariantUnavailable("the INT8 Q/DQ variant needs calibration frames (BuildContext.calibration)")
