@@ -66,11 +66,10 @@ def test_bad_configs_are_refused(kwargs):
         quantization.Int8Config("x", **kwargs)
 
 
-def test_config_phrases():
-    config = quantization.Int8Config("c", per_channel=False, calibration="Entropy", exclude=("head", "stem"))
-    assert config.excluded == "stem+head"
-    assert "per-tensor" in config.describe() and "Entropy" in config.describe()
-    assert "512 histogram bins" in quantization.Int8Config("d", calibration="Entropy", histogram_bins=512).describe()
+def test_excluded_groups_are_one_cell_in_the_groups_order():
+    assert quantization.Int8Config("c", exclude=("head", "stem")).excluded == "stem+head"
+    assert quantization.excluded_phrase("stem+head+se") == "stem, head and SE layers kept in FP32"
+    assert quantization.excluded_phrase("") == "every layer quantized"
 
 
 # ------------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ decoder does (``x`` = column, ``y`` = row, undirected angles in ``[-90, 90)`` de
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,9 +26,6 @@ class Detection:
     half_extent: float
     half_length: float
     area: int
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

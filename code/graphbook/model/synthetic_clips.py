@@ -3,7 +3,7 @@ article had no frames to say whether a compiled BlurBall still finds the ball. `
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -52,9 +52,6 @@ class BallLabel:
         dx, dy = self.half_length * math.cos(t), self.half_length * math.sin(t)
         return (self.x - dx, self.y - dy), (self.x + dx, self.y + dy)
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass
 class Clip:
@@ -66,14 +63,6 @@ class Clip:
     labels: tuple[BallLabel, ...]
     seed: int | None = None
     info: dict = field(default_factory=dict)
-
-    @property
-    def height(self) -> int:
-        return int(self.frames.shape[1])
-
-    @property
-    def width(self) -> int:
-        return int(self.frames.shape[2])
 
 
 def angle_difference(a_deg: float, b_deg: float) -> float:

@@ -160,17 +160,6 @@ class Int8Config:
         """The excluded groups as one cell, e.g. ``"stem+head+se"`` ("" when everything is quantized)."""
         return "+".join(g for g in GROUPS if g in self.exclude)
 
-    def describe(self) -> str:
-        """A short phrase for prose, e.g. "per-channel weights, Entropy calibration, stem kept in FP32"."""
-        parts = ["per-channel weights" if self.per_channel else "per-tensor weights",
-                 f"{self.calibration} calibration"
-                 + (f" ({self.histogram_bins} histogram bins)" if self.histogram_bins else "")]
-        if self.pre_process:
-            parts.append("quant_pre_process")
-        parts.append(excluded_phrase(self.excluded))
-        parts.append(f"reduce_range={self.reduce_range}")
-        return ", ".join(parts)
-
 
 def design(reduce_range: bool, *, smoke: bool = False) -> list[Int8Config]:
     """The configurations of the matrix, baseline first (Chapter 4)."""

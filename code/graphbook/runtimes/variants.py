@@ -134,10 +134,6 @@ class Built:
     note: str = ""
     artifact: Path | None = None
 
-    @property
-    def name(self) -> str:
-        return self.variant.name
-
 
 # ------------------------------------------------------------------------------------------ builders
 def _eager(model, example, context, *, channels_last=False, bf16=False) -> Runner:
