@@ -49,11 +49,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="a tiny run (32x64, 2 configurations, 2+2 clips) that exercises every step")
     parser.add_argument("--workdir", type=Path, default=None, help="folder for the .onnx files (default: temporary)")
     args = parser.parse_args(argv)
-    if args.smoke:
-        explicit = {a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:]) if a.startswith("--")}
-        for key, value in SMOKE.items():
-            if f"--{key.replace('_', '-')}" not in explicit:
-                setattr(args, key, value)
+    if args.smoke:  # the smoke sizes, where the command line does not give its own
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args(argv)
     if args.debug_clips > args.eval_clips:
         parser.error(f"--debug-clips ({args.debug_clips}) cannot exceed --eval-clips ({args.eval_clips})")
     return args

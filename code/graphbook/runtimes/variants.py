@@ -202,12 +202,12 @@ def onnx_file(model, example, context: BuildContext, export: str) -> Path:
 
 
 def _ort(model, example, context, *, export: str, level: str, disabled: Sequence[str] = ()) -> Runner:
-    session = onnx_utils.make_session(onnx_file(model, example, context, export), level=level,
-                                      threads=context.threads, disabled_optimizers=disabled)
+    path = onnx_file(model, example, context, export)
+    session = onnx_utils.make_session(path, level=level, threads=context.threads, disabled_optimizers=disabled)
 
     def run(x):
         return torch.from_numpy(np.asarray(onnx_utils.run_session(session, x))).float()
-    run.session = session
+    run.session, run.onnx_path = session, path
     return run
 
 
@@ -222,10 +222,6 @@ def _openvino(model, example, context, *, export: str, precision: str) -> Runner
             raise VariantUnavailable(why)
     return openvino_runtime.runner(onnx_file(model, example, context, export), precision=precision,
                                    threads=context.threads)
-
-
-#: The ONNX file each ONNX-based variant runs (the others run the raw export).
-_EXPORTS = {"ort_exporter_optimized_all": "optimized", "ort_int8_qdq_all": "int8", "openvino_int8": "int8"}
 
 
 def _registry() -> dict[str, Variant]:
@@ -367,12 +363,11 @@ def build(name: str, model: torch.nn.Module, example: torch.Tensor, context: Bui
             finally:
                 sys.stderr.write(tuning_log.getvalue())
         seconds = time.perf_counter() - start
-        note, artifact = _NOTES.get(name, "") or _autotuned(tuning_log.getvalue()), None
+        note = _NOTES.get(name, "") or _autotuned(tuning_log.getvalue())
         if variant.family in ("onnxruntime", "openvino"):
             note = (f"ORT {ort.__version__}" if variant.family == "onnxruntime"
                     else f"OpenVINO {openvino_runtime.version()}")
-            export = _EXPORTS.get(name, "raw")
-            artifact = None if own_context else context.cache.get((id(model), tuple(example.shape), export))
+        artifact = None if own_context else getattr(run, "onnx_path", None)  # the file the runtime loaded
     finally:
         if own_context:  # a session keeps its model in memory: the files can go
             context.close()
