@@ -281,30 +281,24 @@ class InferenceService:
 
     def _take(self) -> list[_Pending] | None:
         """Wait for work and return the requests of the next model call (None when stopped)."""
+        def sizes():
+            return [i.array.shape[0] for i in self._queue]
+
         with self._cond:
             while True:
-                while (not self._queue or self._paused) and not self._stopped:
-                    self._cond.wait()
+                self._cond.wait_for(lambda: self._stopped or (self._queue and not self._paused))
+                if self.batching and not self._stopped:  # company, until max_wait_s after the oldest arrived
+                    left = self._queue[0].enqueued + self.max_wait_s - time.perf_counter()
+                    self._cond.wait_for(lambda: self._stopped or self._paused or sum(sizes()) >= max(self.batch_sizes),
+                                        timeout=max(left, 0.0))
                 if self._stopped:
                     return None
-                if self.batching:
-                    deadline = self._queue[0].enqueued + self.max_wait_s
-                    while (not self._stopped and not self._paused and self._queue
-                           and sum(i.array.shape[0] for i in self._queue) < max(self.batch_sizes)):
-                        left = deadline - time.perf_counter()
-                        if left <= 0:
-                            break
-                        self._cond.wait(left)
-                    if self._stopped:
-                        return None
-                    if self._paused:
-                        continue
-                self._drop_expired()
-                if not self._queue:
+                if self._paused:
                     continue
-                count = _plan_batch([i.array.shape[0] for i in self._queue], self.batch_sizes,
-                                   batching=self.batching)
-                return [self._queue.popleft() for _ in range(count)]
+                self._drop_expired()
+                if self._queue:
+                    return [self._queue.popleft() for _ in range(_plan_batch(sizes(), self.batch_sizes,
+                                                                             batching=self.batching))]
 
     def _work(self) -> None:
         self.runner.arm()  # in the worker's own thread: what the runner switches is per thread
@@ -326,15 +320,10 @@ class InferenceService:
                 self._busy_since = None
             finished = time.perf_counter()
             self.calls_by_size[int(batch.shape[0])] += 1
-            offset = 0
-            for item in items:
-                n = item.array.shape[0]
+            ends = np.cumsum([item.array.shape[0] for item in items])
+            for item, end in zip(items, ends, strict=True):
                 item.finished, item.joined = finished, int(batch.shape[0])
-                if error is None:
-                    item.logits = logits[offset:offset + n]
-                else:
-                    item.error = error
-                offset += n
+                item.logits, item.error = (None, error) if error else (logits[end - item.array.shape[0]:end], None)
                 item.done.set()
         with self._cond:  # answer whoever still waits
             while self._queue:
