@@ -253,14 +253,15 @@ def server_readiness(artifacts: dict, work: Path, input_hw, *, repeats: int = 3,
     :data:`ARTIFACT_SERVERS`, ``repeats`` times (Chapter 7)."""
     say = progress or (lambda msg: None)
     rows = []
-    size_args = ["--height", input_hw[0], "--width", input_hw[1], "--batch-sizes", "1,2,3"]
+    all_sizes = ",".join(map(str, BATCH_SIZES))
+    size_args = ["--height", input_hw[0], "--width", input_hw[1], "--batch-sizes", all_sizes]
     for repeat in range(repeats):
         saved = work / f"server-cache-artifacts-{repeat}.bin"
         for name, extra in ((n, MODEL_SERVERS[n]) for n in model_servers):
             seconds = _time_server_to_ready([*size_args, *(a.format(saved=saved) for a in extra)], threads=threads,
                                            cache_dir=work / "caches" / f"server-{name.replace(' ', '-')}-{repeat}",
                                            timeout=timeout, error=error)
-            rows.append({"model": "blurball", "input_chw": f"9x{input_hw[0]}x{input_hw[1]}", "batch_sizes": "1,2,3",
+            rows.append({"model": "blurball", "input_chw": f"9x{input_hw[0]}x{input_hw[1]}", "batch_sizes": all_sizes,
                          "server": name, "time_to_ready_s": seconds, "repeat": repeat,
                          "artifact_bytes": saved.stat().st_size if "artifacts" in name and saved.exists() else None})
             say(f"  [{repeat}] server {name}: ready after {seconds:.2f} s")
