@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from graphbook.measure.environment import fingerprint, set_threads
-from graphbook.model import blurball, model_cost, scoring, synthetic_clips
+from graphbook.model import blurball, decoding, model_cost, scoring, synthetic_clips
 from graphbook.record import results
 
 
@@ -38,16 +38,16 @@ def _line_loss(logits, target, kind: str = "weighted-mse", pos_weight: float = 2
 
 
 def _validation_metrics(model, clips_list, args) -> dict:
-    """Loss, detection rate, median error and mean output on target / background pixels."""
+    """Loss, detection rate, median error and mean output on target / background pixels, from one forward each."""
     model.eval()
+    decoded, losses, pos, neg, npos, nneg = [], [], 0.0, 0.0, 0, 0
     try:
-        summary, _ = scoring.evaluate_model(model, clips_list, batch_size=args.batch_size)
         with torch.no_grad():
-            losses, pos, neg, npos, nneg = [], 0.0, 0.0, 0, 0
             for start in range(0, len(clips_list), args.batch_size):
                 chunk = clips_list[start:start + args.batch_size]
                 logits = model(blurball.imagenet_normalize(synthetic_clips.frames_to_tensor(chunk)))
                 target = synthetic_clips.targets_to_tensor(chunk)
+                decoded.extend(decoding.decode_batch(logits))
                 losses.append(float(_line_loss(logits, target, args.loss, args.pos_weight)) * len(chunk))
                 prob = torch.sigmoid(logits)
                 pos += float((prob * target).sum())
@@ -56,6 +56,7 @@ def _validation_metrics(model, clips_list, args) -> dict:
                 nneg += int((1 - target).sum())
     finally:
         model.train()
+    summary = scoring.summarize_matches(scoring.match_detections(decoded, clips_list))
     return {"val_loss": sum(losses) / len(clips_list), "val_detection_rate": summary["detection_rate"],
             "val_median_error_px": summary["median_error_px"],
             "val_false_positive_rate": summary["false_positive_rate"],
