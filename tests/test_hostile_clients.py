@@ -57,7 +57,7 @@ def test_the_chapter_table_agrees_across_runs_and_shows_the_spread():
 @pytest.mark.slow
 def test_three_alternating_runs_of_both_servers_facing_the_faults_are_recorded(tmp_path, run_main):
     code, _, err = run_main("bench_litserve.py", "--faults", "--model", "tiny", "--height", "16", "--width", "24",
-                            "--max-queue", "2", "--max-stalled", "4", "--hold", "1", "--threads", "1",
+                            "--max-queue", "2", "--max-stalled", "4", "--hold", "0.5", "--threads", "1",
                             "--results-dir", tmp_path)
     assert code == 0, err[-2000:]
     frame = results.load("hostile-clients", tmp_path)

@@ -224,8 +224,7 @@ def compare(onnx_path: Path, input_hw, *, runs: int = 3, threads: int = THREADS,
 
 
 def fault_table(frame) -> pd.DataFrame:
-    """One row per (fault, server) of a ``hostile-clients`` recording (a frame, or rows), across its runs (Chapter 7).
-    """
+    """One row per (fault, server) of a ``hostile-clients`` recording (a frame, or rows), across its runs."""
     def agreed(values):
         values = [str(v) for v in values]
         return values[0] if len(set(values)) == 1 else " | ".join(values)

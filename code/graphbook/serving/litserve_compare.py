@@ -107,8 +107,7 @@ if _ls is not None:
 
 def _run_litserve(onnx_path: str, input_chw, *, port: int, threads: int, max_batch_size: int,
                  batch_timeout_s: float, max_payload_size: int | None = None, **uvicorn_options) -> None:
-    """Serve ``onnx_path`` with LitServe on 127.0.0.1:``port`` until stopped: the child :func:`compare` starts (Chapter 7).
-    """
+    """Serve ``onnx_path`` with LitServe on 127.0.0.1:``port`` until stopped (the child :func:`start_server` starts)."""
     if _ls is None:
         raise ImportError("litserve is not installed: pip install -r requirements.txt")
     api = BlurBallOrtAPI(onnx_path, input_chw, threads, max_batch_size=max_batch_size,
