@@ -203,8 +203,7 @@ class BlurBall(nn.Module):
 
 
 class BlurBallHeatmap(BlurBall):
-    """BlurBall whose ``forward`` returns the logits tensor: what the book compiles, exports and times, since a
-    plain tensor keeps ``torch.compile``, ONNX export and CUDA graphs simple."""
+    """BlurBall whose ``forward`` returns the logits tensor (simpler to compile and export): what the book times."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         return self.heatmap_logits(x)

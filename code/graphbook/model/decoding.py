@@ -1,6 +1,5 @@
 """The heatmap decoder: BlurBall's logits back into ball positions, blur angles and lengths, as BlurBall's own
-decoder does (``x`` = column, ``y`` = row, undirected angles in ``[-90, 90)`` deg).
-"""
+decoder does (``x`` = column, ``y`` = row, undirected angles in ``[-90, 90)`` deg)."""
 from __future__ import annotations
 
 import math

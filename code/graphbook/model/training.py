@@ -1,6 +1,4 @@
-"""Training BlurBall on synthetic clips on a CPU: the loss, validation, and the training run behind
-``code/train_blurball.py``.
-"""
+"""Training BlurBall on synthetic clips on a CPU: the loss, validation and the run behind code/train_blurball.py."""
 from __future__ import annotations
 
 import hashlib

@@ -41,8 +41,7 @@ MAX_ABS_DIFF = "max_abs_diff"
 # ---- Scoring and timing
 
 def clip_inputs(clips) -> list[np.ndarray]:
-    """One normalised ``(1, 9, H, W)`` float32 input per clip (ImageNet normalisation, as in training;
-    Chapter 4)."""
+    """One ImageNet-normalised ``(1, 9, H, W)`` float32 input per clip, as in training (Chapter 4)."""
     return [imagenet_normalize(frames_to_tensor(clip)).numpy().astype(np.float32) for clip in clips]
 
 

@@ -1,7 +1,4 @@
-"""ONNX Runtime sessions: levels, providers, session options, running one (Chapter 4).
-
-Imports no torch, so that a server or a restart path on an ONNX file starts without it.
-"""
+"""ONNX Runtime sessions: levels, providers, options, running one; no torch, so a server on an ONNX file needs none."""
 from __future__ import annotations
 
 from dataclasses import dataclass
