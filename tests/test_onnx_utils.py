@@ -178,14 +178,6 @@ def test_gpu_runtime_detection_explains_absence():
 
 # Counting and comparing ---------------------------------------------------------------------------
 
-def test_op_counts_table_has_totals():
-    table = ou.op_counts_table({"a": Counter({("ai.onnx", "Conv"): 2, ("ai.onnx", "Relu"): 1}),
-                                "b": Counter({("com.microsoft", "FusedConv"): 2})})
-    assert table.loc["ai.onnx::Conv", "a"] == 2 and table.loc["ai.onnx::Conv", "b"] == 0
-    assert table.loc["total nodes"].tolist() == [3, 2]
-    assert str(table.dtypes.iloc[0]).startswith("int")
-
-
 def test_fusion_names():
     before = Counter({("ai.onnx", "Conv"): 2, ("ai.onnx", "Relu"): 2, ("ai.onnx", "Gemm"): 1,
                       ("ai.onnx", "Sigmoid"): 1})
