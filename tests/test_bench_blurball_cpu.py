@@ -93,16 +93,14 @@ def test_bf16_support_gives_a_reason():
 
 
 @pytest.mark.slow
-def test_tiny_eager_run_writes_a_new_file_each_time(tmp_path, run_main, monkeypatch):
+def test_tiny_eager_run_writes_its_runs_profile_and_peaks_into_one_new_file(tmp_path, run_main, monkeypatch):
     # Only channels-last is asked for: eager FP32, the reference, is always added.
     monkeypatch.chdir(tmp_path)
     argv = ["--variants", "eager_fp32_channels_last", *TINY, "--results-dir", str(tmp_path / "results")]
     code, stdout, _ = run_main("bench_blurball_cpu.py", *argv)
     assert code == 0 and "wrote" in stdout
-    assert run_main("bench_blurball_cpu.py", *argv, "--no-profile")[0] == 0
-    files = sorted((tmp_path / "results").glob("cpu-blurball-*.csv"), key=lambda p: len(p.name))
-    assert len(files) == 2 and files[1].stem == files[0].stem + "-2"  # the second run never overwrites
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+    files = list((tmp_path / "results").glob("cpu-blurball-*.csv"))
+    assert len(files) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["results"]
     with files[0].open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     records = [r["record"] for r in rows]
