@@ -52,6 +52,7 @@ def test_ball_check_passes_itself_and_catches_a_moved_ball():
         correctness.ball_check(run, [], run)
 
 
+@pytest.mark.slow  # three BlurBall passes over eight clips: seconds, too long for the edit loop
 def test_ball_check_on_hard_clips_rejects_the_freezing_miscompiles_dropped_summand_and_passes_bf16():
     """Freezing's miscompile leaves one fuse-layer summand out (stage 3, output 2, branch 1 on BlurBall under
     torch 2.13; the appendix proves it live): made in eager, that change moves a decoded ball, bf16 rounding none."""
