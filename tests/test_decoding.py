@@ -41,14 +41,14 @@ def test_decoder_picks_the_strongest_blob_and_lists_all():
     assert decoded.best.angle_deg == pytest.approx(-90.0)  # tall blob: vertical axis
     assert [d.score for d in decoded.candidates] == sorted([d.score for d in decoded.candidates], reverse=True)
     assert decoding._decode_heatmap(np.full((10, 10), -3.0)).best is None
-    probs = decoding._decode_heatmap(np.where(heat > 0.5, 0.9, 0.1), from_logits=False)
-    assert len(probs.candidates) == 2  # the weak pixel is now 0.1, below the threshold
+    probs = decoding._decode_heatmap(np.where(heat > 0.5, 2.2, -2.2))
+    assert len(probs.candidates) == 2  # the weak pixel is now at probability 0.1, below the threshold
 
 
 def test_heat_weighted_centroid():
-    heat = np.zeros((10, 10), np.float32)
-    heat[4, 2], heat[4, 3] = 0.6, 0.9
-    best = decoding._decode_heatmap(heat, from_logits=False).best
+    heat = np.full((10, 10), -10.0, np.float32)
+    heat[4, 2], heat[4, 3] = np.log(0.6 / 0.4), np.log(0.9 / 0.1)   # the logits of 0.6 and 0.9
+    best = decoding._decode_heatmap(heat).best
     assert best.x == pytest.approx((2 * 0.6 + 3 * 0.9) / 1.5) and best.y == pytest.approx(4.0)
     assert best.score == pytest.approx(1.5)
 

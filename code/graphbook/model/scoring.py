@@ -60,22 +60,17 @@ def summarize_matches(rows: list[dict]) -> dict:
     }
 
 
-def evaluate_model(model, clips: list[Clip], *, normalize=None, batch_size: int = 4, threshold: float = 0.5,
+def evaluate_model(model, clips: list[Clip], *, batch_size: int = 4, threshold: float = 0.5,
                    hit_px: float = DEFAULT_HIT_PX) -> tuple[dict, list[dict]]:
-    """``(summary, rows)`` of ``model`` on held-out clips, under ``torch.no_grad`` in the model's current mode.
-    ``normalize`` maps the [0, 1] frames to the model's input (default: ImageNet normalisation per frame)."""
+    """``(summary, rows)`` of ``model`` on held-out clips, under ``torch.no_grad`` in the model's current mode."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if not clips:
         raise ValueError("need at least one clip to evaluate")
-    normalize = normalize or imagenet_normalize
     decoded = []
     with torch.no_grad():
         for start in range(0, len(clips), batch_size):
-            x = normalize(frames_to_tensor(clips[start:start + batch_size]))
-            out = model(x)
-            if isinstance(out, dict):
-                out = out[0]
-            decoded.extend(decode_batch(out, threshold))
+            out = model(imagenet_normalize(frames_to_tensor(clips[start:start + batch_size])))
+            decoded.extend(decode_batch(out, threshold))  # decode_batch takes BlurBall's {0: logits} too
     rows = match_detections(decoded, clips, hit_px)
     return summarize_matches(rows), rows
