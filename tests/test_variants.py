@@ -129,6 +129,8 @@ def test_freezing_really_freezes_and_compiled_variants_alternate_without_recompi
     for runner in (plain, frozen, plain, frozen):
         assert correctness.compare_to_reference(runner(x), reference)[results.SAME_OUTPUT]
     assert counters["stats"]["unique_graphs"] == graphs, "alternating variants recompiled"
+    _, again = run_and_get_code(plain, x)   # switching back never reuses the frozen graph
+    assert "_frozen_param" not in "\n".join(again)
 
 
 def test_own_code_gives_forward_a_distinct_code_object():
