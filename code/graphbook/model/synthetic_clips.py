@@ -190,21 +190,20 @@ def _streak_box(label: BallLabel, reach: float, height: int, width: int) -> tupl
     return (i0, i1, j0, j1) if j0 < j1 and i0 < i1 else None
 
 
-def _render_ball(img: np.ndarray, label: BallLabel, colour=(0.97, 0.97, 0.95), *, supersample: int = 3) -> np.ndarray:
+def _render_ball(img: np.ndarray, label: BallLabel, colour=(0.97, 0.97, 0.95)) -> np.ndarray:
     """A new image with a motion-blurred ball: each pixel is the time average of the shaded disc passing over it."""
     out = np.array(img, dtype=np.float32, copy=True)
     if not label.visible:
         return out
     if label.radius <= 0 or label.half_length < 0:
         raise ValueError(f"ball radius must be > 0 and half-length >= 0, got {label.radius}, {label.half_length}")
-    if supersample < 1:
-        raise ValueError(f"supersample must be >= 1, got {supersample}")
     (xa, ya), (xb, yb) = label.endpoints()
     box = _streak_box(label, label.radius + 1.5, *out.shape[:2])
     if box is None:
         return out
     i0, i1, j0, j1 = box
-    offsets = (np.arange(supersample, dtype=np.float32) + 0.5) / supersample - 0.5
+    s = 3  # samples per pixel side
+    offsets = (np.arange(s, dtype=np.float32) + 0.5) / s - 0.5
     sy = (np.arange(i0, i1, dtype=np.float32)[:, None] + offsets[None, :]).reshape(-1)
     sx = (np.arange(j0, j1, dtype=np.float32)[:, None] + offsets[None, :]).reshape(-1)
     syy, sxx = np.meshgrid(sy, sx, indexing="ij")
@@ -223,7 +222,6 @@ def _render_ball(img: np.ndarray, label: BallLabel, colour=(0.97, 0.97, 0.95), *
         shade += np.where(inside, lit, 0.0)
     coverage /= len(ts)
     shade /= len(ts)
-    s = supersample
     h, w = i1 - i0, j1 - j0
     alpha = coverage.reshape(h, s, w, s).mean(axis=(1, 3))
     light = shade.reshape(h, s, w, s).mean(axis=(1, 3))
