@@ -14,8 +14,8 @@ from pathlib import Path
 
 _STARTED = time.perf_counter()  # before the book's imports: READY's seconds count them
 from graphbook import paths, serving
-from graphbook.config import BATCH_SIZES
-from graphbook.record.cli import make_parser, positive_int, positive_int_list
+from graphbook.config import BATCH_SIZES, FULL_SIZE
+from graphbook.record.cli import add_threads, make_parser, positive_int, positive_int_list
 
 
 def _port(text: str) -> int:
@@ -38,8 +38,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "else seeded random weights)")
     p.add_argument("--model", choices=("blurball", "tiny"), default="blurball",
                    help="'tiny' serves a two-layer stand-in with the same input contract (for demos and tests)")
-    p.add_argument("--height", type=positive_int, default=288)
-    p.add_argument("--width", type=positive_int, default=512)
+    p.add_argument("--height", type=positive_int, default=FULL_SIZE[0])
+    p.add_argument("--width", type=positive_int, default=FULL_SIZE[1])
     p.add_argument("--batch-sizes", type=positive_int_list, default=BATCH_SIZES,
                    help="comma-separated batch sizes to warm up (default 1,2,3)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model; the warm-up compiles it")
@@ -55,7 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="how long the batcher waits for company after the oldest request (default 5)")
     p.add_argument("--max-queue", type=positive_int, default=16,
                    help="requests allowed to wait; more are answered 503 with Retry-After (default 16)")
-    p.add_argument("--threads", type=positive_int, default=2)
+    add_threads(p)
     p.add_argument("--threshold", type=float, default=0.5)
     p.add_argument("--verbose", action="store_true", help="log every request")
     args = p.parse_args(argv)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphbook.config import THREADS
+from graphbook.config import BATCH_SIZES, THREADS
 from graphbook.measure import probes
 from graphbook.model.decoding import decode_batch
 from graphbook.paths import REPO_ROOT
@@ -78,7 +78,7 @@ if _ls is not None:
         def setup(self, device):
             self.runner = OrtRunner(self.onnx_path, threads=self.threads)
             rng = np.random.default_rng(0)
-            for b in (1, 2, 3):  # the same warm-up as the book's server, before /health says ok
+            for b in BATCH_SIZES:  # the same warm-up as the book's server, before /health says ok
                 self.runner(rng.standard_normal((b, *self.input_chw), dtype=np.float32))
 
         def decode_request(self, request):
