@@ -96,13 +96,6 @@ def test_draw_clip_detection_draws_truth_and_detection_on_four_panels():
 
 
 def test_flow_diagram_draws_every_box_and_refuses_an_arrow_to_nowhere():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import pytest
-
-    from graphbook.teach import plots
-
     ax = plots.flow_diagram({"a": (0, 0, "bytecode"), "b": (3, 0, "FX graph", "#fde")}, [("a", "b", "Dynamo")])
     assert [t.get_text() for t in ax.texts if t.get_text()] == ["bytecode", "FX graph", "Dynamo"]
     assert len(ax.patches) == 2
