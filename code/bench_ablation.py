@@ -15,6 +15,7 @@ from graphbook.compilers.inductor_tools import (
     UNFUSED_ABLATION_BACKENDS,
     UNFUSED_ABLATION_CONFIGS,
 )
+from graphbook.config import SMALL_SIZE
 from graphbook.measure import probes, timing
 from graphbook.measure.environment import fingerprint, set_threads
 from graphbook.model import blurball
@@ -31,7 +32,7 @@ def parse_args(argv=None):
     # same decomposed graph run op by op by a non-Inductor backend.
     configs = [*ABLATION_CONFIGS, *UNFUSED_ABLATION_CONFIGS, *CAUSE_ABLATION_CONFIGS, *UNFUSED_ABLATION_BACKENDS]
     parser = cli.make_parser("bench_ablation.py", __doc__.splitlines()[0])
-    cli.add_input_size(parser, height=96, width=160)
+    cli.add_input_size(parser, SMALL_SIZE)
     cli.add_run_protocol_options(parser, repeats=10, warmup=3)
     parser.add_argument("--probe-mib", type=positive_int, default=64,
                         help="MiB per buffer of the copy_ bandwidth probe measured in every run (default 64)")

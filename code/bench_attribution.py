@@ -6,6 +6,7 @@ import time
 
 import torch
 
+from graphbook.config import FULL_SIZE
 from graphbook.measure.environment import fingerprint, set_threads
 from graphbook.model import blurball
 from graphbook.record import cli, results
@@ -16,7 +17,7 @@ from graphbook.teach import attribution
 
 def parse_args(argv=None):
     parser = cli.make_parser("bench_attribution.py", __doc__.splitlines()[0])
-    cli.add_input_size(parser, height=288, width=512)
+    cli.add_input_size(parser, FULL_SIZE)
     cli.add_run_protocol_options(parser, repeats=8, warmup=2)
     return parser.parse_args(argv)
 

@@ -8,11 +8,13 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from graphbook.config import FULL_SIZE
 from graphbook.measure import probes
 from graphbook.measure.environment import fingerprint, set_threads
 from graphbook.model import blurball, model_cost, synthetic_clips
 from graphbook.paths import TRAINED_CHECKPOINT
-from graphbook.record import cli, results, runs as runs_lib
+from graphbook.record import cli, results
+from graphbook.record import runs as runs_lib
 from graphbook.record.cli import int_at_least, positive_int
 from graphbook.record.results import (
     BALL_AGREE_FRAMES,
@@ -24,7 +26,8 @@ from graphbook.record.results import (
     SAME_PEAKS,
     SPEEDUP_VS_EAGER,
 )
-from graphbook.runtimes import correctness, variants as registry
+from graphbook.runtimes import correctness
+from graphbook.runtimes import variants as registry
 from graphbook.runtimes.bench import build_check_time
 from graphbook.runtimes.openvino_runtime import describe_runtime
 from graphbook.runtimes.variants import VariantUnavailable
@@ -49,7 +52,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     """Command-line options; bad values exit 2 with one line on stderr (Chapter 5)."""
     parser = cli.make_parser("bench_blurball_cpu.py", "BlurBall CPU measurement matrix (Chapter 5).")
     cli.add_run_protocol_options(parser, repeats=10, warmup=3)
-    cli.add_input_size(parser, height=288, width=512)
+    cli.add_input_size(parser, FULL_SIZE)
     parser.add_argument("--variants", type=_variant_list, default=list(DEFAULT_VARIANTS),
                         help="comma-separated names from graphbook.runtimes.variants (default: "
                              + ", ".join(DEFAULT_VARIANTS) + ")")

@@ -16,7 +16,7 @@ FACTORIES = {"blurball": "graphbook.model.blurball:build_blurball", "tiny": "gra
 def parse_args(argv=None):
     p = make_parser("bench_compile_cache.py", __doc__.splitlines()[0])
     p.add_argument("--model", choices=sorted(FACTORIES), default="blurball")
-    add_input_size(p, height=FULL_SIZE[0], width=FULL_SIZE[1])
+    add_input_size(p, FULL_SIZE)
     p.add_argument("--batch-sizes", type=positive_int_list, default=BATCH_SIZES)
     add_threads(p)
     p.add_argument("--mode", default=None, help="torch.compile mode (default: the default mode)")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from graphbook.config import SMALL_SIZE
 from graphbook.measure import environment
 from graphbook.model import blurball, synthetic_clips
 from graphbook.paths import TRAINED_CHECKPOINT
@@ -17,6 +18,7 @@ from graphbook.record.cli import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     add_input_size,
+    add_threads,
     int_at_least,
     make_parser,
     positive_int,
@@ -34,8 +36,8 @@ SMOKE = {"height": 32, "width": 64, "calibration_clips": 2, "eval_clips": 2, "re
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = make_parser(PROG, __doc__.split("\n\n")[0])
-    add_input_size(parser, height=96, width=160)  # the training size
-    parser.add_argument("--threads", type=positive_int, default=2, help="ONNX Runtime intra-op threads")
+    add_input_size(parser, SMALL_SIZE)  # the training size
+    add_threads(parser, "ONNX Runtime intra-op threads")
     parser.add_argument("--repeats", type=int_at_least(3), default=15,
                         help="timed round-robin calls per model (at least 3: a median)")
     parser.add_argument("--calibration-clips", type=positive_int, default=16,

@@ -8,19 +8,21 @@ import sys
 import tempfile
 from pathlib import Path
 
+from graphbook.config import FULL_SIZE
 from graphbook.measure import probes
 from graphbook.measure.environment import fingerprint, set_threads
 from graphbook.model import blurball
 from graphbook.record import cli, results
 from graphbook.record.cli import int_at_least, positive_int
 from graphbook.record.results import COMPILE_S, EXPECTED_TO_MATCH
-from graphbook.runtimes import onnx_utils as ou, quantization, variants
+from graphbook.runtimes import onnx_utils as ou
+from graphbook.runtimes import quantization, variants
 from graphbook.runtimes.bench import build_check_time
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = cli.make_parser("bench_onnxruntime.py", __doc__.split("\n\n")[0])
-    cli.add_input_size(parser, height=288, width=512)
+    cli.add_input_size(parser, FULL_SIZE)
     parser.add_argument("--threads", type=positive_int, nargs="+", default=[1, 2],
                         help="intra-op thread counts to time (torch and ONNX Runtime alike)")
     parser.add_argument("--warmup", type=positive_int, default=1)

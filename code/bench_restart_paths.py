@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from graphbook.config import FULL_SIZE
 from graphbook.measure.environment import fingerprint
 from graphbook.paths import TRAINED_CHECKPOINT
 from graphbook.record import results
@@ -20,7 +21,7 @@ def parse_args(argv=None):
     p = make_parser("bench_restart_paths.py", __doc__.splitlines()[0])
     p.add_argument("--paths", type=comma_choices(PATH_NAMES, "restart path"), default=PATH_NAMES,
                    help="comma-separated restart paths (default: all)")
-    add_input_size(p, height=288, width=512)
+    add_input_size(p, FULL_SIZE)
     p.add_argument("--repeats", type=positive_int, default=3, help="fresh starts per path (default 3)")
     p.add_argument("--steady-runs", type=positive_int, default=5, help="calls timed after the first (default 5)")
     p.add_argument("--server-repeats", type=int_at_least(0), default=3,

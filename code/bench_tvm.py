@@ -26,7 +26,7 @@ COLUMNS = ["run", "variant", "note", "target", "variant_threads", "tvm_num_threa
 
 def parse_args(argv=None):
     parser = cli.make_parser(PROG, __doc__.splitlines()[0])
-    cli.add_input_size(parser, height=32, width=64)
+    cli.add_input_size(parser, (32, 64))
     cli.add_run_protocol_options(parser, repeats=10, warmup=2)
     parser.add_argument("--trials", type=int_at_least(0), default=0,
                         help="MetaSchedule trials in all, tuned for the host CPU; 0 (default) skips tuning")

@@ -13,7 +13,7 @@ def parse_args(argv=None):
     parser = make_parser("make_tlparse_report.py", __doc__.splitlines()[0], results_dir=False)
     parser.add_argument("--out", type=directory, default=TLPARSE_REPORT_DIR,
                         help="output folder, replaced (default images/extra/tlparse)")
-    add_input_size(parser, height=32, width=64)
+    add_input_size(parser, (32, 64))
     add_threads(parser)
     return parser.parse_args(argv)
 

@@ -21,7 +21,7 @@ PHASES = ("tail", "output", "summand", "node", "channels", "size")
 
 def parse_args(argv=None):
     parser = make_parser("minimize_freezing.py", __doc__.splitlines()[0])
-    cli.add_input_size(parser, height=32, width=64)
+    cli.add_input_size(parser, (32, 64))
     cli.add_threads(parser)
     parser.add_argument("--candidate-timeout", type=positive_float, default=180,
                         help="seconds one candidate may take in its fresh process (default 180)")

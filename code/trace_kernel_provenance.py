@@ -5,17 +5,19 @@ import sys
 
 import pandas as pd
 
+from graphbook.config import SMALL_SIZE
 from graphbook.measure import environment
 from graphbook.paths import PROVENANCE_VIEW_DIR, RESULTS_DIR
 from graphbook.record import cli, results
-from graphbook.teach import diagnostics, kernel_provenance as kp
+from graphbook.teach import diagnostics
+from graphbook.teach import kernel_provenance as kp
 
 PROG = "trace_kernel_provenance.py"
 
 
 def parse_args(argv=None):
     parser = cli.make_parser(PROG, __doc__.splitlines()[0])
-    cli.add_input_size(parser, height=96, width=160)
+    cli.add_input_size(parser, SMALL_SIZE)
     cli.add_threads(parser)
     parser.add_argument("--view-dir", type=cli.directory, default=PROVENANCE_VIEW_DIR,
                         help="folder of the provenance page, replaced (default images/extra/tlparse_provenance)")

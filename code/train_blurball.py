@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 from graphbook import paths
+from graphbook.config import SMALL_SIZE
 from graphbook.model import training
 from graphbook.record import cli
 from graphbook.record.cli import int_at_least, positive_float
@@ -22,7 +23,7 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint-dir", type=cli.directory, default=DEFAULT_CHECKPOINT_DIR, metavar="DIR",
                    help="where the checkpoint, its log and provenance go (default data/checkpoints)")
     p.add_argument("--name", default=DEFAULT_NAME, help="file stem of the outputs")
-    cli.add_input_size(p, height=96, width=160)
+    cli.add_input_size(p, SMALL_SIZE)
     p.add_argument("--max-speed", type=positive_float, default=30.0,
                    help="fastest ball in px per frame (the full-size clips' default, so blur lengths match)")
     p.add_argument("--batch-size", type=int_at_least(1), default=4)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from graphbook import paths
-from graphbook.config import THREADS
+from graphbook.config import SMALL_SIZE, THREADS
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_RESOURCE_ABSENT = 0, 1, 2, 3
 
@@ -97,7 +97,9 @@ def comma_choices(allowed, what: str):
     return parse
 
 
-def add_input_size(parser: argparse.ArgumentParser, *, height: int, width: int) -> None:
+def add_input_size(parser: argparse.ArgumentParser, size: tuple[int, int]) -> None:
+    """``--height`` and ``--width``, defaulting to ``size`` (config's FULL_SIZE or SMALL_SIZE for BlurBall's)."""
+    height, width = size
     parser.add_argument("--height", type=multiple_of_8, default=height, help=f"input height (default {height})")
     parser.add_argument("--width", type=multiple_of_8, default=width, help=f"input width (default {width})")
 
@@ -117,7 +119,7 @@ def add_run_protocol_options(parser: argparse.ArgumentParser, *, repeats: int, w
 
 def add_load_test_options(parser: argparse.ArgumentParser) -> None:
     """A bounded loopback load test's options, with the same defaults wherever one runs."""
-    add_input_size(parser, height=96, width=160)
+    add_input_size(parser, SMALL_SIZE)
     parser.add_argument("--concurrency", type=positive_int_list, default="1,2,4,8",
                         help="client counts to try (default 1,2,4,8)")
     parser.add_argument("--requests", type=positive_int, default=24, help="requests per level, at least 4 per client")
