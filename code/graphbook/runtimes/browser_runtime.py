@@ -148,7 +148,7 @@ def check_assets(assets_dir: str | Path = ASSETS_DIR, sizes: Sequence[str] | Non
     return manifest
 
 
-def read_tensor(path: str | Path, shape: Sequence[int]) -> np.ndarray:
+def _read_tensor(path: str | Path, shape: Sequence[int]) -> np.ndarray:
     """A float32 little-endian file as an array of ``shape`` (Chapter 4)."""
     return np.fromfile(path, dtype="<f4").reshape(tuple(shape))
 
@@ -190,7 +190,7 @@ def compare(output, assets_dir: str | Path, key: str) -> dict:
     """An output against the stored reference of size ``key``: the book's one rule (Chapter 4)."""
     manifest = load_manifest(assets_dir)
     entry = manifest["sizes"][key]
-    reference = read_tensor(Path(assets_dir) / entry["reference"], entry["output_shape"])
+    reference = _read_tensor(Path(assets_dir) / entry["reference"], entry["output_shape"])
     verdict = correctness.compare_to_reference(np.asarray(output), reference, atol=manifest["atol"])
 
     peaks = blurball.heatmap_peaks(torch.from_numpy(np.asarray(output))).reshape(-1, 2).tolist()
@@ -204,7 +204,7 @@ def check_native(assets_dir: str | Path, key: str, *, level: str = "all", thread
     """Native ONNX Runtime on the page's file of size ``key``: the check, then median/min/max ms if it passed
     (Chapter 4)."""
     entry = load_manifest(assets_dir)["sizes"][key]
-    clip = read_tensor(Path(assets_dir) / entry["clip"], entry["input_shape"])
+    clip = _read_tensor(Path(assets_dir) / entry["clip"], entry["input_shape"])
     session = onnx_utils.make_session(Path(assets_dir) / entry["model"], level=level, threads=threads)
     check = compare(onnx_utils.run_session(session, clip), assets_dir, key)
     if not check["passed"]:
