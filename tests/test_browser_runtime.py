@@ -59,7 +59,7 @@ def test_manifest_names_the_files_the_tolerance_and_the_reader_columns(assets):
 def test_native_check_passes_on_the_file_and_fails_on_a_changed_reference(assets, tmp_path):
     out, manifest = assets
     entry = manifest["sizes"][KEY]
-    clip = browser_runtime.read_tensor(out / entry["clip"], entry["input_shape"])
+    clip = browser_runtime._read_tensor(out / entry["clip"], entry["input_shape"])
     from graphbook.runtimes import onnx_utils
 
     output = onnx_utils.run_session(onnx_utils.make_session(out / entry["model"], threads=1), clip)
@@ -165,7 +165,7 @@ def checked_panels(assets, tmp_path_factory, runtime_installed):
                                      "<title>book</title></head><body><main><p>Book.</p></main></body></html>")
     entry = assets[1]["sizes"][KEY]
     (statics["missing"] / entry["model"]).unlink()
-    reference = browser_runtime.read_tensor(statics["mismatch"] / entry["reference"], entry["output_shape"])
+    reference = browser_runtime._read_tensor(statics["mismatch"] / entry["reference"], entry["output_shape"])
     (statics["mismatch"] / entry["reference"]).write_bytes((reference + np.float32(0.01)).astype("<f4").tobytes())
     proc = _check(html, root)
     assert proc.returncode == 1, proc.stdout + proc.stderr
