@@ -4,27 +4,24 @@ from __future__ import annotations
 import sys
 
 from graphbook.lab import gpu_measure as gm
-from graphbook.record.cli import EXIT_RESOURCE_ABSENT, exit_status_for
+from graphbook.lab import gpu_profiling as gp
+from graphbook.record.cli import exit_status_for, resource_absent
 
 
 def main(argv: list[str] | None = None) -> int:
     args = gm.parse_args(argv)
     if args.cudnn_benchmark_child is not None:
         return gm.run_cudnn_benchmark_child(args)
-    if not args.smoke:
-        problem = gm.cuda_problem()
-        if problem is not None:
-            print(f"{gm.PROG}: no GPU measurement: {problem}", file=sys.stderr)
-            return EXIT_RESOURCE_ABSENT
-    device = "cpu" if args.smoke else "cuda"
-    env = gm.environment(args, device)
+    if not args.smoke and gm.cuda_problem() is not None:
+        return resource_absent(gm.PROG, f"no GPU measurement: {gm.cuda_problem()}")
+    env = gm.environment(args)
     rows = gm.measure(args)
     name = "smoke-cpu" if args.smoke else (env["gpu_name"] or "cuda")
-    path = gm.write_results(rows, env, args.results_dir, name)
+    path = gp.write_results(gm.KIND, rows, env, args.results_dir, name)
     print()
     print(gm.format_table(rows))
     print(f"\nwrote {path}")
-    return exit_status_for(gm.PROG, gm.failed_variants(rows))
+    return exit_status_for(gm.PROG, gp.failed_variants(rows))
 
 
 if __name__ == "__main__":

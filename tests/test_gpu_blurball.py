@@ -7,20 +7,14 @@ import pytest
 import torch
 
 from graphbook import paths
-from graphbook.lab import gpu_measure
+from graphbook.lab import gpu_measure as gpu
+from graphbook.lab import gpu_profiling as gp
 from graphbook.record import results
 
-ROOT = paths.REPO_ROOT
-SCRIPT = ROOT / "code" / "gpu_blurball.py"
+SCRIPT = paths.REPO_ROOT / "code" / "gpu_blurball.py"
 
 
-@pytest.fixture(scope="module")
-def gpu():
-    """The library behind the script: the script itself is only run as a command line."""
-    return gpu_measure
-
-
-def test_defaults_follow_the_article(gpu):
+def test_defaults_follow_the_article():
     args = gpu.parse_args([])
     assert (args.repeats, args.warmup) == (50, 20)
     assert not args.skip_max_autotune and not args.no_profile and args.results_dir == paths.RESULTS_DIR
@@ -29,7 +23,7 @@ def test_defaults_follow_the_article(gpu):
         gpu.parse_args(["--smoke", "--results-dir", str(paths.DATA_DIR / "results")])
 
 
-def test_plan_covers_the_article_matrix_with_cudnn_benchmark_in_a_child_process(gpu):
+def test_plan_covers_the_article_matrix_with_cudnn_benchmark_in_a_child_process():
     plan = gpu.plan_matrix()
     names = [c["variant"] for c in plan]
     assert len(names) == len(set(names)) == 12
@@ -48,14 +42,14 @@ def test_plan_covers_the_article_matrix_with_cudnn_benchmark_in_a_child_process(
     assert all(c["cudnn_benchmark"] == (c["process"] == "child") for c in plan)
 
 
-def test_child_sets_the_flag_before_any_convolution(gpu, monkeypatch, tmp_path, capsys):
+def test_child_sets_the_flag_before_any_convolution(monkeypatch, tmp_path, capsys):
     flag_when_model_built = []
 
-    def fake_load(args, device):
+    def fake_load(smoke, device, weights):
         flag_when_model_built.append(torch.backends.cudnn.benchmark)
         raise SystemExit(0)  # stop here: the point is the order
 
-    monkeypatch.setattr(gpu, "_load_model_and_input", fake_load)
+    monkeypatch.setattr(gp, "model_and_input", fake_load)
     previous = torch.backends.cudnn.benchmark
     try:
         args = gpu.parse_args(["--smoke", "--cudnn-benchmark-child", str(tmp_path / "ref.pt")])
@@ -66,7 +60,7 @@ def test_child_sets_the_flag_before_any_convolution(gpu, monkeypatch, tmp_path, 
     assert flag_when_model_built == [True]
 
 
-def test_child_command_line(gpu, tmp_path):
+def test_child_command_line(tmp_path):
     args = gpu.parse_args(["--smoke", "--results-dir", str(tmp_path), "--warm-cache"])
     argv = gpu._child_argv(args, tmp_path / "ref.pt")
     assert argv[0] == str(SCRIPT) == str(gpu.SCRIPT) and "--cudnn-benchmark-child" in argv and "--smoke" in argv
@@ -86,7 +80,7 @@ def test_no_cuda_exits_3_with_a_clear_line(tmp_path, script, capsys):
 
 # -- rows and files (point 1: the file pattern) ------------------------------------------------------
 
-def _fake_measurements(gpu):
+def _fake_measurements():
     times = {"fp32_eager_nchw": 15.0, "fp16_eager_nchw": 10.0, "fp16_compile_default_nchw": 5.0}
     out = []
     for config in gpu.plan_matrix(skip_max_autotune=True):
@@ -101,9 +95,9 @@ def _fake_measurements(gpu):
     return out
 
 
-def test_rows_have_the_schema_and_ratios(gpu):
-    profile = gpu.summarize_kernels([("aten::convolution", "c", 0, 10)], wall_ms=0.02)
-    rows = gpu._build_rows(_fake_measurements(gpu), {"fp32_eager_nchw": profile})
+def test_rows_have_the_schema_and_ratios():
+    profile = gp.summarize_kernels([("aten::convolution", "c", 0, 10)], wall_ms=0.02)
+    rows = gpu._build_rows(_fake_measurements(), {"fp32_eager_nchw": profile})
     assert all(list(r) == gpu.CSV_COLUMNS for r in rows)
     by_name = {r["variant"]: r for r in rows if r["record"] == "variant"}
     assert by_name["fp32_eager_nchw"]["speedup_vs_eager"] == pytest.approx(1.0)
@@ -113,16 +107,16 @@ def test_rows_have_the_schema_and_ratios(gpu):
     assert by_name["fp32_compile_default_nchw"]["median_ms"] == ""
     assert by_name["fp16_eager_nchw"]["fp16_method"] == "autocast"          # point 10
     profile_rows = [r for r in rows if r["record"] == "profile"]
-    assert len(profile_rows) == len(gpu.KERNEL_CATEGORIES) and profile_rows[0]["precision"] == "fp32"
+    assert len(profile_rows) == len(gp.CATEGORIES) and profile_rows[0]["precision"] == "fp32"
     assert "fp16_compile_default_nchw" in gpu.format_table(rows)
-    assert "fp32_compile_default_nchw" in gpu.failed_variants(rows)
+    assert "fp32_compile_default_nchw" in gp.failed_variants(rows)
 
 
-def test_results_are_a_gpu_blurball_kind_never_overwritten(gpu, tmp_path):
-    rows = gpu._build_rows(_fake_measurements(gpu), {})
+def test_results_are_a_gpu_blurball_kind_never_overwritten(tmp_path):
+    rows = gpu._build_rows(_fake_measurements(), {})
     env = {"date": "2026-01-01T00:00:00+00:00", "gpu_name": "Fake GPU", "torch": "2.11.0"}
-    first = gpu.write_results(rows, env, tmp_path, "Fake GPU 8GB")
-    second = gpu.write_results(rows, env, tmp_path, "Fake GPU 8GB")
+    first = gp.write_results(gpu.KIND, rows, env, tmp_path, "Fake GPU 8GB")
+    second = gp.write_results(gpu.KIND, rows, env, tmp_path, "Fake GPU 8GB")
     assert first.name == "gpu-blurball-fake-gpu-8gb-2026-01-01.csv"
     assert second.name == "gpu-blurball-fake-gpu-8gb-2026-01-01-2.csv"
     assert results.kind("gpu-blurball").matches(first.name)

@@ -1,5 +1,6 @@
 """Tests of graphbook.lab.gpu_profiling on a CPU, with fake profiler events, a fake clock and fake streams:
 the rules the GPU scripts follow so that a lab machine's single run is right."""
+import io
 from types import SimpleNamespace
 
 import pytest
@@ -88,13 +89,7 @@ def test_weight_casts_under_conv2d_are_cast_copy_not_convolution_and_runtime_cal
     ("", "triton_poi_fused_convolution_relu_2", "convolution"),
 ])
 def test_kernel_category(op, kernel, category):
-    assert gp.kernel_category(op, kernel) == category
-
-
-def test_the_gpu_and_cpu_profiles_share_one_categoriser():
-    from graphbook.teach import profiling
-
-    assert gp.kernel_category is profiling.op_category and gp.KERNEL_CATEGORIES == profiling.CATEGORIES
+    assert gp.op_category(op, kernel) == category
 
 
 def test_cpu_profile_uses_innermost_computing_ops():
@@ -129,8 +124,6 @@ def test_first_calls_stop_the_clock_after_synchronize():
                              before_each=lambda: log.append("mark"))
     assert seconds == [5.0, 5.0]
     assert log == ["sync", "clock", "mark", "call", "sync", "clock", "clock", "mark", "call", "sync", "clock"]
-    with pytest.raises(ValueError):
-        gp.first_calls(call, 0, synchronize=synchronize)
 
 
 # -- point 7: SM count and is_big_gpu -----------------------------------------------------------------
@@ -161,8 +154,10 @@ def test_smoke_model_is_the_same_in_every_process():
 
 
 def test_child_rows_round_trip(tmp_path):
-    script = tmp_path / "child.py"
-    script.write_text("from graphbook.lab import gpu_profiling as gp\ngp.emit_child_rows([{'variant': 'a', 'x': 1.5}])\n")
+    line = io.StringIO()
+    gp.emit_child_rows([{"variant": "a", "x": 1.5}], stream=line)
+    script = tmp_path / "child.py"  # prints what emit_child_rows printed, without importing torch (seconds)
+    script.write_text(f"print({line.getvalue().strip()!r})\n")
     assert gp.run_child([str(script)]) == [{"variant": "a", "x": 1.5}]
     bad = tmp_path / "bad.py"
     bad.write_text("raise SystemExit('no rows here')\n")

@@ -7,16 +7,21 @@ from unittest.mock import MagicMock
 import pytest
 import torch
 
+from graphbook.lab import gpu_profiling as gp
 from graphbook.lab import gpu_runtimes
 from graphbook.record import results
+from graphbook.runtimes.onnx_utils import CUDA_PROVIDER, TENSORRT_PROVIDER
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only guard")
-def test_cpu_machine_exits_3_with_one_line_and_writes_nothing(tmp_path, script, capsys):
+def test_cpu_machine_exits_3_with_one_line_and_writes_nothing_but_smokes(tmp_path, script, capsys, monkeypatch):
     assert script("gpu_tensorrt.py").main(["--results-dir", str(tmp_path)]) == 3
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpu_tensorrt.py: skipped, nothing measured: ")
     assert "no CUDA device" in lines[0] and list(tmp_path.iterdir()) == []
+    measured = [dict(gpu_runtimes._blank_row("eager_fp32", True), median_ms=1.0)]
+    monkeypatch.setattr(gpu_runtimes, "measure", lambda args, status: measured)  # a smoke run needs no GPU runtime
+    assert script("gpu_tensorrt.py").main(["--smoke", "--results-dir", str(tmp_path)]) == 0
 
 
 def fake_tensorrt(strongly_typed=True, parses=True):
@@ -91,23 +96,20 @@ TRT_TYPES = SimpleNamespace(TensorIOMode=SimpleNamespace(INPUT="in", OUTPUT="out
                             DataType=SimpleNamespace(HALF="half", FLOAT="float"))
 
 
-def test_failed_enqueue_is_an_error_not_an_empty_call():
-    engine = fake_engine(TRT_TYPES, ok=False)
-    run = gpu_runtimes.tensorrt_runner(TRT_TYPES, engine, torch.zeros(1, 9, 8, 8), SimpleNamespace(cuda_stream=777),
-                                       device="cpu")
-    with pytest.raises(RuntimeError, match="execute_async_v3 returned False"):
-        run()
-    assert enqueued_handles(engine) == [777]
+def runner(engine, handle):
+    return gpu_runtimes.tensorrt_runner(TRT_TYPES, engine, torch.zeros(1, 9, 8, 8), SimpleNamespace(cuda_stream=handle),
+                                        device="cpu")
 
 
-def test_engine_runs_on_the_given_stream_never_the_default():
+def test_engine_runs_on_the_given_stream_never_the_default_and_a_failed_enqueue_raises():
     engine = fake_engine(TRT_TYPES, ok=True)
-    run = gpu_runtimes.tensorrt_runner(TRT_TYPES, engine, torch.zeros(1, 9, 8, 8), SimpleNamespace(cuda_stream=31337),
-                                       device="cpu")
-    assert run().shape == (1, 3, 8, 8) and enqueued_handles(engine) == [31337]
+    assert runner(engine, 31337)().shape == (1, 3, 8, 8) and enqueued_handles(engine) == [31337]
     with pytest.raises(ValueError, match="default CUDA stream"):
-        gpu_runtimes.tensorrt_runner(TRT_TYPES, engine, torch.zeros(1, 9, 8, 8), SimpleNamespace(cuda_stream=0),
-                                     device="cpu")
+        runner(engine, 0)
+    failing = fake_engine(TRT_TYPES, ok=False)
+    with pytest.raises(RuntimeError, match="execute_async_v3 returned False"):  # an error, not an empty call
+        runner(failing, 777)()
+    assert enqueued_handles(failing) == [777]
 
 
 def test_onnxruntime_gets_the_stream_as_user_compute_stream():
@@ -158,13 +160,17 @@ def test_rows_get_every_column_and_the_speedup():
                                dict(gpu_runtimes._blank_row("tensorrt_fp16", False), note="skipped: no tensorrt")])
     assert all(list(r) == gpu_runtimes.COLUMNS for r in rows)
     assert [r["speedup_vs_eager"] for r in rows] == [1.0, 2.5, ""]
-    assert gpu_runtimes.failed_variants(rows) == []
+    assert gp.failed_variants(rows) == []
     rows[2]["note"] = "failed: RuntimeError: enqueue"
-    assert gpu_runtimes.failed_variants(rows) == ["tensorrt_fp16"]
+    assert gp.failed_variants(rows) == ["tensorrt_fp16"]
 
 
 @pytest.mark.slow
-def test_smoke_runs_every_step_the_cpu_can(tmp_path, run_main):
+def test_smoke_runs_every_step_the_cpu_can_and_skips_the_gpu_only_variants(tmp_path, run_main, monkeypatch):
+    """The lab engineer's dry run (README step 2): a machine with CUDA, ONNX Runtime's GPU providers and TensorRT."""
+    every_runtime = gpu_runtimes.GpuRuntimes(cuda_device="Fake GPU", tensorrt_version="10.13.0",
+                                             ort_providers=[CUDA_PROVIDER, TENSORRT_PROVIDER])
+    monkeypatch.setattr(gpu_runtimes, "detect_gpu_runtimes", lambda: every_runtime)
     work = tmp_path / "work"
     assert run_main("gpu_tensorrt.py", "--smoke", "--results-dir", tmp_path / "results", "--workdir", work)[0] == 0
     written = list((tmp_path / "results").iterdir())
@@ -176,7 +182,8 @@ def test_smoke_runs_every_step_the_cpu_can(tmp_path, run_main):
     assert bool(frame.loc["ort_cuda_fp32", "same_output"]) and frame.smoke.all()
     assert frame.loc["eager_fp16_half", "fp16_method"] == "model.half()"
     assert "symmetric INT8" in frame.loc["tensorrt_int8_qdq", "note"]          # chapter 4's model: uint8
-    assert frame.loc["tensorrt_int8_qdq_symmetric", "note"] == "skipped: " + gpu_runtimes.SMOKE_GPU_ONLY  # compatible
+    for variant in ("ort_tensorrt_fp16", "tensorrt_fp16", "tensorrt_int8_qdq_symmetric"):  # the last is compatible
+        assert frame.loc[variant, "note"] == "skipped: " + gpu_runtimes.SMOKE_GPU_ONLY
     assert frame.loc["tensorrt_int8_qdq_symmetric", "qdq_source"] == "chapter 4's recipe, int8 symmetric"
     assert not frame.note.fillna("").str.startswith("failed").any()
     runs = [p.name for p in work.iterdir()]
@@ -184,15 +191,3 @@ def test_smoke_runs_every_step_the_cpu_can(tmp_path, run_main):
     assert {"blurball_fp32.onnx", "blurball_fp16.onnx", "blurball_int8_qdq.onnx",
             "blurball_int8_qdq_sym.onnx"} <= {p.name for p in (work / runs[0]).iterdir()}
 
-
-@pytest.mark.slow
-def test_smoke_on_a_machine_with_every_gpu_runtime_skips_the_gpu_only_variants(tmp_path):
-    """The lab engineer's dry run (README step 2) sees CUDA, ONNX Runtime's GPU providers and TensorRT."""
-    status = SimpleNamespace(cuda_device="Fake GPU", ort_cuda=True, ort_tensorrt=True, tensorrt=True,
-                             tensorrt_version="10.13.0", anything=True)
-    args = gpu_runtimes.parse_args(["--smoke", "--results-dir", str(tmp_path), "--workdir", str(tmp_path / "w")])
-    rows = {r["variant"]: r for r in gpu_runtimes.measure(args, status, log=lambda *_: None)}
-    assert gpu_runtimes.failed_variants(list(rows.values())) == []
-    for variant in ("ort_tensorrt_fp16", "tensorrt_fp16", "tensorrt_int8_qdq_symmetric"):
-        assert rows[variant]["note"] == "skipped: " + gpu_runtimes.SMOKE_GPU_ONLY
-    assert rows["ort_cuda_fp32"]["median_ms"] != ""

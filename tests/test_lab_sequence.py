@@ -35,6 +35,7 @@ def fake_env():
 
 def write_fake_blurball_run(results_dir):
     from graphbook.lab import gpu_measure as gpu
+    from graphbook.lab import gpu_profiling as gp
 
     measurements = []
     for config in gpu.plan_matrix():
@@ -45,14 +46,15 @@ def write_fake_blurball_run(results_dir):
                                  second_call_s=0.4 if config["mode"] in ("compile_reduce_overhead", "compile_max_autotune") else "",
                                  max_abs_diff=1e-5 if config["precision"] == "fp32" else 2e-3,
                                  same_output=config["precision"] == "fp32", same_peaks=True))
-    profile = gpu.summarize_kernels([("aten::cudnn_convolution", "sm90_xmma_fprop", 0, 800),
+    profile = gp.summarize_kernels([("aten::cudnn_convolution", "sm90_xmma_fprop", 0, 800),
                                      ("aten::cudnn_batch_norm", "bn_fw_inf", 800, 1100),
                                      ("aten::copy_", "direct_copy_kernel", 1100, 1200)], wall_ms=1.3)
     rows = gpu._build_rows(measurements, {"fp32_eager_nchw": profile})
-    return gpu.write_results(rows, fake_env(), results_dir, FAKE_GPU)
+    return gp.write_results(gpu.KIND, rows, fake_env(), results_dir, FAKE_GPU)
 
 
 def write_fake_tensorrt_run(results_dir):
+    from graphbook.lab import gpu_profiling as gp
     from graphbook.lab import gpu_runtimes as trt
 
     rows = []
@@ -69,7 +71,7 @@ def write_fake_tensorrt_run(results_dir):
         rows.append(row)
     skipped = trt._blank_row("tensorrt_int8_qdq", False)
     skipped["note"] = "skipped: TensorRT takes only symmetric INT8 Q/DQ"
-    return trt.write_results(trt._finish_rows(rows + [skipped]), fake_env(), results_dir, FAKE_GPU)
+    return gp.write_results(trt.KIND, trt._finish_rows(rows + [skipped]), fake_env(), results_dir, FAKE_GPU)
 
 
 LAB_TAG = "lab-path"

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -15,30 +14,22 @@ from torch._inductor.utils import fresh_inductor_cache
 
 from graphbook.lab import gpu_profiling as gp
 from graphbook.measure import timing
-from graphbook.measure.environment import fingerprint
-from graphbook.model import blurball
-from graphbook.paths import CODE_DIR, DATA_DIR
-from graphbook.record import results
-from graphbook.record.cli import EXIT_RESOURCE_ABSENT, make_parser, positive_int
+from graphbook.paths import CODE_DIR
+from graphbook.record.cli import make_parser, positive_int, resource_absent
 from graphbook.runtimes import correctness
 
 PROG = "gpu_blurball.py"
-#: The committed results: a smoke run (a CPU stand-in) must never write there.
-BOOK_RESULTS = (DATA_DIR / "results").resolve()
 KIND = "gpu-blurball"
 #: The command line the cuDNN-benchmark child process runs.
 SCRIPT = CODE_DIR / "gpu_blurball.py"
-EXIT_NO_CUDA = EXIT_RESOURCE_ABSENT
 PRECISIONS = ("fp32", "fp16")
 COMPILE_MODES = ("compile_default", "compile_reduce_overhead", "compile_max_autotune")
 TORCH_MODE = {"compile_default": "default", "compile_reduce_overhead": "reduce-overhead",
               "compile_max_autotune": "max-autotune"}
 PROFILED = (("fp32", "eager"), ("fp16", "eager"), ("fp16", "compile_default"))
-KERNEL_CATEGORIES = gp.KERNEL_CATEGORIES
 # Start max-autotune only if this much of the 8-minute budget is left (its compile is the slow one).
 MAX_AUTOTUNE_BUDGET_S = 240.0
 TOTAL_BUDGET_S = 480.0
-SMOKE = dict(height=32, width=64, repeats=2, warmup=1)
 
 # Column names are graphbook.record.results' canonical ones: compile_s is the synchronized first call (the
 # compile for compiled modes), second_call_s the CUDA-graph recording call.
@@ -64,17 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="compile with the on-disk Inductor cache instead of a fresh (cold) one")
     parser.add_argument("--weights", type=Path, default=None,
                         help="BlurBall checkpoint (authors' format); default: seeded random weights")
-    parser.add_argument("--smoke", action="store_true",
-                        help="run the whole pipeline on the CPU with a tiny model and sizes (needs --results-dir)")
     parser.add_argument("--cudnn-benchmark-child", type=Path, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.smoke and args.results_dir.resolve() == BOOK_RESULTS and args.cudnn_benchmark_child is None:
-        parser.error("--smoke needs --results-dir (smoke rows must not reach data/results)")
-    if args.weights is not None and not args.weights.is_file():
-        parser.error(f"--weights {args.weights} is not a file")
-    if args.smoke:
-        args.repeats, args.warmup = SMOKE["repeats"], SMOKE["warmup"]
-    return args
+    return gp.parse_lab_args(parser, argv, "--weights")
 
 
 def cuda_problem() -> str | None:
@@ -92,43 +74,26 @@ def plan_matrix(skip_max_autotune: bool = False) -> list[dict]:
     """The configurations to measure, in order: eager first, max-autotune last (Chapter 5)."""
     modes = [m for m in COMPILE_MODES if not (skip_max_autotune and m == "compile_max_autotune")]
     settings = [("eager", "nchw", False), ("eager", "channels_last", False), ("eager", "nchw", True)]
-    plan = [dict(precision=precision, mode=mode, layout=layout, cudnn_benchmark=benchmark)
+    return [dict(precision=precision, mode=mode, layout=layout, cudnn_benchmark=benchmark,
+                 variant=f"{precision}_{mode}_{layout}" + ("+cudnn_benchmark" if benchmark else ""),
+                 fp16_method=gp.FP16_AUTOCAST if precision == "fp16" else "",
+                 process="child" if benchmark else "main")
             for mode, layout, benchmark in settings + [(m, "nchw", False) for m in modes] for precision in PRECISIONS]
-    for config in plan:
-        config["variant"] = _variant_name(config)
-        config["fp16_method"] = gp.FP16_AUTOCAST if config["precision"] == "fp16" else ""
-        config["process"] = "child" if config["cudnn_benchmark"] else "main"
-    return plan
-
-
-def _variant_name(config: dict) -> str:
-    """``fp16_compile_default_nchw`` style name; ``+cudnn_benchmark`` when it is on (Chapter 5)."""
-    name = f"{config['precision']}_{config['mode']}_{config['layout']}"
-    return name + ("+cudnn_benchmark" if config.get("cudnn_benchmark") else "")
-
-
-summarize_kernels = gp.summarize_kernels
 
 
 def _build_rows(measurements: list[dict], profiles: dict, *, device: str = "cuda", smoke: bool = False) -> list[dict]:
     """CSV rows from measurement dicts and ``{variant: [profile rows]}`` (Chapter 5)."""
-    def eager_time(precision):
-        for m in measurements:
-            if (m["precision"], m["mode"], m["layout"], bool(m["cudnn_benchmark"])) == (
-                    precision, "eager", "nchw", False) and m.get("median_ms"):
-                return m["median_ms"]
-        return None
-
     def blank():
         return {**{c: "" for c in CSV_COLUMNS}, "device": device, "smoke": bool(smoke)}
 
+    medians = {m["variant"]: m.get("median_ms") for m in measurements}
+    fp32 = medians.get("fp32_eager_nchw")
     rows = []
-    fp32 = eager_time("fp32")
     for m in measurements:
         row = blank()
         row.update({k: v for k, v in m.items() if k in CSV_COLUMNS})
         row["record"] = "variant"
-        same = eager_time(m["precision"])
+        same = medians.get(f"{m['precision']}_eager_nchw")
         if m.get("median_ms"):
             row["speedup_vs_eager_same_precision"] = same / m["median_ms"] if same else ""
             row["speedup_vs_eager"] = fp32 / m["median_ms"] if fp32 else ""
@@ -145,20 +110,6 @@ def _build_rows(measurements: list[dict], profiles: dict, *, device: str = "cuda
     return rows
 
 
-def failed_variants(rows: list[dict]) -> list[str]:
-    """Variants that failed (Chapter 5): their build or run raised (note ``failed: ...``), or an FP32
-    variant, expected to match eager FP32, did not (``same_output`` False). FP16 variants are recorded
-    with their difference, never expected to match."""
-    return [r["variant"] for r in rows if r["record"] == "variant"
-            and (str(r["note"]).startswith("failed") or (r["expected_to_match_eager"] is True
-                                                         and r["same_output"] is False))]
-
-
-def write_results(rows: list[dict], env: dict, results_dir: Path | None, device_name: str) -> Path:
-    """Write rows to a new ``gpu-blurball-<device>-<date>[-N].csv``; never an existing file (Chapter 5)."""
-    return results.write_run(KIND, rows, env, results_dir=results_dir, tag=gp.device_slug(device_name))
-
-
 def format_table(rows: list[dict]) -> str:
     """Text table of the variant rows, then of the profile rows (Chapter 5)."""
     frame = pd.DataFrame(rows).replace("", None).infer_objects()
@@ -171,14 +122,6 @@ def format_table(rows: list[dict]) -> str:
 
 # ---- The measurement (CUDA, or the CPU in --smoke)
 
-def _autocast(precision: str, device: str):
-    return torch.autocast(device, dtype=torch.float16) if precision == "fp16" else contextlib.nullcontext()
-
-
-def _sync(device: str):
-    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
-
-
 def _build_call(config: dict, model, x, *, device: str = "cuda", fresh_cache: bool = True):
     """``(call, first_call_s, second_call_s)`` for one configuration (Chapter 5)."""
     precision, mode = config["precision"], config["mode"]
@@ -187,10 +130,10 @@ def _build_call(config: dict, model, x, *, device: str = "cuda", fresh_cache: bo
         x = x.contiguous(memory_format=torch.channels_last)
 
     def forward(inp):
-        with _autocast(precision, device):
+        with torch.autocast(device, dtype=torch.float16) if precision == "fp16" else contextlib.nullcontext():
             return model(inp)
 
-    sync = _sync(device)
+    sync = gp.synchronizer(device)
     if mode == "eager":
         call = lambda: forward(x)
         (first,) = gp.first_calls(call, 1, synchronize=sync)
@@ -208,13 +151,6 @@ def _build_call(config: dict, model, x, *, device: str = "cuda", fresh_cache: bo
             mark()
         return compiled(x)
     return call, times[0], (times[1] if graphs else "")
-
-
-def _load_model_and_input(args, device: str):
-    """The model and input for a run: BlurBall at 288 x 512, or the smoke stand-in at 32 x 64 (Chapter 5)."""
-    if args.smoke:
-        return (gp.smoke_model(), blurball.example_input(height=SMOKE["height"], width=SMOKE["width"]))
-    return blurball.build_blurball(args.weights).to(device), blurball.example_input().to(device)
 
 
 def _measure_configs(configs, model, x, reference, args, *, device: str, log=print, started=None,
@@ -246,8 +182,8 @@ def _measure_configs(configs, model, x, reference, args, *, device: str, log=pri
                 if (profiles is not None and not args.no_profile and key in PROFILED
                         and config["layout"] == "nchw" and not config["cudnn_benchmark"]):
                     profiles[config["variant"]] = gp.profile_call(call, device)
-        except Exception as exc:  # one failing mode must not lose the others' results
-            entry["note"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        except Exception as error:  # one failing mode must not lose the others' results
+            entry["note"] = gp.failure_note(error)
         measurements.append(entry)
         log(f"  {entry.get('median_ms', float('nan')):.2f} ms {entry['note']}")
     return measurements
@@ -271,9 +207,8 @@ def run_cudnn_benchmark_child(args) -> int:
     torch.backends.cudnn.benchmark = True  # before the model exists: no convolution has run in this process
     device = "cpu" if args.smoke else "cuda"
     if device == "cuda" and cuda_problem() is not None:
-        print(f"{PROG}: no GPU measurement: {cuda_problem()}", file=sys.stderr)
-        return EXIT_NO_CUDA
-    model, x = _load_model_and_input(args, device)
+        return resource_absent(PROG, f"no GPU measurement: {cuda_problem()}")
+    model, x = gp.model_and_input(args.smoke, device, args.weights)
     reference = torch.load(args.cudnn_benchmark_child).to(device)
     configs = [c for c in plan_matrix(True) if c["process"] == "child"]
     entries = _measure_configs(configs, model, x, reference, args, device=device, log=lambda *_: None)
@@ -288,8 +223,7 @@ def measure(args: argparse.Namespace, log=print) -> list[dict]:
     device = "cpu" if args.smoke else "cuda"
     started = time.perf_counter()
     torch.backends.cudnn.benchmark = False
-    model, x = _load_model_and_input(args, device)
-    model = model.eval()
+    model, x = gp.model_and_input(args.smoke, device, args.weights)
     with torch.no_grad():
         reference = model(x).float()
     plan = plan_matrix(args.skip_max_autotune)
@@ -313,9 +247,8 @@ def measure(args: argparse.Namespace, log=print) -> list[dict]:
     return _build_rows(measurements, profiles, device=device, smoke=args.smoke)
 
 
-def environment(args, device: str) -> dict:
-    """The run's provenance: the fingerprint plus cuDNN, SM count, weights and the smoke flag (Chapter 5)."""
-    return {**fingerprint(), "cudnn_version": str(torch.backends.cudnn.version()),
-            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
-            "gpu_sm_count": int(torch.cuda.get_device_properties(0).multi_processor_count) if device == "cuda" else "",
-            "weights": "smoke stand-in model" if args.smoke else args.weights.name if args.weights else "seeded-random"}
+def environment(args) -> dict:
+    """The run's provenance: the lab fingerprint plus cuDNN's version and TF32 setting (Chapter 5)."""
+    return gp.environment(args.smoke, args.weights.name if args.weights else "seeded-random",
+                          cudnn_version=str(torch.backends.cudnn.version()),
+                          cudnn_allow_tf32=bool(torch.backends.cudnn.allow_tf32))

@@ -1,11 +1,13 @@
 """What the GPU scripts need to measure right the first time on a lab machine (Chapter 5)."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
 import sys
 import time
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import torch
@@ -14,10 +16,12 @@ from torch._inductor.utils import is_big_gpu
 from torch.profiler import ProfilerActivity, profile
 
 from graphbook.measure.compiletime import run_tagged_child
+from graphbook.measure.environment import fingerprint
+from graphbook.model import blurball
+from graphbook.paths import DATA_DIR
+from graphbook.record import results
 from graphbook.teach.profiling import CATEGORIES, cpu_op_units, device_kind as _device_kind, is_annotation, op_category
 
-#: Profile categories, in table order: the CPU profile's (graphbook.teach.profiling).
-KERNEL_CATEGORIES = CATEGORIES
 #: Inductor marks CUDA-graph modes by these ``torch.compile`` mode names.
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
 #: Inductor's threshold in ``is_big_gpu`` (torch 2.5 to 2.13): fewer SMs and max-autotune's Triton
@@ -27,8 +31,62 @@ INDUCTOR_MIN_SMS = 68
 FP16_AUTOCAST = "autocast"
 FP16_HALF = "model.half()"
 FP16_ONNX = "fp16 onnx graph"
+#: A ``--smoke`` run: the stand-in model at this size, timed this many calls, the whole pipeline on a CPU.
+SMOKE = dict(height=32, width=64, repeats=2, warmup=1)
 
 _SKIPPED_DEVICE_EVENTS = ("Memcpy", "Memset")
+
+
+# ---- What both GPU scripts share: options, model, provenance, rows, files
+
+def parse_lab_args(parser: argparse.ArgumentParser, argv, *file_options: str) -> argparse.Namespace:
+    """Add ``--smoke`` and parse; smoke rows need their own ``--results-dir``, each of ``file_options`` a file."""
+    parser.add_argument("--smoke", action="store_true",
+                        help="run the whole pipeline on the CPU with a tiny model and sizes (needs --results-dir)")
+    args = parser.parse_args(argv)
+    child = getattr(args, "cudnn_benchmark_child", None) is not None  # a child process writes no file
+    if args.smoke and not child and args.results_dir.resolve() == (DATA_DIR / "results").resolve():
+        parser.error("--smoke needs --results-dir (smoke rows must not reach data/results)")
+    for option in file_options:
+        path = getattr(args, option.removeprefix("--").replace("-", "_"))
+        if path is not None and not path.is_file():
+            parser.error(f"{option} {path} is not a file")
+    if args.smoke:
+        args.repeats, args.warmup = SMOKE["repeats"], SMOKE["warmup"]
+    return args
+
+
+def lab_input(smoke: bool, seed: int = blurball.DEFAULT_SEED):
+    """BlurBall's example input at the article's size, or at the smoke run's."""
+    size = dict(height=SMOKE["height"], width=SMOKE["width"]) if smoke else {}
+    return blurball.example_input(seed=seed, **size)
+
+
+def model_and_input(smoke: bool, device: str = "cuda", weights=None):
+    """BlurBall (eval mode) and its input on ``device``, or the smoke stand-in and a small input on the CPU."""
+    if smoke:
+        return smoke_model(), lab_input(True)
+    return blurball.build_blurball(weights).to(device), lab_input(False).to(device)
+
+
+def environment(smoke: bool, weights: str = "seeded-random", **extra) -> dict:
+    """The run's provenance: the fingerprint, the GPU's SM count, the weights and ``extra`` fields."""
+    on_gpu = torch.cuda.is_available() and not smoke
+    return {**fingerprint(), "gpu_sm_count": int(torch.cuda.get_device_properties(0).multi_processor_count)
+            if on_gpu else "", "weights": "smoke stand-in model" if smoke else weights, **extra}
+
+
+def failure_note(error: BaseException) -> str:
+    """The ``note`` of a variant whose build or run raised: its type and first line."""
+    first_line = str(error).splitlines()[0] if str(error) else ""
+    return f"failed: {type(error).__name__}: {first_line}"[:300]
+
+
+def failed_variants(rows: list[dict]) -> list[str]:
+    """Variants whose build or run raised (note ``failed: ...``), or that were expected to match eager FP32 and did
+    not (``same_output`` False); FP16 variants are recorded with their difference, never expected to match."""
+    return [r["variant"] for r in rows if str(r["note"]).startswith("failed")
+            or (r["expected_to_match_eager"] is True and r["same_output"] is False)]
 
 
 def device_slug(name: str) -> str:
@@ -37,11 +95,17 @@ def device_slug(name: str) -> str:
     return slug or "unknown-gpu"
 
 
-# ---- Profiles
+def write_results(kind: str, rows: list[dict], env: dict, results_dir: Path | None, device_name: str) -> Path:
+    """Write rows to a new ``<kind>-<device>-<date>[-N].csv``; never an existing file (Chapters 4 and 5)."""
+    return results.write_run(kind, rows, env, results_dir=results_dir, tag=device_slug(device_name))
 
-#: The category of one kernel from its innermost launching op, else its own name (Chapter 5):
-#: :func:`graphbook.teach.profiling.op_category`, the one rule of the CPU and GPU profiles.
-kernel_category = op_category
+
+def synchronizer(device: str) -> Callable[[], object]:
+    """What waits for ``device``'s queued work: CUDA's synchronize, nothing on the CPU."""
+    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+
+# ---- Profiles
 
 
 def _kernels_from_events(events: Iterable, device: str = "cuda") -> list[tuple[str, str, float, float]]:
@@ -70,36 +134,30 @@ def _kernels_from_events(events: Iterable, device: str = "cuda") -> list[tuple[s
 
 def _union_length(intervals) -> float:
     """Total length covered by (start, end) intervals, overlaps counted once (active GPU time, Chapter 5)."""
-    total, current_start, current_end = 0.0, None, None
+    total, reached = 0.0, float("-inf")
     for start, end in sorted(intervals):
-        if current_end is None or start > current_end:
-            if current_end is not None:
-                total += current_end - current_start
-            current_start, current_end = start, end
-        else:
-            current_end = max(current_end, end)
-    if current_end is not None:
-        total += current_end - current_start
+        total += max(0.0, end - max(start, reached))  # only the part past what earlier intervals covered
+        reached = max(reached, end)
     return total
 
 
 def summarize_kernels(kernels: list[tuple[str, str, float, float]], wall_ms: float) -> list[dict]:
     """Profile rows from ``(launching_op, kernel_name, start_us, end_us)`` tuples (Chapter 5)."""
-    sums = {c: [0, 0.0] for c in KERNEL_CATEGORIES}
+    sums = {c: [0, 0.0] for c in CATEGORIES}
     for op, name, start, end in kernels:
-        bucket = sums[kernel_category(op, name)]
+        bucket = sums[op_category(op, name)]
         bucket[0] += 1
         bucket[1] += (end - start) / 1e3
     kernel_total = sum(v[1] for v in sums.values()) or 1.0
     active = _union_length([(s, e) for _, _, s, e in kernels]) / 1e3
     return [{"category": c, "kernels": sums[c][0], "kernel_ms": sums[c][1],
              "share": sums[c][1] / kernel_total, "total_kernels": len(kernels),
-             "active_gpu_ms": active, "wall_ms": wall_ms} for c in KERNEL_CATEGORIES]
+             "active_gpu_ms": active, "wall_ms": wall_ms} for c in CATEGORIES]
 
 
 def profile_call(call: Callable[[], object], device: str = "cuda") -> list[dict]:
     """Profile one call (after one untimed call) and summarise its kernels by category (Chapter 5)."""
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync = synchronizer(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     call()
     sync()
@@ -122,8 +180,6 @@ def first_calls(call: Callable[[], object], n_calls: int, *, synchronize: Callab
                 clock: Callable[[], float] = time.perf_counter,
                 before_each: Callable[[], object] | None = None) -> list[float]:
     """Seconds of each of the first ``n_calls`` calls, the device synchronized before the clock stops."""
-    if not isinstance(n_calls, int) or n_calls < 1:
-        raise ValueError(f"n_calls must be a positive integer, got {n_calls!r}")
     seconds = []
     synchronize()
     for _ in range(n_calls):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import datetime as dt
 import tempfile
 import time
@@ -20,19 +21,14 @@ from graphbook.lab.tensorrt_engines import (
     tensorrt_runner,
 )
 from graphbook.measure import timing
-from graphbook.model import blurball
-from graphbook.paths import DATA_DIR
-from graphbook.record import results
-from graphbook.record.cli import EXIT_RESOURCE_ABSENT, comma_choices, make_parser, positive_int
+from graphbook.record.cli import comma_choices, make_parser, positive_int
 from graphbook.runtimes import correctness, onnx_utils as ou, quantization
 from graphbook.runtimes.onnx_utils import CUDA_PROVIDER, TENSORRT_PROVIDER, available_providers
 
 PROG = "gpu_tensorrt.py"
 KIND = "gpu-tensorrt"
-EXIT_NO_GPU = EXIT_RESOURCE_ABSENT
 VARIANTS = ("eager_fp32", "eager_fp16_half", "ort_cuda_fp32", "ort_tensorrt_fp16", "tensorrt_fp16",
             "tensorrt_int8_qdq", "tensorrt_int8_qdq_symmetric")
-SMOKE = dict(height=32, width=64, repeats=2, warmup=1)
 SMOKE_GPU_ONLY = "smoke run on the CPU: this variant needs the GPU"
 #: Chapter 4's calibration: three synthetic inputs with these seeds.
 CALIBRATION_SEEDS = (100, 101, 102)
@@ -57,16 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="TensorRT builder workspace limit")
     parser.add_argument("--qdq-model", type=Path, default=None,
                         help="chapter 4's Q/DQ ONNX file (default: rebuilt with the chapter's recipe)")
-    parser.add_argument("--smoke", action="store_true",
-                        help="run the whole pipeline on the CPU with a tiny model and sizes (needs --results-dir)")
-    args = parser.parse_args(argv)
-    if args.smoke and args.results_dir.resolve() == (DATA_DIR / "results").resolve():
-        parser.error("--smoke needs --results-dir (smoke rows must not reach data/results)")
-    if args.qdq_model is not None and not args.qdq_model.is_file():
-        parser.error(f"--qdq-model {args.qdq_model} is not a file")
-    if args.smoke:
-        args.repeats, args.warmup = SMOKE["repeats"], SMOKE["warmup"]
-    return args
+    return gp.parse_lab_args(parser, argv, "--qdq-model")
 
 
 # ---- ONNX Runtime
@@ -118,30 +105,13 @@ def _finish_rows(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def write_results(rows: list[dict], env: dict, results_dir: Path | None, device_name: str) -> Path:
-    """Write rows to a new ``gpu-tensorrt-<device>-<date>[-N].csv``; never an existing file (Chapter 4)."""
-    return results.write_run(KIND, rows, env, results_dir=results_dir, tag=gp.device_slug(device_name))
-
-
-def failed_variants(rows: list[dict]) -> list[str]:
-    """Variants whose build or run raised, or that were expected to match eager and did not (Chapter 4)."""
-    return [r["variant"] for r in rows if str(r["note"]).startswith("failed")
-            or (r["expected_to_match_eager"] is True and r["same_output"] is False)]
-
-
 def measure(args, status, log=print) -> list[dict]:
     """Measure every requested variant; one row each, measured or with the reason it was not (Chapter 4)."""
     smoke = args.smoke
     device = "cpu" if smoke else "cuda"
-    if smoke:
-        model, x = gp.smoke_model(), blurball.example_input(height=SMOKE["height"], width=SMOKE["width"])
-        model16 = gp.smoke_model().half()
-        frames = [blurball.example_input(height=SMOKE["height"], width=SMOKE["width"], seed=s)
-                  for s in CALIBRATION_SEEDS]
-    else:
-        model, x = blurball.build_blurball().to(device), blurball.example_input().to(device)
-        model16 = blurball.build_blurball().half().to(device)
-        frames = [blurball.example_input(seed=s) for s in CALIBRATION_SEEDS]
+    model, x = gp.model_and_input(smoke, device)
+    model16 = copy.deepcopy(model).half()
+    frames = [gp.lab_input(smoke, seed=s) for s in CALIBRATION_SEEDS]
     with torch.no_grad():
         reference = model(x).float()
     x16 = x.half().contiguous()
@@ -156,10 +126,9 @@ def measure(args, status, log=print) -> list[dict]:
 
     def record(row, run, expected_to_match):
         """Check ``run()`` against eager FP32, then time it on the variant's stream."""
-        sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
         with stream_context():
             output = run()
-            sync()
+            gp.synchronizer(device)()
             check = correctness.compare_to_reference(output.float(), reference)
             result = timing.time_cpu(run, warmup=args.warmup, repeats=args.repeats)  # the Timer syncs CUDA
         check.pop("reference_scale", None)
@@ -175,7 +144,7 @@ def measure(args, status, log=print) -> list[dict]:
         try:
             body(row)
         except Exception as error:  # a lab run records what worked and says what did not
-            row["note"] = f"failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+            row["note"] = gp.failure_note(error)
             log(f"{variant}: FAILED: {row['note']}")
         rows.append(row)
 
