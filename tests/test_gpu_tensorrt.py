@@ -43,22 +43,16 @@ def calls(method):
     return [c.args[0] for c in method.call_args_list]
 
 
-def test_strongly_typed_build_never_sets_the_removed_fp16_flag(tmp_path):
-    trt = fake_tensorrt(strongly_typed=True)
+@pytest.mark.parametrize("strong, network_flags, builder_flags, typing", [
+    (True, [1 << 5] * 2, [], "strong"),   # TensorRT 11 has no BuilderFlag.FP16: precision comes from the ONNX types
+    (False, [0, 0], ["FP16", "INT8"], "weak (builder flags)")])   # an old TensorRT without strong typing
+def test_the_build_flags_follow_the_installed_tensorrts_typing(tmp_path, strong, network_flags, builder_flags, typing):
+    trt = fake_tensorrt(strongly_typed=strong)
     build = gpu_runtimes.build_tensorrt_engine(trt, tmp_path / "m.onnx", 64)
-    assert (build.engine, build.typing, build.plan_bytes) == ("engine", "strong", 1234)
-    assert calls(trt.Builder.return_value.create_network) == [1 << 5]
-    # TensorRT 11 has no BuilderFlag.FP16: precision comes from the ONNX types
-    assert calls(trt.Builder.return_value.create_builder_config.return_value.set_flag) == []
-    assert build.build_s >= 0
-
-
-def test_old_tensorrt_without_strong_typing_uses_the_builder_flags(tmp_path):
-    trt = fake_tensorrt(strongly_typed=False)
-    assert gpu_runtimes.build_tensorrt_engine(trt, tmp_path / "m.onnx", 64).typing.startswith("weak")
     gpu_runtimes.build_tensorrt_engine(trt, tmp_path / "m.onnx", 64, int8=True)
-    assert calls(trt.Builder.return_value.create_network) == [0, 0]
-    assert calls(trt.Builder.return_value.create_builder_config.return_value.set_flag) == ["FP16", "INT8"]
+    assert (build.engine, build.typing, build.plan_bytes) == ("engine", typing, 1234) and build.build_s >= 0
+    assert calls(trt.Builder.return_value.create_network) == network_flags
+    assert calls(trt.Builder.return_value.create_builder_config.return_value.set_flag) == builder_flags
 
 
 def test_second_build_starts_from_the_first_builds_timing_cache(tmp_path):
@@ -68,9 +62,6 @@ def test_second_build_starts_from_the_first_builds_timing_cache(tmp_path):
     # empty first: a build without a timing cache
     assert calls(trt.Builder.return_value.create_builder_config.return_value.create_timing_cache) == [b"", b"+tactics"]
     assert not first.with_timing_cache and second.with_timing_cache
-
-
-def test_parse_failure_is_reported(tmp_path):
     with pytest.raises(RuntimeError, match="could not parse m.onnx: unsupported operator Foo"):
         gpu_runtimes.build_tensorrt_engine(fake_tensorrt(parses=False), tmp_path / "m.onnx", 64)
 
