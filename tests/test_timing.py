@@ -85,8 +85,6 @@ def test_repeated_runs_interleaves_or_hands_the_timing_to_measure():
 
 
 def test_repeated_runs_pins_each_names_threads():
-    import torch
-
     before = torch.get_num_threads()
     seen = {}
     timing.repeated_runs({"one": lambda: seen.setdefault("one", torch.get_num_threads())}, runs=1, warmup=0,
