@@ -139,7 +139,7 @@ def _build_call(config: dict, model, x, *, device: str = "cuda", fresh_cache: bo
         (first,) = gp.first_calls(call, 1, synchronize=sync)
         return call, first, ""
 
-    graphs = gp.uses_cuda_graphs(TORCH_MODE[mode])
+    graphs = TORCH_MODE[mode] in gp.CUDAGRAPH_MODES
     mark = torch.compiler.cudagraph_mark_step_begin if graphs and device == "cuda" else None
     torch._dynamo.reset()
     with fresh_inductor_cache() if fresh_cache else contextlib.nullcontext():

@@ -169,12 +169,7 @@ def profile_call(call: Callable[[], object], device: str = "cuda") -> list[dict]
     return summarize_kernels(_kernels_from_events(prof.events(), device), wall_ms)
 
 
-# ---- First calls, streams, enqueues, autotune
-
-def uses_cuda_graphs(mode: str) -> bool:
-    """True for the ``torch.compile`` modes that record CUDA graphs (Chapter 5)."""
-    return mode in CUDAGRAPH_MODES
-
+# ---- First calls, streams, autotune
 
 def first_calls(call: Callable[[], object], n_calls: int, *, synchronize: Callable[[], object],
                 clock: Callable[[], float] = time.perf_counter,
@@ -198,14 +193,6 @@ def stream_handle(stream) -> int:
     if handle == 0:
         raise ValueError("got the default CUDA stream (handle 0); create one with torch.cuda.Stream()")
     return handle
-
-
-def enqueue_or_raise(context, handle: int, what: str = "TensorRT engine") -> None:
-    """Run ``context.execute_async_v3(handle)`` and raise if TensorRT says the enqueue failed (Chapter 4)."""
-    ok = context.execute_async_v3(handle)
-    if ok is False or ok is None:
-        raise RuntimeError(f"{what}: execute_async_v3 returned {ok!r}: the enqueue failed, so there is no "
-                           "output to time (see TensorRT's log above)")
 
 
 def autotune_verdict(device_index: int = 0) -> dict:

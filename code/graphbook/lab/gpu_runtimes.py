@@ -58,9 +58,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 # ---- ONNX Runtime
 
-def _ort_stream_options(stream, device_id: int = 0) -> dict:
+def _ort_stream_options(stream) -> dict:
     """Provider options that put an ONNX Runtime GPU provider on ``stream`` (a dedicated one) (Chapter 4)."""
-    return {"device_id": device_id, "user_compute_stream": str(gp.stream_handle(stream))}
+    return {"device_id": 0, "user_compute_stream": str(gp.stream_handle(stream))}
 
 
 def _ort_runner(session, x, out_shape, dtype, *, device: str = "cuda"):
@@ -126,7 +126,7 @@ def measure(args, status, log=print) -> list[dict]:
 
     def record(row, run, expected_to_match):
         """Check ``run()`` against eager FP32, then time it on the variant's stream."""
-        with stream_context():
+        with stream_context(), torch.no_grad():
             output = run()
             gp.synchronizer(device)()
             check = correctness.compare_to_reference(output.float(), reference)
@@ -152,18 +152,11 @@ def measure(args, status, log=print) -> list[dict]:
         row["note"] = f"skipped: {reason}"
         log(f"{row['variant']}: {row['note']}")
 
-    def eager_fp32(row):
-        with torch.no_grad():
-            record(row, lambda: model(x), True)
-
-    def eager_fp16(row):
-        with torch.no_grad():
-            record(row, lambda: model16(x16), False)
-
-    attempt("eager_fp32", eager_fp32, description="eager PyTorch, FP32", precision="fp32", runtime="torch",
-            runtime_version=torch.__version__)
-    attempt("eager_fp16_half", eager_fp16, description="eager PyTorch, model.half() and input in FP16",
-            precision="fp16", fp16_method=gp.FP16_HALF, runtime="torch", runtime_version=torch.__version__)
+    attempt("eager_fp32", lambda row: record(row, lambda: model(x), True), description="eager PyTorch, FP32",
+            precision="fp32", runtime="torch", runtime_version=torch.__version__)
+    attempt("eager_fp16_half", lambda row: record(row, lambda: model16(x16), False),
+            description="eager PyTorch, model.half() and input in FP16", precision="fp16", fp16_method=gp.FP16_HALF,
+            runtime="torch", runtime_version=torch.__version__)
 
     with contextlib.ExitStack() as stack:
         base = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-trt-")))

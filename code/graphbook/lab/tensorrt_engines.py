@@ -84,7 +84,10 @@ def tensorrt_runner(trt, engine, x, stream, *, device: str = "cuda"):
     bound = (engine, x, output)  # TensorRT holds raw pointers: keep the tensors (and engine) alive
 
     def run():
-        gp.enqueue_or_raise(context, handle)
+        ok = context.execute_async_v3(handle)
+        if ok is False or ok is None:
+            raise RuntimeError(f"TensorRT engine: execute_async_v3 returned {ok!r}: the enqueue failed, so there is "
+                               "no output to time (see TensorRT's log above)")
         return bound[2]
 
     return run
