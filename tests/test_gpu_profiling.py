@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from torch.profiler import profile
 
 from graphbook.lab import gpu_profiling as gp
 
@@ -92,7 +93,7 @@ def test_kernel_category(op, kernel, category):
     assert gp.op_category(op, kernel) == category
 
 
-def test_cpu_profile_uses_innermost_computing_ops():
+def test_cpu_profile_uses_innermost_computing_ops_and_real_events_have_the_attributes_the_rules_read():
     model = gp.smoke_model()
     x = torch.randn(1, 9, 16, 16)
 
@@ -101,6 +102,13 @@ def test_cpu_profile_uses_innermost_computing_ops():
             return model(x)
     rows = {r["category"]: r["kernels"] for r in gp.profile_call(call, "cpu")}
     assert rows["convolution"] == 3 and rows["cast/copy"] >= 3  # weights cast under autocast
+    with profile() as prof, torch.no_grad():
+        model(x)
+    events = prof.events()
+    assert all(gp._device_kind(e) == "CPU" for e in events)
+    assert all(getattr(e, "linked_correlation_id", None) == 0 for e in events)  # ops link to nothing
+    assert gp._kernels_from_events(events, "cuda") == []   # no CUDA events on a CPU
+    assert gp._kernels_from_events(events, "cpu")
 
 
 # -- point 8: first calls are synchronized, and CUDA-graph modes time two --------------------------
@@ -157,16 +165,3 @@ def test_child_rows_round_trip(tmp_path):
     bad.write_text("raise SystemExit('no rows here')\n")
     with pytest.raises(RuntimeError, match="no rows here"):
         gp.run_child([str(bad)])
-
-
-def test_real_profiler_events_have_the_attributes_the_rules_read():
-    from torch.profiler import profile
-
-    model, x = gp.smoke_model(), torch.randn(1, 9, 16, 16)
-    with profile() as prof, torch.no_grad():
-        model(x)
-    events = prof.events()
-    assert all(gp._device_kind(e) == "CPU" for e in events)
-    assert all(getattr(e, "linked_correlation_id", None) == 0 for e in events)  # ops link to nothing
-    assert gp._kernels_from_events(events, "cuda") == []   # no CUDA events on a CPU
-    assert gp._kernels_from_events(events, "cpu")

@@ -55,10 +55,3 @@ def test_the_plot_draws_a_bar_per_machine_and_group_and_nothing_when_empty(tmp_p
     assert machines.plot_side_by_side("attribution", tmp_path) is None
     with pytest.raises(KeyError, match="no side-by-side measure"):
         machines.measure("no-such-kind")
-
-
-def test_every_measure_names_a_known_kind():
-    from graphbook.record import results
-
-    for found in machines.MEASURES:
-        results.kind(found.kind)
