@@ -240,8 +240,7 @@ def _typed(frame):
 
 
 def _read_file(path: Path):
-    header = _read_header(path) or []
-    frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS if c in header}, keep_default_na=True)
+    frame = pd.read_csv(path, dtype=dict.fromkeys(TEXT_COLUMNS, str))  # a column the file lacks is ignored
     frame[SOURCE_FILE] = path.name
     if RUN_ID not in frame.columns:  # the notebook log: one run per row is not a recording
         frame[RUN_ID] = path.stem
