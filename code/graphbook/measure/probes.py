@@ -37,32 +37,32 @@ def _positive_int(label: str, value, lowest: int = 1) -> int:
     return value
 
 
-def copy_bandwidth(nbytes: int = 256 * MIB, repeats: int = 5, device: str = "cpu") -> dict:
+def copy_bandwidth(nbytes: int = 256 * MIB, repeats: int = 5) -> dict:
     """Memory bandwidth of ``dst.copy_(src)``, counting read and write (``2 * nbytes`` per copy), decimal GB/s. Use
     buffers far larger than the last-level cache; the touch before timing keeps page faults out."""
     _positive_int("nbytes", nbytes, 4)
     _positive_int("repeats", repeats)
     elements = nbytes // 4
-    src = torch.rand(elements, device=device)
-    dst = torch.zeros(elements, device=device)  # zeros, not empty: touch every page now
+    src = torch.rand(elements)
+    dst = torch.zeros(elements)  # zeros, not empty: touch every page now
     result = timed(lambda: dst.copy_(src), repeats)
     moved = 2 * elements * 4
     return {"gb_per_s": moved / (result["median_ms"] * 1e-3) / 1e9, "bytes_moved": moved, **result,
-            "nbytes": elements * 4, "device": str(device)}
+            "nbytes": elements * 4}
 
 
-def matmul_peak(n: int = 2048, dtype=None, device: str = "cpu", repeats: int = 5) -> dict:
+def matmul_peak(n: int = 2048, dtype=torch.float32, repeats: int = 5) -> dict:
     """GFLOP/s of one ``n x n`` matrix product (``2 * n**3`` FLOPs): a practical peak, a little below the
     vendor's."""
     _positive_int("n", n)
     _positive_int("repeats", repeats)
-    dtype = torch.float32 if dtype is None else dtype
-    a = torch.rand(n, n, device=device, dtype=dtype)
-    b = torch.rand(n, n, device=device, dtype=dtype)
-    out = torch.empty(n, n, device=device, dtype=dtype)
+    a = torch.rand(n, n, dtype=dtype)
+    b = torch.rand(n, n, dtype=dtype)
+    out = torch.empty(n, n, dtype=dtype)
     result = timed(lambda: torch.mm(a, b, out=out), repeats)
     flops = 2 * n ** 3
-    return {"gflop_per_s": flops / (result["median_ms"] * 1e-3) / 1e9, "flops": flops, **result, "n": n, "dtype": str(dtype).replace("torch.", ""), "device": str(device)}
+    return {"gflop_per_s": flops / (result["median_ms"] * 1e-3) / 1e9, "flops": flops, **result, "n": n,
+            "dtype": str(dtype).replace("torch.", "")}
 
 
 def bf16_support() -> tuple[bool, str]:
