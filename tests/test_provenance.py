@@ -37,10 +37,10 @@ def test_chapter_table_reads_execution_records_and_glued_status(tmp_path):
 
 
 def test_unreadable_notebook_gives_a_clear_error(tmp_path):
-    bad = tmp_path / "bad.ipynb"
-    bad.write_text("{not json")
-    with pytest.raises(ValueError, match="not a readable notebook"):
-        provenance._execution_record(bad)
+    (tmp_path / "chapters").mkdir()
+    (tmp_path / "chapters" / "bad.ipynb").write_text("{not json")
+    with pytest.raises(ValueError, match="bad.ipynb: not a readable notebook"):
+        provenance.chapter_table(tmp_path)
 
 
 def test_the_execution_log_has_one_header_and_names_machines_by_fingerprint():

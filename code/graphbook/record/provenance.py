@@ -20,15 +20,10 @@ def _load(path: Path) -> dict:
         raise ValueError(f"{path}: not a readable notebook ({err})") from err
 
 
-def _execution_record(path: Path) -> dict | None:
-    """The record ``scripts/execute_notebooks.py`` stored, or None."""
-    return _load(path).get("metadata", {}).get("graphbook", {}).get("execution")
-
-
-def _glued_values(path: Path) -> dict:
+def _glued_values(notebook: dict) -> dict:
     """Every value a notebook glued, as stored in plain text."""
     values = {}
-    for cell in _load(path).get("cells", []):
+    for cell in notebook.get("cells", []):
         for out in cell.get("outputs", []):
             name = out.get("metadata", {}).get("scrapbook", {}).get("name")
             data = out.get("data", {})
@@ -38,9 +33,9 @@ def _glued_values(path: Path) -> dict:
     return values
 
 
-def title(path: Path) -> str:
-    """The first Markdown heading of a notebook."""
-    for cell in _load(path).get("cells", []):
+def _title(notebook: dict, path: Path) -> str:
+    """The first Markdown heading of a notebook, else its file's stem."""
+    for cell in notebook.get("cells", []):
         if cell.get("cell_type") == "markdown":
             for line in "".join(cell.get("source", [])).splitlines():
                 if line.startswith("# "):
@@ -63,11 +58,11 @@ def chapter_table(root: Path = REPO_ROOT):
     """One row per chapter: title, when and where it last ran, how long, cells, GPU part."""
     rows = []
     for path in sorted((root / "chapters").glob("*.ipynb")):  # reading order; appendix pages excluded
-        rec = _execution_record(path) or {}
-        glued = _glued_values(path)
-        gpu = glued.get("gpu_status", "no GPU part").strip("'\"")
+        notebook = _load(path)
+        rec = notebook.get("metadata", {}).get("graphbook", {}).get("execution") or {}
+        glued = _glued_values(notebook)
         rows.append({
-            "chapter": title(path),
+            "chapter": _title(notebook, path),
             "notebook": path.relative_to(root).as_posix(),
             "executed_at": rec.get("executed_at", "never (no execution record)"),
             "seconds": rec.get("seconds"),
@@ -75,7 +70,7 @@ def chapter_table(root: Path = REPO_ROOT):
             "machine": _machine(rec),
             "torch": rec.get("torch", ""),
             "git_commit": rec.get("git_commit", ""),
-            "gpu_part": gpu,
+            "gpu_part": glued.get("gpu_status", "no GPU part").strip("'\""),
             "results_shown": glued.get("results_shown", "").strip("'\""),
         })
     columns = ["chapter", "notebook", "executed_at", "seconds", "code_cells", "machine", "torch",
