@@ -34,7 +34,6 @@ def test_logits_of_accepts_tensor_dict_and_list():
     lambda n: warmup.compile_for(n, "sometimes"),
     lambda n: warmup.count_compiles(n, CHW, (0, 1)),
     lambda n: warmup.warm_up(n, CHW, ()),
-    lambda n: warmup.warm_up(n, CHW, (1,), calls_per_size=0),
     lambda n: warmup.serve_random_sequence(n, CHW, (1,), requests=0),
 ])
 def test_bad_arguments_raise_value_error(net, call):

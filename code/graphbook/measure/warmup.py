@@ -17,20 +17,20 @@ STRATEGIES = ("automatic", "static", "mark_dynamic")
 class TinyClipNet(nn.Module):
     """A two-layer stand-in for BlurBall with the same (N, 9, H, W) -> (N, 3, H, W) contract, quick to compile."""
 
-    def __init__(self, hidden: int = 8, in_channels: int = 9, out_channels: int = 3):
+    def __init__(self, hidden: int = 8):
         super().__init__()
-        self.conv = nn.Conv2d(in_channels, hidden, 3, padding=1, bias=False)
+        self.conv = nn.Conv2d(9, hidden, 3, padding=1, bias=False)
         self.bn = nn.BatchNorm2d(hidden)
         self.act = nn.ReLU()
-        self.head = nn.Conv2d(hidden, out_channels, 1)
+        self.head = nn.Conv2d(hidden, 3, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.act(self.bn(self.conv(x))))
 
 
-def tiny_clip_net(hidden: int = 8, seed: int = 0) -> TinyClipNet:
+def tiny_clip_net(hidden: int = 8) -> TinyClipNet:
     """A seeded, eval-mode :class:`TinyClipNet`; a factory by name so a fresh process can rebuild it."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(0)
     net = TinyClipNet(hidden)
     with torch.no_grad():
         for p in net.parameters():
@@ -63,24 +63,21 @@ def _check_sizes(batch_sizes) -> tuple[int, ...]:
     return sizes
 
 
-def compile_for(model: nn.Module, strategy: str = "automatic", **compile_kwargs):
+def compile_for(model: nn.Module, strategy: str = "automatic"):
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    dynamic = False if strategy == "static" else None
-    return torch.compile(model, dynamic=dynamic, **compile_kwargs)
+    return torch.compile(model, dynamic=False if strategy == "static" else None)
 
 
-def count_compiles(model: nn.Module, input_chw, batch_sizes=BATCH_SIZES, strategy: str = "automatic",
-                   *, reset: bool = True, **compile_kwargs) -> list[dict]:
-    """Call a freshly compiled model on each batch size in order: seconds and graphs compiled per call. ``reset`` clears
-    Dynamo's in-memory caches; a warm on-disk cache makes compiles cheaper, not fewer."""
+def count_compiles(model: nn.Module, input_chw, batch_sizes=BATCH_SIZES, strategy: str = "automatic") -> list[dict]:
+    """Call a freshly compiled model on each batch size in order: seconds and graphs compiled per call. Dynamo's
+    in-memory caches are cleared first; a warm on-disk cache makes compiles cheaper, not fewer."""
     sizes = _check_sizes(batch_sizes)
-    if reset:
-        torch._dynamo.reset()
-        counters.clear()
-    compiled = compile_for(model, strategy, **compile_kwargs)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = compile_for(model, strategy)
     rows = []
-    before = graphs_compiled()
+    before = 0
     with torch.no_grad():
         for b in sizes:
             x = torch.randn(b, *input_chw)
@@ -90,17 +87,15 @@ def count_compiles(model: nn.Module, input_chw, batch_sizes=BATCH_SIZES, strateg
             compiled(x)
             seconds = time.perf_counter() - t0
             now = graphs_compiled()
-            rows.append({"strategy": strategy, "batch_size": b, "seconds": seconds,
-                         "graphs_total": now - (0 if reset else before), "compiled": now > before})
+            rows.append({"strategy": strategy, "batch_size": b, "seconds": seconds, "graphs_total": now,
+                         "compiled": now > before})
             before = now
     return rows
 
 
-def warm_up(compiled, input_chw, batch_sizes=BATCH_SIZES, *, calls_per_size: int = 1) -> dict[int, float]:
+def warm_up(compiled, input_chw, batch_sizes=BATCH_SIZES) -> dict[int, float]:
     """``{batch_size: seconds of the first call}``: with torch.compile the first call of a size is its compile."""
     sizes = _check_sizes(batch_sizes)
-    if calls_per_size < 1:
-        raise ValueError(f"calls_per_size must be >= 1, got {calls_per_size}")
     seconds = {}
     with torch.no_grad():
         for b in sizes:
@@ -108,8 +103,6 @@ def warm_up(compiled, input_chw, batch_sizes=BATCH_SIZES, *, calls_per_size: int
             t0 = time.perf_counter()
             compiled(x)
             seconds[b] = time.perf_counter() - t0
-            for _ in range(calls_per_size - 1):
-                compiled(x)
     return seconds
 
 
