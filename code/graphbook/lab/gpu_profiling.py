@@ -195,14 +195,14 @@ def stream_handle(stream) -> int:
     return handle
 
 
-def autotune_verdict(device_index: int = 0) -> dict:
-    """SM count and Inductor's ``is_big_gpu`` verdict for a max-autotune row (Chapter 5)."""
+def autotune_verdict() -> dict:
+    """SM count and Inductor's ``is_big_gpu`` verdict of GPU 0 for a max-autotune row (Chapter 5)."""
     if not torch.cuda.is_available():
         return {"sm_count": "", "inductor_is_big_gpu": ""}
 
-    sms = int(torch.cuda.get_device_properties(device_index).multi_processor_count)
+    sms = int(torch.cuda.get_device_properties(0).multi_processor_count)
     try:
-        verdict = bool(is_big_gpu(device_index))
+        verdict = bool(is_big_gpu(0))
     except Exception:  # a torch without the helper: apply its documented threshold
         verdict = sms >= INDUCTOR_MIN_SMS
     return {"sm_count": sms, "inductor_is_big_gpu": verdict}
@@ -231,15 +231,15 @@ def run_child(argv: Sequence[str], *, timeout: float = 900, env: dict | None = N
 
 # ---- The smoke run's stand-in model
 
-def smoke_model(frames_in: int = 3, frames_out: int = 3, width: int = 8, seed: int = 0):
+def smoke_model(width: int = 8, seed: int = 0):
     """A tiny BlurBall-shaped network for the GPU scripts' ``--smoke`` runs on a CPU (Chapter 5)."""
     class SmokeNet(nn.Module):
         def __init__(self):
             super().__init__()
-            self.stem = nn.Sequential(nn.Conv2d(3 * frames_in, width, 3, padding=1, bias=False),
+            self.stem = nn.Sequential(nn.Conv2d(9, width, 3, padding=1, bias=False),  # three RGB frames in
                                       nn.BatchNorm2d(width), nn.ReLU())
             self.block = nn.Sequential(nn.Conv2d(width, width, 3, padding=1, bias=False), nn.BatchNorm2d(width))
-            self.head = nn.Conv2d(width, frames_out, 1)
+            self.head = nn.Conv2d(width, 3, 1)  # a heatmap per frame
 
         def forward(self, x):
             y = self.stem(x)

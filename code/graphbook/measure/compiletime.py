@@ -36,11 +36,11 @@ def run_tagged_child(cmd: Sequence[str], tag: str, *, env: dict | None = None, t
     return json.loads((lines[-1] if last else lines[0])[len(tag):]), wall
 
 
-def stop_process(proc: subprocess.Popen, *, grace: float = 30) -> None:
-    """Terminate ``proc``, wait up to ``grace`` s, then kill it."""
+def stop_process(proc: subprocess.Popen) -> None:
+    """Terminate ``proc``, wait up to 30 s, then kill it."""
     proc.terminate()
     try:
-        proc.wait(timeout=grace)
+        proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
 

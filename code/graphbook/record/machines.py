@@ -3,7 +3,6 @@ all read from ``data/results``, so a reader who commits new files adds a machine
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -65,10 +64,10 @@ def _rows(found: Measure, results_dir=None):
     return runs.add_machine(frame.dropna(subset=[found.value]))
 
 
-def machine_facts(results_dir=None, measures: Sequence[Measure] = MEASURES):
+def machine_facts(results_dir=None):
     """One row per machine configuration: the :data:`FACTS`, first and last date, runs per kind."""
     facts: dict[str, dict] = {}
-    for found in measures:
+    for found in MEASURES:
         frame = _rows(found, results_dir)
         for machine, group in frame.groupby(runs.MACHINE, sort=False):
             row = facts.setdefault(machine, {runs.MACHINE: machine, **{f: runs.UNRECORDED for f in FACTS},
@@ -83,8 +82,8 @@ def machine_facts(results_dir=None, measures: Sequence[Measure] = MEASURES):
                 row["last"] = max(filter(None, [row["last"], dates[-1]]))
             row[found.kind] = int(group[found.run].nunique())
     table = pd.DataFrame(list(facts.values()))
-    table = table.assign(**{m.kind: table.get(m.kind, 0) for m in measures})  # a kind no machine recorded: 0 runs
-    return table.fillna({m.kind: 0 for m in measures}).astype({m.kind: int for m in measures})
+    table = table.assign(**{m.kind: table.get(m.kind, 0) for m in MEASURES})  # a kind no machine recorded: 0 runs
+    return table.fillna({m.kind: 0 for m in MEASURES}).astype({m.kind: int for m in MEASURES})
 
 
 def side_by_side(kind: str, results_dir=None):
