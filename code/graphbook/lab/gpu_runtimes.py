@@ -5,6 +5,7 @@ import argparse
 import contextlib
 import copy
 import datetime as dt
+import functools
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -162,21 +163,18 @@ def measure(args, status, log=print) -> list[dict]:
         base = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-trt-")))
         workdir = Path(base) / dt.datetime.now(dt.timezone.utc).strftime("run-%Y%m%dT%H%M%S%fZ")
         workdir.mkdir(parents=True)
-        paths: dict = {}
+        builders = {
+            "fp32": lambda: ou.export_onnx(model, x, workdir / "blurball_fp32.onnx"),
+            "fp16": lambda: ou.export_onnx(model16, x16, workdir / "blurball_fp16.onnx"),
+            "qdq_ch4": lambda: args.qdq_model or quantization.quantize_qdq(
+                onnx_file("fp32"), workdir / "blurball_int8_qdq.onnx", frames),
+            "qdq_symmetric": lambda: quantize_symmetric(
+                onnx_file("fp32"), workdir / "blurball_int8_qdq_sym.onnx", frames),
+        }
 
+        @functools.cache  # each file is built once, when a variant first needs it
         def onnx_file(kind):
-            if kind not in paths:
-                if kind == "fp32":
-                    paths[kind] = ou.export_onnx(model, x, workdir / "blurball_fp32.onnx")
-                elif kind == "fp16":
-                    paths[kind] = ou.export_onnx(model16, x16, workdir / "blurball_fp16.onnx")
-                elif kind == "qdq_ch4":
-                    paths[kind] = (args.qdq_model if args.qdq_model is not None else
-                                   quantization.quantize_qdq(onnx_file("fp32"), workdir / "blurball_int8_qdq.onnx", frames))
-                elif kind == "qdq_symmetric":
-                    paths[kind] = quantize_symmetric(onnx_file("fp32"), workdir / "blurball_int8_qdq_sym.onnx",
-                                                     frames)
-            return paths[kind]
+            return builders[kind]()
 
         out_shape = tuple(reference.shape)
 
