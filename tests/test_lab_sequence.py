@@ -1,13 +1,13 @@
 """The README's lab sequence, end to end on a CPU.
 
 A lab engineer runs ``code/gpu_blurball.py`` and ``code/gpu_tensorrt.py`` on a GPU machine, then re-executes
-the chapters. Here the scripts' row builders and writers (``graphbook.lab.gpu_measure``, ``graphbook.lab.gpu_runtimes``)
-produce result files from fake measurements in a scratch results folder (beside copies of the committed
-``data/results`` files); then copies of
-chapters 4, 5 and 7 are executed with ``GRAPHBOOK_RESULTS_DIR`` pointing at that folder: their set-up and the
-cells that read lab results, tagged ``lab-path`` (nbval executes every cell already). Chapter 4 must
-show the TensorRT run, chapter 5 the BlurBall run beside the article's numbers (and not the TensorRT
-file), and chapter 7's GPU decision must use the recorded run. The chapters themselves are never written.
+the chapters. Here the scripts' row builders (``graphbook.lab.gpu_measure``, ``graphbook.lab.gpu_runtimes``) and
+their shared writer (``graphbook.lab.gpu_profiling``) produce result files from fake measurements in a scratch results
+folder (beside copies of the committed ``data/results`` files); then copies of chapters 4, 5 and 7 are executed
+with ``GRAPHBOOK_RESULTS_DIR`` pointing at that folder: their set-up and the cells that read lab results, tagged
+``lab-path`` (nbval executes every cell already). Chapter 4 must show the TensorRT run, chapter 5 the BlurBall run
+beside the article's numbers (and not the TensorRT file), and chapter 7's GPU decision must use the recorded run.
+The chapters themselves are never written.
 """
 import shutil
 
