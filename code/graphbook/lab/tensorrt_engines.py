@@ -14,14 +14,6 @@ from graphbook.lab import gpu_profiling as gp
 from graphbook.runtimes import quantization
 
 
-def _tensorrt_network_flags(trt) -> tuple[int, str]:
-    """Network-creation flags and the typing mode for the installed TensorRT (Chapter 4)."""
-    flag = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
-    if flag is None:
-        return 0, "weak (builder flags)"
-    return 1 << int(flag), "strong"
-
-
 class EngineBuild:
     """One TensorRT build (Chapter 4): the engine, seconds in ``build_serialized_network``, the typing
     mode, the plan's size, the timing cache after the build and whether a timing cache was given."""
@@ -38,8 +30,9 @@ def build_tensorrt_engine(trt, onnx_path: Path, workspace_mib: int, *, timing_ca
     """Parse an ONNX file and build a deserialised engine (Chapter 4)."""
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
-    flags, typing_mode = _tensorrt_network_flags(trt)
-    network = builder.create_network(flags)
+    strong = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)  # absent in old versions
+    typing_mode = "weak (builder flags)" if strong is None else "strong"
+    network = builder.create_network(0 if strong is None else 1 << int(strong))
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(onnx_path)):  # reads the external weights beside the file
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
