@@ -94,7 +94,7 @@ def _fake_measurements():
 
 
 def test_rows_have_the_schema_and_ratios():
-    profile = gp.summarize_kernels([("aten::convolution", "c", 0, 10)], wall_ms=0.02)
+    profile = gp._summarize_kernels([("aten::convolution", "c", 0, 10)], wall_ms=0.02)
     rows = gpu._build_rows(_fake_measurements(), {"fp32_eager_nchw": profile})
     assert all(list(r) == gpu.CSV_COLUMNS for r in rows)
     by_name = {r["variant"]: r for r in rows if r["record"] == "variant"}

@@ -40,7 +40,7 @@ def test_annotations_are_skipped_and_do_not_inflate_kernel_time():
     kernels = gp._kernels_from_events(compiled_graph_events(), "cuda")
     assert [k[1] for k in kernels] == ["triton_poi_fused__native_batch_norm_legit_no_training_relu_0",
                                        "sm80_xmma_fprop_implicit_gemm_f16f16", "triton_poi_fused_add_relu_1"]
-    rows = {r["category"]: r for r in gp.summarize_kernels(kernels, wall_ms=1.2)}
+    rows = {r["category"]: r for r in gp._summarize_kernels(kernels, wall_ms=1.2)}
     assert rows["other"]["kernels"] == 1                      # not 2: the range is no "other kernel"
     assert rows["convolution"]["kernels"] == 1 and rows["batch_norm"]["kernels"] == 1
     assert rows["other"]["total_kernels"] == 3
@@ -73,7 +73,7 @@ def test_weight_casts_under_conv2d_are_cast_copy_not_convolution_and_runtime_cal
               *autocast_conv_events()]
     kernels = gp._kernels_from_events(events, "cuda")
     assert [k[0] for k in kernels] == ["aten::copy_", "aten::cudnn_convolution", ""]
-    rows = {r["category"]: r["kernels"] for r in gp.summarize_kernels(kernels, wall_ms=0.05)}
+    rows = {r["category"]: r["kernels"] for r in gp._summarize_kernels(kernels, wall_ms=0.05)}
     assert rows == {"convolution": 1, "batch_norm": 1, "cast/copy": 1, "elementwise": 0, "other": 0}
 
 
@@ -94,7 +94,7 @@ def test_kernel_category(op, kernel, category):
 
 
 def test_cpu_profile_uses_innermost_computing_ops_and_real_events_have_the_attributes_the_rules_read():
-    model = gp.smoke_model()
+    model = gp._smoke_model()
     x = torch.randn(1, 9, 16, 16)
 
     def call():
@@ -149,9 +149,9 @@ def test_autotune_verdict_uses_inductors_rule(monkeypatch, sms, big):
 def test_smoke_model_is_the_same_in_every_process():
     x = torch.randn(1, 9, 16, 16)
     with torch.no_grad():
-        assert torch.equal(gp.smoke_model()(x), gp.smoke_model()(x))
+        assert torch.equal(gp._smoke_model()(x), gp._smoke_model()(x))
     state = torch.random.get_rng_state()
-    gp.smoke_model()
+    gp._smoke_model()
     assert torch.equal(state, torch.random.get_rng_state())
 
 

@@ -42,7 +42,7 @@ def write_fake_blurball_run(results_dir):
                                  second_call_s=0.4 if config["mode"] in ("compile_reduce_overhead", "compile_max_autotune") else "",
                                  max_abs_diff=1e-5 if config["precision"] == "fp32" else 2e-3,
                                  same_output=config["precision"] == "fp32", same_peaks=True))
-    profile = gp.summarize_kernels([("aten::cudnn_convolution", "sm90_xmma_fprop", 0, 800),
+    profile = gp._summarize_kernels([("aten::cudnn_convolution", "sm90_xmma_fprop", 0, 800),
                                      ("aten::cudnn_batch_norm", "bn_fw_inf", 800, 1100),
                                      ("aten::copy_", "direct_copy_kernel", 1100, 1200)], wall_ms=1.3)
     rows = gpu._build_rows(measurements, {"fp32_eager_nchw": profile})

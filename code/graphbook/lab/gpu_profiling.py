@@ -65,7 +65,7 @@ def lab_input(smoke: bool, seed: int = blurball.DEFAULT_SEED):
 def model_and_input(smoke: bool, device: str = "cuda", weights=None):
     """BlurBall (eval mode) and its input on ``device``, or the smoke stand-in and a small input on the CPU."""
     if smoke:
-        return smoke_model(), lab_input(True)
+        return _smoke_model(), lab_input(True)
     return blurball.build_blurball(weights).to(device), lab_input(False).to(device)
 
 
@@ -89,7 +89,7 @@ def failed_variants(rows: list[dict]) -> list[str]:
             or (r["expected_to_match_eager"] is True and r["same_output"] is False)]
 
 
-def device_slug(name: str) -> str:
+def _device_slug(name: str) -> str:
     """A file-name-safe GPU name: ``"NVIDIA GeForce RTX 4060"`` -> ``"nvidia-geforce-rtx-4060"`` (Chapter 5)."""
     slug = re.sub(r"[^a-z0-9]+", "-", str(name).lower()).strip("-")
     return slug or "unknown-gpu"
@@ -97,7 +97,7 @@ def device_slug(name: str) -> str:
 
 def write_results(kind: str, rows: list[dict], env: dict, results_dir: Path | None, device_name: str) -> Path:
     """Write rows to a new ``<kind>-<device>-<date>[-N].csv``; never an existing file (Chapters 4 and 5)."""
-    return results.write_run(kind, rows, env, results_dir=results_dir, tag=device_slug(device_name))
+    return results.write_run(kind, rows, env, results_dir=results_dir, tag=_device_slug(device_name))
 
 
 def synchronizer(device: str) -> Callable[[], object]:
@@ -141,7 +141,7 @@ def _union_length(intervals) -> float:
     return total
 
 
-def summarize_kernels(kernels: list[tuple[str, str, float, float]], wall_ms: float) -> list[dict]:
+def _summarize_kernels(kernels: list[tuple[str, str, float, float]], wall_ms: float) -> list[dict]:
     """Profile rows from ``(launching_op, kernel_name, start_us, end_us)`` tuples (Chapter 5)."""
     sums = {c: [0, 0.0] for c in CATEGORIES}
     for op, name, start, end in kernels:
@@ -166,7 +166,7 @@ def profile_call(call: Callable[[], object], device: str = "cuda") -> list[dict]
         call()
         sync()
         wall_ms = (time.perf_counter() - start) * 1e3
-    return summarize_kernels(_kernels_from_events(prof.events(), device), wall_ms)
+    return _summarize_kernels(_kernels_from_events(prof.events(), device), wall_ms)
 
 
 # ---- First calls, streams, autotune
@@ -231,7 +231,7 @@ def run_child(argv: Sequence[str], *, timeout: float = 900, env: dict | None = N
 
 # ---- The smoke run's stand-in model
 
-def smoke_model(width: int = 8, seed: int = 0):
+def _smoke_model(width: int = 8, seed: int = 0):
     """A tiny BlurBall-shaped network for the GPU scripts' ``--smoke`` runs on a CPU (Chapter 5)."""
     class SmokeNet(nn.Module):
         def __init__(self):

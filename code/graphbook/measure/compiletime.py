@@ -36,7 +36,7 @@ def run_tagged_child(cmd: Sequence[str], tag: str, *, env: dict | None = None, t
     return json.loads((lines[-1] if last else lines[0])[len(tag):]), wall
 
 
-def stop_process(proc: subprocess.Popen) -> None:
+def _stop_process(proc: subprocess.Popen) -> None:
     """Terminate ``proc``, wait up to 30 s, then kill it."""
     proc.terminate()
     try:
@@ -83,6 +83,6 @@ def seconds_to_ready(cmd: Sequence[str], *, env: dict | None = None, timeout: fl
         reason = ("".join(tail)[-800:] or "it exited") if exited else f"timeout after {timeout:g} s"
         raise error(f"{what} did not become ready: {reason}")
     finally:
-        stop_process(proc)
+        _stop_process(proc)
         for thread in readers:
             thread.join(timeout=5)
