@@ -192,6 +192,33 @@ def compared_raw_floats(nb: dict, patterns=None) -> list[tuple[int, str, str]]:
     return found
 
 
+# -- tolerances ---------------------------------------------------------------------------------------
+# A tolerance has one home, graphbook.config: a page that types its own (``atol=1e-4``, ``diff < 1e-5``) can
+# drift from the one the package checks with, and the reader sees two meanings of "the same output".
+TOLERANCE_ARGS = {"atol", "rtol"}
+
+
+def literal_tolerances(nb: dict) -> list[tuple[int, str]]:
+    """Tolerances typed into code cells: (code-cell index, the expression), for a float literal below 0.01 given as
+    ``atol``/``rtol`` or compared with ``<``, ``<=``, ``>``, ``>=``."""
+    import ast
+
+    found = []
+    for index, cell in enumerate(code_cells(nb)):
+        tree = _parse_cell("".join(cell.get("source", "")))
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.keyword) and node.arg in TOLERANCE_ARGS:
+                typed = [node.value]
+            elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE))
+                                                       for op in node.ops):
+                typed = [node.left, *node.comparators]
+            else:
+                continue
+            if any(isinstance(v, ast.Constant) and isinstance(v.value, float) and 0 < v.value < 1e-2 for v in typed):
+                found.append((index, ast.unparse(node)))
+    return found
+
+
 # -- ranking asserts ----------------------------------------------------------------------------------
 # A chapter asserts only what holds on every supported CPU. An assert that orders two measured times
 # (or a speed-up against a threshold) is a ranking that another CPU, or a loaded machine, can reverse.

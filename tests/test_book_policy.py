@@ -183,6 +183,18 @@ def test_no_ranking_assert_without_a_stated_reason(path):
                       f"text): phrase the comparison from data, or add '# physical reason: ...': {hits}")
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
+def test_tolerances_come_from_the_config(path):
+    hits = rules.literal_tolerances(load(path))
+    assert not hits, f"tolerances typed on the page (code cell, expression): use graphbook.config's: {hits}"
+
+
+def test_the_tolerance_rule_catches_typed_tolerances_only():
+    nb = _cells_nb(_code("assert np.allclose(a, b, atol=1e-4)\n"), _code("ok = diff < 1e-5\n"),
+                   _code("ok = diff < config.SAME_OUTPUT_ATOL\nms = seconds * 1e-3\nbig = ratio > 0.5\n"))
+    assert rules.literal_tolerances(nb) == [(0, "atol=0.0001"), (1, "diff < 1e-05")]
+
+
 def _glue_cell(key, value_text):
     return {"cell_type": "code", "source": "glue(...)", "execution_count": 1, "metadata": {"tags": []},
             "outputs": [{"output_type": "display_data", "metadata": {"scrapbook": {"name": key, "mime_prefix": ""}},
