@@ -76,7 +76,7 @@ def test_no_cuda_exits_3_with_a_clear_line(tmp_path, script, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-# -- rows and files (point 1: the file pattern) ------------------------------------------------------
+# -- rows and files (the file pattern) ------------------------------------------------------
 
 def _fake_measurements():
     times = {"fp32_eager_nchw": 15.0, "fp16_eager_nchw": 10.0, "fp16_compile_default_nchw": 5.0}
@@ -103,7 +103,7 @@ def test_rows_have_the_schema_and_ratios():
     assert by_name["fp16_compile_default_nchw"]["speedup_vs_eager_same_precision"] == pytest.approx(2.0)
     assert by_name["fp16_compile_default_nchw"]["speedup_vs_eager"] == pytest.approx(3.0)
     assert by_name["fp32_compile_default_nchw"]["median_ms"] == ""
-    assert by_name["fp16_eager_nchw"]["fp16_method"] == "autocast"          # point 10
+    assert by_name["fp16_eager_nchw"]["fp16_method"] == "autocast"
     profile_rows = [r for r in rows if r["record"] == "profile"]
     assert len(profile_rows) == len(gp.CATEGORIES) and profile_rows[0]["precision"] == "fp32"
     assert "fp16_compile_default_nchw" in gpu.format_table(rows)

@@ -110,7 +110,7 @@ def test_onnxruntime_gets_the_stream_as_user_compute_stream():
         gpu_runtimes._ort_stream_options(SimpleNamespace(cuda_stream=0))  # ONNX Runtime would ignore 0 silently
 
 
-# -- point 9: the engine cache is per run, and says whether it was built --------------------------------
+# -- the engine cache is per run, and says whether it was built --------------------------------
 
 def test_engine_cache_state(tmp_path):
     assert gpu_runtimes._engine_cache_state(tmp_path / "absent").startswith("built")

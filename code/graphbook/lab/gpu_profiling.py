@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import torch
-from torch import nn
 from torch._inductor.utils import is_big_gpu
 from torch.profiler import ProfilerActivity, profile
 
 from graphbook.measure.compiletime import run_tagged_child
 from graphbook.measure.environment import fingerprint
+from graphbook.measure.warmup import tiny_clip_net
 from graphbook.model import blurball
 from graphbook.paths import DATA_DIR
 from graphbook.record import results
@@ -63,9 +63,10 @@ def lab_input(smoke: bool, seed: int = blurball.DEFAULT_SEED):
 
 
 def model_and_input(smoke: bool, device: str = "cuda", weights=None):
-    """BlurBall (eval mode) and its input on ``device``, or the smoke stand-in and a small input on the CPU."""
+    """BlurBall (eval mode) and its input on ``device``, or the book's stand-in (``warmup.tiny_clip_net``) and a
+    small input on the CPU."""
     if smoke:
-        return _smoke_model(), lab_input(True)
+        return tiny_clip_net(), lab_input(True)
     return blurball.build_blurball(weights).to(device), lab_input(False).to(device)
 
 
@@ -227,31 +228,3 @@ def run_child(argv: Sequence[str], *, timeout: float = 900, env: dict | None = N
         failure_message=lambda proc: "the child process failed (exit {}): {}".format(
             proc.returncode, " | ".join(proc.stderr.strip().splitlines()[-3:])))
     return rows
-
-
-# ---- The smoke run's stand-in model
-
-def _smoke_model(width: int = 8, seed: int = 0):
-    """A tiny BlurBall-shaped network for the GPU scripts' ``--smoke`` runs on a CPU (Chapter 5)."""
-    class SmokeNet(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.stem = nn.Sequential(nn.Conv2d(9, width, 3, padding=1, bias=False),  # three RGB frames in
-                                      nn.BatchNorm2d(width), nn.ReLU())
-            self.block = nn.Sequential(nn.Conv2d(width, width, 3, padding=1, bias=False), nn.BatchNorm2d(width))
-            self.head = nn.Conv2d(width, 3, 1)  # a heatmap per frame
-
-        def forward(self, x):
-            y = self.stem(x)
-            return self.head(torch.relu(y + self.block(y)))
-
-    generator = torch.Generator().manual_seed(seed)
-    with torch.random.fork_rng(devices=[]):  # the same weights in every process, global RNG untouched
-        torch.manual_seed(seed)
-        model = SmokeNet()
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, nn.BatchNorm2d):
-                module.running_mean.copy_(0.1 * torch.randn(module.num_features, generator=generator))
-                module.running_var.copy_(0.5 + torch.rand(module.num_features, generator=generator))
-    return model.eval()
