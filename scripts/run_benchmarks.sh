@@ -28,7 +28,6 @@ run code/bench_onnxruntime.py
 for _ in 1 2 3; do run code/bench_int8.py; done   # one timed run per call; the book decides on three
 run code/bench_ablation.py
 run code/bench_attribution.py          # the causes of the compile speed-up (about five minutes at 288x512)
-run code/bench_compile_cache.py
 run code/bench_restart_paths.py
 run code/bench_serving_load.py
 run code/bench_browser_ort.py           # Chapter 4's WASM/native ratio (headless Chromium, about 2 minutes)

@@ -1,7 +1,7 @@
 """Fresh-process compile timing (graphbook.compilers.compile_cache, Chapter 6).
 
 The child-process protocol is tested with ``backend="eager"`` (no code generation, seconds); the full
-cold / warm / artifacts experiment with Inductor runs in Chapter 6 and ``code/bench_compile_cache.py``.
+cold / warm / artifacts experiment with Inductor runs in Chapter 6 (BlurBall's in ``code/bench_restart_paths.py``).
 """
 
 import subprocess
@@ -54,13 +54,6 @@ def test_missing_artifact_file_and_failing_child(tmp_path):
     broken = cc.RestartSpec("graphbook.measure.warmup:nope", (9, 8, 12), (1,), threads=1)
     with pytest.raises(cc.CompileCacheError, match="nope"):
         cc.fresh_process_compile(broken, tmp_path / "c")
-
-
-def test_non_empty_cache_dir_is_refused(tmp_path):
-    (tmp_path / "cache-cold-then-warm").mkdir()
-    (tmp_path / "cache-cold-then-warm" / "old").write_text("x")
-    with pytest.raises(ValueError, match="not empty"):
-        cc.cache_experiment(TINY, tmp_path)
 
 
 def test_module_cli_without_child_flag_exits_2(capsys):

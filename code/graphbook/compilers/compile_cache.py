@@ -1,7 +1,6 @@
 """Restart cost of torch.compile: cold, warm on-disk cache, and saved cache artifacts (Chapter 6)."""
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import os
@@ -159,25 +158,17 @@ def _restart_seconds(result: dict) -> float:
     return float(result["load_artifacts_s"]) + float(sum(result["first_call_s"].values()))
 
 
-def cache_experiment(spec: RestartSpec, workdir: str | os.PathLike | None = None, *,
-                     timeout: float = 1800.0) -> list[dict]:
+def cache_experiment(spec: RestartSpec, *, timeout: float = 1800.0) -> list[dict]:
     """Measure cold, warm and artifacts restarts of ``spec``, each in a fresh process (Chapter 6)."""
     spec.validate()
-    with contextlib.ExitStack() as stack:
-        if workdir is None:
-            workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="graphbook-cache-"))
-        workdir = Path(workdir)
-        workdir.mkdir(parents=True, exist_ok=True)
-        first_dir = workdir / "cache-cold-then-warm"
-        second_dir = workdir / "cache-from-artifacts"
-        for d in (first_dir, second_dir):
-            if d.exists() and any(d.iterdir()):
-                raise ValueError(f"cache directory {d} is not empty: pass a new workdir")
-        artifact_file = workdir / "cache-artifacts.bin"
+    with tempfile.TemporaryDirectory(prefix="graphbook-cache-") as workdir:
+        first_dir = Path(workdir) / "cache-cold-then-warm"
+        artifact_file = Path(workdir) / "cache-artifacts.bin"
         runs = {
             "cold": fresh_process_compile(spec, first_dir, save_artifacts=artifact_file, timeout=timeout),
             "warm": fresh_process_compile(spec, first_dir, timeout=timeout),
-            "artifacts": fresh_process_compile(spec, second_dir, load_artifacts=artifact_file, timeout=timeout),
+            "artifacts": fresh_process_compile(spec, Path(workdir) / "cache-from-artifacts",
+                                               load_artifacts=artifact_file, timeout=timeout),
         }
     cold_restart = _restart_seconds(runs["cold"])
     rows = []
@@ -186,9 +177,6 @@ def cache_experiment(spec: RestartSpec, workdir: str | os.PathLike | None = None
         restart = _restart_seconds(res)
         for b in spec.batch_sizes:
             rows.append({
-                "model": spec.factory.rpartition(":")[2],
-                "input_chw": "x".join(str(d) for d in spec.input_chw),
-                "compile_kwargs": json.dumps(spec.compile_kwargs, sort_keys=True),
                 "scenario": scenario,
                 "batch_size": int(b),
                 COMPILE_S: float(res["first_call_s"][str(b)]),   # the first call of a size is its compile
@@ -202,7 +190,7 @@ def cache_experiment(spec: RestartSpec, workdir: str | os.PathLike | None = None
                 "fxgraph_cache_hit": int(res["fxgraph_cache_hit"]),
                 "fxgraph_cache_miss": int(res["fxgraph_cache_miss"]),
                 "artifact_bytes": int(runs["cold"]["artifact_bytes"]),
-                "artifact_kinds": json.dumps(runs["cold"]["artifact_kinds"], sort_keys=True),
+                "artifact_kinds": runs["cold"]["artifact_kinds"],
             })
     return rows
 

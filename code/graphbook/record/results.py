@@ -72,7 +72,6 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("cpu-onnxruntime", "cpu-onnxruntime", "code/bench_onnxruntime.py"),
     Kind("ablation", "cpu-ablation", "code/bench_ablation.py"),
     Kind("attribution", "cpu-attribution", "code/bench_attribution.py"),
-    Kind("compile-cache", "cpu-compile-cache", "code/bench_compile_cache.py"),
     Kind("serving-ready", "cpu-serving-ready", "code/bench_restart_paths.py"),
     Kind("gpu-blurball", "gpu-blurball", "code/gpu_blurball.py", tagged=True),
     Kind("gpu-tensorrt", "gpu-tensorrt", "code/gpu_tensorrt.py", tagged=True),
