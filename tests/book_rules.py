@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from graphbook import paths
+from graphbook.config import BATCH_SIZES
 
 GLUE_ROLE = re.compile(r"\{glue(?::(?:text|md|figure|math))?\}`([^`]+)`")
 GLUE_DIRECTIVE = re.compile(r"```\{glue(?::(?:figure|math|md))?\}\s+(\S+)")
@@ -192,15 +193,15 @@ def compared_raw_floats(nb: dict, patterns=None) -> list[tuple[int, str, str]]:
     return found
 
 
-# -- tolerances ---------------------------------------------------------------------------------------
-# A tolerance has one home, graphbook.config: a page that types its own (``atol=1e-4``, ``diff < 1e-5``) can
-# drift from the one the package checks with, and the reader sees two meanings of "the same output".
+# -- values with one home ------------------------------------------------------------------------------
+# A tolerance and the serving batch sizes live in graphbook.config: a page that types its own (``atol=1e-4``,
+# ``diff < 1e-5``, ``(1, 2, 3)``) can drift from what the package checks and serves with.
 TOLERANCE_ARGS = {"atol", "rtol"}
 
 
-def literal_tolerances(nb: dict) -> list[tuple[int, str]]:
-    """Tolerances typed into code cells: (code-cell index, the expression), for a float literal below 0.01 given as
-    ``atol``/``rtol`` or compared with ``<``, ``<=``, ``>``, ``>=``."""
+def literal_config_values(nb: dict) -> list[tuple[int, str]]:
+    """Config values typed into code cells: (code-cell index, the expression), for a float literal below 0.01
+    given as ``atol``/``rtol`` or compared with ``<``, ``<=``, ``>``, ``>=``, and for the batch sizes as a tuple."""
     import ast
 
     found = []
@@ -212,6 +213,11 @@ def literal_tolerances(nb: dict) -> list[tuple[int, str]]:
             elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE))
                                                        for op in node.ops):
                 typed = [node.left, *node.comparators]
+            elif isinstance(node, ast.Tuple) and len(node.elts) > 1 and all(
+                    isinstance(e, ast.Constant) for e in node.elts):
+                if tuple(e.value for e in node.elts) == BATCH_SIZES:
+                    found.append((index, ast.unparse(node)))
+                continue
             else:
                 continue
             if any(isinstance(v, ast.Constant) and isinstance(v.value, float) and 0 < v.value < 1e-2 for v in typed):

@@ -184,15 +184,16 @@ def test_no_ranking_assert_without_a_stated_reason(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
-def test_tolerances_come_from_the_config(path):
-    hits = rules.literal_tolerances(load(path))
-    assert not hits, f"tolerances typed on the page (code cell, expression): use graphbook.config's: {hits}"
+def test_tolerances_and_batch_sizes_come_from_the_config(path):
+    hits = rules.literal_config_values(load(path))
+    assert not hits, f"config values typed on the page (code cell, expression): use graphbook.config's: {hits}"
 
 
-def test_the_tolerance_rule_catches_typed_tolerances_only():
+def test_the_config_rule_catches_typed_tolerances_and_batch_sizes_only():
     nb = _cells_nb(_code("assert np.allclose(a, b, atol=1e-4)\n"), _code("ok = diff < 1e-5\n"),
-                   _code("ok = diff < config.SAME_OUTPUT_ATOL\nms = seconds * 1e-3\nbig = ratio > 0.5\n"))
-    assert rules.literal_tolerances(nb) == [(0, "atol=0.0001"), (1, "diff < 1e-05")]
+                   _code("ok = diff < config.SAME_OUTPUT_ATOL\nms = seconds * 1e-3\nbig = ratio > 0.5\n"),
+                   _code("warm_up(model, (9, 32, 48), (1, 2, 3))\nwarm_up(model, (9, 32, 48), (1, 2))\n"))
+    assert rules.literal_config_values(nb) == [(0, "atol=0.0001"), (1, "diff < 1e-05"), (3, "(1, 2, 3)")]
 
 
 def _glue_cell(key, value_text):
