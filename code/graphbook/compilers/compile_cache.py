@@ -10,9 +10,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from graphbook import paths
 from graphbook.config import BATCH_SIZES, THREADS
-from graphbook.measure.compiletime import run_tagged_child, seconds_to_ready
+from graphbook.measure.compiletime import run_tagged_child
 from graphbook.record.results import COMPILE_S
 
 RESULT_MARKER = "GRAPHBOOK_RESULT "
@@ -200,68 +199,3 @@ if __name__ == "__main__":
 
     sys.exit(answer_as_child(sys.argv[1:], "graphbook.compilers.compile_cache", RESULT_MARKER, _child_main))
 
-
-# ---- Time to ready of the book's server in a fresh process (Chapter 7's readiness table)
-def _time_server_to_ready(server_args: list[str], *, threads: int = THREADS, env_extra: dict | None = None,
-                         cache_dir=None, timeout: float = 600.0, error: type[Exception] = CompileCacheError) -> float:
-    """Start ``code/serve_blurball.py`` on a free port with ``server_args``; seconds from launch to READY
-    (Chapter 7)."""
-    env = dict(os.environ)
-    env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)
-    env.update(env_extra or {})
-    if cache_dir is not None:
-        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
-    cmd = [sys.executable, str(paths.script("serve_blurball.py")), "--port", "0", "--threads", str(threads),
-           *map(str, server_args)]
-    return seconds_to_ready(cmd, env=env, timeout=timeout, error=error)
-
-
-#: Server variants started from the artifacts: name -> (artifact key, batch sizes, extra env).
-ARTIFACT_SERVERS = {
-    "aoti .pt2 (dynamic batch)": ("aoti-dynamic", BATCH_SIZES, {}),
-    "aoti .pt2 (dynamic batch), TORCHINDUCTOR_VEC_ISA_OK=1": ("aoti-dynamic", BATCH_SIZES, {"TORCHINDUCTOR_VEC_ISA_OK": "1"}),
-    "onnxruntime .onnx (dynamic batch)": ("onnx-dynamic", BATCH_SIZES, {}),
-    "onnxruntime .ort (optimized, batch 1)": ("ort-format", (1,), {}),
-}
-
-
-#: Server variants started from the model itself, batch sizes 1-3: name -> extra arguments ({saved} is the file
-#: of Inductor cache artifacts the cold compile saves and the next start loads).
-MODEL_SERVERS = {
-    "eager": (),
-    "compile cold": ("--compile", "--save-artifacts", "{saved}"),
-    "compile from saved cache artifacts": ("--compile", "--load-artifacts", "{saved}"),
-}
-
-
-def server_readiness(artifacts: dict, work: Path, input_hw, *, repeats: int = 3, threads: int = THREADS,
-                     timeout: float = 600.0, progress=None, error: type[Exception] = CompileCacheError,
-                     model_servers=tuple(MODEL_SERVERS)) -> list[dict]:
-    """Time the server to ready from the model (:data:`MODEL_SERVERS`) and from each built artifact of
-    :data:`ARTIFACT_SERVERS`, ``repeats`` times (Chapter 7)."""
-    say = progress or (lambda msg: None)
-    rows = []
-    all_sizes = ",".join(map(str, BATCH_SIZES))
-    size_args = ["--height", input_hw[0], "--width", input_hw[1], "--batch-sizes", all_sizes]
-    for repeat in range(repeats):
-        saved = work / f"server-cache-artifacts-{repeat}.bin"
-        for name, extra in ((n, MODEL_SERVERS[n]) for n in model_servers):
-            seconds = _time_server_to_ready([*size_args, *(a.format(saved=saved) for a in extra)], threads=threads,
-                                           cache_dir=work / "caches" / f"server-{name.replace(' ', '-')}-{repeat}",
-                                           timeout=timeout, error=error)
-            rows.append({"model": "blurball", "input_chw": f"9x{input_hw[0]}x{input_hw[1]}", "batch_sizes": all_sizes,
-                         "server": name, "time_to_ready_s": seconds, "repeat": repeat,
-                         "artifact_bytes": saved.stat().st_size if "artifacts" in name and saved.exists() else None})
-            say(f"  [{repeat}] server {name}: ready after {seconds:.2f} s")
-        for name, (key, sizes, env_extra) in ARTIFACT_SERVERS.items():
-            if key not in artifacts:
-                continue
-            seconds = _time_server_to_ready(
-                ["--artifact", artifacts[key]["path"], "--height", input_hw[0], "--width", input_hw[1],
-                 "--batch-sizes", ",".join(map(str, sizes))], threads=threads, env_extra=env_extra,
-                cache_dir=work / "caches" / f"server-{key}-{len(env_extra)}-{repeat}", timeout=timeout, error=error)
-            rows.append({"model": "blurball", "input_chw": f"9x{input_hw[0]}x{input_hw[1]}",
-                         "batch_sizes": ",".join(map(str, sizes)), "server": name, "time_to_ready_s": seconds,
-                         "repeat": repeat, "artifact_bytes": artifacts[key]["bytes"]})
-            say(f"  [{repeat}] server {name}: ready after {seconds:.2f} s")
-    return rows
