@@ -372,7 +372,8 @@ def _time_server_to_ready(server_args: list[str], *, threads: int = THREADS, env
 #: Server variants started from the artifacts: name -> (artifact key, batch sizes, extra env).
 ARTIFACT_SERVERS = {
     "aoti .pt2 (dynamic batch)": ("aoti-dynamic", BATCH_SIZES, {}),
-    "aoti .pt2 (dynamic batch), TORCHINDUCTOR_VEC_ISA_OK=1": ("aoti-dynamic", BATCH_SIZES, {"TORCHINDUCTOR_VEC_ISA_OK": "1"}),
+    "aoti .pt2 (dynamic batch), TORCHINDUCTOR_VEC_ISA_OK=1": ("aoti-dynamic", BATCH_SIZES,
+                                                              {"TORCHINDUCTOR_VEC_ISA_OK": "1"}),
     "onnxruntime .onnx (dynamic batch)": ("onnx-dynamic", BATCH_SIZES, {}),
     "onnxruntime .ort (optimized, batch 1)": ("ort-format", (1,), {}),
 }
