@@ -4,6 +4,7 @@ Used by test_book_policy.py (on the real chapters and on deliberately broken not
 """
 from __future__ import annotations
 
+import ast
 import re
 
 from graphbook import paths
@@ -199,28 +200,27 @@ def compared_raw_floats(nb: dict, patterns=None) -> list[tuple[int, str, str]]:
 TOLERANCE_ARGS = {"atol", "rtol"}
 
 
+def _small_float(node) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, float) and 0 < node.value < 1e-2
+
+
 def literal_config_values(nb: dict) -> list[tuple[int, str]]:
     """Config values typed into code cells: (code-cell index, the expression), for a float literal below 0.01
     given as ``atol``/``rtol`` or compared with ``<``, ``<=``, ``>``, ``>=``, and for the batch sizes as a tuple."""
-    import ast
-
     found = []
     for index, cell in enumerate(code_cells(nb)):
         tree = _parse_cell("".join(cell.get("source", "")))
         for node in ast.walk(tree) if tree is not None else ():
-            if isinstance(node, ast.keyword) and node.arg in TOLERANCE_ARGS:
-                typed = [node.value]
+            if isinstance(node, ast.Tuple):
+                typed = tuple(getattr(e, "value", None) for e in node.elts) == BATCH_SIZES
+            elif isinstance(node, ast.keyword) and node.arg in TOLERANCE_ARGS:
+                typed = _small_float(node.value)
             elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE))
                                                        for op in node.ops):
-                typed = [node.left, *node.comparators]
-            elif isinstance(node, ast.Tuple) and len(node.elts) > 1 and all(
-                    isinstance(e, ast.Constant) for e in node.elts):
-                if tuple(e.value for e in node.elts) == BATCH_SIZES:
-                    found.append((index, ast.unparse(node)))
-                continue
+                typed = any(_small_float(v) for v in (node.left, *node.comparators))
             else:
                 continue
-            if any(isinstance(v, ast.Constant) and isinstance(v.value, float) and 0 < v.value < 1e-2 for v in typed):
+            if typed:
                 found.append((index, ast.unparse(node)))
     return found
 
@@ -242,8 +242,6 @@ RATIO_WORD = re.compile(r"(?:^|_)(?:speed|speedup|speed_up|ratio|ratios|faster|s
 
 def _words(node) -> set[str]:
     """Identifiers, attribute names and string keys inside an expression."""
-    import ast
-
     words = set()
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name):
@@ -265,8 +263,6 @@ def _ratio(node) -> bool:
 
 def _containers(node) -> set[str]:
     """The names that are subscripted inside an expression (``t`` in ``0.9 * t["a"]``)."""
-    import ast
-
     return {ast.unparse(sub.value) for sub in ast.walk(node) if isinstance(sub, ast.Subscript)}
 
 
@@ -275,15 +271,11 @@ def _same_container(left, right) -> bool:
 
 
 def _is_constant(node) -> bool:
-    import ast
-
     return not any(isinstance(sub, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) for sub in ast.walk(node))
 
 
 def _ranking_compare(test) -> bool:
     """Does this assert test order two measurements (or a measured ratio against a threshold)?"""
-    import ast
-
     for node in ast.walk(test):
         if not isinstance(node, ast.Compare):
             continue
@@ -302,8 +294,6 @@ def _ranking_compare(test) -> bool:
 
 
 def _parse_cell(source: str):
-    import ast
-
     # IPython magics and shell lines are not Python: blank them, keeping line numbers
     lines = [("" if ln.lstrip().startswith(("%", "!")) else ln) for ln in source.splitlines()]
     try:
@@ -314,8 +304,6 @@ def _parse_cell(source: str):
 
 def ranking_asserts(nb: dict) -> list[tuple[int, int, str]]:
     """Ranking asserts without a stated physical reason: (code-cell index, line number from 1, line)."""
-    import ast
-
     found = []
     cells = nb.get("cells", [])
     code_index = -1
@@ -357,8 +345,6 @@ ONE_MACHINE_CALLS = {"deciding_machine", "single_machine", "latest_run", "latest
 
 
 def _call_names(tree) -> list:
-    import ast
-
     return [(node, node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", ""))
             for node in ast.walk(tree) if isinstance(node, ast.Call)]
 
@@ -373,8 +359,6 @@ def pooled_recorded_loads(nb: dict) -> list[str]:
     group of a ``groupby`` loop (each group's newest run, possibly from different machines) does not count
     unless the cell also names the machine with ``deciding_machine`` or ``single_machine``.
     """
-    import ast
-
     code = [("".join(c.get("source", "")), _parse_cell("".join(c.get("source", ""))))
             for c in nb.get("cells", []) if c.get("cell_type") == "code"]
     aggregates = {"summarize_runs", "choose_best", "paired_ratios", "median", "mean", "phrase_comparison"}
