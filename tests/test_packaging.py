@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+import sysconfig
 import tomllib
 from pathlib import Path
 
@@ -100,10 +101,7 @@ LEFT_OUT_ON = {"openvino": {"aarch64 Linux"}, "openvino-telemetry": {"aarch64 Li
 
 
 def test_every_pin_installs_on_every_reader_platform_except_where_its_wheels_are_missing():
-    from packaging.requirements import Requirement
-
-    pins = [Requirement(line.split("#", 1)[0]) for line in (ROOT / "requirements.txt").read_text().splitlines()
-            if line.split("#", 1)[0].strip()]
+    pins = _pins("requirements.txt")
     assert {p.name for p in pins} >= {"torch", "onnxruntime", "openvino"}
     for pin in pins:
         assert str(pin.specifier).startswith("=="), f"{pin.name} is not pinned with =="
@@ -111,6 +109,35 @@ def test_every_pin_installs_on_every_reader_platform_except_where_its_wheels_are
             wanted = platform not in LEFT_OUT_ON.get(pin.name, set())
             installed = pin.marker is None or pin.marker.evaluate(environment)
             assert installed == wanted, f"{pin.name} {'is not' if wanted else 'is'} installed on {platform}"
+
+
+def _pins(name: str) -> list:
+    from packaging.requirements import Requirement
+
+    lines = (line.split("#", 1)[0].strip() for line in (ROOT / name).read_text().splitlines())
+    return [Requirement(line) for line in lines if line and not line.startswith("-")]
+
+
+def test_the_environment_is_the_lock_every_installed_package_at_its_pinned_version():
+    """A clean install takes nothing that no file pins: requirements.txt, the CUDA libraries torch's Linux wheel
+    brings (constraints it reads with -c) and the optional TVM."""
+    from importlib import metadata
+
+    from packaging.utils import canonicalize_name
+
+    text = (ROOT / "requirements.txt").read_text()
+    assert "-c requirements-torch-cuda.txt" in text.splitlines()
+    pinned = {canonicalize_name(p.name): str(p.specifier)[2:] for name in
+              ("requirements.txt", "requirements-torch-cuda.txt", "requirements-tvm.txt") for p in _pins(name)}
+    site = [sysconfig.get_paths()["purelib"]]  # not the copies setuptools vendors and puts on the path
+    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions(path=site)}
+    installed.pop("graphbook")
+    for unpinned in ("pip", "wheel"):  # the venv's own installer
+        installed.pop(unpinned, None)
+    wrong = {name: version for name, version in installed.items()
+             if name in pinned and pinned[name] != version.split("+")[0]}
+    assert not set(installed) - set(pinned), f"installed but pinned nowhere: {sorted(set(installed) - set(pinned))}"
+    assert not wrong, f"installed at another version than pinned: {wrong}"
 
 
 def test_an_absent_openvino_is_explained_by_where_its_wheels_exist(monkeypatch):

@@ -16,6 +16,7 @@ from torch.utils import benchmark
 from graphbook.config import THREADS
 
 MIB = 1024 ** 2
+MIN_BLOCKS = 3  # the fewest blocks a median and a spread are taken from
 
 
 def blocked_times(fn, repeats: int, *, warmup: int = 1, threads: int | None = None) -> list[float]:
@@ -23,7 +24,13 @@ def blocked_times(fn, repeats: int, *, warmup: int = 1, threads: int | None = No
     ``threads`` (it would otherwise use one); the ``warmup`` calls also size the blocks."""
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads or torch.get_num_threads())
     first_s = timer.timeit(max(warmup, 1)).mean
-    return timer.blocked_autorange(min_run_time=repeats * first_s).times
+    measured = timer.blocked_autorange(min_run_time=repeats * first_s)
+    times = list(measured.times)
+    # The Timer sizes its blocks by its own overhead, which differs between machines: where one block of ten calls
+    # already fills the run time, a spread needs more blocks of the same size.
+    while len(times) < MIN_BLOCKS:
+        times += timer.timeit(measured.number_per_run).times
+    return times
 
 
 def timed(fn, repeats: int) -> dict:
