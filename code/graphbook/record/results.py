@@ -84,7 +84,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("freezing-repro", "cpu-freezing-repro", "code/repro_freezing_miscompile.py"),
     Kind("freezing-bisect", "cpu-freezing-bisect", "code/bisect_freezing.py"),
     Kind("freezing-minimize", "cpu-freezing-minimize", "code/minimize_freezing.py"),
-    Kind("freezing-fixes", "cpu-freezing-fixes", "code/check_freezing_fixes.py"),
+    Kind("freezing-fixes", "cpu-freezing-fixes", "code/check_freezing_fixes.py (retired: torch 2.13 only)"),
+    Kind("torch-versions", "cpu-torch-versions", "scripts/torch_version_history.py"),
     Kind("tvm", "cpu-tvm", "code/bench_tvm.py"),
     Kind("kernel-provenance", "cpu-kernel-provenance", "code/trace_kernel_provenance.py"),
     Kind("browser-ort", "cpu-browser-ort", "code/bench_browser_ort.py"),
@@ -128,9 +129,10 @@ _TAG_RE = re.compile(r"^[A-Za-z0-9_.]+(?:-[A-Za-z0-9_.]+)*$")
 
 
 def write_run(kind_name: str, rows: Iterable[dict] | pd.DataFrame, env: dict | None = None,
-              results_dir: str | Path | None = None, tag: str | None = None, *, per_run: bool = False) -> Path:
+              results_dir: str | Path | None = None, tag: str | None = None, *, per_run: bool | str = False) -> Path:
     """Write one run's ``rows``, merged with ``env``, to a NEW file of the kind and return its path; nothing is
-    overwritten. ``per_run=True``: a row with :data:`RUN` ``k`` gets ``run_id`` ``<stem>/r<k>``, one per run."""
+    overwritten. ``per_run=True``: a row with :data:`RUN` ``k`` gets ``run_id`` ``<stem>/r<k>``, one per run; a column
+    name instead (runs of several interpreters in one file) makes it ``<stem>/<that column's value>/r<k>``."""
     k = kind(kind_name)
     if k.tagged and not tag:
         raise ValueError(f"result kind {k.name!r} needs a tag (e.g. the device slug)")
@@ -147,7 +149,8 @@ def write_run(kind_name: str, rows: Iterable[dict] | pd.DataFrame, env: dict | N
                          f"(the date comes from env['date'], got {str((env or {}).get(DATE))[:40]!r})")
     run_ids = pd.Series(path.stem, index=frame.index, dtype=object)
     numbered = pd.to_numeric(frame[RUN], errors="coerce").dropna() if per_run and RUN in frame else pd.Series()
-    run_ids[numbered.index] = [f"{path.stem}/r{int(run)}" for run in numbered]
+    within = frame[per_run].astype(str) + "/" if isinstance(per_run, str) else pd.Series("", index=frame.index)
+    run_ids[numbered.index] = [f"{path.stem}/{within[i]}r{int(run)}" for i, run in numbered.items()]
     frame.insert(0, RUN_ID, frame.pop(RUN_ID).fillna(run_ids) if RUN_ID in frame else run_ids)
     frame.to_csv(path, mode="x", index=False)  # "x": fail rather than touch an existing file
     return path
