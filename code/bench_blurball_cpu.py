@@ -36,7 +36,8 @@ from graphbook.teach.profiling import profile_eager, with_rates
 
 #: The variants measured by default (any name of graphbook.runtimes.variants.REGISTRY may be asked for).
 DEFAULT_VARIANTS = ("eager_fp32", "eager_fp32_channels_last", "eager_bf16_autocast", "compile_default",
-                    "compile_freezing", "compile_bf16", "compile_freezing_bf16", "ort_exporter_optimized_all",
+                    "compile_freezing", "compile_bf16", "compile_freezing_bf16", "compile_freezing_max_autotune",
+                    "compile_freezing_max_autotune_bf16", "ort_exporter_optimized_all",
                     "ort_int8_qdq_all", "openvino_fp32", "openvino_bf16", "openvino_int8")
 #: Fastest ball (px per frame) of the clips the trained checkpoint was trained and scored on (as bench_int8.py).
 MAX_SPEED = 30.0

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from graphbook.compilers import miscompile
+from graphbook.config import BATCH_SIZES, FULL_SIZE, SMALL_SIZE
 from graphbook.measure import probes, warmup
 from graphbook.model import blurball, decoding, synthetic_clips
 from graphbook.runtimes import correctness, variants
@@ -52,13 +53,48 @@ def test_ball_check_passes_itself_and_catches_a_moved_ball():
         correctness.ball_check(run, [], run)
 
 
-@pytest.mark.slow  # three BlurBall passes over eight clips: seconds, too long for the edit loop
-def test_ball_check_on_hard_clips_rejects_the_freezing_miscompiles_dropped_summand_and_passes_bf16():
-    """Freezing's miscompile leaves one fuse-layer summand out (stage 3, output 2, branch 1 on BlurBall under
-    torch 2.13; the appendix proves it live): made in eager, that change moves a decoded ball, bf16 rounding none."""
-    torch.set_num_threads(1)
+@pytest.fixture(scope="module")
+def frozen_blurball():
+    """The trained BlurBall compiled with freezing once per input size, as ``(model, {size: {batch: runner}})``: batch
+    1 has its own graph (Dynamo specializes a size of 1), batches 2 and 3 share one dynamic graph. The compiles are
+    the slow part, so every test of freezing in this file shares them."""
     model = blurball.load_trained_blurball()
-    clips = synthetic_clips.check_clips(8, 96, 160)   # the checkpoint's size; the summand moves a ball in clip 7
+
+    def frozen(dynamic):
+        compiled = torch.compile(variants.own_code(model), dynamic=dynamic)
+
+        def run(x):
+            with variants.freezing(True):
+                return compiled(x)
+        return run
+
+    runners = {}
+    for size in (SMALL_SIZE, FULL_SIZE):
+        static, dynamic = frozen(False), frozen(True)
+        runners[size] = {batch: static if batch == 1 else dynamic for batch in BATCH_SIZES}
+    return model, runners
+
+
+@pytest.mark.slow
+def test_freezing_matches_eager_at_both_sizes_and_every_batch_size(frozen_blurball):
+    """torch 2.13 miscompiled BlurBall with freezing (the appendix's version history); the pinned torch must not."""
+    model, runners = frozen_blurball
+    generator = torch.Generator().manual_seed(0)
+    for (height, width), by_batch in runners.items():
+        for batch in sorted(BATCH_SIZES, key=lambda b: b == 1):   # the dynamic graph first, from a batch above 1
+            x = torch.randn(batch, 9, height, width, generator=generator)
+            with torch.no_grad():
+                reference = model(x)
+            check = correctness.compare_to_reference(by_batch[batch](x), reference)
+            assert check["same_output"], f"freezing differs from eager at {height}x{width}, batch {batch}: {check}"
+
+
+@pytest.mark.slow  # BlurBall passes over eight clips: seconds, too long for the edit loop
+def test_ball_check_on_hard_clips_rejects_the_planted_dropped_summand_and_passes_freezing_and_bf16(frozen_blurball):
+    """The book's planted fault: one fuse-layer summand left out (stage 3, output 2, branch 1, the summand torch 2.13's
+    freezing dropped) moves a decoded ball; freezing in the pinned torch and bf16 rounding move none."""
+    model, runners = frozen_blurball
+    clips = synthetic_clips.check_clips(8, *SMALL_SIZE)   # the checkpoint's size; the summand moves a ball in clip 7
     inputs = [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([c])) for c in clips]
     eager = variants.build("eager_fp32", model, inputs[0]).run
     reference = [eager(x) for x in inputs]
@@ -70,6 +106,7 @@ def test_ball_check_on_hard_clips_rejects_the_freezing_miscompiles_dropped_summa
     assert correctness.ball_check(eager, clips, reference)["same_ball"]
     rejected = correctness.ball_check(dropped, clips, reference)
     assert not rejected["same_ball"] and rejected["ball_agree_frames"] < rejected["ball_frames"]
+    assert correctness.ball_check(runners[SMALL_SIZE][1], clips, reference)["same_ball"]
     if probes.bf16_support()[0]:   # rounding, not a dropped summand: the ball stays (emulated bf16 is not judged)
         assert correctness.ball_check(variants.build("eager_bf16_autocast", model, inputs[0]).run, clips,
                                       reference)["same_ball"]

@@ -30,7 +30,7 @@ def test_two_cpus_with_one_name_are_two_machines(tmp_path):
 
 def test_side_by_side_leaves_a_loaded_run_out_of_the_median_but_shows_it(tmp_path):
     write_matrix(tmp_path, "cpu-blurball-2026-12-01", A, 500, runs_n=4, loaded_run=2)
-    table = machines.side_by_side("cpu-blurball", tmp_path)
+    table = machines._side_by_side("cpu-blurball", tmp_path)
     eager = table[table.variant == "eager_fp32"].iloc[0]
     assert eager["median"] == pytest.approx(500) and eager.quiet_runs == 3 and eager.flagged_runs == 1
     assert eager["flags"] == [False, True, False, False] and eager["values"][1] == pytest.approx(2500)

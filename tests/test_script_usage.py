@@ -16,7 +16,6 @@ REFUSALS = [
     ("bench_blurball_cpu.py", ["--weights", "{dir}/missing.pt"], "does not exist"),
     ("bench_browser_ort.py", ["--sizes", "100x100"], "unknown size"),
     ("bench_int8.py", ["--debug-clips", "9", "--eval-clips", "2"], "cannot exceed"),
-    ("check_freezing_fixes.py", ["--fixes", "warp_drive"], "unknown fix"),
     ("bench_litserve.py", ["--faults", "--max-queue", "30"], "at most 21"),
     ("bench_onnxruntime.py", ["--threads", "0"], ">= 1"),
     ("bench_restart_paths.py", ["--paths", "eager,tensorrt"], "unknown restart path tensorrt"),

@@ -86,7 +86,7 @@ def machine_facts(results_dir=None):
     return table.fillna({m.kind: 0 for m in MEASURES}).astype({m.kind: int for m in MEASURES})
 
 
-def side_by_side(kind: str, results_dir=None):
+def _side_by_side(kind: str, results_dir=None):
     """Per machine and group: the median over quiet runs, and every run's value and load flag. A machine whose runs were
     all flagged keeps its rows with ``median`` NaN: the appendix shows such runs, it does not decide on them."""
     found = measure(kind)
@@ -120,7 +120,7 @@ def side_by_side(kind: str, results_dir=None):
 
 
 def _side_by_side_where(kind: str, results_dir, where: dict | None):
-    table = side_by_side(kind, results_dir)
+    table = _side_by_side(kind, results_dir)
     for column, wanted in (where or {}).items():
         table = table[table[column] == wanted]
     return table

@@ -36,39 +36,16 @@ class VariantUnavailable(RuntimeError):
     """A variant cannot be built here (a missing package, no calibration frames); the message says why (Chapter 5)."""
 
 
-@dataclass(frozen=True)
-class FreezingFix:
-    """One switch that may give freezing eager's output back on BlurBall under torch 2.13 (Chapter 5)."""
-
-    label: str
-    config: dict = field(default_factory=dict)
-    inplace_conv_add: bool = True
-
-
-#: The switches the book tries, narrowest last: scheduler fusion off, every pattern rewrite off, or only the
-#: in-place form of one rewrite off (the rewrite the bisector named, Chapter 3). The last one adds fusion off to
-#: the narrowest, so that fusion's worth is measured with nothing else changed.
-FREEZING_FIXES = {
-    "none": FreezingFix("freezing alone"),
-    "no_fusion": FreezingFix("max_fusion_size=1", {"max_fusion_size": 1}),
-    "no_pattern_matcher": FreezingFix("pattern_matcher=False", {"pattern_matcher": False}),
-    "out_of_place_conv_add": FreezingFix("conv + add out of place", inplace_conv_add=False),
-    "out_of_place_conv_add_no_fusion": FreezingFix("conv + add out of place, max_fusion_size=1",
-                                                   {"max_fusion_size": 1}, inplace_conv_add=False),
-}
-#: The book's workaround for BlurBall under torch 2.13: the cheapest switch that is correct everywhere it was checked
-#: (Chapter 5 asserts it against the recorded runs); its bf16 and max-autotune variants build on it.
-FREEZING_WORKAROUND = "no_fusion"
-
-
 @contextlib.contextmanager
-def freezing(enabled: bool = True, fix: str = "none"):
-    """Inductor freezing on (or, with ``enabled=False``, explicitly off) for what runs inside (Chapter 3)."""
-    chosen = FREEZING_FIXES[fix]
+def freezing(enabled: bool = True, *, fusion: bool = True, inplace_conv_add: bool = True):
+    """Inductor freezing on (or, with ``enabled=False``, explicitly off) for what runs inside (Chapter 3). The two
+    ablations of Chapter 5: ``fusion=False`` lets the scheduler merge no two kernels (``max_fusion_size=1``), and
+    ``inplace_conv_add=False`` keeps freezing from adding a convolution into its residual's buffer (oneDNN's sum
+    post-op), so the add becomes a kernel of its own."""
     with contextlib.ExitStack() as stack:
-        stack.enter_context(inductor_config.patch(freezing=bool(enabled), **chosen.config))
+        stack.enter_context(inductor_config.patch(freezing=bool(enabled), **({} if fusion else {"max_fusion_size": 1})))
         stack.enter_context(torch.no_grad())
-        if not chosen.inplace_conv_add:
+        if not inplace_conv_add:
             # a patched predicate is not part of the compile caches' keys: without them off, a cached plain
             # freezing graph would come back
             stack.enter_context(inductor_config.patch(fx_graph_cache=False))
@@ -157,14 +134,14 @@ def own_code(model):
     return model
 
 
-def _compiled(model, example, context, *, freeze=False, bf16=False, fix="none", mode=None) -> Runner:
+def _compiled(model, example, context, *, freeze=False, bf16=False, mode=None, **ablation) -> Runner:
     compiled = torch.compile(own_code(model), mode=mode)
     # max-autotune's tuning is part of its compile: no cache of an earlier build may answer for it
     cold = (inductor_config.patch(fx_graph_cache=False, autotune_local_cache=False) if mode == "max-autotune"
             else contextlib.nullcontext())
 
     def run(x):
-        with freezing(freeze, fix), _autocast(bf16, x), cold:
+        with freezing(freeze, **ablation), _autocast(bf16, x), cold:
             return logits_of(compiled(x)).float()
     return run
 
@@ -234,8 +211,8 @@ def _registry() -> dict[str, Variant]:
                 lambda m, x, c: _eager(m, x, c, bf16=True)),
         Variant("compile_default", "compile", "torch.compile, default mode, freezing off (the default)",
                 "fp32", "compile", True, _compiled),
-        # Expected to match: freezing folds constants, an exact rewrite. torch 2.13 miscompiles BlurBall with
-        # it (Chapter 3), which the book reports as a failure of this variant.
+        # Expected to match: freezing folds constants, an exact rewrite (torch 2.13 miscompiled BlurBall with it;
+        # 2.14.1 does not, the appendix's version history).
         Variant("compile_freezing", "compile + freezing",
                 "torch.compile, default mode, Inductor freezing on (BN folded, oneDNN convs)", "fp32", "compile",
                 True, lambda m, x, c: _compiled(m, x, c, freeze=True)),
@@ -244,27 +221,27 @@ def _registry() -> dict[str, Variant]:
         Variant("compile_freezing_bf16", "compile + freezing bf16",
                 "torch.compile with Inductor freezing, under bfloat16 autocast", "bf16", "compile", False,
                 lambda m, x, c: _compiled(m, x, c, freeze=True, bf16=True)),
+        # What freezing unlocks on a CPU with longer tuning: prepacked weights, AMX, C++ GEMM templates.
+        Variant("compile_freezing_max_autotune", "max-autotune + freezing",
+                "torch.compile mode max-autotune with Inductor freezing", "fp32", "compile", True,
+                lambda m, x, c: _compiled(m, x, c, freeze=True, mode="max-autotune")),
+        Variant("compile_freezing_max_autotune_bf16", "max-autotune + freezing bf16",
+                "torch.compile mode max-autotune with Inductor freezing, under bfloat16 autocast", "bf16", "compile",
+                False, lambda m, x, c: _compiled(m, x, c, freeze=True, bf16=True, mode="max-autotune")),
     ]
-    # Freezing made correct, each by one switch; the workaround's bf16 and max-autotune (what freezing unlocks on a
-    # CPU: prepacked weights, AMX, C++ GEMM templates); and the narrowest switch with and without fusion, in both
-    # precisions, so that fusion's worth is measured with nothing else changed (Chapter 5).
-    def compiled_with(fix, *, bf16=False, mode=None):
-        return lambda m, x, c: _compiled(m, x, c, freeze=True, fix=fix, bf16=bf16, mode=mode)
-
-    for fix, bf16 in [(fix, False) for fix in FREEZING_FIXES if fix != "none"] + [
-            (FREEZING_WORKAROUND, True), ("out_of_place_conv_add", True), ("out_of_place_conv_add_no_fusion", True)]:
-        label = FREEZING_FIXES[fix].label + " bf16" * bf16
-        entries.append(Variant(f"compile_freezing_{fix}" + "_bf16" * bf16, f"compile + freezing, {label}",
-                               f"torch.compile with Inductor freezing and {label}", "bf16" if bf16 else "fp32",
-                               "compile", not bf16, compiled_with(fix, bf16=bf16)))
-    for name, fix, bf16 in (("compile_max_autotune", FREEZING_WORKAROUND, False),
-                            ("compile_max_autotune_bf16", FREEZING_WORKAROUND, True),
-                            ("compile_max_autotune_fused", "out_of_place_conv_add", False)):
-        label = FREEZING_FIXES[fix].label + " bf16" * bf16
-        entries.append(Variant(name, f"max-autotune + freezing, {label}",
-                               f"torch.compile mode max-autotune with Inductor freezing and {label}",
-                               "bf16" if bf16 else "fp32", "compile", not bf16,
-                               compiled_with(fix, bf16=bf16, mode="max-autotune")))
+    # Fusion taken out of freezing in two steps, in both precisions (Chapter 5): first the scheduler's (no two kernels
+    # merged), then also the residual add that oneDNN folds into the convolution in place.
+    for name, label, ablation in (
+            ("no_fusion", "max_fusion_size=1", {"fusion": False}),
+            ("out_of_place_conv_add_no_fusion", "conv + add out of place, max_fusion_size=1",
+             {"fusion": False, "inplace_conv_add": False})):
+        for bf16 in (False, True):
+            entries.append(Variant(f"compile_freezing_{name}" + "_bf16" * bf16,
+                                   f"compile + freezing, {label}" + " bf16" * bf16,
+                                   f"torch.compile with Inductor freezing and {label}" + ", bfloat16 autocast" * bf16,
+                                   "bf16" if bf16 else "fp32", "compile", not bf16,
+                                   lambda m, x, c, ablation=ablation, bf16=bf16: _compiled(
+                                       m, x, c, freeze=True, bf16=bf16, **ablation)))
     for level in LEVEL_NAMES:
         entries.append(Variant(f"ort_{level}", f"onnxruntime {level}",
                                f"ONNX Runtime, raw export, level {level}", "fp32", "onnxruntime", True,
@@ -296,6 +273,15 @@ def _registry() -> dict[str, Variant]:
 
 #: name -> :class:`Variant`, in the order the book reports them (eager FP32 first).
 REGISTRY: dict[str, Variant] = _registry()
+
+#: Variants of recordings made under torch 2.13, retired with its freezing miscompile: the switches that made
+#: freezing correct there, and max-autotune built on them. Read back as written, never measured again.
+RETIRED = {"compile_freezing_no_pattern_matcher": "freezing, pattern_matcher=False",
+           "compile_freezing_out_of_place_conv_add": "freezing, conv + add out of place",
+           "compile_freezing_out_of_place_conv_add_bf16": "freezing, conv + add out of place, bf16",
+           "compile_max_autotune": "max-autotune + freezing, max_fusion_size=1",
+           "compile_max_autotune_bf16": "max-autotune + freezing, max_fusion_size=1, bf16",
+           "compile_max_autotune_fused": "max-autotune + freezing, conv + add out of place"}
 
 #: Each lower precision's FP32 twin: the same runtime and settings in FP32. A lower precision passes only when
 #: it keeps the decoded ball *and* its twin gives eager's output: rounding can hide a miscompile it inherits
