@@ -29,8 +29,9 @@ def _fp32_runs_of_one_machine(cpu_frame, *, here: Mapping | str | None = None):
     """The FP32 variant rows of the CPU matrix, flagged for load, of the one machine that decides (Chapter 7)."""
     if cpu_frame is None or not len(cpu_frame):
         return cpu_frame, None
-    variants = cpu_frame[(cpu_frame["record"] == "variant") & ~cpu_frame["variant"].str.contains(_NOT_FP32)]
-    flagged = runs.flag_under_load(variants)
+    fp32_rows = cpu_frame[(cpu_frame["record"] == "variant") & ~cpu_frame["variant"].str.contains(_NOT_FP32)
+                          & cpu_frame["variant"].isin(list(variants.REGISTRY))]
+    flagged = runs.flag_under_load(fp32_rows)
     machine = runs.deciding_machine(flagged, here=here)
     if machine is None:
         return flagged.iloc[0:0], None

@@ -54,7 +54,7 @@ def full_size_rows(recorded: pd.DataFrame | None = None,
     if recorded.empty:
         return None, None
     full = ((recorded.record == "variant") & (recorded.height == FULL_SIZE[0])
-            & (recorded.width == FULL_SIZE[1]))
+            & (recorded.width == FULL_SIZE[1]) & recorded.variant.isin(list(variants.REGISTRY)))  # not the retired
     if not full.any():
         return None, None
     rows = runs.flag_under_load(recorded[full])

@@ -312,15 +312,14 @@ def draw_clip_detection(frame, target, heatmap, label=None, detection=None, *, c
     return axes
 
 
-def launch_order(diff: dict, kernel: str):
-    """The fuse layer's three summands and two launches, in the wrapper's order with fusion off and on. Where ``kernel``
-    runs before the in-place oneDNN call it reads *a* without *b*: the panel crosses *b* out."""
+def launch_order(orders: dict[str, list[str]]):
+    """One fuse layer's three summands and two launches, one panel per wrapper in its order of launches (appendix).
+    Where the generated kernel runs before the in-place oneDNN call it reads *a* without *b*: *b* is crossed out."""
     colours = {"a": "#4c72b0", "b": "#dd8452", "c": "#55a868"}
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    for ax, key, title in zip(axes, ("unfused", "fused"), ("fusion off (max_fusion_size=1)", "fusion on (default)")):
-        lines = diff[key]
+    fig, axes = plt.subplots(1, len(orders), figsize=(5 * len(orders), 3.6))
+    for ax, (title, lines) in zip(np.atleast_1d(axes), orders.items()):
         position = lambda needle: next((i for i, line in enumerate(lines) if needle in line), None)
-        k_at, ip_at = position(kernel if key == "fused" else "cpp_fused"), position("_convolution_pointwise_.binary(")
+        k_at, ip_at = position("cpp_fused"), position("_convolution_pointwise_.binary(")
         number = lambda i: "#" + lines[i][1:].split()[0] if i is not None else "?"
         events = sorted([(ip_at if ip_at is not None else 0, "in-place oneDNN call:\na += conv(x)  (adds b)", number(ip_at)),
                          (k_at if k_at is not None else 1, "generated kernel:\nrelu(buffer a + c)", number(k_at))])
