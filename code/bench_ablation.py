@@ -22,8 +22,8 @@ from graphbook.model import blurball
 from graphbook.record import cli, results
 from graphbook.record.cli import positive_int
 from graphbook.record.results import COMPILE_S, SPEEDUP_VS_EAGER
-from graphbook.runtimes import variants
-from graphbook.runtimes.bench import build_check_time
+from graphbook.method import variants
+from graphbook.method.bench import build_check_time
 
 
 def parse_args(argv=None):
@@ -47,7 +47,7 @@ def _unique_graphs() -> int:
 
 def run(args) -> tuple[object, list[str]]:
     """Compile and check every requested configuration once, time them all in ``args.runs`` rotated runs
-    (``graphbook.runtimes.bench``), write one new results file. Returns its path and the configurations whose
+    (``graphbook.method.bench``), write one new results file. Returns its path and the configurations whose
     output differs from eager FP32."""
     set_threads(args.threads)
     env = fingerprint(args.threads)

@@ -11,7 +11,7 @@ from graphbook.measure.environment import fingerprint, set_threads
 from graphbook.model import blurball
 from graphbook.record import cli, results
 from graphbook.record.results import COMPILE_S
-from graphbook.runtimes.bench import build_check_time
+from graphbook.method.bench import build_check_time
 from graphbook.teach import attribution
 
 
@@ -23,7 +23,7 @@ def parse_args(argv=None):
 
 
 def run(args) -> tuple[object, list[str]]:
-    """Build and check every rung once, time them in ``args.runs`` interleaved runs (``graphbook.runtimes.bench``),
+    """Build and check every rung once, time them in ``args.runs`` interleaved runs (``graphbook.method.bench``),
     write one new file. Returns its path and the rungs whose output differs from eager."""
     set_threads(args.threads)
     env = fingerprint(args.threads)

@@ -26,15 +26,15 @@ from graphbook.record.results import (
     SAME_PEAKS,
     SPEEDUP_VS_EAGER,
 )
-from graphbook.runtimes import correctness
-from graphbook.runtimes import variants as registry
-from graphbook.runtimes.bench import build_check_time
+from graphbook.model import ball
+from graphbook.method import variants as registry
+from graphbook.method.bench import build_check_time
 from graphbook.runtimes.openvino_runtime import describe_runtime
-from graphbook.runtimes.variants import VariantUnavailable
+from graphbook.method.variants import VariantUnavailable
 from graphbook.serving.decisions import lower_precision_worker
-from graphbook.teach.profiling import profile_eager, with_rates
+from graphbook.runtimes.profiling import profile_eager, with_rates
 
-#: The variants measured by default (any name of graphbook.runtimes.variants.REGISTRY may be asked for).
+#: The variants measured by default (any name of graphbook.method.variants.REGISTRY may be asked for).
 DEFAULT_VARIANTS = ("eager_fp32", "eager_fp32_channels_last", "eager_bf16_autocast", "compile_default",
                     "compile_freezing", "compile_bf16", "compile_freezing_bf16", "compile_freezing_max_autotune",
                     "compile_freezing_max_autotune_bf16", "ort_exporter_optimized_all",
@@ -55,7 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     cli.add_run_protocol_options(parser, repeats=10, warmup=3)
     cli.add_input_size(parser, FULL_SIZE)
     parser.add_argument("--variants", type=_variant_list, default=list(DEFAULT_VARIANTS),
-                        help="comma-separated names from graphbook.runtimes.variants (default: "
+                        help="comma-separated names from graphbook.method.variants (default: "
                              + ", ".join(DEFAULT_VARIANTS) + ")")
     parser.add_argument("--no-profile", action="store_true", help="skip the eager profile")
     parser.add_argument("--peak-n", type=positive_int, default=2048, help="matmul size for the peak")
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     """Build and check every requested variant once, time them all in ``args.runs`` rotated runs
-    (``graphbook.runtimes.bench``), write one new CSV. Returns its path and the variants that failed their check."""
+    (``graphbook.method.bench``), write one new CSV. Returns its path and the variants that failed their check."""
     set_threads(args.threads)
     env = fingerprint(args.threads)
     weights = _weights(args)
@@ -146,10 +146,10 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
             return one.run, {COMPILE_S: one.compile_s, "note": note}
         return build
 
-    def ball(run) -> dict:  # every frame's decoded ball in eager FP32's place: what a lower precision must keep
+    def ball_kept(run) -> dict:  # every frame's decoded ball in eager FP32's place: what a lower precision must keep
         if not ball_clips:
             return {}
-        check = correctness.ball_check(run, ball_clips, reference_logits)
+        check = ball.check(run, ball_clips, reference_logits)
         return check if check[SAME_BALL] else {**check, "note": (
             f"decoded ball differs from eager FP32 on {check[BALL_FRAMES] - check[BALL_AGREE_FRAMES]} "
             f"of {check[BALL_FRAMES]} held-out frames")}
@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
 
     with registry.BuildContext(threads=args.threads, calibration=calibration) as context:
         frame, failed = build_check_time(
-            {name: builder(name, context) for name in args.variants}, x, reference, columns=columns, check=ball,
+            {name: builder(name, context) for name in args.variants}, x, reference, columns=columns, check=ball_kept,
             runs=args.runs, warmup=args.warmup, repeats=args.repeats, probe_bytes=args.probe_mib * probes.MIB,
             probes=matmul_peaks, log=lambda line: print(line, flush=True))
     frame = with_rates(frame, cost.macs, note=f"{args.peak_n}x{args.peak_n} matmul")

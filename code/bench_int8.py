@@ -24,8 +24,9 @@ from graphbook.record.cli import (
     positive_int,
     resource_absent,
 )
-from graphbook.runtimes import int8_matrix, onnx_utils, quantization
-from graphbook.teach import int8_decision
+from graphbook.int8 import int8_matrix, quantization
+from graphbook.runtimes import onnx_utils
+from graphbook.int8 import int8_decision
 
 PROG = "bench_int8.py"
 

@@ -16,8 +16,9 @@ from graphbook.record import cli, results
 from graphbook.record.cli import int_at_least, positive_int
 from graphbook.record.results import COMPILE_S, EXPECTED_TO_MATCH
 from graphbook.runtimes import onnx_utils as ou
-from graphbook.runtimes import quantization, variants
-from graphbook.runtimes.bench import build_check_time
+from graphbook.int8 import quantization
+from graphbook.method import variants
+from graphbook.method.bench import build_check_time
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -13,8 +13,8 @@ from graphbook.measure.environment import fingerprint
 from graphbook.paths import TRAINED_CHECKPOINT
 from graphbook.record import results
 from graphbook.record.cli import add_input_size, add_threads, comma_choices, int_at_least, make_parser, positive_int
-from graphbook.teach import restart_paths
-from graphbook.teach.restart_paths import PATH_NAMES
+from graphbook.startup import restart_paths
+from graphbook.startup.restart_paths import PATH_NAMES
 
 
 def parse_args(argv=None):

@@ -13,11 +13,12 @@ from pathlib import Path
 import torch
 from torch._inductor.compiler_bisector import CompilerBisector
 
-from graphbook.compilers import miscompile
+from graphbook.compilers import inductor_tools
+from graphbook.freezing import miscompile
 from graphbook.measure import environment
 from graphbook.record import results
 from graphbook.record.cli import add_threads, int_at_least, make_parser, multiple_of_8
-from graphbook.runtimes import correctness, variants
+from graphbook import checks
 
 
 def parse_args(argv=None):
@@ -42,9 +43,9 @@ def run_bisector(model, inputs) -> dict:
     def check() -> bool:
         calls["n"] += 1
         torch._dynamo.reset()
-        with variants.freezing():
+        with inductor_tools.freezing():
             output = torch.compile(model)(*inputs)
-        verdict = correctness.compare_to_reference(output, reference)
+        verdict = checks.compare_to_reference(output, reference)
         print(f"  bisector check {calls['n']}: max abs diff {verdict['max_abs_diff']:.3g}", flush=True)
         return bool(verdict["same_output"])
 
@@ -61,11 +62,11 @@ def run_bisector(model, inputs) -> dict:
 # The minifier's process: graphbook is installed (pyproject.toml), so no path set-up is needed.
 _MINIFIER_SCRIPT = textwrap.dedent("""
     import torch
-    from graphbook.compilers import miscompile
-    from graphbook.runtimes import variants
-    model, inputs = miscompile.check_model({model!r}, {height}, {width})
+    from graphbook.compilers import inductor_tools
+from graphbook.freezing import miscompile
+        model, inputs = miscompile.check_model({model!r}, {height}, {width})
     torch.set_num_threads({threads})
-    with variants.freezing():
+    with inductor_tools.freezing():
         torch.compile(model)(*inputs)
 """)
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import torch
 
-from graphbook.compilers import miscompile
+from graphbook.freezing import miscompile
 from graphbook.measure import environment
 from graphbook.record import cli, results
 from graphbook.record.cli import comma_choices, make_parser, positive_float
-from graphbook.teach import miscompile_minimizer as minimizer
+from graphbook.freezing import minimizer
 
 #: The docstring (and ``--help``) of the reproducer ``--write-repro`` writes.
 REPRO_DOC = """Inductor CPU, freezing=True: a fused kernel reads a buffer before the in-place oneDNN conv + add into it.

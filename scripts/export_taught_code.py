@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from graphbook.paths import REPO_ROOT
-from graphbook.teach import page_export
+from graphbook.pages import page_export
 
 
 def main(argv: list[str] | None = None) -> int:

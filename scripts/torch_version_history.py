@@ -2,7 +2,7 @@
 """The freezing miscompile across torch versions, recorded in one sitting on one machine (appendix, Chapter 5).
 
 Builds a throwaway environment with an older torch beside the book's pinned one (the book's own requirements with
-only torch changed), then runs ``graphbook.compilers.torch_versions`` under each torch, one after the other: the two
+only torch changed), then runs ``graphbook.freezing.torch_versions`` under each torch, one after the other: the two
 reproducers, the scheduler change that fixed the bug switched both ways, and BlurBall's eager, default compile and
 freezing, each checked against eager and timed in rotated runs. Writes one new ``cpu-torch-versions-<date>.csv``.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from graphbook import paths
-from graphbook.compilers import torch_versions
+from graphbook.freezing import torch_versions
 from graphbook.config import FULL_SIZE, THREADS
 from graphbook.measure.environment import fingerprint
 from graphbook.record import cli, results

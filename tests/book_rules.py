@@ -117,19 +117,6 @@ NOT_COMPARED_TAGS = {"nbval-ignore-output", "nbval-skip"}
 NOT_COMPARED_COMMENTS = {"NBVAL_IGNORE_OUTPUT", "NBVAL_SKIP", "PYTEST_VALIDATE_IGNORE_OUTPUT"}
 GLUE_MIME = "application/papermill.record/"
 NOT_COMPARED_MIME = ("image/png", "image/jpeg")  # nbval skips images unless --nbdime
-# A float as Python prints it: digits with a decimal point and/or an exponent. Version strings
-# (2.13.0), dotted names and longer dotted numbers are not floats.
-RAW_FLOAT = re.compile(r"(?<![\w.])-?(?:\d+\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+)(?![\w]|\.\d)")
-# A one-digit power of ten such as 1e-5 is a tolerance the code states, not a measurement.
-TOLERANCE = re.compile(r"-?\d[eE][-+]?\d+")
-# Where a compared float may come from: the cell's metadata says so, e.g.
-#   "graphbook": {"fixed_floats": "read from data/seed/article_numbers.csv"}
-# (a value quoted from a file, or computed from a fixed seed with no timing in it); or, for one glue
-# key, the notebook's metadata "graphbook": {"fixed_glue": {"key": "data/seed/... (why it is fixed)"}}.
-FIXED_FLOATS_KEY = "fixed_floats"
-FIXED_GLUE_KEY = "fixed_glue"
-
-
 def sanitize_patterns(path=None) -> list[tuple[str, str]]:
     """The (regex, replacement) pairs of the nbval sanitizer file, parsed as nbval parses them."""
     from pathlib import Path
@@ -151,47 +138,6 @@ def output_compared(cell: dict) -> bool:
     comments = {ln.strip().lstrip("#").strip() for ln in "".join(cell.get("source", "")).splitlines()
                 if ln.strip().startswith("#")}
     return not comments & NOT_COMPARED_COMMENTS
-
-
-def _texts(output: dict):
-    """(mime or stream name, text) of every compared part of one stored output."""
-    if output.get("output_type") == "stream":
-        yield output.get("name", "stream"), "".join(output.get("text", ""))
-    for mime, value in output.get("data", {}).items():
-        if mime in NOT_COMPARED_MIME or mime.endswith(("image/png", "image/jpeg")) or mime.endswith("+json"):
-            continue
-        yield mime, "".join(value) if isinstance(value, list) else str(value)
-
-
-def compared_raw_floats(nb: dict, patterns=None) -> list[tuple[int, str, str]]:
-    """Floats that nbval would compare digit by digit: (code-cell index, where, the float).
-
-    A float survives when it is in a compared cell and the sanitizer does not mask it (a number with a
-    unit of time, rate, ratio or percent is masked; a bare one is not). ``where`` is the output's mime
-    type or stream name, with the glue key for glue records. Cells whose metadata names the fixed source
-    of their floats (``graphbook.fixed_floats``) and glue keys listed in the notebook's
-    ``graphbook.fixed_glue`` are allowed.
-    """
-    patterns = sanitize_patterns() if patterns is None else patterns
-    fixed_glue = nb.get("metadata", {}).get("graphbook", {}).get(FIXED_GLUE_KEY, {}) or {}
-    found = []
-    for index, cell in enumerate(code_cells(nb)):
-        if not output_compared(cell) or cell.get("metadata", {}).get("graphbook", {}).get(FIXED_FLOATS_KEY):
-            continue
-        for output in cell.get("outputs", []):
-            glue_key = output.get("metadata", {}).get("scrapbook", {}).get("name")
-            for where, text in _texts(output):
-                is_glue = where.startswith(GLUE_MIME)
-                if is_glue and glue_key in fixed_glue:
-                    continue
-                # a glue record is judged on its raw value: the policy wants every glued float either
-                # declared fixed or kept out of comparison, whatever the sanitizer happens to mask
-                checked = text if is_glue else sanitize(text, patterns)
-                for match in RAW_FLOAT.finditer(checked):
-                    if TOLERANCE.fullmatch(match.group(0)):
-                        continue
-                    found.append((index, f"glue {glue_key!r}" if is_glue else where, match.group(0)))
-    return found
 
 
 # -- values with one home ------------------------------------------------------------------------------

@@ -105,11 +105,11 @@ def rungs():
 
 
 def test_every_hand_made_rung_matches_eager(rungs):
-    from graphbook.runtimes import correctness
+    from graphbook import checks
 
     x, reference, runners, _ = rungs
     for name in [r for r in attribution.RUNGS if r != attribution.INDUCTOR]:
-        assert correctness.compare_to_reference(runners[name](x), reference)["same_output"], name
+        assert checks.compare_to_reference(runners[name](x), reference)["same_output"], name
 
 
 def test_each_compiled_rung_runs_under_its_own_inductor_settings(rungs):

@@ -1,9 +1,9 @@
-"""Tests of graphbook.runtimes.bench: the CPU benchmarks' one path from building to the recorded frame."""
+"""Tests of graphbook.method.bench: the CPU benchmarks' one path from building to the recorded frame."""
 import torch
 
 from graphbook.record import results, runs
-from graphbook.runtimes import bench
-from graphbook.runtimes.variants import REFERENCE, VariantUnavailable
+from graphbook.method import bench
+from graphbook.method.variants import REFERENCE, VariantUnavailable
 
 X = torch.ones(4)
 

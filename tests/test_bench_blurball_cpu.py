@@ -1,12 +1,12 @@
 """Tests of code/bench_blurball_cpu.py (its main(argv), in this process) and of the library it uses:
-graphbook.teach.profiling (profile grouping, derived columns) and graphbook.measure.probes.bf16_support. No
+graphbook.runtimes.profiling (profile grouping, derived columns) and graphbook.measure.probes.bf16_support. No
 torch.compile here: compiles take minutes on a shared 2-core machine."""
 import csv
 
 import pytest
 
 from graphbook.measure import probes
-from graphbook.teach import profiling
+from graphbook.runtimes import profiling
 
 TINY = ["--height", "16", "--width", "32", "--repeats", "2", "--warmup", "1", "--threads", "1", "--peak-n", "64",
         "--probe-mib", "4"]
@@ -159,7 +159,7 @@ def test_lower_precision_rows_carry_the_decoded_ball_and_what_openvino_ran(tmp_p
 def test_the_profiler_banner_is_silenced_and_stderr_restored(capfd):
     import os
 
-    from graphbook.teach import profiling
+    from graphbook.runtimes import profiling
 
     with profiling.without_profiler_banner():
         os.write(2, b"USDT: profiler_start\n")

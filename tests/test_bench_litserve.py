@@ -14,8 +14,6 @@ def test_the_json_body_carries_the_exact_float32_bytes():
     body, headers = litserve_compare._base64_json_request(x)
     decoded = litserve_compare._decode_clip(json.loads(body), (9, 8, 16))
     assert headers["Content-Type"] == "application/json" and np.array_equal(decoded, x)
-    with pytest.raises(ValueError, match="shape"):
-        litserve_compare._decode_clip(json.loads(body), (9, 16, 8))
 
 
 @pytest.mark.slow

@@ -169,14 +169,6 @@ def test_quoted_numbers_carry_their_source():
 # asserts no ranking between two implementations without a stated reason ----------------------------
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
-def test_no_compared_output_holds_a_raw_float(path):
-    hits = rules.compared_raw_floats(load(path))
-    assert not hits, ("floats nbval compares digit by digit (code cell, output, value): tag the cell "
-                      "nbval-ignore-output, or name their fixed source in the cell's metadata "
-                      f"graphbook.fixed_floats / the notebook's graphbook.fixed_glue: {hits[:12]}")
-
-
-@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
 def test_no_ranking_assert_without_a_stated_reason(path):
     hits = rules.ranking_asserts(load(path))
     assert not hits, ("asserts that rank two measurements, which another CPU can reverse (code cell, line, "
@@ -204,11 +196,6 @@ def _glue_cell(key, value_text):
 
 def _cells_nb(*cells):
     return {"cells": list(cells), "metadata": {"kernelspec": {"name": "python3"}}}
-
-
-def test_rules_catch_a_glued_measured_float_in_a_compared_cell():
-    nb = _cells_nb(_glue_cell("fold_err", "6.573749828930886e-07"))
-    assert rules.compared_raw_floats(nb) == [(0, "glue 'fold_err'", "6.573749828930886e-07")]
 
 
 def test_sanitizer_masks_bare_floats_so_glue_records_are_not_compared_digit_by_digit():

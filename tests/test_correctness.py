@@ -5,11 +5,15 @@ import math
 import pytest
 import torch
 
-from graphbook.compilers import miscompile
+from graphbook.freezing import miscompile
 from graphbook.config import BATCH_SIZES, FULL_SIZE, SMALL_SIZE
 from graphbook.measure import probes, warmup
 from graphbook.model import blurball, decoding, synthetic_clips
-from graphbook.runtimes import correctness, variants
+from graphbook import checks
+from graphbook.compilers import inductor_tools
+from graphbook.model import ball
+from graphbook.teach import ball_table
+from graphbook.method import variants
 
 
 def frame(x=None, y=None, score=1.0):
@@ -21,15 +25,15 @@ def frame(x=None, y=None, score=1.0):
 def test_detections_agree_counts_empty_and_shifted_frames():
     a = [[frame(), frame(10, 10), frame(5, 5)]]
     b = [[frame(), frame(10.3, 10), frame(8, 9)]]
-    agree, total, shift = correctness._detections_agree(a, b, agree_px=0.5)
+    agree, total, shift = ball.detections_agree(a, b, agree_px=0.5)
     assert (agree, total) == (2, 3)
     assert shift == pytest.approx(5.0)
-    assert correctness._detections_agree([[frame()]], [[frame(1, 1)]]) == (0, 1, 0.0)
+    assert ball.detections_agree([[frame()]], [[frame(1, 1)]]) == (0, 1, 0.0)
     # with a minimum score only a clear ball is judged: a weak speck on one side is no ball, a weak blob in
     # the clear ball's place is the same ball, nothing (or a blob elsewhere) where the other is clear is not
     weak, clear = [[frame(), frame(5, 5), frame(5.2, 5)]], [[frame(1, 1), frame(), frame(5, 5, score=2.5)]]
-    assert correctness._detections_agree(weak, clear, min_score=2.0) == (3, 3, pytest.approx(0.2))
-    assert correctness._detections_agree([[frame(9, 5)]], [[frame(5, 5, score=2.5)]], min_score=2.0)[0] == 0
+    assert ball.detections_agree(weak, clear, min_score=2.0) == (3, 3, pytest.approx(0.2))
+    assert ball.detections_agree([[frame(9, 5)]], [[frame(5, 5, score=2.5)]], min_score=2.0)[0] == 0
 
 
 def test_ball_check_passes_itself_and_catches_a_moved_ball():
@@ -42,15 +46,15 @@ def test_ball_check_passes_itself_and_catches_a_moved_ball():
     def run(x):
         with torch.no_grad():
             return model(x)
-    same = correctness.ball_check(run, clips, run)
+    same = ball.check(run, clips, run)
     assert same["same_ball"] and same["ball_agree_frames"] == same["ball_frames"] == 3
     assert same["ball_max_shift_px"] == 0.0
-    moved = correctness.ball_check(lambda x: torch.roll(run(x), shifts=4, dims=-1), clips, [run(
-        correctness.blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([clips[0]])))])
+    moved = ball.check(lambda x: torch.roll(run(x), shifts=4, dims=-1), clips, [run(
+        blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([clips[0]])))])
     if moved["ball_frames"] and same["ball_detection_rate"] > 0:  # the trained model finds the ball here
         assert not moved["same_ball"] and moved["ball_max_shift_px"] == pytest.approx(4.0)
     with pytest.raises(ValueError, match="held-out clip"):
-        correctness.ball_check(run, [], run)
+        ball.check(run, [], run)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +68,7 @@ def frozen_blurball():
         compiled = torch.compile(variants.own_code(model), dynamic=dynamic)
 
         def run(x):
-            with variants.freezing(True):
+            with inductor_tools.freezing(True):
                 return compiled(x)
         return run
 
@@ -85,7 +89,7 @@ def test_freezing_matches_eager_at_both_sizes_and_every_batch_size(frozen_blurba
             x = torch.randn(batch, 9, height, width, generator=generator)
             with torch.no_grad():
                 reference = model(x)
-            check = correctness.compare_to_reference(by_batch[batch](x), reference)
+            check = checks.compare_to_reference(by_batch[batch](x), reference)
             assert check["same_output"], f"freezing differs from eager at {height}x{width}, batch {batch}: {check}"
 
 
@@ -102,13 +106,13 @@ def test_ball_check_on_hard_clips_rejects_the_planted_dropped_summand_and_passes
     fuse = miscompiled.stage3[0]
     fuse.forward = lambda xs: miscompile._fuse_sum(fuse, xs, (2, 1))
     dropped = variants.build("eager_fp32", miscompiled, inputs[0]).run
-    assert not correctness.compare_to_reference(dropped(inputs[0]), reference[0])["same_output"]
-    assert correctness.ball_check(eager, clips, reference)["same_ball"]
-    rejected = correctness.ball_check(dropped, clips, reference)
+    assert not checks.compare_to_reference(dropped(inputs[0]), reference[0])["same_output"]
+    assert ball.check(eager, clips, reference)["same_ball"]
+    rejected = ball.check(dropped, clips, reference)
     assert not rejected["same_ball"] and rejected["ball_agree_frames"] < rejected["ball_frames"]
-    assert correctness.ball_check(runners[SMALL_SIZE][1], clips, reference)["same_ball"]
+    assert ball.check(runners[SMALL_SIZE][1], clips, reference)["same_ball"]
     if probes.bf16_support()[0]:   # rounding, not a dropped summand: the ball stays (emulated bf16 is not judged)
-        assert correctness.ball_check(variants.build("eager_bf16_autocast", model, inputs[0]).run, clips,
+        assert ball.check(variants.build("eager_bf16_autocast", model, inputs[0]).run, clips,
                                       reference)["same_ball"]
 
 
@@ -122,12 +126,12 @@ def test_table_on_tiny_model_with_onnx_and_int8_leaves_no_onnx_files_without_a_w
     net = warmup.tiny_clip_net(hidden=4)
     held_out = synthetic_clips._make_clips(2, seed=100, height=32, width=48)
     calib = synthetic_clips._make_clips(2, seed=200, height=32, width=48)
-    runners = correctness.all_variants(net, held_out[0], calibration_clips=calib, threads=1)
+    runners = ball_table.all_variants(net, held_out[0], calibration_clips=calib, threads=1)
     assert set(glob.glob(f"{tempfile.gettempdir()}/graphbook-onnx-*")) == before  # the sessions hold the models
     # the compiled variants are exercised by Chapter 6; keep this test fast
     runners.pop("compile")
     runners.pop("compile + freezing")
-    rows = {r["variant"]: r for r in correctness.correctness_table(runners, held_out)}
+    rows = {r["variant"]: r for r in ball_table.correctness_table(runners, held_out)}
     assert rows["eager fp32"]["max_abs_diff"] == 0.0 and rows["eager fp32"]["agree_share"] == 1.0
     assert rows["channels-last"]["max_abs_diff"] < 1e-4
     assert rows["onnxruntime all"]["max_abs_diff"] < 1e-3
@@ -139,6 +143,6 @@ def test_table_on_tiny_model_with_onnx_and_int8_leaves_no_onnx_files_without_a_w
 
 def test_table_rejects_missing_reference_and_empty_clips():
     with pytest.raises(ValueError, match="reference"):
-        correctness.correctness_table({"x": lambda t: t}, [object()])
+        ball_table.correctness_table({"x": lambda t: t}, [object()])
     with pytest.raises(ValueError, match="clip"):
-        correctness.correctness_table({"eager fp32": lambda t: t}, [])
+        ball_table.correctness_table({"eager fp32": lambda t: t}, [])

@@ -86,10 +86,3 @@ def _flood_fill_count(mask):
     return count
 
 
-def test_bad_arguments_raise_clear_errors():
-    with pytest.raises(ValueError, match="2-D"):
-        decoding._decode_heatmap(np.zeros((2, 10, 10)))
-    with pytest.raises(ValueError, match="threshold"):
-        decoding._decode_heatmap(np.zeros((10, 10)), threshold=1.5)
-    with pytest.raises(ValueError, match=r"\(N, F, H, W\)"):
-        decoding.decode_batch(np.zeros((10, 10)))

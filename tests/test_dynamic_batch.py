@@ -5,7 +5,8 @@ import torch
 from graphbook.config import BATCH_SIZES
 from graphbook.measure.warmup import tiny_clip_net
 from graphbook.record import results
-from graphbook.runtimes import correctness, onnx_utils
+from graphbook import checks
+from graphbook.runtimes import onnx_utils
 
 
 def test_dynamic_batch_export_refuses_an_empty_range(tmp_path):
@@ -22,5 +23,5 @@ def test_blurball_dynamic_batch_matches_eager_for_each_batch(blurball_dynamic_on
     for b in BATCH_SIZES:
         out = onnx_utils.run_session(session, x[:b])
         with torch.no_grad():
-            check = correctness.compare_to_reference(out, model(x[:b]))
+            check = checks.compare_to_reference(out, model(x[:b]))
         assert out.shape[0] == b and check[results.SAME_OUTPUT], (b, check)

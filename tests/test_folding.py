@@ -1,10 +1,10 @@
-"""Tests of Conv2d + BatchNorm2d folding (graphbook.teach.folding)."""
+"""Tests of Conv2d + BatchNorm2d folding (graphbook.method.folding)."""
 import pytest
 import torch
 from torch import nn
 
 from graphbook.config import FLOAT32_ROUNDING, FOLD_RTOL
-from graphbook.teach.folding import FoldingError, conv_bn_plan, fold_all_conv_bn, fold_conv_bn
+from graphbook.method.folding import FoldingError, conv_bn_plan, fold_all_conv_bn, fold_conv_bn
 
 
 def _random_bn(channels, affine=True):

@@ -36,8 +36,6 @@ def test_bytes_moved_model(fusion):
     assert fusion.bytes_moved(1000) == 4 * 2 * 4 * 1000
     assert fusion.bytes_moved(1000, fused=True) == 2 * 4 * 1000
     assert fusion.bytes_moved(10, ops=1) == 80
-    with pytest.raises(ValueError):
-        fusion.bytes_moved(0)
 
 
 def test_count_cpp_kernels(fusion):
@@ -146,8 +144,6 @@ def test_each_compile_time_run_starts_from_its_own_empty_cache(monkeypatch):
     assert specs == {("graphbook.teach.fusion_demo:Chain", (4096,), 2)}
     assert result["run"].tolist() == [1, 1, 2, 2, 3, 3] and result["compile_s"].tolist() == [8.0, 2.0] * 3
     assert result["variant"].tolist() == ["cold", "warm"] * 3 and result["fxgraph_cache_hit"].tolist() == [0, 1] * 3
-    with pytest.raises(ValueError, match="runs must be an integer >= 1"):
-        fusion_demo.measure_compile_time(4096, runs=0)
 
 
 def test_cache_levels_read_the_fingerprint_and_skip_what_it_lacks():

@@ -69,26 +69,12 @@ def test_every_ablation_switch_exists_in_this_torch():
         for name, options in configs.items():
             assert inductor_tools.ablation_options(name) == options
             assert all(hasattr(cfg, key) for key in options), options
-    with pytest.raises(KeyError, match="choose one of"):
-        inductor_tools.ablation_options("no such")
-
-
-def test_bad_callables_raise():
-    with pytest.raises(TypeError, match="callable"):
-        inductor_tools.compile_and_get_code(3)
-    with pytest.raises(TypeError, match="callable"):
-        inductor_tools.explain("not a function")
 
 
 def testdynamo_graphs_records_without_compiling():
     graphs = inductor_tools.dynamo_graphs(lambda x: (x * 2).relu(), torch.randn(3))
     assert len(graphs) == 1
     assert isinstance(graphs[0], torch.fx.GraphModule)
-
-
-def test_unknown_option_is_refused():
-    with pytest.raises(ValueError, match="no_such_knob"):
-        inductor_tools.compile_and_get_code(torch.relu, torch.randn(4), options={"no_such_knob": 1})
 
 
 @pytest.mark.slow

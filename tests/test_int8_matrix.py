@@ -1,4 +1,4 @@
-"""Tests of graphbook.runtimes.int8_matrix and code/bench_int8.py: the design, the layer groups, the
+"""Tests of graphbook.int8.int8_matrix and code/bench_int8.py: the design, the layer groups, the
 recommendation on a synthetic frame, the script's arguments, and one smoke run (slow: an export)."""
 import math
 
@@ -9,8 +9,8 @@ import torch
 
 from graphbook.model import blurball
 from graphbook.record import results
-from graphbook.runtimes import int8_matrix as im, quantization
-from graphbook.teach import int8_decision
+from graphbook.int8 import int8_matrix as im, quantization
+from graphbook.int8 import int8_decision
 
 FACTORS = ("per_channel", "calibration", "pre_process", "exclude", "reduce_range")
 

@@ -1,4 +1,4 @@
-"""Tests of graphbook.compilers.miscompile: reading the two wrappers, the verdict cache, the reproducer's exit codes."""
+"""Tests of graphbook.freezing.miscompile: reading the two wrappers, the verdict cache, the reproducer's exit codes."""
 import json
 import re
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from graphbook import paths
-from graphbook.compilers import miscompile as mc
+from graphbook.freezing import miscompile as mc
 
 # A shortened wrapper with the shape of BlurBall's (fusion on): the fused kernel reads buf187 early.
 _HEAD = "from torch import empty\n\nclass Runner:\n    def call(self, args):\n"
@@ -135,7 +135,7 @@ def test_bisect_freezing_keeps_no_copy_and_no_path_setup():
     assert not re.search(r"sys\.path", source), "bisect_freezing.py edits the import path"
     for banned in ("spec_from_file_location", "freezing=True", "class SmallHRNet"):
         assert banned not in source, banned
-    assert "variants.freezing()" in source and "miscompile.check_model" in source
+    assert "inductor_tools.freezing()" in source and "miscompile.check_model" in source
 
 
 def test_run_minimal_sets_inductor_config_first_and_reads_the_verdict(monkeypatch, tmp_path):

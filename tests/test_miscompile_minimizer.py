@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from graphbook import paths
-from graphbook.teach import miscompile_minimizer as mm
+from graphbook.freezing import minimizer as mm
 
 
 def test_ddmin_finds_the_two_items_that_matter_and_tests_each_subset_once():
@@ -111,7 +111,7 @@ def test_fresh_process_check_reads_the_exit_status_and_enforces_the_time_limit(s
 
 
 def test_the_committed_minimal_reproducer_is_the_minimizers_own_output():
-    from graphbook.compilers import miscompile
+    from graphbook.freezing import miscompile
 
     source = miscompile.MINIMAL_SCRIPT.read_text()
     imports = {name.strip(" ,").split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))
@@ -151,7 +151,7 @@ def test_the_written_reproducer_refuses_options_and_prints_usage(tiny, tmp_path,
 def test_the_upstream_report_carries_the_committed_reproducer_and_its_length():
     import re
 
-    from graphbook.compilers import miscompile
+    from graphbook.freezing import miscompile
 
     report = (paths.REPO_ROOT / "docs" / "upstream" / "freezing-miscompile-issue.md").read_text()
     source = miscompile.MINIMAL_SCRIPT.read_text()

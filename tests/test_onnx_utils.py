@@ -10,8 +10,10 @@ import torch
 import torch.nn as nn
 
 from graphbook.lab import gpu_runtimes
-from graphbook.runtimes import correctness, onnx_utils as ou, quantization
-from graphbook.teach import profiling
+from graphbook import checks
+from graphbook.runtimes import onnx_utils as ou
+from graphbook.int8 import quantization
+from graphbook.runtimes import profiling
 
 
 class TinyBlock(nn.Module):
@@ -119,7 +121,7 @@ def test_every_level_matches_eager_and_saves_its_graph(exported, model_and_input
         session = ou.make_session(exported["raw"], level=level, threads=1, optimized_model_path=saved)
         output = ou.run_session(session, x)
         assert output.shape == (1, 8, 16, 16)
-        assert correctness.compare_to_reference(output, reference)["max_abs_diff"] < 1e-4, level
+        assert checks.compare_to_reference(output, reference)["max_abs_diff"] < 1e-4, level
         counts[level] = ou.op_counts(saved)
     # The rewrites the chapter names, level by level.
     assert counts["disabled"][("ai.onnx", "BatchNormalization")] == 2
@@ -256,7 +258,7 @@ def test_quantize_qdq_inserts_qdq_nodes_and_stays_close(exported, model_and_inpu
         reference = model(x).numpy()
     output = ou.run_session(ou.make_session(quantized, threads=1), x)
     # int8 is approximate: within a tenth of the output's range, far from exact
-    assert 0 < correctness.compare_to_reference(output, reference)["max_abs_diff"] < 0.1 * float(reference.max() - reference.min())
+    assert 0 < checks.compare_to_reference(output, reference)["max_abs_diff"] < 0.1 * float(reference.max() - reference.min())
     with pytest.raises(ValueError, match="at least one"):
         quantization.quantize_qdq(exported["optimized"], tmp_path / "none.onnx", [])
 

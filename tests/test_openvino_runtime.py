@@ -1,4 +1,4 @@
-"""OpenVINO as a CPU runtime (graphbook.runtimes.openvino_runtime) and its variants in graphbook.runtimes.variants (Chapter 4)."""
+"""OpenVINO as a CPU runtime (graphbook.runtimes.openvino_runtime) and its variants in graphbook.method.variants (Chapter 4)."""
 import sys
 
 import numpy as np
@@ -7,7 +7,9 @@ import torch
 
 from graphbook.measure import warmup
 from graphbook.record import results
-from graphbook.runtimes import correctness, openvino_runtime, variants
+from graphbook import checks
+from graphbook.runtimes import openvino_runtime
+from graphbook.method import variants
 
 SHAPE = (1, 9, 16, 24)
 
@@ -76,7 +78,7 @@ def test_runner_matches_and_the_runtime_model_shows_the_fusion_and_precisions(co
     path, reference = conv_relu_onnx
     run = openvino_runtime.runner(path, threads=1)
     out = run(torch.zeros(SHAPE))
-    assert out.dtype == torch.float32 and correctness.compare_to_reference(out, reference)[results.SAME_OUTPUT]
+    assert out.dtype == torch.float32 and checks.compare_to_reference(out, reference)[results.SAME_OUTPUT]
     layers = openvino_runtime._runtime_layers(run.compiled)
     conv = [layer for layer in layers if layer["layer_type"] == "Convolution"]
     # one executed convolution holds the convolution, its bias add and the Relu (named for the graph output)
@@ -116,7 +118,7 @@ def test_openvino_variants_build_from_the_book_exports_and_match_eager(tmp_path)
             except variants.VariantUnavailable:
                 assert name == "openvino_bf16" and not openvino_runtime.bf16_native()[0]
                 continue
-            check = correctness.compare_to_reference(built.run(x), reference)
+            check = checks.compare_to_reference(built.run(x), reference)
             assert check[results.SAME_OUTPUT] == built.variant.expected_to_match_eager, (name, check)
             assert built.note.startswith("OpenVINO ") and built.artifact is not None and built.artifact.exists()
             described = openvino_runtime.describe_runtime(built.run.compiled)

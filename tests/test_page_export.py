@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from graphbook.paths import REPO_ROOT
-from graphbook.teach import page_export
+from graphbook.pages import page_export
 
 
 def test_every_taught_block_equals_its_page():
@@ -15,7 +15,7 @@ def test_every_taught_block_equals_its_page():
 
 def test_the_pages_teach_the_book_s_algorithms():
     saved = {module for page in page_export.pages() for module in page_export._taught_cells(page)}
-    assert {"teach.folding", "teach.fusion_demo", "teach.fusion_rules", "teach.attribution", "teach.miscompile_minimizer"} <= saved
+    assert {"method.folding", "teach.fusion_demo", "teach.fusion_rules", "teach.attribution", "freezing.minimizer"} <= saved
 
 
 @pytest.fixture
@@ -33,11 +33,11 @@ def _pages(root):
 def test_one_character_changed_on_a_page_is_caught(checkout_copy):
     page = checkout_copy / "chapters" / "01_chef_and_refrigerator.ipynb"
     notebook = json.loads(page.read_text())
-    cell = next(c for c in notebook["cells"] if "".join(c["source"]).startswith("#@save teach.folding"))
+    cell = next(c for c in notebook["cells"] if "".join(c["source"]).startswith("#@save method.folding"))
     cell["source"] = "".join(cell["source"]).replace("torch.sqrt(var + bn.eps)", "torch.sqrt(var + bn.eps*2)", 1)
     page.write_text(json.dumps(notebook))
     package = checkout_copy / "code" / "graphbook"
-    assert page_export.stale_modules(_pages(checkout_copy), checkout_copy, package) == [package / "teach" / "folding.py"]
+    assert page_export.stale_modules(_pages(checkout_copy), checkout_copy, package) == [package / "method" / "folding.py"]
 
 
 def test_a_block_whose_page_saves_nothing_is_refused(checkout_copy):

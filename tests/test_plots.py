@@ -14,8 +14,6 @@ def test_roofline_attainable_has_two_regimes():
     assert plots._roofline_attainable(1.0, 100.0, 10.0) == 10.0
     assert plots._roofline_attainable(1000.0, 100.0, 10.0) == 100.0
     assert np.allclose(plots._roofline_attainable([0.5, 10, 20], 100.0, 10.0), [5, 100, 100])
-    with pytest.raises(ValueError):
-        plots._roofline_attainable(1.0, 0.0, 10.0)
 
 
 def test_roofline_draws_points():
@@ -23,21 +21,6 @@ def test_roofline_draws_points():
     plots.roofline(100.0, 10.0, [("relu", 0.125), ("matmul", 50.0, 60.0)], ax=ax)
     assert ax.get_xscale() == "log"
     assert len(ax.lines) == 4  # roof, ridge, two points
-    with pytest.raises(ValueError):
-        plots.roofline(100.0, 10.0, [("bad",)], ax=ax)
-    plt.close(fig)
-
-
-def test_bar_with_spread_checks_inputs():
-    fig, ax = plt.subplots()
-    plots.bar_with_spread(["a", "b"], [2.0, 3.0], [1.0, 2.5], [2.5, 4.0], ax=ax)
-    assert len(ax.patches) == 2
-    with pytest.raises(ValueError):
-        plots.bar_with_spread(["a"], [1.0, 2.0], ax=ax)
-    with pytest.raises(ValueError):
-        plots.bar_with_spread(["a"], [1.0], [2.0], [3.0], ax=ax)
-    with pytest.raises(ValueError):
-        plots.bar_with_spread(["a"], [1.0], [0.5], None, ax=ax)
     plt.close(fig)
 
 
@@ -87,12 +70,6 @@ def test_draw_clip_detection_draws_truth_and_detection_on_four_panels():
     out = plots.draw_clip_detection(clip.frames[1], clip.targets[1], logits, crop=None)
     assert all(len(a.lines) == 0 for a in out) and out[1].get_xlim() == (-0.5, 63.5)
     plt.close("all")
-    with pytest.raises(ValueError):
-        plots.draw_clip_detection(clip.frames[1], clip.targets[1][:10], logits)
-    with pytest.raises(ValueError):
-        plots.draw_clip_detection(clip.frames[1][..., 0], clip.targets[1], logits)
-    with pytest.raises(ValueError):
-        plots.draw_clip_detection(clip.frames[1], clip.targets[1], logits, axes=[None, None])
 
 
 def test_flow_diagram_draws_every_box_and_refuses_an_arrow_to_nowhere():

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from graphbook.record import provenance
+from graphbook.pages import provenance
 
 
 def _write(path, cells, execution=None):

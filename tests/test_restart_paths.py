@@ -1,14 +1,14 @@
-"""Restart paths in fresh processes (graphbook.teach.restart_paths, code/bench_restart_paths.py; Chapter 6)."""
+"""Restart paths in fresh processes (graphbook.startup.restart_paths, code/bench_restart_paths.py; Chapter 6)."""
 import subprocess
 
 import pandas as pd
 import pytest
 
 from graphbook import paths
-from graphbook.compilers import aoti_cpp
+from graphbook.startup import aoti_cpp
 from graphbook.config import BATCH_SIZES, SAME_OUTPUT_ATOL
 from graphbook.record import results
-from graphbook.teach import restart_paths
+from graphbook.startup import restart_paths
 
 
 def test_path_registry_names_are_unique_and_say_what_they_are_tied_to():

@@ -9,7 +9,7 @@ import torch
 
 from graphbook import paths
 from graphbook.record import results
-from graphbook.runtimes import correctness
+from graphbook import checks
 
 ROOT = paths.REPO_ROOT
 COMMITTED = ROOT / "data" / "results"
@@ -194,36 +194,36 @@ def test_compare_to_reference_on_heatmaps():
     reference = torch.zeros(1, 3, 4, 4)
     reference[0, :, 1, 1] = 0.5
     same = reference + 1e-6
-    check = correctness.compare_to_reference(same, reference)
+    check = checks.compare_to_reference(same, reference)
     assert check[results.SAME_OUTPUT] is True and check[results.SAME_PEAKS] is True
     assert check[results.SAME_PEAK_FRAMES] == 3 and check[results.PEAK_FRAMES] == 3
     assert check[results.MAX_ABS_DIFF] == pytest.approx(1e-6, rel=5e-2)
     moved = reference.clone()
     moved[0, 2, 3, 3] = 2.0
-    check = correctness.compare_to_reference(moved, reference)
+    check = checks.compare_to_reference(moved, reference)
     assert check[results.SAME_PEAKS] is False and check[results.SAME_PEAK_FRAMES] == 2
     assert check[results.SAME_OUTPUT] is False and check[results.MAX_ABS_DIFF] == pytest.approx(2.0)
-    assert correctness.compare_to_reference({0: same}, {0: reference})[results.SAME_PEAKS] is True
+    assert checks.compare_to_reference({0: same}, {0: reference})[results.SAME_PEAKS] is True
 
 
 def test_compare_tolerance_is_relative_to_a_large_reference():
     reference = torch.full((2, 3), 1000.0)
     close = reference + 0.5   # 5e-4 of the scale
-    assert correctness.compare_to_reference(close, reference)[results.SAME_OUTPUT] is True
+    assert checks.compare_to_reference(close, reference)[results.SAME_OUTPUT] is True
     small = torch.full((2, 3), 0.1)
-    assert correctness.compare_to_reference(small + 2e-3, small)[results.SAME_OUTPUT] is False
-    assert correctness.compare_to_reference(small + 5e-4, small)[results.SAME_OUTPUT] is True
-    assert "same_peaks" not in correctness.compare_to_reference(close, reference)
+    assert checks.compare_to_reference(small + 2e-3, small)[results.SAME_OUTPUT] is False
+    assert checks.compare_to_reference(small + 5e-4, small)[results.SAME_OUTPUT] is True
+    assert "same_peaks" not in checks.compare_to_reference(close, reference)
 
 
 def test_compare_to_reference_accepts_arrays_and_bf16_and_checks_shape():
     import numpy as np
 
     reference = torch.rand(1, 3, 8, 8)
-    check = correctness.compare_to_reference(reference.to(torch.bfloat16), reference.numpy())
+    check = checks.compare_to_reference(reference.to(torch.bfloat16), reference.numpy())
     assert 0 < check[results.MAX_ABS_DIFF] < 1e-2
     with pytest.raises(ValueError, match="shape"):
-        correctness.compare_to_reference(np.zeros((1, 3)), np.zeros((1, 4)))
+        checks.compare_to_reference(np.zeros((1, 3)), np.zeros((1, 4)))
 
 
 # ------------------------------------------------------------------------------ append_rows (logs only)
@@ -256,7 +256,7 @@ def test_committed_variant_names_are_the_registrys():
     blurball = results.load("cpu-blurball", COMMITTED)
     names = set(blurball.loc[blurball["record"] == "variant", results.VARIANT])
     assert "onnxruntime" not in names and "ort_exporter_optimized_all" in names
-    from graphbook.runtimes import variants
+    from graphbook.method import variants
 
     assert names <= set(variants.REGISTRY) | set(variants.RETIRED)
     assert not set(variants.RETIRED) & set(variants.REGISTRY), "a retired name is never reused"

@@ -74,11 +74,6 @@ def test_summarize_runs_takes_one_value_per_run_and_counts_too_few_runs():
     assert not summary.loc[0, "enough_runs"] and summary.loc[0, "spread"] == 0.0
 
 
-def test_summarize_runs_names_a_missing_column():
-    with pytest.raises(ValueError, match="no column"):
-        R.summarize_runs(frame(), value="p99_ms")
-
-
 def test_choose_best_only_among_correct_variants_and_says_whether_runs_agree():
     best = R.choose_best(frame()).set_index(R.MACHINE)
     laptop = best.loc[LAPTOP_LABEL]

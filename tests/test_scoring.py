@@ -2,7 +2,6 @@
 import math
 
 import numpy as np
-import pytest
 
 from graphbook.model import decoding, scoring, synthetic_clips
 
@@ -40,6 +39,3 @@ def test_evaluate_model_with_an_oracle_and_a_blind_model():
     assert blind["detection_rate"] == 0.0 and math.isnan(blind["median_error_px"])
 
 
-def test_match_detections_rejects_mismatched_lengths():
-    with pytest.raises(ValueError, match="decoded clips"):
-        scoring.match_detections([], synthetic_clips._make_clips(1, 0, 32, 32))

@@ -77,8 +77,8 @@ def recorded_identifiers() -> set[str]:
     snake_case variant name in a recorded file (TVM's, the browser's)."""
     import csv
 
-    from graphbook.runtimes import variants
-    from graphbook.teach import restart_paths
+    from graphbook.method import variants
+    from graphbook.startup import restart_paths
     found = set(variants.names()) | {p.name for p in restart_paths.PATHS if "-" in p.name}
     for path in (paths.REPO_ROOT / "data" / "results").rglob("*.csv"):
         with path.open(newline="") as handle:

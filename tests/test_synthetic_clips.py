@@ -141,22 +141,3 @@ def test_angle_helpers():
     assert synthetic_clips.angle_difference(10.0, 190.0) == pytest.approx(0.0)
 
 
-def test_bad_arguments_raise_clear_errors():
-    with pytest.raises(ValueError, match="height"):
-        synthetic_clips._make_clip(0, -5, 64)
-    with pytest.raises(ValueError, match="width"):
-        synthetic_clips._render_background(32, 8)
-    with pytest.raises(TypeError, match="height"):
-        synthetic_clips._make_clip(0, 32.5, 64)
-    with pytest.raises(TypeError, match="seed"):
-        synthetic_clips._make_clip(-1, 32, 64)
-    with pytest.raises(ValueError, match="p_no_ball"):
-        synthetic_clips._make_clip(0, 32, 64, p_no_ball=1.5)
-    with pytest.raises(ValueError, match="radius_range"):
-        synthetic_clips._make_clip(0, 32, 48, radius_range=(5.0, 30.0))
-    with pytest.raises(ValueError, match="n must"):
-        synthetic_clips._make_clips(-2)
-    with pytest.raises(ValueError, match="radius"):
-        synthetic_clips._render_ball(np.zeros((20, 20, 3), np.float32), _label(10, 10, 0, 2, radius=0))
-    with pytest.raises(ValueError, match=r"\(N, 3, H, W, 3\)"):
-        synthetic_clips.frames_to_tensor(np.zeros((2, 4, 8, 8, 3)))

@@ -1,12 +1,12 @@
 """scripts/torch_version_history.py with fake environments: the real older torch is recorded by the book's recording,
-not in CI. Each fake interpreter answers as graphbook.compilers.torch_versions would."""
+not in CI. Each fake interpreter answers as graphbook.freezing.torch_versions would."""
 import json
 import stat
 import sys
 
 import pytest
 
-from graphbook.compilers import torch_versions
+from graphbook.freezing import torch_versions
 from graphbook.record import results
 
 

@@ -1,10 +1,12 @@
-"""The BlurBall variant registry (graphbook.runtimes.variants): names, builders, expectations, freezing."""
+"""The BlurBall variant registry (graphbook.method.variants): names, builders, expectations, freezing."""
 import pytest
 import torch
 
 from graphbook.measure import warmup
 from graphbook.record import results
-from graphbook.runtimes import correctness, variants
+from graphbook import checks
+from graphbook.compilers import inductor_tools
+from graphbook.method import variants
 
 SHAPE = (1, 9, 16, 24)
 
@@ -54,7 +56,7 @@ def test_eager_builders_output_shape_and_match(tiny, name):
     out = built.run(x)
     assert out.shape == (1, 3, 16, 24) and out.dtype == torch.float32
     assert built.compile_s >= 0
-    check = correctness.compare_to_reference(out, model(x).detach())
+    check = checks.compare_to_reference(out, model(x).detach())
     if built.variant.expected_to_match_eager:
         assert check[results.SAME_OUTPUT], check
     else:
@@ -71,7 +73,7 @@ def test_onnx_builders_share_one_export_and_match(tiny, tmp_path):
             built = variants.build(name, model, x, context)
             out = built.run(x)
             assert out.shape == reference.shape, name
-            check = correctness.compare_to_reference(out, reference)
+            check = checks.compare_to_reference(out, reference)
             assert check[results.SAME_OUTPUT] == built.variant.expected_to_match_eager, (name, check)
             assert built.artifact is not None and built.artifact.exists()
     assert sorted(p.name for p in tmp_path.glob("*.onnx")) == [
@@ -97,9 +99,9 @@ def test_freezing_context_sets_config_and_no_grad():
     import torch._inductor.config as inductor_config
 
     before = inductor_config.freezing
-    with variants.freezing():
+    with inductor_tools.freezing():
         assert inductor_config.freezing is True and not torch.is_grad_enabled()
-    with variants.freezing(False):
+    with inductor_tools.freezing(False):
         assert inductor_config.freezing is False
     assert inductor_config.freezing == before and torch.is_grad_enabled()
 
@@ -122,7 +124,7 @@ def test_freezing_really_freezes_and_compiled_variants_alternate_without_recompi
     with torch.no_grad():
         reference = net(x)
     for runner in (plain, frozen, plain, frozen):
-        assert correctness.compare_to_reference(runner(x), reference)[results.SAME_OUTPUT]
+        assert checks.compare_to_reference(runner(x), reference)[results.SAME_OUTPUT]
     assert counters["stats"]["unique_graphs"] == graphs, "alternating variants recompiled"
     # run_and_get_code's patched config is part of the guards: each compiles again, and shows its code
     _, code_frozen = run_and_get_code(frozen, x)

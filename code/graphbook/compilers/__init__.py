@@ -1,2 +1,1 @@
-"""The compilers' side: Inductor's generated code and its logs, the compile cache, AOTInductor, the freezing
-miscompile, TVM."""
+"""The compilers' side: Inductor's generated code, its logs, switches and ablations; TVM's untuned build."""

@@ -1,16 +1,36 @@
 """Looking inside torch.compile: generated code, kernel counts, graph breaks, ablations (Chapter 3)."""
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 from unittest import mock
 
 import torch
+import torch._functorch.config as functorch_config
 import torch._inductor.config as inductor_config
+from torch._inductor.fx_passes import mkldnn_fusion
 from torch._inductor.graph import GraphLowering
 
-from graphbook.runtimes.variants import freezing
+
+@contextlib.contextmanager
+def freezing(enabled: bool = True, *, fusion: bool = True, inplace_conv_add: bool = True):
+    """Inductor freezing on (or, with ``enabled=False``, explicitly off) for what runs inside (Chapter 3). The two
+    ablations of Chapter 5: ``fusion=False`` lets the scheduler merge no two kernels (``max_fusion_size=1``), and
+    ``inplace_conv_add=False`` keeps freezing from adding a convolution into its residual's buffer (oneDNN's sum
+    post-op), so the add becomes a kernel of its own."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(inductor_config.patch(freezing=bool(enabled), **({} if fusion else {"max_fusion_size": 1})))
+        stack.enter_context(torch.no_grad())
+        if not inplace_conv_add:
+            # a patched predicate is not part of the compile caches' keys: without them off, a cached plain
+            # freezing graph would come back
+            stack.enter_context(inductor_config.patch(fx_graph_cache=False))
+            stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
+            stack.enter_context(mock.patch.object(mkldnn_fusion, "_can_be_inplace", lambda other: False))
+        yield
+
 
 # A kernel definition in Inductor's wrapper code: ``name = async_compile.<backend>(...``.
 _KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(cpp_pybinding|cpp|triton|cuda|halide)\(", re.M)
@@ -156,20 +176,14 @@ def kernel_source(sources: str | Sequence[str], name: str) -> str:
 def compile_and_get_code(fn: Callable, *args, options: Mapping | None = None, reset: bool = True,
                          **compile_kwargs) -> GeneratedCode:
     """Compile ``fn`` with Inductor, run it once on ``args`` and return the generated code (Chapter 3)."""
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-
     options = dict(options or {})
-    unknown = [key for key in options if not hasattr(inductor_config, key.split(".")[0])]
-    if unknown:
-        raise ValueError(f"unknown torch._inductor.config option(s): {unknown}")
     if reset:
         torch._dynamo.reset()
     compiled = torch.compile(fn, **compile_kwargs)
     # The options are set as a config patch around the first call, where compilation happens.
     # Passing them as torch.compile(options=...) is not equivalent: in torch 2.13,
     # options={"freezing": True} compiles without freezing (checked in Chapter 3).
-    # Freezing goes through the book's one switch (graphbook.runtimes.variants.freezing: config patch + no_grad).
+    # Freezing goes through the book's one switch (freezing, above: config patch + no_grad).
 
     freeze = options.pop("freezing", inductor_config.freezing)
     # The wrapper code is caught the way torch._inductor.utils.run_and_get_code catches it, but without
@@ -218,8 +232,6 @@ def _break_line(reason) -> int | None:
 
 def explain(fn: Callable, *args) -> ExplainSummary:
     """Run ``torch._dynamo.explain`` and keep the counts and one short line per break (Chapter 3)."""
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     torch._dynamo.reset()
     result = torch._dynamo.explain(fn)(*args)
     return ExplainSummary(
@@ -248,6 +260,4 @@ def dynamo_graphs(fn: Callable, *args) -> list[torch.fx.GraphModule]:
 def ablation_options(name: str) -> dict:
     """The Inductor options of one ablation variant, by name (Chapter 3)."""
     configs = {**ABLATION_CONFIGS, **UNFUSED_ABLATION_CONFIGS, **CAUSE_ABLATION_CONFIGS}
-    if name not in configs:
-        raise KeyError(f"unknown ablation {name!r}; choose one of {list(configs)}")
     return dict(configs[name])

@@ -100,10 +100,6 @@ def _blob_detection(ys: np.ndarray, xs: np.ndarray, heat: np.ndarray) -> Detecti
 def _decode_heatmap(heatmap, threshold: float = 0.5) -> FrameDecoding:
     """Decode one frame's ``(H, W)`` heatmap: sigmoid, threshold, 8-connected components, one detection each."""
     heat = _as_numpy(heatmap)
-    if heat.ndim != 2:
-        raise ValueError(f"heatmap must be 2-D (H, W), got shape {heat.shape}")
-    if not 0.0 < threshold < 1.0:
-        raise ValueError(f"threshold must be in (0, 1), got {threshold}")
     heat = 1.0 / (1.0 + np.exp(-np.clip(heat, -60.0, 60.0)))
     mask = heat > threshold
     labels, count = _connected_components(mask)
@@ -124,8 +120,6 @@ def _decode_heatmap(heatmap, threshold: float = 0.5) -> FrameDecoding:
 def decode_clip(heatmaps, threshold: float = 0.5) -> list[FrameDecoding]:
     """Decode the ``(F, H, W)`` heatmaps of one clip."""
     heat = _as_numpy(heatmaps)
-    if heat.ndim != 3:
-        raise ValueError(f"heatmaps must be (F, H, W), got shape {heat.shape}")
     return [_decode_heatmap(h, threshold) for h in heat]
 
 
@@ -134,6 +128,4 @@ def decode_batch(heatmaps, threshold: float = 0.5) -> list[list[FrameDecoding]]:
     if isinstance(heatmaps, dict):  # BlurBall's raw output {0: logits}
         heatmaps = heatmaps[0]
     heat = _as_numpy(heatmaps)
-    if heat.ndim != 4:
-        raise ValueError(f"heatmaps must be (N, F, H, W), got shape {heat.shape}")
     return [decode_clip(h, threshold) for h in heat]

@@ -17,8 +17,6 @@ DEFAULT_HIT_PX = 5.0
 def match_detections(decoded: list[list[FrameDecoding]], clips: list[Clip], hit_px: float = DEFAULT_HIT_PX) -> list[dict]:
     """One row per (clip, frame) comparing the best detection with the label. ``angle_error_deg`` only for streaks of
     half-length >= 3 px, where the angle is defined."""
-    if len(decoded) != len(clips):
-        raise ValueError(f"{len(decoded)} decoded clips for {len(clips)} clips")
     rows = []
     for k, (frames, clip) in enumerate(zip(decoded, clips)):
         for f, (dec, label) in enumerate(zip(frames, clip.labels)):
@@ -63,10 +61,6 @@ def summarize_matches(rows: list[dict]) -> dict:
 def evaluate_model(model, clips: list[Clip], *, batch_size: int = 4, threshold: float = 0.5,
                    hit_px: float = DEFAULT_HIT_PX) -> tuple[dict, list[dict]]:
     """``(summary, rows)`` of ``model`` on held-out clips, under ``torch.no_grad`` in the model's current mode."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if not clips:
-        raise ValueError("need at least one clip to evaluate")
     decoded = []
     with torch.no_grad():
         for start in range(0, len(clips), batch_size):

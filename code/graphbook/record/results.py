@@ -23,7 +23,7 @@ RUN = "run"                        #: 1, 2, 3...: the run of its recording (file
 RUN_ORDER = "run_order"            #: 1 = the variant went first in its run (the order rotates between runs)
 COPY_GBPS = "copy_gbps"            #: copy_ bandwidth measured in the same run (graphbook.record.runs.flag_under_load)
 DATE = "date"                      #: UTC ISO 8601 time of the run (environment fingerprint)
-VARIANT = "variant"                #: a variant name (see graphbook.runtimes.variants for BlurBall's)
+VARIANT = "variant"                #: a variant name (see graphbook.method.variants for BlurBall's)
 MEDIAN_MS = "median_ms"
 MAX_ABS_DIFF = "max_abs_diff"      #: largest |output - eager FP32 output|
 RELATIVE_DIFF = "relative_diff"    #: max_abs_diff / max(1, largest |reference|)
@@ -35,7 +35,7 @@ SAME_BALL = "same_ball"            #: bool: on every held-out frame the decoded 
 BALL_AGREE_FRAMES = "ball_agree_frames"  #: held-out frames whose decoded ball agrees with eager FP32's
 BALL_FRAMES = "ball_frames"        #: held-out frames decoded
 BALL_SHIFT_PX = "ball_max_shift_px"  #: largest shift of the decoded ball from eager FP32's, in pixels
-EXPECTED_TO_MATCH = "expected_to_match_eager"  #: bool, from graphbook.runtimes.variants
+EXPECTED_TO_MATCH = "expected_to_match_eager"  #: bool, from graphbook.method.variants
 SPEEDUP_VS_EAGER = "speedup_vs_eager"  #: eager FP32 median / this median (same threads, same run)
 COMPILE_S = "compile_s"            #: seconds to build the variant: compile (or export + session,
                                    #: or engine build) including the first call

@@ -121,19 +121,12 @@ def single_machine(frame, machine: str | None = None):
     return data[data[MACHINE] == machine]
 
 
-def _check_columns(frame, *names) -> None:
-    missing = [n for n in names if n not in frame.columns]
-    if missing:
-        raise ValueError(f"the frame has no column(s) {missing}; it has {list(frame.columns)}")
-
-
 def summarize_runs(frame, by: Sequence[str] | str = ("variant",), value: str = "median_ms", *,
                    run: str = "run_id"):
     """Per machine and ``by`` group: runs, median across runs, min, max, spread and the per-run values. A group with
     fewer than :data:`MIN_RUNS` runs is kept but has ``enough_runs`` False."""
     by = [by] if isinstance(by, str) else list(by)
     framed = frame if MACHINE in frame.columns else add_machine(frame)
-    _check_columns(framed, value, run, *by)
     # one value per (machine, *by, run): the median of that run's rows
     per_run = framed.dropna(subset=[value]).groupby([MACHINE, *by, run], dropna=False, sort=False)[value] \
         .median().reset_index()
@@ -151,7 +144,6 @@ def flag_under_load(frame, *, value: str = "median_ms", variant: str = "variant"
     """Add ``under_load`` and ``load_reason``, judged from the runs' own data (unsteady calls, slow against the
     machine's best, an unsteady reference, a low bandwidth probe the times confirm); nothing is removed."""
     out = add_machine(frame) if MACHINE not in frame.columns else frame.copy()
-    _check_columns(out, run)
     reasons: dict = {}
     run_slowdown: dict = {}  # run -> median over its variants of (its value / the machine's fastest run's)
 
@@ -200,7 +192,6 @@ def deciding_machine(frame, *, here: Mapping | str | None = None, run: str = "ru
     with as many, else the one with the most quiet runs; None when no run is quiet."""
     label = _here_label(here)
     data = add_machine(frame) if MACHINE not in frame.columns else frame
-    _check_columns(data, run)
     quiet = data[~data[UNDER_LOAD].astype(bool)] if UNDER_LOAD in data.columns else data
     if quiet.empty:
         return None
@@ -224,7 +215,6 @@ def choose_best(frame, *, value: str = "median_ms", variant: str = "variant", co
                 skip_under_load: bool = False):
     """The best variant per machine among those whose every row passed ``correct`` (a missing verdict fails). ``margin``
     > 1 means the best is ahead; ``decided`` needs :data:`MIN_RUNS` runs with the best ahead in each."""
-    _check_columns(frame, value, variant, correct, run)
     data = add_machine(frame) if MACHINE not in frame.columns else frame.copy()
     if skip_under_load and UNDER_LOAD in data.columns:
         data = data[~data[UNDER_LOAD].astype(bool)]
@@ -264,7 +254,6 @@ def paired_ratios(frame, a: str, b: str, *, value: str = "median_ms", variant: s
                   run: str = "run_id", lower_is_better: bool = True):
     """{machine: per-run ratios of how many times better ``a`` was than ``b``}. Only runs that measured both count, so
     each ratio compares two versions under the same load."""
-    _check_columns(frame, value, variant, run)
     data = add_machine(frame) if MACHINE not in frame.columns else frame
     found = {}
     for machine, group in data.groupby(MACHINE, sort=False):

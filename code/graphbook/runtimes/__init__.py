@@ -1,2 +1,2 @@
-"""The runtimes that run BlurBall (ONNX Runtime, OpenVINO, INT8, the browser), the registry of every variant the
-book times, and the check of a variant against eager."""
+"""The runtimes beside PyTorch: ONNX Runtime's levels and sessions, OpenVINO, the browser, and the profiles of a
+forward (PyTorch's and ONNX Runtime's)."""

@@ -19,7 +19,8 @@ from graphbook.measure import timing
 from graphbook.model import blurball
 from graphbook.paths import REPO_ROOT
 from graphbook.record.cli import make_parser
-from graphbook.runtimes import correctness, onnx_utils
+from graphbook import checks
+from graphbook.runtimes import onnx_utils
 
 #: The sizes the page offers (height, width); the first is the default, the second is on request.
 SIZES: dict[str, tuple[int, int]] = {"96x160": (96, 160), "288x512": (288, 512)}
@@ -191,7 +192,7 @@ def compare(output, assets_dir: str | Path, key: str) -> dict:
     manifest = load_manifest(assets_dir)
     entry = manifest["sizes"][key]
     reference = _read_tensor(Path(assets_dir) / entry["reference"], entry["output_shape"])
-    verdict = correctness.compare_to_reference(np.asarray(output), reference, atol=manifest["atol"])
+    verdict = checks.compare_to_reference(np.asarray(output), reference, atol=manifest["atol"])
 
     peaks = blurball.heatmap_peaks(torch.from_numpy(np.asarray(output))).reshape(-1, 2).tolist()
     verdict["same_peaks"] = bool(verdict.get("same_peaks", True) and peaks == entry["peaks"])

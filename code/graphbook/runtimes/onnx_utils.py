@@ -15,6 +15,8 @@ import torch
 from torch.export import Dim
 from torch.onnx import _constants
 
+from graphbook import checks
+from graphbook.config import BATCH_SIZES, THREADS
 from graphbook.runtimes.ort_sessions import (  # noqa: F401 - the sessions' own module; callers may read them here
     CPU_PROVIDER,
     CUDA_PROVIDER,
@@ -198,3 +200,22 @@ def name_fusions(before: Counter, after: Counter) -> list[str]:
         notes.append("other rewrites: removed " + ", ".join(f"{n} {d}::{op}" for (d, op), n in
                                                              sorted((Counter(before) - Counter(after)).items())))
     return notes
+
+
+def check_batches(model, path: str | Path, input_chw, batch_sizes=BATCH_SIZES, *, threads: int = THREADS,
+                  seed: int = 0) -> list[dict]:
+    """Serve every batch size from ONE session on ``path`` and compare each with eager ``model`` (Chapter 7)."""
+    session = make_session(path, threads=threads)
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for b in batch_sizes:
+        x = torch.randn(b, *input_chw, generator=gen)
+        try:
+            out = run_session(session, x)
+        except Exception as error:  # ORT's pybind errors: a dimension the model fixed
+            rows.append({"batch_size": int(b), "error": str(error).splitlines()[0][:300]})
+            continue
+        with torch.no_grad():
+            reference = model(x)
+        rows.append({"batch_size": int(b), "output_shape": tuple(out.shape), **checks.compare_to_reference(out, reference)})
+    return rows

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from graphbook.compilers import miscompile
+from graphbook.freezing import miscompile
 from graphbook.record import results, runs
-from graphbook.runtimes import variants
-from graphbook.teach import cpu_matrix
-from graphbook.teach.profiling import executed_rates
+from graphbook.method import variants
+from graphbook.method import decision
 
 #: Lower precisions are judged by a different check (peaks and decoded balls, not the FP32 tolerance).
 _NOT_FP32 = "bf16|int8|fp16|matmul"
@@ -110,7 +109,7 @@ def lower_precision_worker(cpu_frame, *, here: Mapping | str | None = None) -> s
     mine = runs.single_machine(flagged, machine)
     low = mine[mine["variant"].isin(set(rows["variant"])) & mine[results.SAME_BALL].notna()]
     # Chapter 5's one rule: the decoded ball kept, and the FP32 twin correct on the same machine
-    passed = cpu_matrix.check_verdicts(mine)["check_passed"].droplevel(runs.MACHINE)
+    passed = decision.check_verdicts(mine)["check_passed"].droplevel(runs.MACHINE)
     low = low.assign(passed=low["variant"].map(passed).fillna(False).astype(bool))
     best = runs.choose_best(low, correct="passed", skip_under_load=True).iloc[0]
     if best.best is None:
@@ -118,7 +117,7 @@ def lower_precision_worker(cpu_frame, *, here: Mapping | str | None = None) -> s
                 + (f" (moved: {', '.join(map(_label, best.excluded))})" if best.excluded else ""))
     quiet = mine[~mine[runs.UNDER_LOAD]]
     medians = runs.summarize_runs(quiet).set_index("variant")["median"]
-    rated = executed_rates(quiet[quiet["variant"] == best.best])
+    rated = decision.executed_rates(quiet[quiet["variant"] == best.best])
     share = rated["share_of_ceiling"].astype(float).median()
     fp32_share = rated["share_of_fp32_ceiling"].astype(float).median()
     precision = str(rated["precision"].iloc[0])

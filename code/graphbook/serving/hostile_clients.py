@@ -170,10 +170,6 @@ def _measure_faults(url: str, clip: np.ndarray, encoded: tuple[bytes, dict], *, 
                    hold_s: float) -> list[dict]:
     """Every fault of :data:`FAULTS` against one running server; one row each (Chapter 7)."""
     parts = urlsplit(url)
-    if parts.scheme != "http" or parts.hostname != "127.0.0.1":
-        raise ValueError(f"hostile clients only target a loopback http://127.0.0.1 server, got {url!r}")
-    if not 1 <= max_stalled <= 256 or not 0 < hold_s <= 120:
-        raise ValueError(f"need 1 <= max_stalled <= 256 and 0 < hold_s <= 120, got {max_stalled} and {hold_s}")
     address = (parts.hostname, parts.port)
     body, headers = encoded
     head, _ = _raw_request(parts.netloc, body, headers)
@@ -195,8 +191,6 @@ def compare(onnx_path: Path, input_hw, *, runs: int = 3, threads: int = THREADS,
             max_wait_ms: float = 5.0, max_stalled: int = 96, hold_s: float = 15.0, log=print,
             rows: list | None = None) -> list[dict]:
     """Both servers, ``runs`` times in alternating order, each in a fresh process, face every fault (Chapter 7)."""
-    if runs < 3:
-        raise ValueError(f"a comparison needs at least 3 runs, got {runs}")
     height, width = (int(v) for v in input_hw)
     clip = np.random.default_rng(0).standard_normal((1, 9, height, width)).astype(np.float32)
     encodings = {"book": binary_request(clip), "litserve": _base64_json_request(clip)}

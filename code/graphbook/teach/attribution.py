@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from graphbook.record import results, runs as runs_mod
-from graphbook.runtimes.variants import own_code
-from graphbook.teach.folding import fold_all_conv_bn
+from graphbook.method.variants import own_code
+from graphbook.method.folding import fold_all_conv_bn
 from graphbook.teach.plots import speedup_waterfall
 
 EAGER = "eager"

@@ -9,11 +9,11 @@ import pandas as pd
 import torch
 from torch import nn
 
-from graphbook.compilers.compile_cache import RestartSpec, fresh_process_compile
+from graphbook.startup.compile_cache import RestartSpec, fresh_process_compile
 from graphbook.config import FLOAT32_ROUNDING, FULL_SIZE
 from graphbook.measure import probes, timing
 from graphbook.record import runs as runs_lib
-from graphbook.teach.folding import fold_conv_bn
+from graphbook.method.folding import fold_conv_bn
 
 DEFAULT_SIZE = 2 ** 25          # float32 elements per array: 128 MiB, well beyond the private caches
 DEFAULT_REPEATS = 7             # the article took the median of 7 runs
@@ -59,8 +59,6 @@ def chain_fused_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 def bytes_moved(n_elements: int, ops: int = CHAIN_OPS, fused: bool = False) -> int:
     """Bytes a chain of float32 element-wise ops moves: ``8N * ops`` unfused, ``8N`` fused (values stay in
     registers); caches and allocation ignored."""
-    if n_elements < 1 or ops < 1:
-        raise ValueError("n_elements and ops must be >= 1")
     passes = 1 if fused else ops
     return 2 * FLOAT_BYTES * n_elements * passes
 
@@ -197,8 +195,6 @@ class Chain(nn.Module):
 
 def measure_compile_time(n_elements: int = DEFAULT_SIZE, threads: int = 1, runs: int = 3) -> pd.DataFrame:
     """Compile time of :func:`chain` in fresh processes per run: a new empty cache (cold), then the same (warm)."""
-    if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
-        raise ValueError(f"runs must be an integer >= 1, got {runs!r}")
     spec = RestartSpec(f"{__name__}:Chain", (n_elements,), (1,), threads=threads)
     rows = []
     for run in range(1, runs + 1):

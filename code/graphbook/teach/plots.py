@@ -26,17 +26,9 @@ def bar_with_spread(labels: Sequence[str], medians: Sequence[float], lows: Seque
                     title: str = "", color=None, annotate: bool = True):
     """Bars at the medians with error bars from ``lows`` to ``highs`` (e.g. min and max)."""
     labels, medians = list(labels), [float(m) for m in medians]
-    if len(labels) != len(medians) or not labels:
-        raise ValueError(f"need one median per label, got {len(labels)} labels and {len(medians)} medians")
     yerr = None
     if lows is not None or highs is not None:
-        if lows is None or highs is None:
-            raise ValueError("give both lows and highs, or neither")
         lows, highs = [float(v) for v in lows], [float(v) for v in highs]
-        if not len(lows) == len(highs) == len(medians):
-            raise ValueError("lows, highs and medians must have the same length")
-        if any(lo > m or m > hi for lo, m, hi in zip(lows, medians, highs)):
-            raise ValueError("each low must be <= its median <= its high")
         yerr = [[m - lo for m, lo in zip(medians, lows)], [hi - m for m, hi in zip(medians, highs)]]
     ax = _axes(ax)
     bars = ax.bar(labels, medians, yerr=yerr, capsize=4, color=color)
@@ -55,8 +47,6 @@ def speedup_waterfall(labels: Sequence[str], steps: Sequence[float], total: floa
     """Each cause's speed-up step as a bar on a log axis, their product beside the ``total`` measured directly. The gap
     is written as the residual: causes that do not account for the total are shown, never hidden."""
     labels, steps = list(labels), [float(s) for s in steps]
-    if len(labels) != len(steps) or not steps or any(s <= 0 for s in steps) or total <= 0:
-        raise ValueError("need one positive step per label and a positive total")
     ax = _axes(ax)
     level = 1.0
     for i, (label, step) in enumerate(zip(labels, steps)):
@@ -128,8 +118,6 @@ def flow_diagram(boxes: dict, arrows: Sequence[tuple], *, ax=None, title: str = 
 
 def _roofline_attainable(intensity, peak_gflop_per_s: float, bandwidth_gb_per_s: float):
     """Attainable GFLOP/s at arithmetic ``intensity`` (FLOPs per byte): ``min(peak, bandwidth * intensity)``."""
-    if peak_gflop_per_s <= 0 or bandwidth_gb_per_s <= 0:
-        raise ValueError("peak and bandwidth must be positive")
     values = np.minimum(peak_gflop_per_s, bandwidth_gb_per_s * np.asarray(intensity, dtype=float))
     return float(values) if values.ndim == 0 else values
 
@@ -141,16 +129,12 @@ def roofline(peak_gflop_per_s: float, bandwidth_gb_per_s: float,
     point sits on the roof."""
     ax = _axes(ax)
     low, high = intensity_range
-    if not 0 < low < high:
-        raise ValueError(f"intensity_range must be 0 < low < high, got {intensity_range}")
     xs = np.logspace(np.log10(low), np.log10(high), 200)
     ax.loglog(xs, _roofline_attainable(xs, peak_gflop_per_s, bandwidth_gb_per_s), color="black", lw=2,
               label="roof: min(peak, bandwidth x intensity)")
     ridge = peak_gflop_per_s / bandwidth_gb_per_s
     ax.axvline(ridge, color="gray", ls=":", label=f"ridge point ({ridge:.3g} FLOP/byte)")
     for point in points:
-        if len(point) not in (2, 3):
-            raise ValueError(f"each point is (label, intensity[, achieved]), got {point!r}")
         label, intensity = point[0], float(point[1])
         achieved = (float(point[2]) if len(point) == 3 and point[2] is not None
                     else _roofline_attainable(intensity, peak_gflop_per_s, bandwidth_gb_per_s))
@@ -190,8 +174,6 @@ def draw_fusion_groups(graph, groups: Sequence[FusionGroup] | None = None, ax=No
     inputs = [n for n in gm.graph.nodes if n.op == "placeholder" and n.users
               and (user_inputs is None or n.name in user_inputs)]
     shown = inputs + fusion_rules.compute_nodes(gm)
-    if len(shown) > 60:
-        raise ValueError(f"graph has {len(shown)} nodes to draw; draw_fusion_groups is for small graphs")
     layer = _layers(shown)
     by_layer: dict[int, list[str]] = {}
     for node in shown:
@@ -266,17 +248,9 @@ def draw_clip_detection(frame, target, heatmap, label=None, detection=None, *, c
     """One frame, its target, the model's heatmap and the decoded ball side by side, cropped to ``crop`` px
     around the true centre: the true streak dashed green, the decoded one red."""
     frame, target, heatmap = np.asarray(frame, np.float32), np.asarray(target, np.float32), np.asarray(heatmap, np.float32)
-    if frame.ndim != 3 or frame.shape[2] != 3:
-        raise ValueError(f"frame must be (H, W, 3) RGB, got shape {frame.shape}")
-    if target.shape != frame.shape[:2] or heatmap.shape != frame.shape[:2]:
-        raise ValueError(f"target {target.shape} and heatmap {heatmap.shape} must match the frame's {frame.shape[:2]}")
-    if crop is not None and crop < 4:
-        raise ValueError(f"crop must be at least 4 pixels (or None), got {crop}")
     if axes is None:
         _, axes = plt.subplots(1, 4, figsize=(10, 2.9))
     axes = list(np.ravel(axes))
-    if len(axes) != 4:
-        raise ValueError(f"need 4 axes, got {len(axes)}")
     heat = 1.0 / (1.0 + np.exp(-np.clip(heatmap, -60, 60))) if from_logits else heatmap
     height, width = target.shape
     if label is not None and crop is not None:
@@ -285,8 +259,6 @@ def draw_clip_detection(frame, target, heatmap, label=None, detection=None, *, c
     else:
         x0, x1, y0, y1 = -0.5, width - 0.5, -0.5, height - 0.5
     titles = list(titles) if titles is not None else ["frame", "frame (zoom)", "target", "model heatmap"]
-    if len(titles) != 4:
-        raise ValueError(f"need 4 titles, got {len(titles)}")
     images = [(frame, {}), (frame, {}), (target, {"cmap": "gray", "vmin": 0, "vmax": 1}),
               (heat, {"cmap": "magma", "vmin": 0, "vmax": 1})]
     for k, (ax, (image, style), title) in enumerate(zip(axes, images, titles)):

@@ -9,7 +9,6 @@ import sys
 import tempfile
 import time
 import types
-from unittest import mock
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -17,13 +16,13 @@ from typing import Callable, Sequence
 import numpy as np
 import onnxruntime as ort
 import torch
-import torch._functorch.config as functorch_config
 import torch._inductor.config as inductor_config
-from torch._inductor.fx_passes import mkldnn_fusion
 
+from graphbook.compilers.inductor_tools import freezing
 from graphbook.config import THREADS
 from graphbook.measure.warmup import logits_of
-from graphbook.runtimes import onnx_utils, openvino_runtime, quantization
+from graphbook.runtimes import onnx_utils, openvino_runtime
+from graphbook.int8 import quantization
 from graphbook.runtimes.onnx_utils import LEVEL_NAMES
 
 Runner = Callable[[torch.Tensor], torch.Tensor]
@@ -34,24 +33,6 @@ REFERENCE = "eager_fp32"
 
 class VariantUnavailable(RuntimeError):
     """A variant cannot be built here (a missing package, no calibration frames); the message says why (Chapter 5)."""
-
-
-@contextlib.contextmanager
-def freezing(enabled: bool = True, *, fusion: bool = True, inplace_conv_add: bool = True):
-    """Inductor freezing on (or, with ``enabled=False``, explicitly off) for what runs inside (Chapter 3). The two
-    ablations of Chapter 5: ``fusion=False`` lets the scheduler merge no two kernels (``max_fusion_size=1``), and
-    ``inplace_conv_add=False`` keeps freezing from adding a convolution into its residual's buffer (oneDNN's sum
-    post-op), so the add becomes a kernel of its own."""
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(inductor_config.patch(freezing=bool(enabled), **({} if fusion else {"max_fusion_size": 1})))
-        stack.enter_context(torch.no_grad())
-        if not inplace_conv_add:
-            # a patched predicate is not part of the compile caches' keys: without them off, a cached plain
-            # freezing graph would come back
-            stack.enter_context(inductor_config.patch(fx_graph_cache=False))
-            stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
-            stack.enter_context(mock.patch.object(mkldnn_fusion, "_can_be_inplace", lambda other: False))
-        yield
 
 
 def _autocast(enabled: bool, x: torch.Tensor):

@@ -8,8 +8,8 @@ import pandas as pd
 
 from graphbook.measure import timing
 from graphbook.record.results import EXPECTED_TO_MATCH, RUN, SAME_OUTPUT, SPEEDUP_VS_EAGER
-from graphbook.runtimes.correctness import compare_to_reference
-from graphbook.runtimes.variants import REFERENCE, VariantUnavailable
+from graphbook.checks import compare_to_reference
+from graphbook.method.variants import REFERENCE, VariantUnavailable
 
 #: The columns every row of one run shares (repeated_runs'), given to the rows of a version that was not timed.
 _PER_RUN = [RUN, "run_count", "run_started", "went_first", "copy_gbps"]

@@ -18,7 +18,7 @@ from graphbook.model.decoding import decode_batch
 from graphbook.model.scoring import match_detections, summarize_matches
 from graphbook.model.synthetic_clips import frames_to_tensor
 from graphbook.runtimes.onnx_utils import make_session
-from graphbook.runtimes.quantization import (
+from graphbook.int8.quantization import (
     Int8Config,
     Int8MatrixError,
     calibration_reader,

@@ -14,9 +14,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from graphbook.config import THREADS
-from graphbook.measure.probes import fp32_ceiling, precision_ceiling
+from graphbook.measure.probes import precision_ceiling
 from graphbook.runtimes.onnx_utils import make_session, run_session
-from graphbook.runtimes.variants import REGISTRY
 
 #: Profile categories, in table order (the CPU profile and the GPU kernel profile share them).
 CATEGORIES = ("convolution", "batch_norm", "cast/copy", "elementwise", "other")
@@ -160,12 +159,10 @@ def with_rates(frame: pd.DataFrame, macs: int, note: str) -> pd.DataFrame:
 
 def _read_profile(profile_path: str | Path, runs: int = 1):
     """Per-operator time from an ONNX Runtime profile's ``*_kernel_time`` events, per run, sorted by time."""
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise ValueError(f"runs must be a positive integer, got {runs!r}")
     events = json.loads(Path(profile_path).read_text())
     rows = [(e["args"].get("op_name", "?"), float(e.get("dur", 0)))
             for e in events if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")]
-    if not rows:
+    if not rows:  # a file from elsewhere: say what is missing
         raise ValueError(f"{profile_path} has no kernel events; was the session run after profiling was enabled?")
     frame = pd.DataFrame(rows, columns=["op_name", "dur_us"])
     table = frame.groupby("op_name").agg(nodes=("dur_us", "size"), total_us=("dur_us", "sum")).reset_index()
@@ -189,39 +186,8 @@ def profile_operators(path: str | Path, inputs, *, level="all", threads: int = T
     return _read_profile(profile_file, runs=runs)
 
 
-#: FP32 variants allowed above their machine's ceiling, each with the measured reason (none so far: a
-#: rate above the ceiling means the work was miscounted, or an algorithm did fewer multiplications).
-EXPLAINED_ABOVE_CEILING: dict[str, str] = {}
-
-
-def executed_rates(frame):
-    """Recorded BlurBall rows with the rate of the work each variant really executes, against its ceiling. Eager
-    executes the never-read stage-4 outputs too; every other family runs a graph without them, so its rate counts live
-    MACs only."""
-    out = frame.copy()
-    eager = out["variant"].map(lambda v: getattr(REGISTRY.get(v), "family", "") == "eager")
-    out["executed_macs"] = out["macs"] - out["dead_macs"].where(~eager, 0)
-    out["executed_gflop_per_s"] = 2 * out["executed_macs"] / (out["median_ms"] * 1e-3) / 1e9
-    records = out.to_dict("records")
-    precisions = [str(r.get("precision") or "fp32") for r in records]
-    out["ceiling_gflop_per_s"] = [precision_ceiling(r, p if p in ("bf16", "int8") else "fp32")["gflop_per_s"]
-                                  for r, p in zip(records, precisions)]
-    out["share_of_ceiling"] = out["executed_gflop_per_s"] / out["ceiling_gflop_per_s"].astype(float)
-    out["fp32_ceiling_gflop_per_s"] = [fp32_ceiling(r)["gflop_per_s"] for r in records]
-    out["share_of_fp32_ceiling"] = out["executed_gflop_per_s"] / out["fp32_ceiling_gflop_per_s"].astype(float)
-    return out
-
-
 def share_of_ceiling(median_ms: float, executed_macs: float, precision: str, env: dict) -> dict:
     """One timing's rate from the MACs the graph really runs, and its share of the ceiling (None without one)."""
     rate = 2 * executed_macs / (median_ms * 1e-3) / 1e9
     ceiling = precision_ceiling(env, precision)["gflop_per_s"]
     return {"gflop_per_s": rate, "ceiling_gflop_per_s": ceiling, "share": rate / ceiling if ceiling else None}
-
-
-def above_ceiling(frame):
-    """The FP32 rows of :func:`executed_rates` faster than their machine's ceiling, less the explained ones."""
-    rated = executed_rates(frame) if "share_of_ceiling" not in frame.columns else frame
-    fp32 = rated["precision"].astype(str).eq("fp32") if "precision" in rated.columns else True
-    over = rated[fp32 & (rated["share_of_ceiling"].astype(float) > 1.0)]
-    return over[~over["variant"].isin(list(EXPLAINED_ABOVE_CEILING))]

@@ -1,9 +1,9 @@
-"""Tests of graphbook.teach.cpu_matrix (the recorded BlurBall CPU matrix as Chapter 5 and the appendix read it),
+"""Tests of graphbook.method.decision (the recorded BlurBall CPU matrix as Chapter 5 and the appendix read it),
 on a synthetic recording: one machine, three runs, a variant that fails its check, one run under load."""
 import pandas as pd
 
 from graphbook.record import runs
-from graphbook.teach import cpu_matrix
+from graphbook.method import decision
 
 ZEN4 = {"cpu_model": "AMD EPYC", "cpu_family": 25, "cpu_model_id": 17, "cpu_microarch": "Zen 4",
         "cpu_isa": "avx512_vnni", "torch_isa": "AVX512", "threads": 2, "torch": "2.13.0+cpu"}
@@ -25,13 +25,13 @@ def _recording(eager_ms=(500.0, 510.0, 505.0), ort_ms=(150.0, 160.0, 155.0), *, 
 
 
 def test_verdicts_judge_fp32_on_logits_and_lower_precision_on_the_decoded_ball():
-    rows, verdicts = cpu_matrix.full_size_rows(_recording())
+    rows, verdicts = decision.full_size_rows(_recording())
     assert verdicts.check_passed.to_dict() == {"eager_fp32": True, "ort_exporter_optimized_all": True,
                                                "compile_freezing": False, "eager_bf16_autocast": True}
     assert verdicts.check["eager_bf16_autocast"] == "passed: decoded ball kept on 12 held-out frames"
     assert verdicts.max_abs_diff["compile_freezing"] == 4.1
     assert rows.check_passed.dtype == bool
-    moved = cpu_matrix.full_size_rows(_recording(ball=False))[1]
+    moved = decision.full_size_rows(_recording(ball=False))[1]
     assert moved.check["eager_bf16_autocast"] == "FAILED: decoded ball moved on 3 of 12 held-out frames"
 
 
@@ -51,28 +51,28 @@ def test_a_lower_precision_passes_only_with_its_fp32_twin_on_its_own_machine():
                           _lower_precision_recording(xeon, True),
                           _lower_precision_recording(older, None, with_ball_check=False)], ignore_index=True)
     machines = list(dict.fromkeys(runs.add_machine(recorded)[runs.MACHINE]))
-    rows, zen4 = cpu_matrix.full_size_rows(recorded, machine=machines[0])
+    rows, zen4 = decision.full_size_rows(recorded, machine=machines[0])
     assert zen4.check["compile_freezing_bf16"] == ("FAILED: decoded ball kept on 12 held-out frames, but its FP32 "
                                                     "twin compile + freezing differs from eager FP32")
-    xeon_verdicts = cpu_matrix.full_size_rows(recorded, machine=machines[1])[1]   # never pooled with the Zen 4's
+    xeon_verdicts = decision.full_size_rows(recorded, machine=machines[1])[1]   # never pooled with the Zen 4's
     assert xeon_verdicts.check_passed["compile_freezing_bf16"]
-    old = cpu_matrix.full_size_rows(recorded, machine=machines[2])[1]
+    old = decision.full_size_rows(recorded, machine=machines[2])[1]
     assert old.check["compile_freezing_bf16"] == "FAILED: no decoded-ball check recorded (random-weight runs)"
     assert rows.groupby(runs.MACHINE, sort=False).check_passed.sum().tolist() == [3, 9, 6]   # passing rows per machine
     alone = _lower_precision_recording(ZEN4, True).query("variant != 'compile_freezing'")
-    assert cpu_matrix.full_size_rows(alone)[1].check["compile_freezing_bf16"].endswith(
+    assert decision.full_size_rows(alone)[1].check["compile_freezing_bf16"].endswith(
         "its FP32 twin compile + freezing was not recorded on this machine")
 
 
 def test_only_the_full_size_counts_and_nothing_recorded_is_none():
-    assert cpu_matrix.full_size_rows(_recording(size=(96, 160))) == (None, None)
-    assert cpu_matrix.full_size_rows(pd.DataFrame()) == (None, None)
+    assert decision.full_size_rows(_recording(size=(96, 160))) == (None, None)
+    assert decision.full_size_rows(pd.DataFrame()) == (None, None)
 
 
 def test_a_machine_with_three_quiet_runs_decides_and_names_what_failed():
-    rows, _ = cpu_matrix.full_size_rows(_recording())
+    rows, _ = decision.full_size_rows(_recording())
     machine = rows[runs.MACHINE].iloc[0]
-    sentence, best = cpu_matrix.machine_verdict(rows, machine)
+    sentence, best = decision.machine_verdict(rows, machine)
     assert best == "ort_exporter_optimized_all"   # the faster compile + freezing does not count: it failed
     assert "3 recorded runs." in sentence and "ahead in 3 of 3" in sentence
     assert "Left out because they failed their check: compile + freezing." in sentence
@@ -80,9 +80,9 @@ def test_a_machine_with_three_quiet_runs_decides_and_names_what_failed():
 
 
 def test_a_run_under_load_is_listed_and_then_too_few_quiet_runs_decide_nothing():
-    rows, _ = cpu_matrix.full_size_rows(_recording(eager_ms=(500.0, 3000.0, 505.0), ort_ms=(150.0, 900.0, 155.0)))
-    table = cpu_matrix.run_table(rows)
+    rows, _ = decision.full_size_rows(_recording(eager_ms=(500.0, 3000.0, 505.0), ort_ms=(150.0, 900.0, 155.0)))
+    table = decision.run_table(rows)
     assert list(table["under load?"].str.startswith("yes")) == [False, True, False]
     assert list(table["eager FP32 (ms)"]) == [500, 3000, 505]
-    sentence, best = cpu_matrix.machine_verdict(rows, rows[runs.MACHINE].iloc[0])
+    sentence, best = decision.machine_verdict(rows, rows[runs.MACHINE].iloc[0])
     assert best is None and "1 flagged under load" in sentence and "Fewer than 3 quiet runs" in sentence

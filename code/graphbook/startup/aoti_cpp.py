@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from graphbook.compilers.restart_child import RestartPathError
+from graphbook.startup.restart_child import RestartPathError
 
 #: The C++ loader's source, shipped inside the package.
 CPP_LOADER_SOURCE = Path(__file__).resolve().parents[1] / "cpp" / "aoti_load.cpp"  # graphbook/cpp, beside the layers

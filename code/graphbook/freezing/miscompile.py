@@ -18,7 +18,7 @@ import torch
 from torch._inductor.dependencies import StarDep, WeakDep
 from torch._inductor.scheduler import SchedulerNode
 
-from graphbook.compilers.inductor_tools import _EXTERN_CALL, _call_body, compile_and_get_code
+from graphbook.compilers.inductor_tools import _EXTERN_CALL, _call_body
 from graphbook.config import MISCOMPILE_ATOL, THREADS
 from graphbook.model import blurball
 from graphbook.paths import CODE_DIR
@@ -44,7 +44,7 @@ def run_minimal(config: dict | None = None, *, wrapper: bool = False, replace: d
         source = source.replace(old, new)
     settings = "".join(f"c.{key} = {value!r}; " for key, value in (config or {}).items())
     program = (f"import torch._inductor.config as c; {settings}\n"
-               f"from graphbook.compilers.miscompile import _renames_after_recompute\n"
+               f"from graphbook.freezing.miscompile import _renames_after_recompute\n"
                f"with _renames_after_recompute({renames_kept!r}):\n"
                f"    exec(compile({source!r}, {MINIMAL_SCRIPT.name!r}, 'exec'), {{'__name__': '__main__'}})")
     env = {**os.environ, **({"TORCH_LOGS": "output_code"} if wrapper else {})}

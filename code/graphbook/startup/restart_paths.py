@@ -1,6 +1,6 @@
 """How long a fresh process takes to its first correct output, per restart path (Chapter 6). Each output is
 checked against eager FP32 (a fast wrong answer is not a restart path); the children run
-:mod:`graphbook.compilers.restart_child`, so the ONNX Runtime and OpenVINO ones never import torch."""
+:mod:`graphbook.startup.restart_child`, so the ONNX Runtime and OpenVINO ones never import torch."""
 from __future__ import annotations
 
 import json
@@ -17,14 +17,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from graphbook.compilers.aoti_cpp import build_cpp_loader
-from graphbook.compilers.restart_child import RESULT_MARKER, RestartPathError
+from graphbook.startup.aoti_cpp import build_cpp_loader
+from graphbook.startup.restart_child import RESULT_MARKER, RestartPathError
 from graphbook.config import BATCH_SIZES, FULL_SIZE, THREADS
 from graphbook.measure.compiletime import run_tagged_child, seconds_to_ready
 from graphbook.model.blurball import build_blurball
 from graphbook.paths import script
 from graphbook.record import results
-from graphbook.runtimes import correctness
+from graphbook import checks
 from graphbook.runtimes.onnx_utils import op_counts
 from graphbook.runtimes.openvino_runtime import available as openvino_available
 
@@ -125,7 +125,7 @@ def _run_child(spec: dict, env_extra: dict | None = None, *, cache_dir=None, tim
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
     env["OMP_NUM_THREADS"] = str(spec["threads"])
     spec = dict(spec, launched_at=time.time())
-    cmd = [sys.executable, "-m", "graphbook.compilers.restart_child", "--child", json.dumps(spec)]
+    cmd = [sys.executable, "-m", "graphbook.startup.restart_child", "--child", json.dumps(spec)]
     return _start_child(cmd, env, spec.get('name') or spec.get('what'), "child", timeout)
 
 
@@ -287,7 +287,7 @@ def run_restart_paths(checkpoint, *, input_hw=FULL_SIZE, repeats: int = 3, threa
             for path in sorted(chosen, key=lambda p: p.name != "compile-cold"):
                 res = _measure_path(path, work, repeat, checkpoint=checkpoint, artifacts=artifacts,
                                    threads=threads, steady_runs=steady_runs, timeout=timeout)
-                checks = [correctness.compare_to_reference(np.load(Path(res["out_dir"]) / f"out-b{b}.npy"), refs[b])
+                compared = [checks.compare_to_reference(np.load(Path(res["out_dir"]) / f"out-b{b}.npy"), refs[b])
                           for b in path.batch_sizes]
                 art = artifacts.get(path.artifact, {})
                 build_s = art.get("build_s")
@@ -312,9 +312,9 @@ def run_restart_paths(checkpoint, *, input_hw=FULL_SIZE, repeats: int = 3, threa
                     "steady_median_ms": 1e3 * statistics.median(steady),
                     "steady_min_ms": 1e3 * min(steady), "steady_max_ms": 1e3 * max(steady),
                     "process_wall_s": res["process_wall_s"],
-                    results.MAX_ABS_DIFF: max(c[results.MAX_ABS_DIFF] for c in checks),
-                    results.SAME_OUTPUT: all(c[results.SAME_OUTPUT] for c in checks),
-                    results.SAME_PEAKS: all(c.get(results.SAME_PEAKS, True) for c in checks),
+                    results.MAX_ABS_DIFF: max(c[results.MAX_ABS_DIFF] for c in compared),
+                    results.SAME_OUTPUT: all(c[results.SAME_OUTPUT] for c in compared),
+                    results.SAME_PEAKS: all(c.get(results.SAME_PEAKS, True) for c in compared),
                     "torch_imported": bool(res["torch_imported"]),
                     "build_s": build_s, "artifact_bytes": artifact_bytes,
                     "nchwc_ops": art.get("nchwc_ops"), "contrib_ops": art.get("contrib_ops"),

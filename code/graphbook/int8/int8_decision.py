@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 
 from graphbook.record import results, runs as recorded_runs
-from graphbook.runtimes.int8_matrix import FP32_NAME, KIND_MATRIX, KIND_TENSOR_ERRORS
-from graphbook.runtimes.quantization import Int8MatrixError, excluded_phrase, node_group
+from graphbook.int8.int8_matrix import FP32_NAME, KIND_MATRIX, KIND_TENSOR_ERRORS
+from graphbook.int8.quantization import Int8MatrixError, excluded_phrase, node_group
 
 
 def _is_true(value) -> bool:

@@ -13,12 +13,12 @@ import time
 import pandas as pd
 import torch
 
-from graphbook.compilers import miscompile
+from graphbook.freezing import miscompile
 from graphbook.measure import compiletime
 from graphbook.measure.environment import fingerprint, set_threads
 from graphbook.model import blurball
-from graphbook.runtimes import variants
-from graphbook.runtimes.bench import build_check_time
+from graphbook.method import variants
+from graphbook.method.bench import build_check_time
 
 #: The tag of the child's answer line (``measure.compiletime``'s protocol).
 TAG = "TORCH-VERSION-ROWS "

@@ -71,47 +71,65 @@ def _child_load(spec: dict) -> dict:
         def run(b):
             return run_compiled(compiled, inputs[b])
     else:
+        import importlib
+
         import numpy as np
         import torch
+        from torch._dynamo.utils import counters
 
         result["import_s"] = time.perf_counter() - t0
         torch.set_num_threads(int(spec["threads"]))
+        torch.manual_seed(int(spec.get("seed", 0)))
         inputs = {b: torch.from_numpy(a) for b, a in _load_inputs(work, sizes).items()}
         t0 = time.perf_counter()
         if runtime == "aoti":
             fn = torch._inductor.aoti_load_package(spec["artifact_path"])
         else:
-            from graphbook.model.blurball import build_blurball
+            # any model by its factory ("module:function"), BlurBall by its checkpoint
+            if "factory" in spec:
+                module, _, name = spec["factory"].partition(":")
+                model = getattr(importlib.import_module(module), name)(**spec.get("factory_kwargs", {})).eval()
+            else:
+                from graphbook.model.blurball import build_blurball
 
-            model = build_blurball(spec["artifact_path"])
+                model = build_blurball(spec["artifact_path"])
             fn = model
             if runtime == "compile":
+                result["load_artifacts_s"] = 0.0
                 if spec.get("load_artifacts"):
+                    loaded = time.perf_counter()
                     torch.compiler.load_cache_artifacts(Path(spec["load_artifacts"]).read_bytes())
-                fn = torch.compile(model)
+                    result["load_artifacts_s"] = time.perf_counter() - loaded
+                counters.clear()
+                fn = torch.compile(model, backend=spec.get("backend", "inductor"))
         result["load_s"] = time.perf_counter() - t0
 
         def run(b):
             with torch.no_grad():
                 return fn(inputs[b]).numpy()
     outputs = {}
-    first_call = {}
+    first_call, graphs_after = {}, {}
     for i, b in enumerate(sizes):
         t0 = time.perf_counter()
         outputs[b] = run(b)
         first_call[str(b)] = time.perf_counter() - t0
+        if runtime == "compile":
+            graphs_after[str(b)] = int(counters["stats"]["unique_graphs"])
         if i == 0:
             result["first_output_s"] = time.time() - launched
     result["ready_s"] = time.time() - launched
     result["first_call_s"] = first_call
     result["steady_s"] = _steady(lambda: run(sizes[0]), int(spec["steady_runs"]))
+    if runtime == "compile":
+        result.update(graphs_after=graphs_after, fxgraph_cache_hit=int(counters["inductor"]["fxgraph_cache_hit"]),
+                      fxgraph_cache_miss=int(counters["inductor"]["fxgraph_cache_miss"]), torch=torch.__version__)
     if spec.get("save_artifacts"):
-        import torch
-
         saved = torch.compiler.save_cache_artifacts()
         if saved is None:
             raise RestartPathError("torch.compiler.save_cache_artifacts() returned nothing")
         Path(spec["save_artifacts"]).write_bytes(saved[0])
+        result["artifact_bytes"] = len(saved[0])
+        result["artifact_kinds"] = {kind: len(keys) for kind, keys in saved[1].artifacts.items()}
     for b, out in outputs.items():
         np.save(out_dir / f"out-b{b}.npy", out)
     result["torch_imported"] = "torch" in sys.modules
@@ -141,7 +159,7 @@ def _child_build(spec: dict) -> dict:
             program = torch.export.export(model, (x2,), dynamic_shapes=({0: Dim("batch", min=1, max=3)},))
         times["export_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        # freezing stays off: with it Inductor miscompiles BlurBall (see graphbook.runtimes.variants)
+        # freezing off, as in the default compile the other torch paths use: the paths compare starts
         torch._inductor.aoti_compile_and_package(program, package_path=str(work / f"{what}.pt2"),
                                                  inductor_configs={"freezing": False})
         times["compile_s"] = time.perf_counter() - t0
@@ -176,4 +194,4 @@ def _answer(spec: dict) -> dict:
 if __name__ == "__main__":
     from graphbook.measure.compiletime import answer_as_child
 
-    sys.exit(answer_as_child(sys.argv[1:], "graphbook.compilers.restart_child", RESULT_MARKER, _answer))
+    sys.exit(answer_as_child(sys.argv[1:], "graphbook.startup.restart_child", RESULT_MARKER, _answer))
