@@ -2,9 +2,7 @@
 scripts/setup_env.sh runs); nothing here edits the import path."""
 import contextlib
 import importlib.util
-import inspect
 import os
-import re
 import subprocess
 import traceback
 from pathlib import Path
@@ -36,36 +34,19 @@ def pytest_configure(config):
 
 
 # -- the tiers: `pytest -m "not slow"` is the edit loop (under a minute on two cores), the rest is `slow` ------
-#: What makes a test slow, found in its source, its fixtures' or the test-module functions it calls: a compile
-#: (torch.compile, Inductor), an export (torch.export, the Dynamo ONNX exporter), a subprocess or a fresh
-#: Python, a browser; or the package's functions that do one of these.
-SLOW_WORK = re.compile(
-    r"torch\.compile\(|torch\.export\.|onnx\.export\(|subprocess\.(?:run|Popen|check_output)|sys\.executable|"
-    r"sync_playwright|chromium\.launch|compile=True|compile_and_get_code|export_onnx|export_dynamic_batch|build_rungs|"
-    r"capture_aten_graph|dynamo_graphs|compile_for|chain_size_sweep|run_tagged_child|run_minimal|"
-    r"fresh_process|run_child|measured_clock_ghz|explain\(|count_compiles|export_browser_assets")
-
-
-def _sources(function, module, depth=2):
-    """The source of ``function`` and of the functions of ``module`` it names, ``depth`` calls deep."""
-    try:
-        text = inspect.getsource(function)
-    except (OSError, TypeError):
-        return ""
-    if depth:
-        for name in getattr(getattr(function, "__code__", None), "co_names", ()):
-            called = getattr(module, name, None)
-            if inspect.isfunction(called) and called.__module__ == module.__name__ and called is not function:
-                text += _sources(called, module, depth - 1)
-    return text
+# A test that compiles, exports, starts a process or a browser carries @pytest.mark.slow; a test is slow too when a
+# fixture it uses does that work, which the fixture says with @slow_fixture. An unmarked test that does such work
+# fails at run time (below), naming the call.
+def slow_fixture(fixture):
+    """Mark a fixture as doing slow work, so that every test using it is in the slow tier."""
+    fixture.graphbook_slow = True
+    return fixture
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.get_closest_marker("slow") or not isinstance(item, pytest.Function):
-            continue
         fixtures = [d.func for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs]
-        if any(SLOW_WORK.search(_sources(f, inspect.getmodule(f) or item.module)) for f in [item.function, *fixtures]):
+        if any(getattr(f, "graphbook_slow", False) for f in fixtures):
             item.add_marker(pytest.mark.slow)
 
 
@@ -110,6 +91,7 @@ def pytest_runtest_call(item):
 
 
 @pytest.fixture(scope="session")
+@slow_fixture
 def blurball_dynamic_onnx(tmp_path_factory):
     """BlurBall (seeded weights) exported once with a dynamic batch at 32x64: ``(model, path)``. A Dynamo
     export of BlurBall takes tens of seconds, so the tests that only read such a file share this one."""

@@ -6,6 +6,7 @@ import torch
 from graphbook.model import blurball
 from graphbook.record import runs
 from graphbook.teach import attribution, plots
+from conftest import slow_fixture
 
 MACHINE_A = {"cpu_model": "CPU A", "cpu_family": 6, "cpu_model_id": 1, "cpu_isa": "avx2", "threads": 2}
 MACHINE_B = {**MACHINE_A, "cpu_model_id": 2}
@@ -82,6 +83,7 @@ def test_waterfall_ends_at_the_product_and_refuses_bad_steps():
 
 
 @pytest.fixture(scope="module")
+@slow_fixture
 def rungs():
     """BlurBall at 32x64, its eager output, every rung's runner, and the Inductor settings each compiled rung
     ran under: ``torch.compile`` is replaced by a stand-in that records them (the real compiles, and their

@@ -21,6 +21,7 @@ from graphbook.config import SAME_OUTPUT_ATOL
 from graphbook.measure import environment
 from graphbook.record import results
 from graphbook.runtimes import browser_measure, browser_runtime
+from conftest import slow_fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKER = ROOT / "scripts" / "check_rendered_book.py"
@@ -36,12 +37,14 @@ def _stand_in():
 
 
 @pytest.fixture(scope="module")
+@slow_fixture
 def assets(tmp_path_factory):
     out = tmp_path_factory.mktemp("ortweb-assets")
     manifest = browser_runtime.export_browser_assets(out, [KEY], build_model=_stand_in)
     return out, manifest
 
 
+@pytest.mark.slow
 def test_manifest_names_the_files_the_tolerance_and_the_reader_columns(assets):
     out, manifest = assets
     entry = manifest["sizes"][KEY]
@@ -155,6 +158,7 @@ def runtime_installed():
 
 
 @pytest.fixture(scope="module")
+@slow_fixture
 def checked_panels(assets, tmp_path_factory, runtime_installed):
     """Three copies of the panel checked in one browser session: intact, its model file missing, its stored
     reference changed. ``{folder: (FAIL or ok, the problems reported)}``."""
@@ -208,6 +212,7 @@ def _open_panel(tmp_path, assets_dir, init_script=None):
     return html, sync_playwright, chromium
 
 
+@pytest.mark.slow
 def test_download_is_one_row_of_the_reader_kind_and_stop_reports_no_time(assets, tmp_path, runtime_installed):
     html, sync_playwright, chromium = _open_panel(tmp_path, assets[0])
     with browser_measure.serve(html) as base, sync_playwright() as pw:
@@ -239,6 +244,7 @@ def test_download_is_one_row_of_the_reader_kind_and_stop_reports_no_time(assets,
     assert stopped_rows == 0
 
 
+@pytest.mark.slow
 def test_a_browser_without_webassembly_is_told_so_and_nothing_runs(assets, tmp_path, runtime_installed):
     html, sync_playwright, chromium = _open_panel(tmp_path, assets[0])
     with browser_measure.serve(html) as base, sync_playwright() as pw:

@@ -14,6 +14,7 @@ from graphbook.compilers import inductor_tools
 from graphbook.model import ball
 from graphbook.teach import ball_table
 from graphbook.method import variants
+from conftest import slow_fixture
 
 
 def frame(x=None, y=None, score=1.0):
@@ -58,6 +59,7 @@ def test_ball_check_passes_itself_and_catches_a_moved_ball():
 
 
 @pytest.fixture(scope="module")
+@slow_fixture
 def frozen_blurball():
     """The trained BlurBall compiled with freezing once per input size, as ``(model, {size: {batch: runner}})``: batch
     1 has its own graph (Dynamo specializes a size of 1), batches 2 and 3 share one dynamic graph. The compiles are

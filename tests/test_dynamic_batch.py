@@ -9,6 +9,7 @@ from graphbook import checks
 from graphbook.runtimes import onnx_utils
 
 
+@pytest.mark.slow
 def test_dynamic_batch_export_refuses_an_empty_range(tmp_path):
     with pytest.raises(onnx_utils.OnnxExportError, match="min_batch"):
         onnx_utils.export_dynamic_batch(tiny_clip_net(), torch.randn(2, 9, 16, 24), tmp_path / "x.onnx",

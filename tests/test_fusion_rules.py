@@ -49,12 +49,14 @@ def test_classify_op_table_and_fallback():
     assert fr.classify_op("max", "other")[0] is fr.OpClass.INJECTIVE
 
 
+@pytest.mark.slow
 def test_reduction_absorbs_injective_inputs_but_not_its_consumers():
     _, groups = groups_of(lambda x: (x * 2).exp().sum() * 3)
     assert [g.ops for g in groups] == [("mul", "exp", "sum"), ("mul",)]
     assert [g.kind for g in groups] == [fr.OpClass.REDUCTION, fr.OpClass.INJECTIVE]
 
 
+@pytest.mark.slow
 def test_opaque_op_breaks_a_chain():
     # cumsum is opaque in the table: mul | cumsum | add relu
     _, groups = groups_of(lambda x: (torch.cumsum(x * 2, 0) + 1).relu())
@@ -62,6 +64,7 @@ def test_opaque_op_breaks_a_chain():
     assert groups[1].kind is fr.OpClass.OPAQUE
 
 
+@pytest.mark.slow
 def test_unknown_op_falls_back_to_opaque_and_is_listed():
     _, groups = groups_of(lambda x: torch.special.bessel_j0(x * 2) + 1)
     gm = fr.capture_aten_graph(Fn(lambda x: torch.special.bessel_j0(x * 2) + 1), VEC)
@@ -71,16 +74,19 @@ def test_unknown_op_falls_back_to_opaque_and_is_listed():
     assert info.op_class is fr.OpClass.OPAQUE and not info.known
 
 
+@pytest.mark.slow
 def test_diamond_with_injective_branches_fuses_whole():
     _, groups = groups_of(lambda x: (lambda y: y.sin() + y.cos())(x.exp()))
     assert len(groups) == 1 and groups[0].size == 4
 
 
+@pytest.mark.slow
 def test_value_that_leaves_the_graph_ends_its_group():
     _, groups = groups_of(lambda x: (lambda y: (y, y.sin()))(x.exp()))
     assert [g.ops for g in groups] == [("exp",), ("sin",)]
 
 
+@pytest.mark.slow
 def test_data_movement_fuses_only_with_injective_neighbours():
     # permute is injective but not element-wise: a linear does not absorb it
     _, groups = groups_of(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), (torch.randn(2, 4),))
@@ -95,6 +101,7 @@ def test_call_module_graph_from_symbolic_trace():
     assert len(fr.fuse_groups(gm)) == 1
 
 
+@pytest.mark.slow
 def test_groups_table_and_summary_columns():
     gm, groups = groups_of(ConvBnReluAdd(), (torch.randn(1, 4, 6, 6),))
     table = fr.groups_table(groups)
@@ -104,6 +111,7 @@ def test_groups_table_and_summary_columns():
     assert summary["groups"] == 1 and summary["complex-out-fusable"] == 1 and summary["unknown_ops"] == "-"
 
 
+@pytest.mark.slow
 def test_bad_inputs_raise_clear_errors():
     with pytest.raises(TypeError, match="GraphModule"):
         fr.fuse_groups("not a graph")
@@ -111,6 +119,7 @@ def test_bad_inputs_raise_clear_errors():
         fr.capture_aten_graph(nn.ReLU(), torch.randn(2))
 
 
+@pytest.mark.slow
 def test_dynamo_graph_groups_like_the_exported_graph():
     from graphbook.compilers import inductor_tools
 

@@ -124,6 +124,7 @@ def test_recorded_rows_give_each_compile_pair_the_run_it_belongs_to(tmp_path):
     assert "median warm/cold ratio: 0.09" in report and "timed first" in report
 
 
+@pytest.mark.slow
 def test_each_compile_time_run_starts_from_its_own_empty_cache(monkeypatch):
     calls = []
 
@@ -154,6 +155,7 @@ def test_cache_levels_read_the_fingerprint_and_skip_what_it_lacks():
     assert fusion_demo.cache_levels({}) == {}
 
 
+@pytest.mark.slow
 def test_the_size_sweep_checks_and_times_every_size():
     from graphbook.teach import fusion_demo
 

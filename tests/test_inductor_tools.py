@@ -71,6 +71,7 @@ def test_every_ablation_switch_exists_in_this_torch():
             assert all(hasattr(cfg, key) for key in options), options
 
 
+@pytest.mark.slow
 def testdynamo_graphs_records_without_compiling():
     graphs = inductor_tools.dynamo_graphs(lambda x: (x * 2).relu(), torch.randn(3))
     assert len(graphs) == 1

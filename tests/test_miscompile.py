@@ -138,6 +138,7 @@ def test_bisect_freezing_keeps_no_copy_and_no_path_setup():
     assert "inductor_tools.freezing()" in source and "miscompile.check_model" in source
 
 
+@pytest.mark.slow
 def test_run_minimal_sets_inductor_config_first_and_reads_the_verdict(monkeypatch, tmp_path):
     fake = tmp_path / "fake_repro.py"
     fake.write_text("import sys, torch._inductor.config as c\n"
@@ -152,6 +153,7 @@ def test_run_minimal_sets_inductor_config_first_and_reads_the_verdict(monkeypatc
         mc.run_minimal()
 
 
+@pytest.mark.slow
 def test_run_minimal_edits_the_program_and_variants_run_side_by_side(monkeypatch, tmp_path):
     fake = tmp_path / "fake_repro.py"
     fake.write_text("import sys\nsize = 4\nprint(f'max abs diff, freezing: {0.5 if size == 4 else 0.0}')\n"

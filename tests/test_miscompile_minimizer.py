@@ -106,6 +106,7 @@ def test_minimize_stops_when_the_budget_is_spent(tiny):
 @pytest.mark.parametrize("source, outcome", [("import sys; sys.exit(1)", mm.FAILS), ("pass", mm.PASSES),
                                              ("raise SystemExit(3)", mm.ERROR),
                                              ("import time; time.sleep(30)", mm.TIMED_OUT)])
+@pytest.mark.slow
 def test_fresh_process_check_reads_the_exit_status_and_enforces_the_time_limit(source, outcome):
     assert mm._check_in_fresh_process(source, timeout=2)[0] == outcome
 

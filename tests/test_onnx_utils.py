@@ -14,6 +14,7 @@ from graphbook import checks
 from graphbook.runtimes import onnx_utils as ou
 from graphbook.int8 import quantization
 from graphbook.runtimes import profiling
+from conftest import slow_fixture
 
 
 class TinyBlock(nn.Module):
@@ -49,6 +50,7 @@ def model_and_input():
 
 
 @pytest.fixture(scope="module")
+@slow_fixture
 def exported(model_and_input, tmp_path_factory):
     """The two exports the chapter makes: exporter-optimized, and raw with constants folded."""
     model, x = model_and_input
@@ -71,6 +73,7 @@ def test_export_writes_graph_and_external_weights(exported):
     ({"path": "m.txt"}, r"\.onnx"), ({"optimize": True, "fold_constants": True}, "fold_constants"),
     ({"model": lambda t: t}, "nn.Module"), ({"model": "training"}, r"training mode.*model\.eval\(\)"),
 ])
+@pytest.mark.slow
 def test_export_refuses_what_it_cannot_export_faithfully(model_and_input, tmp_path, change, match):
     model, x = model_and_input
     change = dict(change)

@@ -25,6 +25,7 @@ def _python(code: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
+@pytest.mark.slow
 def test_graphbook_imports_from_any_folder_and_is_this_checkout(tmp_path):
     proc = _python("import graphbook, graphbook.record.cli; print(graphbook.__file__)", tmp_path)
     assert proc.returncode == 0, f"graphbook is not installed (run scripts/setup_env.sh): {proc.stderr}"

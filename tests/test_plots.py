@@ -24,6 +24,7 @@ def test_roofline_draws_points():
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_draw_fusion_groups_boxes_every_group_and_colours_every_class():
     import torch
     from torch import nn

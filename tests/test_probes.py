@@ -30,6 +30,7 @@ def test_probes_reject_bad_sizes(call):
         call()
 
 
+@pytest.mark.slow
 def test_measured_clock_is_a_plausible_clock_or_none(monkeypatch):
     ghz = probes.measured_clock_ghz(trials=1, adds=2_000_000)
     assert ghz is None or 0.3 < ghz < 7.0, ghz  # a chain of dependent adds runs at one per cycle

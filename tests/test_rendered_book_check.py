@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from graphbook import paths
+from conftest import slow_fixture
 
 ROOT = paths.REPO_ROOT
 SCRIPT = ROOT / "scripts" / "check_rendered_book.py"
@@ -111,6 +112,7 @@ def _static_report(html, name, body="<p>tlparse report</p>"):
 
 
 @pytest.fixture(scope="module")
+@slow_fixture
 def broken_site_report(tmp_path_factory):
     """Every broken page in one site, checked by one browser session (a launch costs seconds): index.html with
     a defect of each older kind, a page per BROKEN_PAGES row, a chapter linking into the reports, the tlparse

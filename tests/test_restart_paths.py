@@ -156,6 +156,7 @@ def _zip_with_library(tmp_path, source: str, flags=()):
     return package
 
 
+@pytest.mark.slow
 def test_package_vector_instructions_counts_by_widest_register(tmp_path):
     import platform
 

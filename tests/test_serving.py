@@ -115,6 +115,7 @@ def test_load_artifact_refuses_an_unknown_suffix_and_a_missing_file():
         serving.load_artifact(REPO_ROOT / "no-such-model.onnx")
 
 
+@pytest.mark.slow
 def test_the_armed_runner_compiles_nothing_and_leaves_the_stance_alone(monkeypatch):
     # Chapter 7's code cell 14 serves a compiled model: its requests compile no graph after the warm-up
     stances = []
@@ -212,6 +213,7 @@ def test_load_test_is_loopback_only_and_bounded(server):
     assert sizes and all(1 <= n <= 3 for n in sizes) and all(report[f"model_ms_per_clip_b{n}"] >= 0 for n in sizes)
 
 
+@pytest.mark.slow
 def test_a_static_batch_artifact_serves_only_batch_1(tmp_path):
     static = onnx_utils.export_onnx(warmup.tiny_clip_net(hidden=4), torch.randn(1, 9, H, W), tmp_path / "static.onnx")
     runner = serving.load_artifact(static, threads=1)
@@ -238,6 +240,7 @@ def test_server_starts_from_an_aoti_package(tmp_path):
     service.close()
 
 
+@pytest.mark.slow
 def test_cli_serves_an_onnx_artifact_without_importing_torch(tmp_path):
     onnx = onnx_utils.export_dynamic_batch(warmup.tiny_clip_net(hidden=4), torch.randn(2, 9, H, W), tmp_path / "t.onnx")
     proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "code" / "serve_blurball.py"), "--artifact", str(onnx),

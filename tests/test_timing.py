@@ -51,9 +51,10 @@ def test_repeated_runs_rotates_the_order_and_probes_every_run(monkeypatch):
     probed = []
     monkeypatch.setattr(probes, "copy_bandwidth", lambda nbytes, repeats: probed.append(nbytes) or {"gb_per_s": 7.0})
     calls, log = [], []
-    rows = timing.repeated_runs({"a": lambda: calls.append("a"), "b": lambda: calls.append("b"),
-                                 "c": lambda: calls.append("c")}, runs=3, warmup=0, repeats=1, probe_bytes=1024,
-                                probes=lambda: {"peak": 1.0}, log=log.append)
+    fns = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    copy = timing.copy_probe(1024)
+    rows = timing.repeated_runs(list(fns), timing.one_by_one(fns, warmup=0, repeats=1), runs=3,
+                                probe=lambda: {**copy(), "peak": 1.0}, log=log.append)
     assert probed == [1024] * 3 and _turns(calls) == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
     assert [r["went_first"] for r in rows[::3]] == ["a", "b", "c"]
     assert [(r["run"], r["run_order"], r["variant"]) for r in rows[:3]] == [(1, 1, "a"), (1, 2, "b"), (1, 3, "c")]
@@ -62,25 +63,21 @@ def test_repeated_runs_rotates_the_order_and_probes_every_run(monkeypatch):
     assert log[0].startswith("run 1/3: copy_ 7.0 GB/s, order a, b, c")
 
 
-def test_repeated_runs_interleaves_or_hands_the_timing_to_measure():
+def test_the_timing_modes_take_turns_pin_threads_or_hand_over_to_a_measure():
     calls = []
-    rows = timing.repeated_runs({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, runs=2, warmup=0,
-                                repeats=2, interleave=True, probe_bytes=None)
+    fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    rows = timing.repeated_runs(list(fns), timing.in_turns(fns, warmup=0, repeats=2), runs=2)
     # run 1: a warm-up turn each, then two rounds: a b a b a b; run 2, rotated: b a b a b a (its first b joins
     # run 1's last turn)
     assert _turns(calls) == ["a", "b"] * 5 + ["a"] and "copy_gbps" not in rows[0]
     seen = []
-    rows = timing.repeated_runs({"a": None, "b": None}, runs=2, probe_bytes=None,
-                                measure=lambda name, index: seen.append((name, index)) or {"score": index})
+    rows = timing.repeated_runs(["a", "b"], lambda order, index: {n: seen.append((n, index)) or {"score": index}
+                                                                 for n in order}, runs=2)
     assert seen == [("a", 0), ("b", 0), ("b", 1), ("a", 1)] and [r["score"] for r in rows] == [0, 0, 1, 1]
-
-
-def test_repeated_runs_pins_each_names_threads():
-    before = torch.get_num_threads()
-    seen = {}
-    timing.repeated_runs({"one": lambda: seen.setdefault("one", torch.get_num_threads())}, runs=1, warmup=0,
-                         repeats=1, probe_bytes=None, threads={"one": 1})
-    assert seen == {"one": 1} and torch.get_num_threads() == before
+    before, threads = torch.get_num_threads(), {}
+    one = {"one": lambda: threads.setdefault("one", torch.get_num_threads())}
+    timing.repeated_runs(["one"], timing.one_by_one(one, warmup=0, repeats=1, threads={"one": 1}), runs=1)
+    assert threads == {"one": 1} and torch.get_num_threads() == before
 
 
 def test_rotated_is_round_robin():
@@ -93,6 +90,7 @@ def test_rotated_is_round_robin():
 
 def test_repeated_runs_rotates_each_group_on_its_own():
     calls = {name: (lambda: None) for name in ("a", "b", "x", "y", "z")}
-    rows = timing.repeated_runs(calls, runs=3, warmup=0, repeats=1, probe_bytes=None, groups=[["a", "b"], ["x", "y", "z"]])
+    rows = timing.repeated_runs(list(calls), timing.one_by_one(calls, warmup=0, repeats=1), runs=3,
+                                groups=[["a", "b"], ["x", "y", "z"]])
     orders = [[r["variant"] for r in rows if r["run"] == k] for k in (1, 2, 3)]
     assert orders == [["a", "b", "x", "y", "z"], ["b", "a", "y", "z", "x"], ["a", "b", "z", "x", "y"]]

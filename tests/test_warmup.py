@@ -36,6 +36,7 @@ def test_logits_of_accepts_tensor_dict_and_list():
     lambda n: warmup.warm_up(n, CHW, ()),
     lambda n: warmup.serve_random_sequence(n, CHW, (1,), requests=0),
 ])
+@pytest.mark.slow
 def test_bad_arguments_raise_value_error(net, call):
     with pytest.raises(ValueError):
         call(net)

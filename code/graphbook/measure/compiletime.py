@@ -2,9 +2,11 @@
 ``torch._dynamo.reset()`` leaves the on-disk Inductor cache alone, so only a new process measures a restart."""
 from __future__ import annotations
 
+import collections
 import json
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable, Sequence
 
@@ -49,9 +51,6 @@ def seconds_to_ready(cmd: Sequence[str], *, env: dict | None = None, timeout: fl
                      error: type[Exception] = RuntimeError) -> float:
     """Seconds from launching ``cmd`` to its first ``READY`` line; then stop it. stdout and stderr are read by their own
     threads, so a child that goes quiet or floods stderr cannot hang the caller past ``timeout``."""
-    import collections
-    import threading
-
     t0 = time.perf_counter()
     proc = subprocess.Popen(list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             errors="replace")

@@ -59,36 +59,44 @@ def interleaved(calls: Mapping[str, Callable[[], object]], *, warmup: int = 2,
     return {name: _result(values, warmup) for name, values in seconds.items()}
 
 
-def repeated_runs(calls: Mapping[str, Callable[[], object]], *, runs: int = 3, warmup: int = 3,
-                  repeats: int = 10, interleave: bool = False, probe_bytes: int | None = 64 * 2**20,
-                  probes: Callable[[], dict] | None = None, threads: Mapping[str, int] | None = None,
-                  measure: Callable[[str, int], dict] | None = None,
-                  groups: Sequence[Sequence[str]] | None = None,
-                  log: Callable[[str], object] | None = None) -> list[dict]:
-    """The book's run protocol: ``runs`` independent runs of named callables, one row per run and name. Each run starts
-    with a ``copy_`` bandwidth probe (so a run under load can be told apart) and times the names in an order that
-    rotates between runs (:func:`rotated`); ``measure`` replaces the timing of a name."""
-    groups = [list(g) for g in groups] if groups is not None else [list(calls)]
+#: A timing mode: given the names in this run's order and the run's index, each name's timing columns.
+Timer = Callable[[Sequence[str], int], dict]
+
+
+def one_by_one(calls: Mapping[str, Callable[[], object]], *, warmup: int = 3, repeats: int = 10,
+               threads: Mapping[str, int] | None = None) -> Timer:
+    """Each name timed in its turn by :func:`time_cpu`, at its own thread count where ``threads`` gives one."""
+    return lambda order, _: {name: time_cpu(calls[name], warmup=warmup, repeats=repeats,
+                                            threads=(threads or {}).get(name)).as_dict() for name in order}
+
+
+def in_turns(calls: Mapping[str, Callable[[], object]], *, warmup: int = 2, repeats: int = 10) -> Timer:
+    """The names timed call by call in turn (:func:`interleaved`), so they share one run's load."""
+    return lambda order, _: {name: result.as_dict() for name, result in
+                             interleaved({n: calls[n] for n in order}, warmup=warmup, repeats=repeats).items()}
+
+
+def copy_probe(nbytes: int = 64 * 2**20) -> Callable[[], dict]:
+    """A run's ``copy_`` bandwidth, measured before it times anything, so a run under load can be told apart."""
+    return lambda: {"copy_gbps": probes.copy_bandwidth(nbytes=nbytes, repeats=5)["gb_per_s"]}
+
+
+def repeated_runs(names: Sequence[str], timer: Timer, *, runs: int = 3, probe: Callable[[], dict] | None = None,
+                  groups: Sequence[Sequence[str]] | None = None, log: Callable[[str], object] | None = None) -> list[dict]:
+    """The book's run protocol: ``runs`` independent runs, one row per run and name. Each run starts with ``probe``'s
+    columns and times the names with ``timer`` in an order that rotates between runs (:func:`rotated`), each group
+    of ``groups`` on its own."""
+    groups = [list(g) for g in groups] if groups is not None else [list(names)]
     rows = []
     for index in range(runs):
         order = [name for group in groups for name in rotated(group, index)]
-        per_run = {"run": index + 1, "run_count": runs,
+        per_run = {"run": index + 1, "run_count": runs, "went_first": order[0],
                    "run_started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                   "went_first": order[0]}
-        if probe_bytes is not None:
-            per_run["copy_gbps"] = _copy_gbps(probe_bytes)
-        per_run.update(probes() if probes else {})
+                   **(probe() if probe else {})}
         if log is not None:
             copy = f"copy_ {per_run['copy_gbps']:.1f} GB/s, " if "copy_gbps" in per_run else ""
             log(f"run {index + 1}/{runs}: {copy}order {', '.join(map(str, order))}")
-        if measure is not None:
-            measured = {name: measure(name, index) for name in order}
-        elif interleave:
-            measured = {name: result.as_dict() for name, result in
-                        interleaved({n: calls[n] for n in order}, warmup=warmup, repeats=repeats).items()}
-        else:
-            measured = {name: time_cpu(calls[name], warmup=warmup, repeats=repeats,
-                                       threads=(threads or {}).get(name)).as_dict() for name in order}
+        measured = timer(order, index)
         for position, name in enumerate(order, start=1):
             rows.append({**per_run, "run_order": position, "variant": name, **measured[name]})
             if log is not None and "median_ms" in measured[name]:
@@ -96,14 +104,14 @@ def repeated_runs(calls: Mapping[str, Callable[[], object]], *, runs: int = 3, w
     return rows
 
 
-def _copy_gbps(nbytes: int) -> float:  # the module-level name: repeated_runs has a parameter named probes
-    return probes.copy_bandwidth(nbytes=nbytes, repeats=5)["gb_per_s"]
-
-
-def live_runs(calls: Mapping[str, Callable[[], object]], *, env: dict | None = None, **protocol):
-    """:func:`repeated_runs` measured live in a chapter, a DataFrame with the ``env`` fingerprint on every row. So
-    :mod:`graphbook.record.runs` treats live runs exactly as recorded ones."""
-    frame = pd.DataFrame(repeated_runs(calls, **{"interleave": True, "probe_bytes": None, **protocol}))
+def live_runs(calls: Mapping[str, Callable[[], object]], *, runs: int = 3, warmup: int = 2, repeats: int = 10,
+              probe_bytes: int | None = None, env: dict | None = None):
+    """Names timed in turn in ``runs`` rotated runs, live in a chapter (with a ``copy_`` probe of ``probe_bytes`` per
+    run if given): a DataFrame with the ``env`` fingerprint on every row, so :mod:`graphbook.record.runs` treats live
+    runs exactly as recorded ones."""
+    probe = copy_probe(probe_bytes) if probe_bytes else None
+    frame = pd.DataFrame(repeated_runs(list(calls), in_turns(calls, warmup=warmup, repeats=repeats), runs=runs,
+                                       probe=probe))
     frame.insert(0, "run_id", "live-" + frame["run"].astype(str))
     return frame.assign(**(fingerprint() if env is None else env))
 

@@ -36,8 +36,7 @@ def build_check_time(builders: Mapping[str, Callable[[], tuple[Callable, dict]]]
         runs[name], rows[name] = run, {**row, **built, **checked, "note": "; ".join(filter(None, notes))}
         log(f"{name}: built and checked, max|diff| {checked['max_abs_diff']:.2e}"
             + (", DIFFERS from eager FP32" if name in failed else ""))
-    timed = pd.DataFrame(timing.repeated_runs({name: (lambda run=run: run(x)) for name, run in runs.items()},
-                                              log=log, **protocol))
+    timed = pd.DataFrame(_timed(runs, x, log=log, **protocol))
     per_run = timed.drop_duplicates(RUN)[[c for c in _PER_RUN if c in timed]]
     untimed = pd.DataFrame([rows[name] for name in builders if name not in runs])
     frame = pd.concat([timed.rename(columns={"variant": "_name"}).merge(
@@ -50,3 +49,15 @@ def build_check_time(builders: Mapping[str, Callable[[], tuple[Callable, dict]]]
         eager = frame["median_ms"].where(frame["variant"] == REFERENCE).groupby([frame[k] for k in keys])
         frame[SPEEDUP_VS_EAGER] = eager.transform("max") / frame["median_ms"]
     return frame, failed
+
+
+def _timed(built: Mapping[str, Callable], x, *, runs: int = 3, warmup: int = 3, repeats: int = 10,
+           interleave: bool = False, threads: Mapping[str, int] | None = None, probe_bytes: int | None = 64 * 2**20,
+           probes: Callable[[], dict] | None = None, log=None) -> list[dict]:
+    """The run protocol over the built versions: one timing mode, the ``copy_`` probe and any ``probes`` per run."""
+    calls = {name: (lambda run=run: run(x)) for name, run in built.items()}
+    timer = (timing.in_turns(calls, warmup=warmup, repeats=repeats) if interleave
+             else timing.one_by_one(calls, warmup=warmup, repeats=repeats, threads=threads))
+    copy = timing.copy_probe(probe_bytes) if probe_bytes is not None else None
+    probe = (lambda: {**(copy() if copy else {}), **(probes() if probes else {})}) if copy or probes else None
+    return timing.repeated_runs(list(calls), timer, runs=runs, probe=probe, log=log)

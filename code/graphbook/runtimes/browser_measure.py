@@ -105,8 +105,8 @@ def measure_in_chromium(*, sizes: Sequence[str] = tuple(SIZES), levels: Sequence
                      f"check {'passed' if row['passed'] else 'FAILED'}")
             return row
 
-        rows = timing.repeated_runs({name: None for name in cases}, runs=runs, warmup=warmup, repeats=1,
-                                    probe_bytes=None, probes=probes, measure=measure)
+        rows = timing.repeated_runs(list(cases), lambda order, index: {n: measure(n, index) for n in order},
+                                    runs=runs, probe=probes)
         browser.close()
     if errors:
         raise BrowserAssetsError(f"the page raised: {errors[0]}")

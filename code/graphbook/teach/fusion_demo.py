@@ -130,8 +130,9 @@ def measure_runs(feature_map=DEFAULT_FEATURE_MAP, n_elements: int = DEFAULT_SIZE
         return {"copy_gbps": copy["gb_per_s"], **{f"copy_{k}": copy[k] for k in ("median_ms", "min_ms", "max_ms")}}
 
     with torch.no_grad():
-        timed = pd.DataFrame(timing.repeated_runs({**fold_calls, **chain_calls}, runs=runs, warmup=2, repeats=repeats,
-                                                  probe_bytes=None, probes=copy_probe, log=progress,
+        calls = {**fold_calls, **chain_calls}
+        timed = pd.DataFrame(timing.repeated_runs(list(calls), timing.one_by_one(calls, warmup=2, repeats=repeats),
+                                                  runs=runs, probe=copy_probe, log=progress,
                                                   groups=[list(fold_calls), list(chain_calls)]))
     frame = timed.merge(pd.DataFrame(fold_checks + chain_checks), on="variant", how="left")
     by_part = frame.groupby(["run", "part"], sort=False)
