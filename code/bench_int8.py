@@ -107,11 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     frame = pd.DataFrame(run.rows)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(int8_decision.matrix_table(frame).to_string(index=False))
-    try:
-        _, sentence = int8_decision.recommend_int8_config(frame)
-        print(sentence)
-    except quantization.Int8MatrixError as error:
-        print(f"no recommendation: {error}")
+    made = int8_decision.recommend_int8_config(frame)
+    print(f"recommended: {made['chosen']['config']}" + (f" (keep FP32: {made['keep_fp32']})" if made["keep_fp32"] else ""))
     if run.failures:  # recorded with their error in the status column; named here
         print(f"{PROG}: configurations that could not be built or run: "
               + "; ".join(f"{name} ({message})" for name, message in run.failures.items()), file=sys.stderr)

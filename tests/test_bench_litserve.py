@@ -51,11 +51,9 @@ def _fake_recording(book_rps, lit_rps, loadavg=0.5):
     return pd.DataFrame(rows)
 
 
-def test_the_sentences_say_who_is_ahead_only_when_the_runs_do_not_overlap():
-    apart = litserve_compare.comparison_sentences(_fake_recording([50, 52, 51], [40, 41, 39]))
-    assert "the book's server 1.2" in apart["levels"] and "family 6 model 143" in apart["conditions"]
-    close = litserve_compare.comparison_sentences(_fake_recording([50, 40, 45], [44, 48, 42]))
-    assert "within each other's spread" in close["levels"]
-    assert "258 of 288 requests (the runs together) 503 at once" in apart["overload"] and "queue bound of 8" in apart["overload"]
-    shared = litserve_compare.comparison_sentences(_fake_recording([50, 52, 51], [40, 41, 39], loadavg=5.0))
-    assert "shared" in shared["conditions"] and "shared" not in apart["conditions"]
+def test_the_summary_gives_each_server_and_level_its_median_and_spread():
+    summary = litserve_compare.summarize(_fake_recording([50, 52, 51], [40, 41, 39])).set_index(["server", "clients"])
+    book = summary[~summary.overload].xs("book")
+    assert book["rps_median"].iloc[0] == 51 and (book["rps_min"].iloc[0], book["rps_max"].iloc[0]) == (50, 52)
+    overload = summary[summary.overload].xs("book")
+    assert int(overload["overloaded"].iloc[0]) == 258 and int(overload["sent"].iloc[0]) == 288

@@ -1,6 +1,7 @@
 """Tests of graphbook.method.decision (the recorded BlurBall CPU matrix as Chapter 5 and the appendix read it),
 on a synthetic recording: one machine, three runs, a variant that fails its check, one run under load."""
 import pandas as pd
+import pytest
 
 from graphbook.record import runs
 from graphbook.method import decision
@@ -28,11 +29,10 @@ def test_verdicts_judge_fp32_on_logits_and_lower_precision_on_the_decoded_ball()
     rows, verdicts = decision.full_size_rows(_recording())
     assert verdicts.check_passed.to_dict() == {"eager_fp32": True, "ort_exporter_optimized_all": True,
                                                "compile_freezing": False, "eager_bf16_autocast": True}
-    assert verdicts.check["eager_bf16_autocast"] == "passed: decoded ball kept on 12 held-out frames"
-    assert verdicts.max_abs_diff["compile_freezing"] == 4.1
-    assert rows.check_passed.dtype == bool
+    assert verdicts.failed_check["compile_freezing"] == decision.OUTPUT_DIFFERS
+    assert verdicts.max_abs_diff["compile_freezing"] == 4.1 and rows.check_passed.dtype == bool
     moved = decision.full_size_rows(_recording(ball=False))[1]
-    assert moved.check["eager_bf16_autocast"] == "FAILED: decoded ball moved on 3 of 12 held-out frames"
+    assert moved.failed_check["eager_bf16_autocast"] == decision.TASK_FAILED
 
 
 def _lower_precision_recording(machine, ball, *, twin_same=True, with_ball_check=True):
@@ -52,16 +52,14 @@ def test_a_lower_precision_passes_only_with_its_fp32_twin_on_its_own_machine():
                           _lower_precision_recording(older, None, with_ball_check=False)], ignore_index=True)
     machines = list(dict.fromkeys(runs.add_machine(recorded)[runs.MACHINE]))
     rows, zen4 = decision.full_size_rows(recorded, machine=machines[0])
-    assert zen4.check["compile_freezing_bf16"] == ("FAILED: decoded ball kept on 12 held-out frames, but its FP32 "
-                                                    "twin compile + freezing differs from eager FP32")
+    assert zen4.failed_check["compile_freezing_bf16"] == decision.TWIN_FAILED   # kept the ball, twin wrong (E2)
     xeon_verdicts = decision.full_size_rows(recorded, machine=machines[1])[1]   # never pooled with the Zen 4's
     assert xeon_verdicts.check_passed["compile_freezing_bf16"]
     old = decision.full_size_rows(recorded, machine=machines[2])[1]
-    assert old.check["compile_freezing_bf16"] == "FAILED: no decoded-ball check recorded (random-weight runs)"
+    assert old.failed_check["compile_freezing_bf16"] == decision.NO_TASK_CHECK
     assert rows.groupby(runs.MACHINE, sort=False).check_passed.sum().tolist() == [3, 9, 6]   # passing rows per machine
     alone = _lower_precision_recording(ZEN4, True).query("variant != 'compile_freezing'")
-    assert decision.full_size_rows(alone)[1].check["compile_freezing_bf16"].endswith(
-        "its FP32 twin compile + freezing was not recorded on this machine")
+    assert decision.full_size_rows(alone)[1].failed_check["compile_freezing_bf16"] == decision.TWIN_MISSING
 
 
 def test_only_the_full_size_counts_and_nothing_recorded_is_none():
@@ -69,14 +67,14 @@ def test_only_the_full_size_counts_and_nothing_recorded_is_none():
     assert decision.full_size_rows(pd.DataFrame()) == (None, None)
 
 
-def test_a_machine_with_three_quiet_runs_decides_and_names_what_failed():
+def test_a_decision_names_the_best_the_runner_up_and_each_exclusion_with_its_failed_check():
     rows, _ = decision.full_size_rows(_recording())
-    machine = rows[runs.MACHINE].iloc[0]
-    sentence, best = decision.machine_verdict(rows, machine)
-    assert best == "ort_exporter_optimized_all"   # the faster compile + freezing does not count: it failed
-    assert "3 recorded runs." in sentence and "ahead in 3 of 3" in sentence
-    assert "Left out because they failed their check: compile + freezing." in sentence
-    assert "ort_exporter_optimized_all" not in sentence   # labels, never IDs
+    made = decision.decide(rows, rows[runs.MACHINE].iloc[0])
+    assert (made.best, made.runner_up, made.runs, made.won_runs, made.decided) == \
+        ("ort_exporter_optimized_all", "eager_bf16_autocast", 3, 3, True)
+    assert made.excluded == {"compile_freezing": decision.OUTPUT_DIFFERS}   # the faster freezing failed its check
+    fp32 = decision.decide(rows, made.machine, candidates=["eager_fp32", "ort_exporter_optimized_all", "compile_freezing"])
+    assert fp32.best == "ort_exporter_optimized_all" and fp32.margin == pytest.approx(505 / 155)
 
 
 def test_a_run_under_load_is_listed_and_then_too_few_quiet_runs_decide_nothing():
@@ -84,5 +82,5 @@ def test_a_run_under_load_is_listed_and_then_too_few_quiet_runs_decide_nothing()
     table = decision.run_table(rows)
     assert list(table["under load?"].str.startswith("yes")) == [False, True, False]
     assert list(table["eager FP32 (ms)"]) == [500, 3000, 505]
-    sentence, best = decision.machine_verdict(rows, rows[runs.MACHINE].iloc[0])
-    assert best is None and "1 flagged under load" in sentence and "Fewer than 3 quiet runs" in sentence
+    made = decision.decide(rows, rows[runs.MACHINE].iloc[0])
+    assert made.runs == 2 and not made.decided

@@ -68,8 +68,6 @@ def test_bad_configs_are_refused(kwargs):
 
 def test_excluded_groups_are_one_cell_in_the_groups_order():
     assert quantization.Int8Config("c", exclude=("head", "stem")).excluded == "stem+head"
-    assert quantization.excluded_phrase("stem+head+se") == "stem, head and SE layers kept in FP32"
-    assert quantization.excluded_phrase("") == "every layer quantized"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -149,9 +147,9 @@ def test_run_matrix_records_a_failing_configuration(tmp_path):
     assert run.rows[1]["max_abs_diff"] > 0 and run.rows[0]["max_abs_diff"] == 0
     assert "no-se" in run.failures and "name_scopes" in run.rows[2]["status"]  # recorded, not raised
     assert math.isnan(run.rows[2]["latency_ms"])
-    row, _ = int8_decision.recommend_int8_config(pd.DataFrame(run.rows), latency_budget_ms=1e9, max_rate_drop=1.0,
-                                      max_error_increase_px=1e9)
-    assert row["config"] in ("fp32", "baseline")
+    chosen = int8_decision.recommend_int8_config(pd.DataFrame(run.rows), latency_budget_ms=1e9, max_rate_drop=1.0,
+                                                 max_error_increase_px=1e9)["chosen"]
+    assert chosen["config"] in ("fp32", "baseline")
     with pytest.raises(quantization.Int8MatrixError):
         im.run_matrix(fp32, [quantization.Int8Config("fp32")], [], clips, workdir=tmp_path)
 
@@ -179,45 +177,31 @@ def _frame(*rows):
     return pd.DataFrame([_row("fp32", 0.99, 0.40, 100.0, precision="fp32"), *rows])
 
 
-@pytest.mark.parametrize("rows, kwargs, chosen, words", [
+@pytest.mark.parametrize("rows, kwargs, chosen, keep_fp32, as_accurate", [
     ((_row("fast-bad", 0.80, 0.9, 40.0), _row("good", 0.98, 0.5, 60.0), _row("best-but-slow", 0.99, 0.4, 150.0),
-      _row("broken", math.nan, math.nan, math.nan, status="RuntimeError: boom")), {}, "good",
-     ("good", "98.0%", "60.0 ms", "1.67x")),   # the most accurate within the budget
-    ((_row("a", 0.98, 0.7, 50.0), _row("b", 0.975, 0.5, 70.0), _row("c", 0.90, 0.1, 30.0)), {}, "b",
-     ("this is it",)),   # a clearly larger position error is not as accurate
+      _row("broken", math.nan, math.nan, math.nan, status="RuntimeError: boom")), {}, "good", "", 1),
+    ((_row("a", 0.98, 0.7, 50.0), _row("b", 0.975, 0.5, 70.0), _row("c", 0.90, 0.1, 30.0)), {}, "b", "", 1),
     ((_row("a", 0.98, 0.52, 50.0, latency_min_ms=45.0, latency_max_ms=55.0),
-      _row("b", 0.975, 0.50, 70.0, latency_min_ms=65.0, latency_max_ms=75.0)), {}, "a",
-     ("2 are as accurate", "fastest")),   # equally accurate configurations go to the fastest
-    ((_row("a", 0.98, 0.6, 50.0), _row("b", 0.99, 0.5, 90.0)), {}, "b", ()),
-    ((_row("a", 0.98, 0.6, 50.0), _row("b", 0.99, 0.5, 90.0)), {"latency_budget_ms": 60}, "a", ()),
-    ((_row("lossy", 0.90, 0.4, 50.0),), {"max_rate_drop": 0.2}, "lossy", ()),   # a looser rate drop admits it
-    ((_row("slow", 0.99, 0.4, 120.0),), {}, "fp32", ("Keep FP32", "slow")),
-    ((_row("lossy", 0.90, 0.4, 50.0),), {}, "fp32", ("loses", "lossy")),
-    ((_row("blurry", 0.99, 0.80, 50.0),), {}, "fp32", ("position error", "blurry")),
-    ((_row("x", math.nan, math.nan, math.nan, status="Error"),), {}, "fp32", ("none of the 1",)),
+      _row("b", 0.975, 0.50, 70.0, latency_min_ms=65.0, latency_max_ms=75.0)), {}, "a", "", 2),   # the fastest
+    ((_row("a", 0.98, 0.6, 50.0), _row("b", 0.99, 0.5, 90.0)), {}, "b", "", 1),
+    ((_row("a", 0.98, 0.6, 50.0), _row("b", 0.99, 0.5, 90.0)), {"latency_budget_ms": 60}, "a", "", 1),
+    ((_row("lossy", 0.90, 0.4, 50.0),), {"max_rate_drop": 0.2}, "lossy", "", 1),   # a looser rate drop admits it
+    ((_row("slow", 0.99, 0.4, 120.0),), {}, "fp32", "none within the latency budget", 0),
+    ((_row("lossy", 0.90, 0.4, 50.0),), {}, "fp32", "the best INT8 configuration loses accuracy", 1),
+    ((_row("blurry", 0.99, 0.80, 50.0),), {}, "fp32", "the best INT8 configuration loses accuracy", 1),
+    ((_row("x", math.nan, math.nan, math.nan, status="Error"),), {}, "fp32", "no INT8 configuration ran", 0),
 ])
-def test_recommendation(rows, kwargs, chosen, words):
-    row, sentence = int8_decision.recommend_int8_config(_frame(*rows), **kwargs)
-    assert row["config"] == chosen and all(word in sentence for word in words)
-    assert "equally good" not in sentence
+def test_recommendation(rows, kwargs, chosen, keep_fp32, as_accurate):
+    made = int8_decision.recommend_int8_config(_frame(*rows), **kwargs)
+    assert (made["chosen"]["config"], made["keep_fp32"], made["as_accurate"]) == (chosen, keep_fp32, as_accurate)
+    assert not made["ties"]
 
 
-def test_a_lead_within_the_timing_spread_is_called_a_tie():
+def test_a_lead_within_the_timing_spread_is_a_tie():
     frame = _frame(_row("a", 0.98, 0.52, 50.0, latency_min_ms=40.0, latency_max_ms=80.0),
                    _row("b", 0.975, 0.50, 70.0, latency_min_ms=60.0, latency_max_ms=90.0))
-    row, sentence = int8_decision.recommend_int8_config(frame)
-    assert row["config"] == "a" and "equally good choices" in sentence and "b (" not in sentence.split("over")[0]
-
-
-@pytest.mark.parametrize("frame, match", [
-    (pd.DataFrame(), "bench_int8"),
-    (pd.DataFrame([_row("a", 0.9, 0.5, 50.0)]), "FP32"),
-    (pd.DataFrame([{"config": "a"}]), "missing"),
-    (_frame(_row("a", 0.9, 0.5, 50.0)).assign(run_id=["r1", "r2"]), "runs"),
-])
-def test_bad_frames_are_refused(frame, match):
-    with pytest.raises(quantization.Int8MatrixError, match=match):
-        int8_decision.recommend_int8_config(frame)
+    made = int8_decision.recommend_int8_config(frame)
+    assert made["chosen"]["config"] == "a" and made["runner_up"]["config"] == "b" and made["ties"]
 
 
 def test_the_newest_real_run_is_read_and_decides(tmp_path):
@@ -229,24 +213,21 @@ def test_the_newest_real_run_is_read_and_decides(tmp_path):
                       results_dir=tmp_path)
     latest = int8_decision._latest(im.KIND_MATRIX, tmp_path)
     assert list(latest["config"]) == ["fp32", "a"]
-    assert int8_decision.recommend_int8_config(latest)[0]["config"] == "a"
+    assert int8_decision.recommend_int8_config(latest)["chosen"]["config"] == "a"
 
 
-def test_describe_tensor_errors_counts_groups():
+def test_the_worst_tensors_are_counted_by_layer_group():
     rows = [{"tensor_kind": "activation", "rank": k + 1, "tensor": f"t{k}", "op": "Relu", "sqnr_db": 1.0 + k,
              "module": f"stage2.0.branches.0.{k}.se.fc.1" if k < 3 else "stage3.0.branches.0.0.bn1",
              "group": "se" if k < 3 else "other"} for k in range(4)]
     rows.append({"tensor_kind": "weight", "rank": 1, "tensor": "w", "op": "Conv", "sqnr_db": 45.0, "module": "m",
                  "group": "other"})
-    sentence = int8_decision.describe_tensor_errors(pd.DataFrame(rows))
-    assert "3 are in the squeeze-and-excitation layers and 1 in the rest" in sentence
-    assert "t0" in sentence and "1.0 dB" in sentence and "45.0 to 45.0 dB" in sentence
+    found = int8_decision.tensor_error_groups(pd.DataFrame(rows))
+    assert found["groups"] == {"se": 3, "other": 1} and found["worst"]["tensor"] == "t0"
+    assert found["weight_sqnr_db"] == (45.0, 45.0) and found["activations"] == 4
     # a run recorded before the group column existed: the group comes from the module name
-    legacy = pd.DataFrame(rows).drop(columns="group")
-    assert "3 are in the squeeze-and-excitation" in int8_decision.describe_tensor_errors(legacy)
-    with pytest.raises(quantization.Int8MatrixError):
-        int8_decision.describe_tensor_errors(pd.DataFrame())
-
+    legacy = int8_decision.tensor_error_groups(pd.DataFrame(rows).drop(columns="group"))
+    assert legacy["groups"]["se"] == 3
 
 def test_combined_runs_decide_latency_on_the_median_across_runs(tmp_path):
     env = {"cpu_model": "CPU A", "cpu_isa": "avx2", "smoke": False}
@@ -264,13 +245,13 @@ def test_combined_runs_decide_latency_on_the_median_across_runs(tmp_path):
     assert list(combined["latency_ms"]) == [110.0, 70.0, 65.0]
     assert list(combined["latency_min_ms"]) == [100.0, 50.0, 60.0]
     assert combined.loc[2, "speedup_vs_fp32"] == pytest.approx(110 / 65)
-    row, sentence = int8_decision.recommend_int8_config(combined)
-    assert row["config"] == "b" and "median across 3 recorded runs" in sentence and "spread across runs" in sentence
+    made = int8_decision.recommend_int8_config(combined)
+    assert made["chosen"]["config"] == "b" and made["chosen"]["runs"] == 3
     with pytest.raises(quantization.Int8MatrixError):
         int8_decision._combine_runs(pd.DataFrame())
 
 
-def test_runs_taken_under_load_are_set_aside_and_the_sentence_says_so(tmp_path):
+def test_runs_taken_under_load_are_set_aside(tmp_path):
     # the recorded pattern: FP32 took 199 and 236 ms in two loaded runs and 35 ms in the quiet one
     env = {"cpu_model": "CPU A", "cpu_isa": "avx2", "smoke": False}
     for day, (fp32_ms, a_ms) in enumerate([(199.0, 70.0), (236.0, 80.0), (35.0, 24.5)], 1):
@@ -281,9 +262,8 @@ def test_runs_taken_under_load_are_set_aside_and_the_sentence_says_so(tmp_path):
     combined = int8_decision.combined_matrix(tmp_path)
     assert list(combined["latency_ms"]) == [35.0, 24.5] and list(combined["runs"]) == [1, 1]
     assert combined["runs_set_aside"].iloc[0].count("cpu-int8-matrix-") == 2
-    _, sentence = int8_decision.recommend_int8_config(combined)
-    assert "1.43x" in sentence and "2 recorded runs taken under load are set aside" in sentence
-    assert "fewer than the three" in sentence
+    made = int8_decision.recommend_int8_config(combined)
+    assert made["fp32"]["latency_ms"] / made["chosen"]["latency_ms"] == pytest.approx(35.0 / 24.5)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -327,8 +307,7 @@ def test_smoke_run_writes_both_kinds_and_recommends(tmp_path, run_main, monkeypa
     assert set(errors["tensor_kind"]) == {"activation", "weight"}
     assert errors.groupby("tensor_kind")["rank"].max().max() <= 10
     assert set(errors["group"]) <= {"stem", "head", "se", "other"}
-    row, sentence = int8_decision.recommend_int8_config(results.latest_run(matrix))
-    assert row["config"] in set(matrix["config"]) and sentence.endswith(".")
-    assert sentence in stdout
+    chosen = int8_decision.recommend_int8_config(results.latest_run(matrix))["chosen"]["config"]
+    assert chosen in set(matrix["config"]) and f"recommended: {chosen}" in stdout
     with pytest.raises(quantization.Int8MatrixError, match="smoke"):  # a smoke run is never a recorded run
         int8_decision.combined_matrix(tmp_path)

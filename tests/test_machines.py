@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from graphbook.record import machines, runs
+from graphbook.record import machines
 
 A = {"cpu_model": "Same Name CPU", "cpu_family": 25, "cpu_model_id": 17, "cpu_isa": "avx512", "threads": 2,
      "torch": "2.13.0", "date": "2026-12-01T10:00:00+00:00"}
@@ -34,14 +34,6 @@ def test_side_by_side_leaves_a_loaded_run_out_of_the_median_but_shows_it(tmp_pat
     eager = table[table.variant == "eager_fp32"].iloc[0]
     assert eager["median"] == pytest.approx(500) and eager.quiet_runs == 3 and eager.flagged_runs == 1
     assert eager["flags"] == [False, True, False, False] and eager["values"][1] == pytest.approx(2500)
-
-
-def test_the_sentence_names_both_machines_and_their_factor(tmp_path):
-    write_matrix(tmp_path, "cpu-blurball-2026-12-01", A, 500)
-    write_matrix(tmp_path, "cpu-blurball-2026-12-02", B, 1000)
-    text = machines.compare_sentence("cpu-blurball", "eager_fp32", tmp_path)
-    assert runs.machine_label(A) in text and runs.machine_label(B) in text and "factor of 2.00" in text
-    assert "No run of this kind" in machines.compare_sentence("attribution", "eager", tmp_path)
 
 
 def test_the_plot_draws_a_bar_per_machine_and_group_and_nothing_when_empty(tmp_path):

@@ -10,7 +10,6 @@ from graphbook.serving import decisions
 
 A = {"cpu_model": "CPU", "cpu_family": 25, "cpu_model_id": 17, "cpu_isa": "avx512", "threads": 2}
 B = {**A, "cpu_model_id": 97}
-VERDICT = {"present": True, "torch": "2.13.0", "max_abs_diff": 1.0}
 
 
 def matrix(machine, eager_ms, ort_ms, prefix, runs_n=3):
@@ -25,16 +24,13 @@ def matrix(machine, eager_ms, ort_ms, prefix, runs_n=3):
 
 def test_the_cpu_worker_and_the_portable_export_quote_only_the_deciding_machine():
     frame = pd.concat([matrix(A, 500, 150, "a"), matrix(B, 1000, 300, "b")])
-    text = decisions.cpu_worker(frame, None, VERDICT, here=A)
-    assert "median 150 ms" in text and "eager 500 ms" in text and runs.machine_label(A) in text
-    assert "1000" not in text and "300 ms" not in text
-    pooled = frame[frame.variant == "eager_fp32"].median_ms.median()  # what a median over both machines says
-    assert f"eager {pooled:.0f} ms" not in text
-    other = decisions.cpu_worker(frame, None, VERDICT, here=B)
-    assert "median 300 ms" in other and "eager 1000 ms" in other
-    portable = decisions.phones_and_browsers(frame, here=B)
-    assert "median 300 ms" in portable and runs.machine_label(B) in portable
-    assert decisions.cpu_worker(frame.iloc[0:0], None, VERDICT).startswith("undecided")
+    mine = decisions.cpu_worker(frame, here=A)
+    assert (mine.best, mine.best_median_ms, mine.machine) == ("ort_exporter_optimized_all", 150.0, runs.machine_label(A))
+    other = decisions.cpu_worker(frame, here=B)
+    assert (other.best_median_ms, other.machine) == (300.0, runs.machine_label(B))   # never a median over both
+    assert decisions.portable_export(frame, here=B) == {runs.MACHINE: runs.machine_label(B), "matched_eager": True,
+                                                        "median_ms": 300.0}
+    assert decisions.cpu_worker(frame.iloc[0:0]) is None
 
 
 def lower_matrix(machine, prefix, *, int8_ball=False, runs_n=3, twin_correct=True):
@@ -51,28 +47,26 @@ def lower_matrix(machine, prefix, *, int8_ball=False, runs_n=3, twin_correct=Tru
     return pd.DataFrame(rows)
 
 
-def test_the_lower_precision_worker_is_judged_on_the_decoded_ball():
-    text = decisions.lower_precision_worker(lower_matrix(A, "a"), here=A)
-    # INT8 is faster but moved the ball: the bf16 variant is served, the INT8 one named as left out
-    assert text.startswith("serve openvino bf16") and "median 150 ms" in text and "6.7x eager FP32" in text
-    assert "2.0x the best FP32 variant (onnxruntime exporter-optimized)" in text and "openvino int8" in text
-    assert "% of the machine's FP32 ceiling (no bf16 ceiling is known for this CPU)" in text
-    assert runs.machine_label(A) in text
-    zen5 = decisions.lower_precision_worker(lower_matrix({**A, "cpu_microarch": "Zen 5"}, "a"), here=A)
-    assert "% of the machine's bf16 ceiling (" in zen5 and "% of its FP32 one)" in zen5
-    assert decisions.lower_precision_worker(lower_matrix(A, "a", int8_ball=True), here=A).startswith("serve openvino int8")
+def test_the_lower_precision_worker_is_judged_on_the_decoded_ball_and_its_fp32_twin():
+    made = decisions.lower_precision_worker(lower_matrix(A, "a"), here=A)
+    # INT8 is faster but moved the ball: the bf16 variant is the pick, INT8 left out for its failed task check
+    assert made["lower"].best == "openvino_bf16" and made["lower"].excluded == {"openvino_int8": "task check failed"}
+    assert made["fp32"].best == "ort_exporter_optimized_all" and made["faster_than_fp32"]
+    assert made["share_of_fp32_ceiling"] > 0
+    int8 = decisions.lower_precision_worker(lower_matrix(A, "a", int8_ball=True), here=A)
+    assert int8["lower"].best == "openvino_int8"
     slow = lower_matrix(A, "a")
     slow.loc[slow.variant == "openvino_bf16", ["median_ms", "q1_ms", "q3_ms"]] = [400, 396, 404]
-    assert decisions.lower_precision_worker(slow, here=A).startswith("keep FP32: the fastest lower precision")
+    assert not decisions.lower_precision_worker(slow, here=A)["faster_than_fp32"]
     # OpenVINO's bf16 and INT8 inherit a fault of its FP32 compile: with a wrong twin neither is served
-    wrong_twin = decisions.lower_precision_worker(lower_matrix(A, "a", twin_correct=False), here=A)
-    assert wrong_twin.startswith("keep FP32: no bf16 or INT8 variant kept the decoded ball with a correct FP32 twin")
+    wrong_twin = decisions.lower_precision_worker(lower_matrix(A, "a", twin_correct=False), here=A)["lower"]
+    assert wrong_twin.best is None and wrong_twin.excluded == {"openvino_bf16": "FP32 twin failed",
+                                                               "openvino_int8": "task check failed"}
 
 
 def test_without_the_decoded_ball_check_no_lower_precision_is_decided():
     old = lower_matrix(A, "a").drop(columns=["same_ball"])
-    assert decisions.lower_precision_worker(old, here=A).startswith("undecided")
-    assert decisions.lower_precision_worker(None).startswith("undecided")
+    assert decisions.lower_precision_worker(old, here=A) is None and decisions.lower_precision_worker(None) is None
 
 
 POOLED_MEDIAN = re.compile(r"""(\.median_ms|\[["']median_ms["']\])\.median\(\)""")

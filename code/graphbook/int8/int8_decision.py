@@ -1,4 +1,4 @@
-"""Choosing an INT8 configuration from the recorded matrix, by data, and saying why (Chapter 4)."""
+"""Choosing an INT8 configuration from the recorded matrix, by data (Chapter 4)."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ import pandas as pd
 
 from graphbook.record import results, runs as recorded_runs
 from graphbook.int8.int8_matrix import FP32_NAME, KIND_MATRIX, KIND_TENSOR_ERRORS
-from graphbook.int8.quantization import Int8MatrixError, excluded_phrase, node_group
+from graphbook.int8.quantization import Int8MatrixError, node_group
 
 
 def _is_true(value) -> bool:
@@ -17,131 +17,56 @@ def _is_true(value) -> bool:
     return bool(value) if value == value else False  # NaN -> False
 
 
-def _config_phrase(row) -> str:
-    excluded = str(row.get("excluded") or "")
-    excluded = "" if excluded.lower() == "nan" else excluded
-    bins = row.get("histogram_bins")
-    bins = f" ({int(float(bins))} histogram bins)" if bins not in (None, "") and str(bins) != "nan" else ""
-    parts = ["per-channel weights" if _is_true(row.get("per_channel")) else "per-tensor weights",
-             f"{row.get('calibration')} calibration{bins}",
-             *(["quant_pre_process"] if _is_true(row.get("pre_process")) else []),
-             excluded_phrase(excluded), f"reduce_range={_is_true(row.get('reduce_range'))}"]
-    return ", ".join(parts)
-
-
 def recommend_int8_config(frame, *, latency_budget_ms: float | None = None, max_rate_drop: float = 0.02,
                           max_error_increase_px: float = 0.25, rate_tolerance: float | None = None,
-                          error_tolerance_px: float = 0.05):
-    """``(row, sentence)``: the fastest INT8 configuration as accurate as the best within the latency budget, or
-    FP32 with the reason. The 0.05 px tolerance is the decoder's sub-pixel noise, not quantization."""
-    if frame is None or len(frame) == 0:
-        raise Int8MatrixError("no recorded INT8 matrix run: run `python code/bench_int8.py` first")
+                          error_tolerance_px: float = 0.05) -> dict:
+    """The fastest INT8 configuration as accurate as the best within the latency budget, or FP32 and why: ``chosen``
+    and ``fp32`` (rows), ``keep_fp32`` ("" or the reason), the counts ``int8``, ``within_budget`` and
+    ``as_accurate``, the ``runner_up`` row and whether it ``ties`` (its fastest run within the chosen's slowest). The
+    0.05 px tolerance is the decoder's sub-pixel noise, not quantization."""
     frame = pd.DataFrame(frame).reset_index(drop=True)
-    if "run_id" in frame and frame["run_id"].nunique() > 1:
-        raise Int8MatrixError(f"the frame holds {frame['run_id'].nunique()} runs; pass one "
-                              "(latest_matrix or graphbook.record.results.latest_run) so the configurations share "
-                              "one machine and load")
-    missing = [c for c in ("config", "precision", "status", "detection_rate", "median_error_px", "latency_ms")
-               if c not in frame]
-    if missing:
-        raise Int8MatrixError(f"not an INT8 matrix run: columns {missing} are missing")
-    fp32 = frame[frame["precision"] == "fp32"]
-    if fp32.empty:
-        raise Int8MatrixError("the run has no FP32 reference row to compare with")
-    fp32 = fp32.iloc[0]
+    fp32 = frame[frame["precision"] == "fp32"].iloc[0]
     ok = frame[(frame["precision"] == "int8") & (frame["status"].astype(str) == "ok")]
     ok = ok[ok["latency_ms"].notna() & ok["detection_rate"].notna()]
-    size = f"{int(fp32['height'])}x{int(fp32['width'])}" if "height" in fp32 else "the recorded size"
-    threads = f"{int(fp32['threads'])} threads" if "threads" in fp32 else "the recorded threads"
-    clips = f"{int(fp32['eval_clips'])} held-out clips" if "eval_clips" in fp32 else "the held-out clips"
     budget = float(fp32["latency_ms"]) if latency_budget_ms is None else float(latency_budget_ms)
-    budget_phrase = f"FP32's {budget:.1f} ms" if latency_budget_ms is None else f"{budget:.1f} ms"
-    total = int((frame["precision"] == "int8").sum())
-    if ok.empty:
-        return fp32, (f"Keep FP32: none of the {total} INT8 configurations ran here, so there is nothing to "
-                      f"trade its detection rate of {fp32['detection_rate']:.1%} for.")
     within = ok[ok["latency_ms"] <= budget]
+    record = {"fp32": fp32, "chosen": fp32, "keep_fp32": "", "budget_ms": budget, "runner_up": None, "ties": False,
+              "int8": int((frame["precision"] == "int8").sum()), "within_budget": len(within), "as_accurate": 0}
     if within.empty:
-        fastest = ok.sort_values("latency_ms").iloc[0]
-        return fp32, (f"Keep FP32: no INT8 configuration ran within the latency budget ({budget_phrase} at "
-                      f"{size}, {threads}); the fastest, {fastest['config']}, took {fastest['latency_ms']:.1f} ms.")
+        return {**record, "keep_fp32": "no INT8 configuration ran" if ok.empty else "none within the latency budget"}
     visible = float(fp32.get("visible_frames", float("nan")))
     if rate_tolerance is None:
         rate_tolerance = 1.0 / visible if visible == visible and visible > 0 else 0.0
-    best_rate = float(within["detection_rate"].max())
-    accurate = within[within["detection_rate"] >= best_rate - rate_tolerance - 1e-12]
+    accurate = within[within["detection_rate"] >= float(within["detection_rate"].max()) - rate_tolerance - 1e-12]
     best_error = float(accurate["median_error_px"].min())
     if best_error == best_error:  # a NaN error (no hit at all) leaves the detection rate to decide
         accurate = accurate[accurate["median_error_px"] <= best_error + error_tolerance_px + 1e-12]
     ranked = accurate.sort_values(["latency_ms", "median_error_px"], na_position="last")
     chosen = ranked.iloc[0]
-    rate_drop = float(fp32["detection_rate"]) - float(chosen["detection_rate"])
-    error_increase = float(chosen["median_error_px"]) - float(fp32["median_error_px"])
-    numbers = (f"{chosen['detection_rate']:.1%} of visible frames found (FP32 {fp32['detection_rate']:.1%}), "
-               f"median position error {chosen['median_error_px']:.2f} px (FP32 {fp32['median_error_px']:.2f} px)")
-    if "median_angle_error_deg" in chosen and chosen["median_angle_error_deg"] == chosen["median_angle_error_deg"]:
-        numbers += (f", median blur-angle error {chosen['median_angle_error_deg']:.1f} deg "
-                    f"(FP32 {fp32['median_angle_error_deg']:.1f} deg)")
-    if rate_drop > max_rate_drop or error_increase > max_error_increase_px:
-        limit = (f"{rate_drop:.1%} of detections, more than the {max_rate_drop:.0%}" if rate_drop > max_rate_drop
-                 else f"{error_increase:.2f} px of position error, more than the {max_error_increase_px:.2f} px")
-        return fp32, (f"Keep FP32: the best INT8 configuration within the latency budget, {chosen['config']} "
-                      f"({_config_phrase(chosen)}), loses {limit} this recommendation accepts, on {clips} "
-                      f"({numbers}).")
-    speedup = float(fp32["latency_ms"]) / float(chosen["latency_ms"])
-    run_count = int(chosen["runs"]) if "runs" in chosen and chosen["runs"] == chosen["runs"] else 1
-    timing = f"median across {run_count} recorded runs" if run_count > 1 else "median of the timed calls"
-    spread = "the spread across runs" if run_count > 1 else "the spread of the timed calls"
-    set_aside = str(chosen.get("runs_set_aside", "") or "")
-    caveat = ""
-    if set_aside:
-        count = len(set_aside.split(", "))
-        caveat += f" {count} recorded run{'s' if count != 1 else ''} taken under load {'are' if count != 1 else 'is'} set aside."
-    if run_count < 3:
-        caveat += (f" The speed rests on {run_count} quiet run{'s' if run_count != 1 else ''}, fewer than the three "
-                   "the book decides on: re-record on a quiet machine before relying on it.")
-    sentence = (f"Use {chosen['config']} ({_config_phrase(chosen)}): on {clips} at {size} it keeps "
-                f"{numbers}, and runs in {chosen['latency_ms']:.1f} ms against {fp32['latency_ms']:.1f} ms for FP32 "
-                f"({speedup:.2f}x, {threads}, {timing}). Of the {len(within)} INT8 configurations "
-                f"(of {total}) that ran within the latency budget ({budget_phrase}), {len(accurate)} "
-                f"{'is' if len(accurate) == 1 else 'are'} as accurate as the best (detection rate within one frame, "
-                f"median position error within {error_tolerance_px:.2f} px)")
-    if len(accurate) == 1:
-        return chosen, sentence + ", and this is it." + caveat
-    runner = ranked.iloc[1]
-    sentence += "; this is the fastest of them"
-    if {"latency_min_ms", "latency_max_ms"} <= set(ranked.columns) and \
-            float(runner["latency_min_ms"]) <= float(chosen["latency_max_ms"]):
-        sentence += (f", but its lead over {runner['config']} ({chosen['latency_ms']:.1f} vs "
-                     f"{runner['latency_ms']:.1f} ms) is within {spread}, so on this machine "
-                     f"they are equally good choices")
-    return chosen, sentence + "." + caveat
+    record.update(chosen=chosen, as_accurate=len(accurate))
+    if (float(fp32["detection_rate"]) - float(chosen["detection_rate"]) > max_rate_drop
+            or float(chosen["median_error_px"]) - float(fp32["median_error_px"]) > max_error_increase_px):
+        return {**record, "chosen": fp32, "keep_fp32": "the best INT8 configuration loses accuracy"}
+    if len(ranked) > 1:
+        runner = ranked.iloc[1]
+        ties = ({"latency_min_ms", "latency_max_ms"} <= set(ranked.columns)
+                and float(runner["latency_min_ms"]) <= float(chosen["latency_max_ms"]))
+        record.update(runner_up=runner, ties=bool(ties))
+    return record
 
 
-def describe_tensor_errors(frame) -> str:
-    """One sentence on a recorded worst-tensor ranking: layer groups of the worst activations, the worst one's
-    SQNR, the worst weights' range."""
+def tensor_error_groups(frame) -> dict:
+    """A recorded worst-tensor ranking in facts: the layer groups of the worst activations (counts), the worst one's
+    row, and the worst weights' SQNR range in dB."""
     frame = pd.DataFrame(frame)
-    if frame.empty or "tensor_kind" not in frame:
-        raise Int8MatrixError("no worst-tensor ranking recorded: run `python code/bench_int8.py` first")
     acts = frame[frame["tensor_kind"] == "activation"].sort_values("rank")
     weights = frame[frame["tensor_kind"] == "weight"]
-    if acts.empty:
-        raise Int8MatrixError("the ranking has no activation rows")
-    names = {"se": "squeeze-and-excitation layers", "stem": "stem", "head": "head", "other": "rest of the network"}
     recorded = acts["group"] if "group" in acts else pd.Series([None] * len(acts), index=acts.index)
     derived = acts["module"].fillna("").map(lambda m: node_group(["", str(m)]) or "other")  # runs before "group"
     groups = recorded.where(recorded.notna() & (recorded.astype(str) != ""), derived).value_counts()
-    parts = [f"{n} in the {names.get(g, g)}" for g, n in groups.items()]
-    parts[0] = f"{groups.iloc[0]} {'is' if groups.iloc[0] == 1 else 'are'}" + parts[0][len(str(groups.iloc[0])):]
-    worst = acts.iloc[0]
-    sentence = (f"Of the {len(acts)} activations that quantize worst in the baseline model, "
-                f"{', '.join(parts[:-1]) + ' and ' + parts[-1] if len(parts) > 1 else parts[0]}; the worst, "
-                f"{worst['tensor']} ({worst['op']} in {worst['module']}), keeps a signal-to-quantization-noise "
-                f"ratio of {worst['sqnr_db']:.1f} dB")
-    if not weights.empty:
-        sentence += (f", while the worst weights keep {weights['sqnr_db'].min():.1f} to {weights['sqnr_db'].max():.1f} dB")
-    return sentence + "."
+    return {"activations": len(acts), "groups": groups.to_dict(), "worst": acts.iloc[0],
+            "weight_sqnr_db": (float(weights["sqnr_db"].min()), float(weights["sqnr_db"].max())) if len(weights)
+            else None}
 
 
 def latest_tensor_errors(results_dir: str | Path | None = None):

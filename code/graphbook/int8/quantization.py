@@ -289,12 +289,3 @@ def quantize_config(fp32_path: str | Path, out_path: str | Path, config: Int8Con
                               calibration_cache_path=str(cache) if cache else None)
     return {"path": out_path, "quantize_s": time.perf_counter() - start, "excluded_nodes": len(excluded),
             "quantize_nodes": qdq_counts(out_path)["QuantizeLinear"]}
-
-
-def excluded_phrase(excluded: str) -> str:
-    """``"stem+head+se"`` -> "stem, head and SE layers kept in FP32"; "" -> "every layer quantized"."""
-    words = [GROUP_WORDS.get(g, g) for g in str(excluded).split("+") if g]
-    if not words:
-        return "every layer quantized"
-    joined = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
-    return f"{joined} kept in FP32"

@@ -1,49 +1,82 @@
-"""The recorded BlurBall CPU matrix as Chapter 5 and the appendix "Machines and runs" read it. Every verdict
-is judged on one machine's own runs; machines are never pooled."""
+"""The fastest correct path per precision, from one machine's recorded runs (Chapters 5, 7, 8): each variant's own
+check, its FP32 twin, and a record of the decision. Facts only: a page writes the sentences. Machines are never
+pooled."""
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from graphbook.config import FULL_SIZE
-from graphbook.record import results, runs
-from graphbook.method import variants
 from graphbook.measure.probes import fp32_ceiling, precision_ceiling
+from graphbook.method import variants
+from graphbook.record import results, runs
+
+#: Why a variant failed its check (``failed_check``); empty when it passed.
+OUTPUT_DIFFERS = "output differs from eager FP32"
+TASK_FAILED = "task check failed"          # BlurBall's: the decoded ball moved
+NO_TASK_CHECK = "no task check recorded"
+TWIN_FAILED = "FP32 twin failed"
+TWIN_MISSING = "FP32 twin not recorded"
 
 
-def _own_check(name: str, group: pd.DataFrame) -> tuple[bool, str]:
-    """One variant's own check over one machine's runs: FP32 on the logits, a lower precision on the decoded
-    ball (older random-weight files cannot pass it)."""
+def _own_check(name: str, group: pd.DataFrame, task: str) -> str:
+    """One variant's own check over one machine's runs, as :data:`failed_check` (empty when it passed): FP32 on the
+    output, a lower precision on the ``task`` column (BlurBall's decoded ball, ``same_ball``)."""
     if variants.get(name).expected_to_match_eager:
-        passed = bool(group[results.SAME_OUTPUT].astype(bool).all())
-        return passed, "same output as eager FP32" if passed else "output differs from eager FP32"
-    checked = group[group[results.SAME_BALL].notna()] if results.SAME_BALL in group else group.iloc[:0]
+        return "" if group[results.SAME_OUTPUT].astype(bool).all() else OUTPUT_DIFFERS
+    checked = group[group[task].notna()] if task in group else group.iloc[:0]
     if checked.empty:
-        return False, "no decoded-ball check recorded (random-weight runs)"
-    frames = int(checked[results.BALL_FRAMES].min())
-    moved = frames - int(checked[results.BALL_AGREE_FRAMES].min())
-    if bool(checked[results.SAME_BALL].astype(bool).all()):
-        return True, f"decoded ball kept on {frames} held-out frames"
-    return False, f"decoded ball moved on {moved} of {frames} held-out frames"
+        return NO_TASK_CHECK
+    return "" if checked[task].astype(bool).all() else TASK_FAILED
 
 
-def check_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per machine and variant: ``check_passed`` in every run, the ``check`` phrase, the largest ``max_abs_diff``. A
-    lower precision passes only when it keeps the decoded ball *and* its FP32 twin passes on the same machine: the
-    book's one rule, which Chapter 7's serving decision applies too."""
-    own = {key: (*_own_check(key[1], group), float(group[results.MAX_ABS_DIFF].max()))
+def check_verdicts(rows: pd.DataFrame, *, task: str = results.SAME_BALL) -> pd.DataFrame:
+    """Per machine and variant: ``check_passed`` in every run, ``failed_check`` (why not), the largest
+    ``max_abs_diff``. A lower precision passes only when it passes the ``task`` check *and* its FP32 twin passes on
+    the same machine: rounding can hide a wrong output it inherits."""
+    own = {key: (_own_check(key[1], group, task), float(group.get(results.MAX_ABS_DIFF, pd.Series(dtype=float)).max()))
            for key, group in rows.groupby([runs.MACHINE, "variant"], sort=False)}
     verdicts = {}
-    for (machine, name), (passed, why, diff) in own.items():
+    for (machine, name), (failed, diff) in own.items():
         twin = variants.FP32_TWINS.get(name)
-        if twin is not None and not own.get((machine, twin), (False,))[0]:
-            twin_says = "differs from eager FP32" if (machine, twin) in own else "was not recorded on this machine"
-            why = (f"{why}, but " if passed else f"{why}; ") + f"its FP32 twin {variants.get(twin).label} {twin_says}"
-            passed = False
-        verdicts[machine, name] = {"check_passed": passed, "check": ("passed: " if passed else "FAILED: ") + why,
-                                   "max_abs_diff": diff}
+        if not failed and twin is not None and own.get((machine, twin), ("missing",))[0]:
+            failed = TWIN_FAILED if (machine, twin) in own else TWIN_MISSING
+        verdicts[machine, name] = {"check_passed": not failed, "failed_check": failed, "max_abs_diff": diff}
     frame = pd.DataFrame.from_dict(verdicts, orient="index")
     frame.index.names = [runs.MACHINE, "variant"]
     return frame
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The fastest variant that passed its check, among ``candidates`` on one machine's quiet runs."""
+
+    machine: str
+    best: str | None
+    best_median_ms: float
+    runner_up: str | None
+    runner_up_median_ms: float
+    margin: float                  # the runner-up's median over the best's (> 1: the best is ahead)
+    runs: int                      # quiet runs of the best
+    won_runs: int                  # runs in which the best was ahead of the runner-up
+    decided: bool                  # at least runs.MIN_RUNS quiet runs, the best ahead in every one
+    excluded: dict = field(default_factory=dict)   # variant -> the check it failed
+
+
+def decide(rows: pd.DataFrame, machine: str, *, candidates=None, task: str = results.SAME_BALL) -> Decision:
+    """The :class:`Decision` over ``machine``'s rows (flagged for load) among ``candidates`` (default: all)."""
+    mine = rows[rows[runs.MACHINE] == machine]
+    verdicts = check_verdicts(mine, task=task)   # over every variant: a lower precision's twin is judged too
+    mine = mine.drop(columns="check_passed", errors="ignore").join(verdicts[["check_passed"]],
+                                                                   on=[runs.MACHINE, "variant"])
+    if candidates is not None:
+        mine = mine[mine["variant"].isin(list(candidates))]
+    pick = runs.choose_best(mine, correct="check_passed", skip_under_load=True).iloc[0]
+    excluded = {v: verdicts.loc[(machine, v), "failed_check"] for v in pick["excluded"]}
+    return Decision(machine, pick["best"], float(pick["best_median"]), pick["runner_up"],
+                    float(pick["runner_up_median"]), float(pick["margin"]), int(pick["runs"]), int(pick["won_runs"]),
+                    bool(pick["decided"]), excluded)
 
 
 def full_size_rows(recorded: pd.DataFrame | None = None,
@@ -79,58 +112,26 @@ def run_table(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def machine_verdict(rows: pd.DataFrame, machine: str) -> tuple[str, str | None]:
-    """A sentence on what ``machine``'s recorded runs allow the book to say, and the variant it decides for
-    (None when its quiet runs are too few or disagree)."""
-    mine = rows[rows[runs.MACHINE] == machine]
-    flags = mine.groupby("run_id", sort=False)[runs.UNDER_LOAD].first()
-    n_quiet, n_loaded = int((~flags).sum()), int(flags.sum())
-    head = f"{runs.named(machine)}: {runs.count(len(flags), 'recorded run')}" + (
-        f", {n_loaded} flagged under load (not used)." if n_loaded else ".")
-    failed = sorted(set(mine.variant[~mine.check_passed.astype(bool)]))
-    excluded = (" Left out because they failed their check: " + ", ".join(variants.get(v).label for v in failed)
-                + ".") if failed else ""
-    best = runs.choose_best(mine, correct="check_passed", skip_under_load=True)
-    best = best.iloc[0] if len(best) else None
-    if best is None or best["best"] is None:
-        return head + " No variant passed its check." + excluded, None
-    lead = (f"{variants.get(best['best']).label} ({best['best_median']:.0f} ms, median of its quiet runs) "
-            f"against {variants.get(best['runner_up']).label} ({best['runner_up_median']:.0f} ms), "
-            f"ahead in {best['won_runs']} of {runs.count(int(best['runs']), 'quiet run')}")
-    if n_quiet < runs.MIN_RUNS:
-        return (head + f" Fewer than {runs.MIN_RUNS} quiet runs, so no best variant is declared; the quiet runs "
-                f"have {lead}." + excluded, None)
-    if not best["decided"]:
-        return head + f" The quiet runs do not agree on an order ({lead}): no best variant." + excluded, None
-    return head + f" Best correct variant: {lead}." + excluded, best["best"]
-
-
 #: The precisions the best-path table groups, with the name each group goes by.
 PRECISION_GROUPS = (("FP32", ("fp32",)), ("lower precision (bf16, INT8)", ("bf16", "int8")))
 
 
 def best_per_precision(machine_rows: pd.DataFrame) -> pd.DataFrame:
-    """Per precision, one machine's fastest variant that passed its check: speed-up, executed GFLOP/s and its
-    share of the ceilings; a group where nothing passed says so."""
+    """Per precision group, one machine's :class:`Decision` with the best's speed-up over eager FP32, executed GFLOP/s
+    and its share of the ceilings (NaN where nothing passed)."""
+    machine = str(machine_rows[runs.MACHINE].iloc[0])
     quiet = machine_rows[~machine_rows[runs.UNDER_LOAD]]
-    speedups = runs.summarize_runs(quiet, by="variant", value=results.SPEEDUP_VS_EAGER).set_index("variant")
-    rated = executed_rates(quiet)
+    speedups = runs.summarize_runs(quiet, by="variant", value=results.SPEEDUP_VS_EAGER).set_index("variant")["median"]
+    rated = executed_rates(quiet).groupby("variant")[["executed_gflop_per_s", "share_of_ceiling",
+                                                      "share_of_fp32_ceiling"]].median()
     out = []
     for label, precisions in PRECISION_GROUPS:
         candidates = [v for v in variants.REGISTRY if variants.get(v).precision in precisions]
-        pick = runs.choose_best(machine_rows, correct="check_passed", candidates=candidates, skip_under_load=True)
-        pick = pick.iloc[0] if len(pick) and pick.iloc[0]["best"] is not None else None
-        if pick is None:
-            out.append({"precision": label, "best correct variant": "none passed its check"})
-            continue
-        mine = rated[rated.variant == pick["best"]]
-        out.append({"precision": label, "best correct variant": variants.get(pick["best"]).label,
-                    "median (ms)": pick["best_median"], "quiet runs": int(pick["runs"]),
-                    "speed-up over eager FP32": f"{speedups['median'][pick['best']]:.2f}×",
-                    "executed GFLOP/s": float(mine.executed_gflop_per_s.median()),
-                    "share of its precision's ceiling (%)": 100 * float(mine.share_of_ceiling.astype(float).median()),
-                    "share of the FP32 ceiling (%)": 100 * float(mine.share_of_fp32_ceiling.astype(float).median()),
-                    "decided": bool(pick["decided"])})
+        chosen = decide(machine_rows, machine, candidates=candidates)
+        best = chosen.best
+        out.append({"precision": label, **vars(chosen),
+                    "speedup": float(speedups.get(best, float("nan"))) if best else float("nan"),
+                    **{k: float(rated.loc[best, k]) if best in rated.index else float("nan") for k in rated.columns}})
     return pd.DataFrame(out)
 
 

@@ -154,28 +154,5 @@ def plot_side_by_side(kind: str, results_dir=None, ax=None, *, where: dict | Non
     return ax
 
 
-def compare_sentence(kind: str, group: str | None, results_dir=None, *, where: dict | None = None) -> str:
-    """One sentence, from the data, on how the machines compare for one group (a value of the first ``by``)."""
-    found, table = measure(kind), _side_by_side_where(kind, results_dir, where)
-    if not len(table):
-        return f"No run of this kind is recorded yet (`{results.kind(kind).script}` records it)."
-    machines_n = table[runs.MACHINE].nunique()
-    runs_n = int(table.groupby(runs.MACHINE)[["quiet_runs", "flagged_runs"]].max().sum().sum())
-    head = f"The figure holds {machines_n} machine{'s' if machines_n != 1 else ''} and {runs_n} runs."
-    rows = table[(table[found.by[0]] == group) & table["median"].notna()] if group is not None else table.iloc[0:0]
-    if len(rows) < 2:
-        if len(rows) == 1:
-            row = rows.iloc[0]
-            return (head + f" Only {runs.named(row[runs.MACHINE])} has quiet runs of {group}: a median of {row['median']:.3g} "
-                    f"{found.unit} over {row['quiet_runs']}.")
-        return head
-    best = rows.sort_values("median", ascending=found.lower_is_better).iloc[0]
-    worst = rows.sort_values("median", ascending=not found.lower_is_better).iloc[0]
-    factor = (worst["median"] / best["median"]) if found.lower_is_better else (best["median"] / worst["median"])
-    return (head + f" For {group}, the medians over quiet runs range from {best['median']:.3g} {found.unit} on "
-            f"{runs.named(best[runs.MACHINE])} to {worst['median']:.3g} on {runs.named(worst[runs.MACHINE])}, a factor "
-            f"of {factor:.2f}.")
-
-
 def files_shown(results_dir=None) -> list[str]:
     return sorted({path.name for found in MEASURES for path in results.files(found.kind, results_dir)})

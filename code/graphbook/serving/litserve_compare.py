@@ -18,7 +18,7 @@ from graphbook.config import BATCH_SIZES, THREADS
 from graphbook.measure import probes
 from graphbook.model.decoding import decode_batch
 from graphbook.paths import REPO_ROOT
-from graphbook.record import results, runs
+from graphbook.record import results
 from graphbook.serving.batcher import _detection_json
 from graphbook.serving.loadtest import binary_request, load_test, request
 from graphbook.serving.runners import OrtRunner
@@ -224,58 +224,3 @@ def summarize(frame):
         mean_batch=("mean_joined_batch", "median"), ready_s=("ready_s", "median")).reset_index()
     out = out.rename(columns={"concurrency": "clients", "overload_level": "overload"})
     return out.astype({"clients": int, "overload": bool, "runs": int, **dict.fromkeys(sums, int)})
-
-
-def _level_phrase(book, lit) -> str:
-    ratio = book.rps_median / lit.rps_median
-    apart = book.rps_min > lit.rps_max or lit.rps_min > book.rps_max
-    if apart and ratio > 1:
-        verdict = f"the book's server {ratio:.2f}x LitServe's throughput"
-    elif apart:
-        verdict = f"LitServe {1 / ratio:.2f}x the book's server's throughput"
-    else:
-        verdict = f"throughputs within each other's spread ({ratio:.2f}x)"
-    return (f"{book.clients} client{'s' if book.clients > 1 else ''}: {book.rps_median:.1f} against "
-            f"{lit.rps_median:.1f} requests/s, {verdict}; median latency {book.p50_ms:.0f} and {lit.p50_ms:.0f} ms")
-
-
-def comparison_sentences(frame) -> dict[str, str]:
-    """The chapter's sentences about a recording, generated from its rows (Chapter 7)."""
-    summary = summarize(frame)
-    first = frame.iloc[0]
-    cores = int(first.get("cpu_cores", 0) or 0)
-    load_max = float(frame["loadavg_1m"].max())
-    machine = runs.named(runs.machine_label(first.to_dict()))
-    conditions = (f"It was recorded on {machine} at {first['input_hw']}, in {runs.count(int(frame['run'].nunique()), 'run')} "
-                  f"of alternating order; the load average reached {load_max:.1f}")
-    if cores and load_max > cores:
-        conditions += (f", more than the machine's {cores} cores: it was shared while it measured, so the absolute "
-                       "figures are slower than a quiet machine's, and only the comparison run by run holds")
-    conditions += "."
-    pairs = []
-    for clients in sorted(summary.loc[~summary.overload, "clients"].unique()):
-        rows = summary[(summary.clients == clients) & ~summary.overload].set_index("server")
-        if {"book", "litserve"} <= set(rows.index):
-            pairs.append(_level_phrase(rows.loc["book"], rows.loc["litserve"]))
-    levels = ("Median across runs, the book's server against LitServe, at " + "; at ".join(pairs) + ".") if pairs else ""
-    over = summary[summary.overload].set_index("server")
-    overload = ""
-    if {"book", "litserve"} <= set(over.index):
-        b, lit = over.loc["book"], over.loc["litserve"]
-        bound = frame.loc[frame["server"] == "book", "max_queue"].dropna()
-        bound = f"its queue bound of {int(bound.iloc[0])}" if len(bound) else "its queue bound"
-        overload = (f"At {int(b.clients)} clients, beyond {bound}, "
-                    f"the book's server answered {int(b.overloaded)} of {int(b.sent)} requests (the runs together) "
-                    f"503 at once and served "
-                    f"{int(b.ok)} with a p99 of {b.p99_ms:.0f} ms; LitServe, whose queue has no bound, served "
-                    f"{int(lit.ok)} of {int(lit.sent)} with a p99 of {lit.p99_ms:.0f} ms"
-                    + ("" if int(b.errors + lit.errors) == 0 else f"; {int(b.errors + lit.errors)} requests got another answer")
-                    + ".")
-    ready = ""
-    by_server = summary.groupby("server")["ready_s"].median()
-    if {"book", "litserve"} <= set(by_server.index):
-        ready = (f"From launch to ready (median of the runs): {by_server['book']:.1f} s for the book's server, "
-                 f"{by_server['litserve']:.1f} s for LitServe. LitServe starts an HTTP server process and a separate "
-                 "inference worker; which of the two its extra time goes to is not measured here.")
-    return {"conditions": conditions, "levels": levels, "overload": overload, "ready": ready}
-
