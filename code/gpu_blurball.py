@@ -15,13 +15,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.smoke and gm.cuda_problem() is not None:
         return resource_absent(gm.PROG, f"no GPU measurement: {gm.cuda_problem()}")
     env = gm.environment(args)
-    rows = gm.measure(args)
+    frame = gm.measure(args)
     name = "smoke-cpu" if args.smoke else (env["gpu_name"] or "cuda")
-    path = gp.write_results(gm.KIND, rows, env, args.results_dir, name)
+    path = gp.write_results(gm.KIND, frame, env, args.results_dir, name)
     print()
-    print(gm.format_table(rows))
+    print(gm.format_table(frame))
     print(f"\nwrote {path}")
-    return exit_status_for(gm.PROG, gp.failed_variants(rows))
+    return exit_status_for(gm.PROG, gp.failed_variants(frame))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Tests of code/gpu_blurball.py (its main(argv) in this process) and graphbook.lab.gpu_measure behind it, on a CPU:
-arguments, the plan, the no-CUDA exit, the rows and file names, the cuDNN-benchmark child process,
-and the whole pipeline in --smoke mode."""
+arguments, the plan, the no-CUDA exit, the file names, the cuDNN-benchmark child process, and the whole pipeline
+in --smoke mode (its rows, run by run, with one mode failing)."""
+import pandas as pd
 import pytest
 import torch
 
@@ -76,63 +77,43 @@ def test_no_cuda_exits_3_with_a_clear_line(tmp_path, script, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-# -- rows and files (the file pattern) ------------------------------------------------------
-
-def _fake_measurements():
-    times = {"fp32_eager_nchw": 15.0, "fp16_eager_nchw": 10.0, "fp16_compile_default_nchw": 5.0}
-    out = []
-    for config in gpu.plan_matrix(skip_max_autotune=True):
-        entry = dict(config, note="", expected_to_match_eager=config["precision"] == "fp32")
-        if config["variant"] in times:
-            entry.update(median_ms=times[config["variant"]], min_ms=1, max_ms=2, q1_ms=1, q3_ms=2,
-                         repeats=50, warmup=20, compile_s=0.0, max_abs_diff=0.0, same_output=True,
-                         same_peaks=True)
-        else:
-            entry["note"] = "failed: not measured in this fake"
-        out.append(entry)
-    return out
-
-
-def test_rows_have_the_schema_and_ratios():
-    profile = gp._summarize_kernels([("aten::convolution", "c", 0, 10)], wall_ms=0.02)
-    rows = gpu._build_rows(_fake_measurements(), {"fp32_eager_nchw": profile})
-    assert all(list(r) == gpu.CSV_COLUMNS for r in rows)
-    by_name = {r["variant"]: r for r in rows if r["record"] == "variant"}
-    assert by_name["fp32_eager_nchw"]["speedup_vs_eager"] == pytest.approx(1.0)
-    assert by_name["fp16_eager_nchw"]["speedup_vs_eager"] == pytest.approx(1.5)
-    assert by_name["fp16_compile_default_nchw"]["speedup_vs_eager_same_precision"] == pytest.approx(2.0)
-    assert by_name["fp16_compile_default_nchw"]["speedup_vs_eager"] == pytest.approx(3.0)
-    assert by_name["fp32_compile_default_nchw"]["median_ms"] == ""
-    assert by_name["fp16_eager_nchw"]["fp16_method"] == "autocast"
-    profile_rows = [r for r in rows if r["record"] == "profile"]
-    assert len(profile_rows) == len(gp.CATEGORIES) and profile_rows[0]["precision"] == "fp32"
-    assert "fp16_compile_default_nchw" in gpu.format_table(rows)
-    assert "fp32_compile_default_nchw" in gp.failed_variants(rows)
-
+# -- files: one per recording, named by the GPU -----------------------------------------------------
 
 def test_results_are_a_gpu_blurball_file_named_by_the_gpu(tmp_path):
-    rows = gpu._build_rows(_fake_measurements(), {})
+    frame = pd.DataFrame([{"record": "variant", "variant": "fp32_eager_nchw", "run": run, "median_ms": 15.0}
+                          for run in (1, 2, 3)])
     env = {"date": "2026-01-01T00:00:00+00:00", "gpu_name": "Fake GPU", "torch": "2.11.0"}
-    path = gp.write_results(gpu.KIND, rows, env, tmp_path, "Fake GPU 8GB")
+    path = gp.write_results(gpu.KIND, frame, env, tmp_path, "Fake GPU 8GB")
     assert path.name == "gpu-blurball-fake-gpu-8gb-2026-01-01.csv"
     loaded = results.load("gpu-blurball", tmp_path)
-    assert len(loaded) == len(rows) and (loaded.gpu_name == "Fake GPU").all()
+    assert len(loaded) == 3 and (loaded.gpu_name == "Fake GPU").all() and loaded.run_id.nunique() == 3
 
 
 # -- the whole pipeline on the CPU ------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_smoke_runs_every_step_on_the_cpu(tmp_path, run_main):
+def test_smoke_runs_every_step_on_the_cpu_and_a_failing_mode_loses_no_other_row(tmp_path, run_main, monkeypatch):
+    build_call = gpu._build_call
+
+    def fp32_max_autotune_fails(config, *args, **kwargs):
+        if config["variant"] == "fp32_compile_max_autotune_nchw":
+            raise RuntimeError("no Triton for this GPU\nsecond line")
+        return build_call(config, *args, **kwargs)
+    monkeypatch.setattr(gpu, "_build_call", fp32_max_autotune_fails)
     code, _, err = run_main("gpu_blurball.py", "--smoke", "--results-dir", tmp_path)
-    assert code == 0, err[-2000:]
+    assert code == 1 and "fp32_compile_max_autotune_nchw" in err.strip().splitlines()[-1], err[-2000:]
     files = list(tmp_path.iterdir())
     assert [f.name for f in files] == [f"gpu-blurball-smoke-cpu-{files[0].name[-14:-4]}.csv"]
     frame = results.load("gpu-blurball", tmp_path)
-    variants = frame[frame.record == "variant"].set_index("variant")
-    assert len(variants) == 12 and variants.median_ms.notna().all()
-    assert not variants.note.fillna("").str.startswith("failed").any()
+    rows = frame[frame.record == "variant"]
+    assert rows.groupby("run").size().tolist() == [12, 12, 12] and rows.run_id.nunique() == 3
+    failed = rows[rows.variant == "fp32_compile_max_autotune_nchw"]
+    assert failed.median_ms.isna().all()
+    assert (failed.note == "skipped: failed: RuntimeError: no Triton for this GPU").all()  # its first line
+    variants = rows[rows.run == 1].set_index("variant").drop("fp32_compile_max_autotune_nchw")
+    assert len(variants) == 11 and variants.median_ms.notna().all() and variants.note.isna().all()
     assert frame.smoke.all() and (frame.device == "cpu").all()
-    # cuDNN benchmark rows came from the child process, on the same weights
+    # cuDNN benchmark rows came from the child process, on the same weights, in the same three runs
     child = variants[variants.process == "child"]
     assert len(child) == 2 and child.same_peaks.all()
     assert bool(variants.loc["fp32_eager_nchw+cudnn_benchmark", "same_output"])
@@ -140,8 +121,15 @@ def test_smoke_runs_every_step_on_the_cpu(tmp_path, run_main):
     assert variants.loc[["fp32_compile_reduce_overhead_nchw", "fp16_compile_max_autotune_nchw"], "second_call_s"].notna().all()
     assert variants.loc[["fp32_compile_default_nchw", "fp32_eager_nchw"], "second_call_s"].isna().all()
     assert (variants.loc[variants.precision == "fp16", "fp16_method"] == "autocast").all()
+    assert variants.loc[variants.precision == "fp32", "fp16_method"].isna().all()  # missing is empty, never ""
+    # speed-ups over the same run's eager NCHW: in FP32, and in the variant's own precision
+    eager = variants.median_ms[["fp32_eager_nchw", "fp16_eager_nchw"]]
+    assert variants.speedup_vs_eager.to_numpy() == pytest.approx(eager.iloc[0] / variants.median_ms.to_numpy())
+    fp16 = variants[variants.precision == "fp16"]
+    assert fp16.speedup_vs_eager_same_precision.to_numpy() == pytest.approx(eager.iloc[1] / fp16.median_ms.to_numpy())
     profiles = frame[frame.record == "profile"]
     assert set(profiles.variant) == {"fp32_eager_nchw", "fp16_eager_nchw", "fp16_compile_default_nchw"}
+    assert profiles.run.isna().all() and frame.index[frame.record == "profile"].max() < rows.index.min()
     fp16_eager = profiles[profiles.variant == "fp16_eager_nchw"].set_index("category")
     assert fp16_eager.loc["cast/copy", "kernels"] >= 3 and fp16_eager.loc["convolution", "kernels"] >= 1
     for column in ("git_commit", "torch", "cpu_model", "weights", "date"):

@@ -1,16 +1,17 @@
 """The README's lab sequence, end to end on a CPU.
 
 A lab engineer runs ``code/gpu_blurball.py`` and ``code/gpu_tensorrt.py`` on a GPU machine, then re-executes
-the chapters. Here the scripts' row builders (``graphbook.lab.gpu_measure``, ``graphbook.lab.gpu_runtimes``) and
-their shared writer (``graphbook.lab.gpu_profiling``) produce result files from fake measurements in a scratch results
-folder (beside copies of the committed ``data/results`` files); then copies of chapters 4, 5 and 7 are executed
-with ``GRAPHBOOK_RESULTS_DIR`` pointing at that folder: their set-up and the cells that read lab results, tagged
-``lab-path`` (nbval executes every cell already). Chapter 4 must show the TensorRT run, chapter 5 the BlurBall run
+the chapters. Here fake measurements, with the scripts' plan and columns (``graphbook.lab.gpu_measure``,
+``graphbook.lab.gpu_runtimes``) in three runs, go through their shared writer (``graphbook.lab.gpu_profiling``) to
+result files in a scratch results folder (beside copies of the committed ``data/results`` files); then copies of
+chapters 4, 5 and 7 are executed with ``GRAPHBOOK_RESULTS_DIR`` pointing at that folder: their set-up and the cells
+that read lab results, tagged ``lab-path`` (nbval executes every cell already). Chapter 4 must show the TensorRT run, chapter 5 the BlurBall run
 beside the article's numbers (and not the TensorRT file), and chapter 7's GPU decision must use the recorded run.
 The chapters themselves are never written.
 """
 import shutil
 
+import pandas as pd
 import pytest
 
 from graphbook import paths
@@ -32,39 +33,40 @@ def fake_env():
             "gpu_sm_count": 132, "weights": "seeded-random"}
 
 
+def timed(ms, **columns):
+    """A variant's rows as the lab scripts write them: one per run of the book's run protocol, in rotation."""
+    return [dict(columns, run=run, run_count=3, median_ms=ms, min_ms=ms * 0.98, max_ms=ms * 1.05, q1_ms=ms * 0.99,
+                 q3_ms=ms * 1.01, repeats=50, warmup=20) for run in (1, 2, 3)]
+
+
 def write_fake_blurball_run(results_dir):
-    measurements = []
-    for config in gpu.plan_matrix():
-        ms = FAKE_MS[config["variant"]]
-        measurements.append(dict(config, note="", expected_to_match_eager=config["precision"] == "fp32",
-                                 median_ms=ms, min_ms=ms * 0.98, max_ms=ms * 1.05, q1_ms=ms * 0.99,
-                                 q3_ms=ms * 1.01, repeats=50, warmup=20, compile_s=12.0 if "compile" in config["mode"] else 0.1,
-                                 second_call_s=0.4 if config["mode"] in ("compile_reduce_overhead", "compile_max_autotune") else "",
-                                 max_abs_diff=1e-5 if config["precision"] == "fp32" else 2e-3,
-                                 same_output=config["precision"] == "fp32", same_peaks=True))
-    profile = gp._summarize_kernels([("aten::cudnn_convolution", "sm90_xmma_fprop", 0, 800),
-                                     ("aten::cudnn_batch_norm", "bn_fw_inf", 800, 1100),
-                                     ("aten::copy_", "direct_copy_kernel", 1100, 1200)], wall_ms=1.3)
-    rows = gpu._build_rows(measurements, {"fp32_eager_nchw": profile})
-    return gp.write_results(gpu.KIND, rows, fake_env(), results_dir, FAKE_GPU)
+    rows = pd.DataFrame([row for c in gpu.plan_matrix() for row in timed(
+        FAKE_MS[c["variant"]], **c, record="variant", expected_to_match_eager=c["precision"] == "fp32",
+        compile_s=12.0 if "compile" in c["mode"] else 0.1,
+        second_call_s=0.4 if c["mode"] in ("compile_reduce_overhead", "compile_max_autotune") else None,
+        max_abs_diff=1e-5 if c["precision"] == "fp32" else 2e-3, same_output=c["precision"] == "fp32",
+        same_peaks=True)]).sort_values("run", kind="stable")
+    profile = pd.DataFrame(gp._summarize_kernels([("aten::cudnn_convolution", "sm90_xmma_fprop", 0, 800),
+                                                  ("aten::cudnn_batch_norm", "bn_fw_inf", 800, 1100),
+                                                  ("aten::copy_", "direct_copy_kernel", 1100, 1200)], wall_ms=1.3))
+    profile = profile.assign(record="profile", variant="fp32_eager_nchw", precision="fp32")
+    return gp.write_results(gpu.KIND, pd.concat([profile, rows]), fake_env(), results_dir, FAKE_GPU)
 
 
 def write_fake_tensorrt_run(results_dir):
-    rows = []
-    for variant, ms, extra in [("eager_fp32", 12.345, {"precision": "fp32", "same_output": True}),
-                               ("eager_fp16_half", 6.111, {"precision": "fp16", "fp16_method": "model.half()"}),
-                               ("ort_cuda_fp32", 10.222, {"precision": "fp32", "same_output": True}),
-                               ("ort_tensorrt_fp16", 2.333, {"precision": "fp16", "compile_s": 40.0,
-                                                             "engine_cache": "built (empty per-run cache folder)"}),
-                               ("tensorrt_fp16", 1.987, {"precision": "fp16", "compile_s": 35.0,
-                                                         "build_s_timing_cache": 9.0, "trt_typing": "strong"})]:
-        row = trt._blank_row(variant, False)
-        row.update(extra, median_ms=ms, min_ms=ms, max_ms=ms, q1_ms=ms, q3_ms=ms, repeats=50, warmup=20,
-                   device="cuda", max_abs_diff=1e-3, same_peaks=True, stream="dedicated")
-        rows.append(row)
-    skipped = trt._blank_row("tensorrt_int8_qdq", False)
-    skipped["note"] = "skipped: TensorRT takes only symmetric INT8 Q/DQ"
-    return gp.write_results(trt.KIND, trt._finish_rows(rows + [skipped]), fake_env(), results_dir, FAKE_GPU)
+    rows = [row for variant, ms, extra in [
+        ("eager_fp32", 12.345, {"precision": "fp32", "same_output": True, "speedup_vs_eager": 1.0}),
+        ("eager_fp16_half", 6.111, {"precision": "fp16", "fp16_method": "model.half()"}),
+        ("ort_cuda_fp32", 10.222, {"precision": "fp32", "same_output": True}),
+        ("ort_tensorrt_fp16", 2.333, {"precision": "fp16", "compile_s": 40.0,
+                                      "engine_cache": "built (empty per-run cache folder)"}),
+        ("tensorrt_fp16", 1.987, {"precision": "fp16", "compile_s": 35.0, "build_s_timing_cache": 9.0,
+                                  "trt_typing": "strong"}),
+        ("tensorrt_int8_qdq", float("nan"), {"precision": "int8",
+                                             "note": "skipped: TensorRT takes only symmetric INT8 Q/DQ"})]
+        for row in timed(ms, variant=variant, max_abs_diff=1e-3, same_peaks=True, stream="dedicated", **extra)]
+    frame = pd.DataFrame(rows).sort_values("run", kind="stable")
+    return gp.write_results(trt.KIND, frame, fake_env(), results_dir, FAKE_GPU)
 
 
 LAB_TAG = "lab-path"

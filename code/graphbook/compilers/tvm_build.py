@@ -1,9 +1,9 @@
-"""What TVM's build choices cost on a CPU: targets, a census of the generated code, per-run speed-ups (Chapter 3)."""
+"""What TVM's build choices cost on a CPU: targets, a census of the generated code, busy cores (Chapter 3)."""
 from __future__ import annotations
 
 import re
 import time
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable
 
 from graphbook.measure import timing
 
@@ -57,18 +57,6 @@ def timed_with_cores(fn: Callable[[], object], *, warmup: int, repeats: int, thr
     result = timing.time_cpu(fn, warmup=warmup, repeats=repeats, threads=threads)
     busy = (time.process_time() - cpu_start) / (time.perf_counter() - wall_start)
     return {**result.as_dict(), "busy_cores": round(busy, 2)}
-
-
-def add_speedups(rows: Iterable[dict], baselines: Mapping[str, str] = SPEEDUP_BASELINES) -> list[dict]:
-    """Copies of ``rows`` with one speed-up column per baseline: that eager variant's median over the row's, in
-    the same ``run`` (Chapter 3). A run without the baseline (or a row without a median) gets ``""``."""
-    rows = [dict(row) for row in rows]
-    medians = {(row.get("run"), row["variant"]): row["median_ms"] for row in rows if row.get("median_ms")}
-    for row in rows:
-        for column, baseline in baselines.items():
-            reference = medians.get((row.get("run"), baseline))
-            row[column] = round(reference / row["median_ms"], 4) if reference and row.get("median_ms") else ""
-    return rows
 
 
 def tune(mod, target, *, trials: int, build_timeout: int, work_dir: str):

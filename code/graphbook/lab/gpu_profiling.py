@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+import pandas as pd
 import torch
 from torch._inductor.utils import is_big_gpu
 from torch.profiler import ProfilerActivity, profile
@@ -17,10 +18,11 @@ from torch.profiler import ProfilerActivity, profile
 from graphbook.measure.compiletime import run_tagged_child
 from graphbook.measure.environment import fingerprint
 from graphbook.measure.warmup import tiny_clip_net
+from graphbook.method.variants import VariantUnavailable
 from graphbook.model import blurball
 from graphbook.paths import DATA_DIR
 from graphbook.record import results
-from graphbook.teach.profiling import CATEGORIES, cpu_op_units, device_kind as _device_kind, is_annotation, op_category
+from graphbook.runtimes.profiling import CATEGORIES, cpu_op_units, device_kind as _device_kind, is_annotation, op_category
 
 #: Inductor marks CUDA-graph modes by these ``torch.compile`` mode names.
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -74,20 +76,32 @@ def environment(smoke: bool, weights: str = "seeded-random", **extra) -> dict:
     """The run's provenance: the fingerprint, the GPU's SM count, the weights and ``extra`` fields."""
     on_gpu = torch.cuda.is_available() and not smoke
     return {**fingerprint(), "gpu_sm_count": int(torch.cuda.get_device_properties(0).multi_processor_count)
-            if on_gpu else "", "weights": "smoke stand-in model" if smoke else weights, **extra}
+            if on_gpu else None, "weights": "smoke stand-in model" if smoke else weights, "smoke": bool(smoke),
+            "device": "cpu" if smoke else "cuda", **extra}
 
 
-def failure_note(error: BaseException) -> str:
-    """The ``note`` of a variant whose build or run raised: its type and first line."""
-    first_line = str(error).splitlines()[0] if str(error) else ""
-    return f"failed: {type(error).__name__}: {first_line}"[:300]
+def lab_builder(build: Callable[[], tuple[Callable[[], object], dict]]) -> Callable[[], tuple[Callable, dict]]:
+    """A ``build_check_time`` builder from ``build() -> (call, columns)``, whose ``call()`` runs on its own input (FP16,
+    channels-last, an IO binding). An error becomes the rows' note ``skipped: failed: <type>: <first line>``: one
+    failing variant must not lose the others' results."""
+    def builder():
+        try:
+            call, columns = build()
+        except VariantUnavailable:
+            raise
+        except Exception as error:  # a lab run records what worked and says what did not
+            first_line = str(error).splitlines()[0] if str(error) else ""
+            raise VariantUnavailable(f"failed: {type(error).__name__}: {first_line}"[:300]) from error
+        return (lambda _x: call()), columns
+    return builder
 
 
-def failed_variants(rows: list[dict]) -> list[str]:
-    """Variants whose build or run raised (note ``failed: ...``), or that were expected to match eager FP32 and did
-    not (``same_output`` False); FP16 variants are recorded with their difference, never expected to match."""
-    return [r["variant"] for r in rows if str(r["note"]).startswith("failed")
-            or (r["expected_to_match_eager"] is True and r["same_output"] is False)]
+def failed_variants(frame: pd.DataFrame) -> list[str]:
+    """Variants whose build or run raised (note ``[skipped: ]failed: ...``), or that were expected to match eager FP32
+    and did not (``same_output`` False); FP16 variants are recorded with their difference, never expected to match."""
+    failed = frame["note"].fillna("").str.match(r"(skipped: )?failed") | (
+        frame["expected_to_match_eager"].eq(True) & frame["same_output"].eq(False))
+    return list(frame.loc[failed, "variant"].unique())
 
 
 def _device_slug(name: str) -> str:
@@ -96,9 +110,10 @@ def _device_slug(name: str) -> str:
     return slug or "unknown-gpu"
 
 
-def write_results(kind: str, rows: list[dict], env: dict, results_dir: Path | None, device_name: str) -> Path:
-    """Write rows to a new ``<kind>-<device>-<date>[-N].csv``; never an existing file (Chapters 4 and 5)."""
-    return results.write_run(kind, rows, env, results_dir=results_dir, tag=_device_slug(device_name))
+def write_results(kind: str, frame: pd.DataFrame, env: dict, results_dir: Path | None, device_name: str) -> Path:
+    """Write a run's frame to a new ``<kind>-<device>-<date>[-N].csv``, one run id per timed run; never an existing
+    file (Chapters 4 and 5)."""
+    return results.write_run(kind, frame, env, results_dir=results_dir, tag=_device_slug(device_name), per_run=True)
 
 
 def synchronizer(device: str) -> Callable[[], object]:
@@ -199,7 +214,7 @@ def stream_handle(stream) -> int:
 def autotune_verdict() -> dict:
     """SM count and Inductor's ``is_big_gpu`` verdict of GPU 0 for a max-autotune row (Chapter 5)."""
     if not torch.cuda.is_available():
-        return {"sm_count": "", "inductor_is_big_gpu": ""}
+        return {"sm_count": None, "inductor_is_big_gpu": None}
 
     sms = int(torch.cuda.get_device_properties(0).multi_processor_count)
     try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from graphbook.lab import gpu_profiling as gp
@@ -21,9 +22,11 @@ from graphbook.lab.tensorrt_engines import (
     tensorrt_qdq_problem,
     tensorrt_runner,
 )
-from graphbook.measure import timing
+from graphbook.method.bench import build_check_time
+from graphbook.method.variants import VariantUnavailable
 from graphbook.record.cli import comma_choices, make_parser, positive_int
-from graphbook.runtimes import correctness, onnx_utils as ou, quantization
+from graphbook.runtimes import onnx_utils as ou
+from graphbook.int8 import quantization
 from graphbook.runtimes.onnx_utils import CUDA_PROVIDER, TENSORRT_PROVIDER, available_providers
 
 PROG = "gpu_tensorrt.py"
@@ -33,18 +36,14 @@ VARIANTS = ("eager_fp32", "eager_fp16_half", "ort_cuda_fp32", "ort_tensorrt_fp16
 SMOKE_GPU_ONLY = "smoke run on the CPU: this variant needs the GPU"
 #: Chapter 4's calibration: three synthetic inputs with these seeds.
 CALIBRATION_SEEDS = (100, 101, 102)
-COLUMNS = ["variant", "description", "precision", "fp16_method", "runtime", "runtime_version", "stream",
-           "median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats", "warmup", "device",
-           "speedup_vs_eager", "expected_to_match_eager", "max_abs_diff", "relative_diff", "same_output",
-           "same_peak_frames", "peak_frames", "same_peaks", "compile_s", "build_s_timing_cache",
-           "timing_cache_bytes", "engine_cache", "trt_typing", "engine_bytes", "qdq_source", "note", "smoke"]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     """``gpu_tensorrt.py``'s options (Chapter 4); bad values exit 2 with one line on stderr."""
     parser = make_parser(PROG, "BlurBall on ONNX Runtime's GPU providers and TensorRT (Chapter 4).")
     parser.add_argument("--variants", type=comma_choices(VARIANTS, "variant"), default=VARIANTS,
-                        help=f"comma-separated subset of {','.join(VARIANTS)}")
+                        help=f"comma-separated subset of {','.join(VARIANTS)}; eager_fp32, the reference, "
+                             "always runs")
     parser.add_argument("--warmup", type=positive_int, default=20)
     parser.add_argument("--repeats", type=positive_int, default=50)
     parser.add_argument("--workdir", type=Path, default=None,
@@ -89,25 +88,9 @@ def _engine_cache_state(cache_dir: Path) -> str:
 
 # ---- The run
 
-def _blank_row(variant: str, smoke: bool) -> dict:
-    """A row of :data:`COLUMNS` for ``variant``, every measurement empty (Chapter 4)."""
-    row = {c: "" for c in COLUMNS}
-    row.update(variant=variant, smoke=bool(smoke))
-    return row
-
-
-def _finish_rows(rows: list[dict]) -> list[dict]:
-    """Speed-ups over eager FP32 (same run) and every column of :data:`COLUMNS` in every row (Chapter 4)."""
-    eager = next((r["median_ms"] for r in rows if r["variant"] == "eager_fp32" and r["median_ms"] != ""), None)
-    rows = [{c: row.get(c, "") for c in COLUMNS} for row in rows]
-    for row in rows:
-        if eager and row["median_ms"] != "":
-            row["speedup_vs_eager"] = eager / row["median_ms"]
-    return rows
-
-
-def measure(args, status, log=print) -> list[dict]:
-    """Measure every requested variant; one row each, measured or with the reason it was not (Chapter 4)."""
+def measure(args, status, log=print) -> pd.DataFrame:
+    """Build and check every requested variant (and eager FP32, the reference), then time them all on a dedicated
+    stream in the run protocol; a variant that cannot run here is a row saying why (Chapter 4)."""
     smoke = args.smoke
     device = "cpu" if smoke else "cuda"
     model, x = gp.model_and_input(smoke, device)
@@ -117,53 +100,13 @@ def measure(args, status, log=print) -> list[dict]:
         reference = model(x).float()
     x16 = x.half().contiguous()
     stream = torch.cuda.Stream() if device == "cuda" else None
-    rows: list[dict] = []
-
-    def stream_context():
-        if stream is None:
-            return contextlib.nullcontext()
-        stream.wait_stream(torch.cuda.current_stream())  # inputs written on the default stream first
-        return torch.cuda.stream(stream)
-
-    def record(row, run, expected_to_match):
-        """Check ``run()`` against eager FP32, then time it on the variant's stream."""
-        with stream_context(), torch.no_grad():
-            output = run()
-            gp.synchronizer(device)()
-            check = correctness.compare_to_reference(output.float(), reference)
-            result = timing.time_cpu(run, warmup=args.warmup, repeats=args.repeats)  # the Timer syncs CUDA
-        check.pop("reference_scale", None)
-        row.update(check, expected_to_match_eager=expected_to_match, device=device, **result.as_dict())
-        log(f"{row['variant']:>28s}: median {result.median_ms:8.3f} ms  max|diff| {check['max_abs_diff']:.2e}  "
-            f"peaks {check.get('same_peak_frames')}/{check.get('peak_frames')}")
-
-    def attempt(variant, body, **fields):
-        if variant not in args.variants:
-            return
-        row = _blank_row(variant, smoke)
-        row.update(fields)
-        try:
-            body(row)
-        except Exception as error:  # a lab run records what worked and says what did not
-            row["note"] = gp.failure_note(error)
-            log(f"{variant}: FAILED: {row['note']}")
-        rows.append(row)
-
-    def skip(row, reason):
-        row["note"] = f"skipped: {reason}"
-        log(f"{row['variant']}: {row['note']}")
-
-    attempt("eager_fp32", lambda row: record(row, lambda: model(x), True), description="eager PyTorch, FP32",
-            precision="fp32", runtime="torch", runtime_version=torch.__version__)
-    attempt("eager_fp16_half", lambda row: record(row, lambda: model16(x16), False),
-            description="eager PyTorch, model.half() and input in FP16", precision="fp16", fp16_method=gp.FP16_HALF,
-            runtime="torch", runtime_version=torch.__version__)
+    out_shape = tuple(reference.shape)
 
     with contextlib.ExitStack() as stack:
         base = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-trt-")))
         workdir = Path(base) / dt.datetime.now(dt.timezone.utc).strftime("run-%Y%m%dT%H%M%S%fZ")
         workdir.mkdir(parents=True)
-        builders = {
+        exports = {
             "fp32": lambda: ou.export_onnx(model, x, workdir / "blurball_fp32.onnx"),
             "fp16": lambda: ou.export_onnx(model16, x16, workdir / "blurball_fp16.onnx"),
             "qdq_ch4": lambda: args.qdq_model or quantization.quantize_qdq(
@@ -174,32 +117,29 @@ def measure(args, status, log=print) -> list[dict]:
 
         @functools.cache  # each file is built once, when a variant first needs it
         def onnx_file(kind):
-            return builders[kind]()
+            return exports[kind]()
 
-        out_shape = tuple(reference.shape)
-
-        def ort_cuda(row):
+        def ort_cuda():
             if smoke:  # the same session, binding and check, on the provider a CPU has
                 session = ou.make_session(onnx_file("fp32"), level="all", threads=2, providers=[ou.CPU_PROVIDER])
-                row.update(note="smoke: CPUExecutionProvider stands in for CUDA", stream="none (CPU)")
-                record(row, _ort_runner(session, x, out_shape, torch.float32, device="cpu"), True)
-                return
+                return _ort_runner(session, x, out_shape, torch.float32, device="cpu"), {
+                    "note": "smoke: CPUExecutionProvider stands in for CUDA", "stream": "none (CPU)"}
             if not status.ort_cuda:
-                return skip(row, "ONNX Runtime has no CUDAExecutionProvider here (install onnxruntime-gpu)")
+                raise VariantUnavailable("ONNX Runtime has no CUDAExecutionProvider here (install onnxruntime-gpu)")
             session = ou.make_session(onnx_file("fp32"), level="all", threads=1, providers=[ou.CUDA_PROVIDER],
                                       provider_options=[_ort_stream_options(stream)])
             if session.get_providers()[0] != ou.CUDA_PROVIDER:
                 raise RuntimeError(f"session fell back to {session.get_providers()}")
-            record(row, _ort_runner(session, x, out_shape, torch.float32), True)
+            return _ort_runner(session, x, out_shape, torch.float32), {}
 
-        def ort_tensorrt(row):
+        def ort_tensorrt():
             if smoke:
-                return skip(row, SMOKE_GPU_ONLY)
+                raise VariantUnavailable(SMOKE_GPU_ONLY)
             if not status.ort_tensorrt:
-                return skip(row, "ONNX Runtime has no TensorrtExecutionProvider here")
+                raise VariantUnavailable("ONNX Runtime has no TensorrtExecutionProvider here")
             cache = workdir / "ort_trt_cache"
             cache.mkdir(parents=True, exist_ok=True)
-            row["engine_cache"] = _engine_cache_state(cache)
+            state = _engine_cache_state(cache)
             options = {**_ort_stream_options(stream), "trt_engine_cache_enable": "True",
                        "trt_engine_cache_path": str(cache)}
             start = time.perf_counter()
@@ -209,60 +149,64 @@ def measure(args, status, log=print) -> list[dict]:
             if session.get_providers()[0] != ou.TENSORRT_PROVIDER:
                 raise RuntimeError(f"session fell back to {session.get_providers()}")
             run = _ort_runner(session, x16, out_shape, torch.float16)
-            with stream_context():
-                run()  # the TensorRT provider builds its engine on the first run
-                torch.cuda.synchronize()
-            row["compile_s"] = time.perf_counter() - start
-            record(row, run, False)
+            run()  # the TensorRT provider builds its engine on the first run
+            torch.cuda.synchronize()
+            return run, {"compile_s": time.perf_counter() - start, "engine_cache": state}
 
-        def tensorrt_build_and_run(row, onnx_path, int8=False):
-            if not status.tensorrt:
-                return skip(row, "the tensorrt Python package is not installed (or there is no CUDA device)")
-            import tensorrt as trt
-
-            first = build_tensorrt_engine(trt, onnx_path, args.workspace_mib, int8=int8)
-            second = build_tensorrt_engine(trt, onnx_path, args.workspace_mib, timing_cache=first.timing_cache,
-                                           int8=int8)
-            row.update(runtime_version=trt.__version__, compile_s=first.build_s,
-                       build_s_timing_cache=second.build_s, timing_cache_bytes=len(first.timing_cache),
-                       trt_typing=first.typing, engine_bytes=first.plan_bytes)
-            record(row, tensorrt_runner(trt, second.engine, x, stream), False)
-
-        def tensorrt_fp16(row):
-            path = onnx_file("fp16")  # exported in the smoke run too: the export path is part of the check
-            if smoke:
-                return skip(row, SMOKE_GPU_ONLY)
-            tensorrt_build_and_run(row, path)
-
-        def tensorrt_qdq(kind):
-            def body(row):
+        def tensorrt_engine(kind):
+            def build():
                 try:
-                    path = onnx_file(kind)
+                    path = onnx_file(kind)  # exported in the smoke run too: the export path is part of the check
                 except Exception as error:  # quantization tooling absent or refusing the model
-                    return skip(row, f"no Q/DQ model: {type(error).__name__}: {error}"[:250])
-                row["qdq_source"] = (str(args.qdq_model) if kind == "qdq_ch4" and args.qdq_model
-                                     else "chapter 4's recipe" + ("" if kind == "qdq_ch4" else ", int8 symmetric"))
-                problem = tensorrt_qdq_problem(path)
-                if problem is not None:
-                    return skip(row, problem)
-                if smoke:
-                    return skip(row, SMOKE_GPU_ONLY)
-                tensorrt_build_and_run(row, path, int8=True)
-            return body
+                    if kind == "fp16":
+                        raise
+                    raise VariantUnavailable(f"no Q/DQ model: {type(error).__name__}: {error}"[:250]) from error
+                problem = None if kind == "fp16" else tensorrt_qdq_problem(path)
+                if problem is not None or smoke:
+                    raise VariantUnavailable(problem or SMOKE_GPU_ONLY)
+                if not status.tensorrt:
+                    raise VariantUnavailable("the tensorrt Python package is not installed (or there is no CUDA "
+                                             "device)")
+                import tensorrt as trt
 
-        attempt("ort_cuda_fp32", ort_cuda, description="ONNX Runtime, CUDA provider, FP32, level all",
-                precision="fp32", runtime="onnxruntime", runtime_version=ou.ort_version(), stream="dedicated")
-        attempt("ort_tensorrt_fp16", ort_tensorrt, description="ONNX Runtime, TensorRT provider, FP16 ONNX file",
-                precision="fp16", fp16_method=gp.FP16_ONNX, runtime="onnxruntime",
-                runtime_version=ou.ort_version(), stream="dedicated")
-        attempt("tensorrt_fp16", tensorrt_fp16, description="TensorRT engine from the FP16 ONNX file",
-                precision="fp16", fp16_method=gp.FP16_ONNX, runtime="tensorrt", stream="dedicated")
-        attempt("tensorrt_int8_qdq", tensorrt_qdq("qdq_ch4"), description="TensorRT engine from chapter 4's Q/DQ model",
-                precision="int8", runtime="tensorrt", stream="dedicated")
-        attempt("tensorrt_int8_qdq_symmetric", tensorrt_qdq("qdq_symmetric"),
-                description="TensorRT engine from chapter 4's recipe quantized symmetric int8",
-                precision="int8", runtime="tensorrt", stream="dedicated")
-    return _finish_rows(rows)
+                first = build_tensorrt_engine(trt, path, args.workspace_mib, int8=kind != "fp16")
+                second = build_tensorrt_engine(trt, path, args.workspace_mib, timing_cache=first.timing_cache,
+                                               int8=kind != "fp16")
+                return tensorrt_runner(trt, second.engine, x, stream), dict(
+                    compile_s=first.build_s, build_s_timing_cache=second.build_s,
+                    timing_cache_bytes=len(first.timing_cache), trt_typing=first.typing, engine_bytes=first.plan_bytes)
+            return build
+
+        builds = {"eager_fp32": lambda: (lambda: model(x), {}), "eager_fp16_half": lambda: (lambda: model16(x16), {}),
+                  "ort_cuda_fp32": ort_cuda, "ort_tensorrt_fp16": ort_tensorrt,
+                  "tensorrt_fp16": tensorrt_engine("fp16"), "tensorrt_int8_qdq": tensorrt_engine("qdq_ch4"),
+                  "tensorrt_int8_qdq_symmetric": tensorrt_engine("qdq_symmetric")}
+        tensorrt = dict(runtime="tensorrt", runtime_version=status.tensorrt_version or None)
+        columns = {
+            "eager_fp32": dict(description="eager PyTorch, FP32", precision="fp32", runtime="torch",
+                               runtime_version=torch.__version__),
+            "eager_fp16_half": dict(description="eager PyTorch, model.half() and input in FP16", precision="fp16",
+                                    fp16_method=gp.FP16_HALF, runtime="torch", runtime_version=torch.__version__),
+            "ort_cuda_fp32": dict(description="ONNX Runtime, CUDA provider, FP32, level all", precision="fp32",
+                                  runtime="onnxruntime", runtime_version=ou.ort_version()),
+            "ort_tensorrt_fp16": dict(description="ONNX Runtime, TensorRT provider, FP16 ONNX file", precision="fp16",
+                                      fp16_method=gp.FP16_ONNX, runtime="onnxruntime",
+                                      runtime_version=ou.ort_version()),
+            "tensorrt_fp16": dict(tensorrt, description="TensorRT engine from the FP16 ONNX file", precision="fp16",
+                                  fp16_method=gp.FP16_ONNX),
+            "tensorrt_int8_qdq": dict(tensorrt, description="TensorRT engine from chapter 4's Q/DQ model",
+                                      precision="int8", qdq_source=str(args.qdq_model or "chapter 4's recipe")),
+            "tensorrt_int8_qdq_symmetric": dict(
+                tensorrt, description="TensorRT engine from chapter 4's recipe quantized symmetric int8",
+                precision="int8", qdq_source="chapter 4's recipe, int8 symmetric")}
+        names = dict.fromkeys(["eager_fp32", *args.variants])  # every variant is checked against eager FP32
+        if stream is not None:
+            stream.wait_stream(torch.cuda.current_stream())  # inputs written on the default stream first
+        with torch.no_grad(), torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            return build_check_time(
+                {name: gp.lab_builder(builds[name]) for name in names}, x, reference, log=log, warmup=args.warmup,
+                repeats=args.repeats, columns={name: dict(columns[name], stream="dedicated", expected_to_match_eager=(
+                    columns[name]["precision"] == "fp32")) for name in names})[0]
 
 
 @dataclass

@@ -11,7 +11,7 @@ from onnx import numpy_helper
 from onnxruntime import quantization as quant
 
 from graphbook.lab import gpu_profiling as gp
-from graphbook.runtimes import quantization
+from graphbook.int8 import quantization
 
 
 class EngineBuild:

@@ -53,10 +53,13 @@ def build_check_time(builders: Mapping[str, Callable[[], tuple[Callable, dict]]]
 
 def _timed(built: Mapping[str, Callable], x, *, runs: int = 3, warmup: int = 3, repeats: int = 10,
            interleave: bool = False, threads: Mapping[str, int] | None = None, probe_bytes: int | None = 64 * 2**20,
-           probes: Callable[[], dict] | None = None, log=None) -> list[dict]:
-    """The run protocol over the built versions: one timing mode, the ``copy_`` probe and any ``probes`` per run."""
+           probes: Callable[[], dict] | None = None, measure: Callable[[str, int], dict] | None = None,
+           log=None) -> list[dict]:
+    """The run protocol over the built versions: one timing mode (``measure(name, run_index)``, the caller's, replaces
+    the timing of a name), the ``copy_`` probe and any ``probes`` per run."""
     calls = {name: (lambda run=run: run(x)) for name, run in built.items()}
-    timer = (timing.in_turns(calls, warmup=warmup, repeats=repeats) if interleave
+    timer = ((lambda order, index: {name: measure(name, index) for name in order}) if measure is not None
+             else timing.in_turns(calls, warmup=warmup, repeats=repeats) if interleave
              else timing.one_by_one(calls, warmup=warmup, repeats=repeats, threads=threads))
     copy = timing.copy_probe(probe_bytes) if probe_bytes is not None else None
     probe = (lambda: {**(copy() if copy else {}), **(probes() if probes else {})}) if copy or probes else None
