@@ -75,8 +75,6 @@ def test_verdict_is_cached_per_torch_version_and_cpu_capability(monkeypatch, tmp
     # another CPU capability (e.g. ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine) does not reuse the verdict
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "CAPPED")
     assert mc.freezing_bug_verdict()["source"] == "run now" and len(runs) == 3
-    assert mc.verdict_sentence(first).startswith("still present in torch ")
-    assert mc.verdict_sentence({**first, "present": False}).startswith("fixed in torch ")
 
 
 @pytest.mark.slow

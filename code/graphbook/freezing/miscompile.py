@@ -131,12 +131,6 @@ def freezing_bug_verdict(*, refresh: bool = False, timeout: float = 900, threads
     return {**verdict, "source": "run now"}
 
 
-def verdict_sentence(verdict: dict) -> str:
-    """"still present in torch X" / "fixed in torch X", for prose and asserts (Chapter 3)."""
-    version = str(verdict["torch"]).split("+")[0]
-    return f"still present in torch {version}" if verdict["present"] else f"fixed in torch {version}"
-
-
 # ------------------------------------------------------------------------------- the models checked
 def _load_reproducer():
     """``code/repro_freezing_miscompile.py`` loaded as a module (Chapter 3)."""
