@@ -9,12 +9,8 @@ import torch
 from torch._dynamo.utils import counters
 
 from graphbook.compilers import inductor_tools
-from graphbook.compilers.inductor_tools import (
-    ABLATION_CONFIGS,
-    CAUSE_ABLATION_CONFIGS,
-    UNFUSED_ABLATION_BACKENDS,
-    UNFUSED_ABLATION_CONFIGS,
-)
+from graphbook.compilers.inductor_tools import (ABLATION_CONFIGS, CAUSE_ABLATION_CONFIGS, UNFUSED_ABLATION_BACKENDS,
+                                                UNFUSED_ABLATION_CONFIGS)
 from graphbook.config import SMALL_SIZE
 from graphbook.measure import probes, timing
 from graphbook.measure.environment import fingerprint, set_threads
@@ -46,9 +42,7 @@ def _unique_graphs() -> int:
 
 
 def run(args) -> tuple[object, list[str]]:
-    """Compile and check every requested configuration once, time them all in ``args.runs`` rotated runs
-    (``graphbook.method.bench``), write one new results file. Returns its path and the configurations whose
-    output differs from eager FP32."""
+    """Compile and check every configuration once, time them in rotated runs, write one new file: its path, failures."""
     set_threads(args.threads)
     env = fingerprint(args.threads)
     model = blurball.build_blurball()

@@ -23,8 +23,7 @@ def parse_args(argv=None):
 
 
 def run(args) -> tuple[object, list[str]]:
-    """Build and check every rung once, time them in ``args.runs`` interleaved runs (``graphbook.method.bench``),
-    write one new file. Returns its path and the rungs whose output differs from eager."""
+    """Build and check every rung once, time them in ``args.runs`` runs, write one new file: its path, the failures."""
     set_threads(args.threads)
     env = fingerprint(args.threads)
     model = blurball.build_blurball()

@@ -39,8 +39,6 @@ DEFAULT_VARIANTS = ("eager_fp32", "eager_fp32_channels_last", "eager_bf16_autoca
                     "compile_freezing", "compile_bf16", "compile_freezing_bf16", "compile_freezing_max_autotune",
                     "compile_freezing_max_autotune_bf16", "ort_exporter_optimized_all",
                     "ort_int8_qdq_all", "openvino_fp32", "openvino_bf16", "openvino_int8")
-#: Fastest ball (px per frame) of the clips the trained checkpoint was trained and scored on (as bench_int8.py).
-MAX_SPEED = 30.0
 REFERENCE = registry.REFERENCE
 
 
@@ -108,9 +106,8 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
             print(f"decoded-ball check skipped at {args.height}x{args.width}: {why}", flush=True)
     calibration = None  # training clips, never the held-out ones; made only when an INT8 variant is asked for
     if any(registry.get(name).needs_calibration for name in args.variants):
-        calibration = [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor(
-            [synthetic_clips.training_clip(0, k, args.height, args.width, max_speed=MAX_SPEED)]))
-            for k in range(args.calibration_clips)]
+        calibration = ball.clip_inputs(synthetic_clips.calibration_clips(args.calibration_clips, args.height,
+                                                                         args.width))
     cost = model_cost.model_cost(model, x)
     reference_run = registry.build(REFERENCE, model, x, warm=False).run
     reference = reference_run(x)

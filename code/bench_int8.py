@@ -30,8 +30,6 @@ from graphbook.int8 import int8_decision
 
 PROG = "bench_int8.py"
 
-#: Fastest ball (px per frame) of the training clips and of the held-out clips the checkpoint was scored on.
-MAX_SPEED = 30.0
 SMOKE = {"height": 32, "width": 64, "calibration_clips": 2, "eval_clips": 2, "repeats": 3, "debug_clips": 1}
 
 
@@ -80,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         model = blurball.load_trained_blurball(checkpoint)
         example = torch.zeros(1, 3 * blurball.FRAMES_IN, args.height, args.width)
         fp32_path = onnx_utils.export_onnx(model, example, workdir / "blurball_fp32.onnx")
-        calibration = [synthetic_clips.training_clip(0, k, args.height, args.width, max_speed=MAX_SPEED)
-                       for k in range(args.calibration_clips)]
-        held_out = synthetic_clips.held_out_clips(args.eval_clips, args.height, args.width, max_speed=MAX_SPEED)
+        calibration = synthetic_clips.calibration_clips(args.calibration_clips, args.height, args.width)
+        held_out = synthetic_clips.held_out_clips(args.eval_clips, args.height, args.width,
+                                                  max_speed=synthetic_clips.TRAINED_MAX_SPEED)
         run = int8_matrix.run_matrix(fp32_path, configs, int8_matrix.clip_inputs(calibration), held_out,
                                      workdir=workdir, threads=args.threads, repeats=args.repeats,
                                      log=lambda message: print(message, flush=True))

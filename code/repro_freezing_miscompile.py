@@ -9,19 +9,13 @@ branches is then finished by a generated C++ kernel that reads that buffer. With
 that kernel is fused with the kernel that produces another branch and is emitted *before* the in-place
 call: it reads the buffer before the convolution has been added, so one of the three summands is
 silently dropped. With ``max_fusion_size=1`` (no scheduler fusion) the order is right and the output
-matches eager.
-
-The model below is a small HRNet (the BlurBall ball detector's architecture: stem, bottleneck, three
-multi-resolution stages with squeeze-and-excitation blocks, one block per branch), random weights and
-random batch-norm statistics, eval mode, batch 1, float32.
+matches eager. The model below is a small HRNet (BlurBall's architecture), random weights, eval mode, float32.
 
 Run::
 
     python repro_freezing_miscompile.py              # exit 1 while the bug is present, 0 when fixed
     python repro_freezing_miscompile.py --threads 2 --height 32 --width 64
 
-Prints the versions, the command, the expected (eager) and actual (compiled, freezing) outputs, the
-largest absolute difference, and the same comparison with ``max_fusion_size=1``.
 Exit status: 0 compiled output matches eager; 1 it does not (the bug); 2 bad arguments.
 """
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """Serve the BlurBall ball detector over HTTP, warming up batch sizes 1, 2, 3 before reporting ready.
-
-Usage, the HTTP interface and the exit statuses: docs/serving.md.
-"""
+Usage, the HTTP interface and the exit statuses: docs/serving.md."""
 from __future__ import annotations
 
 import argparse

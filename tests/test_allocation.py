@@ -5,7 +5,7 @@ import pytest
 from graphbook.teach import allocation
 
 
-def test_minor_page_faults_ignores_other_threads(monkeypatch):
+def test_minor_page_faults_ignore_other_threads_and_allocator_runs_alternate_which_goes_first(monkeypatch):
     import resource
 
     if allocation.minor_page_faults(lambda: None) is None:
@@ -15,9 +15,6 @@ def test_minor_page_faults_ignores_other_threads(monkeypatch):
     counts = iter([0, 900, 900, 1800, 1800, 1803, 1803, 2700, 2700, 3600, 3600])
     monkeypatch.setattr(resource, "getrusage", lambda who: type("R", (), {"ru_minflt": next(counts)})())
     assert allocation.minor_page_faults(lambda: None, calls=3, trials=5) == 1.0
-
-
-def test_allocator_runs_alternate_which_allocator_goes_first(monkeypatch):
     calls = []
 
     def fake(n_elements, threads, repeats, swap=False):

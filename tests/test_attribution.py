@@ -31,7 +31,7 @@ def test_dead_outputs_skipped_keep_the_logits_and_drop_three_fuse_layers():
     assert any(name.startswith(blurball.DEAD_MODULE_PREFIXES) for name, _ in model.named_modules())
 
 
-def test_steps_telescope_to_the_total_and_the_residual_is_one_when_runs_agree():
+def test_steps_telescope_to_the_total_and_a_residual_appears_only_when_runs_disagree():
     steps, total = attribution.ladder(ladder_rows([[400, 200, 160, 150, 100]] * 3))
     assert [s.rung for s in steps] == list(attribution.RUNGS)
     assert [round(s.step, 3) for s in steps[1:]] == [2.0, 1.25, round(160 / 150, 3), 1.5]
@@ -39,18 +39,20 @@ def test_steps_telescope_to_the_total_and_the_residual_is_one_when_runs_agree():
     assert total["product"] == pytest.approx(4.0)
     assert total["residual"] == pytest.approx(1.0)
     assert total["runs"] == 3
-
-
-def test_a_residual_appears_when_the_runs_disagree():
-    # medians of the steps need not multiply to the median of the totals: the gap is shown, not hidden
+    # when runs disagree, medians of the steps need not multiply to the median of the totals: the gap is shown
     _, total = attribution.ladder(ladder_rows([[400, 200, 160, 150, 100], [400, 400, 160, 150, 100],
                                                [400, 400, 320, 150, 100]]))
     assert total["product"] == pytest.approx(2.0)
     assert total["residual"] == pytest.approx(2.0)
     assert total["total"] == pytest.approx(4.0)
+    rows = [{"run_id": f"o/r{run}", "variant": v, "median_ms": ms, **MACHINE_A}
+            for run in (1, 2, 3) for v, ms in zip(attribution.ORT_RUNGS, (600, 300, 280, 250, 150, 150))]
+    steps, total = attribution.ladder(pd.DataFrame(rows), rungs=attribution.ORT_RUNGS)
+    assert [s.cause for s in steps[1:]][2] == attribution.ORT_CAUSES["ort_extended"]
+    assert total["total"] == pytest.approx(4.0) and total["residual"] == pytest.approx(1.0)
 
 
-def test_a_ladder_never_mixes_machines():
+def test_a_ladder_never_mixes_machines_and_the_recorded_one_leaves_loaded_runs_out(tmp_path):
     frame = pd.concat([ladder_rows([[400, 200, 160, 150, 100]] * 3),
                        ladder_rows([[800, 400, 320, 300, 100]] * 3, MACHINE_B, prefix="g")])
     with pytest.raises(runs.MixedMachines, match="2 machines"):
@@ -60,12 +62,21 @@ def test_a_ladder_never_mixes_machines():
     assert total["total"] == pytest.approx(8.0) and total["machine"] == label
     with pytest.raises(ValueError, match="no rows of machine"):
         attribution.ladder(frame, machine="a CPU nobody recorded")
+    with pytest.raises(ValueError, match="BN folded"):  # a missing rung is named
+        attribution.ladder(frame[frame.variant != attribution.BN_FOLDED], machine=label)
+    from graphbook.record import results
 
-
-def test_a_missing_rung_is_named():
-    frame = ladder_rows([[400, 200, 160, 150, 100]] * 3)
-    with pytest.raises(ValueError, match="BN folded"):
-        attribution.ladder(frame[frame.variant != attribution.BN_FOLDED])
+    quiet = ladder_rows([[400, 200, 160, 150, 100]] * 3)
+    loaded = ladder_rows([[4000, 2000, 1600, 1500, 500]], prefix="z")  # every rung slow: a loaded run
+    other = ladder_rows([[800, 400, 320, 300, 100]] * 3, MACHINE_B, prefix="g")
+    for name, frame in (("a", quiet), ("b", loaded), ("c", other)):
+        frame = frame.assign(height=288, run=1)
+        frame.to_csv(tmp_path / f"cpu-attribution-2026-12-0{'abc'.index(name) + 1}.csv", index=False)
+    assert results.load("attribution", tmp_path)["run_id"].nunique() == 7
+    steps, summary, rows = attribution.recorded_ladder(here=MACHINE_A, results_dir=tmp_path)
+    assert summary["machine"] == runs.machine_label(MACHINE_A)
+    assert summary["total"] == pytest.approx(4.0) and summary["runs"] == 3
+    assert attribution.recorded_ladder(here=MACHINE_A, height=96, results_dir=tmp_path) is None
 
 
 def test_waterfall_ends_at_the_product_and_refuses_bad_steps():
@@ -85,9 +96,8 @@ def test_waterfall_ends_at_the_product_and_refuses_bad_steps():
 @pytest.fixture(scope="module")
 @slow_fixture
 def rungs():
-    """BlurBall at 32x64, its eager output, every rung's runner, and the Inductor settings each compiled rung
-    ran under: ``torch.compile`` is replaced by a stand-in that records them (the real compiles, and their
-    check against eager, are what bench_attribution.py does before it times anything)."""
+    """BlurBall at 32x64, its eager output, every rung's runner, and the Inductor settings each compiled rung ran
+    under, recorded by a stand-in for ``torch.compile`` (bench_attribution.py compiles and checks the real ones)."""
     import torch._inductor.config as config
 
     seen = {}
@@ -106,18 +116,14 @@ def rungs():
     return x, reference, attribution.build_rungs(model, x, compile=fake_compile), seen
 
 
-def test_every_hand_made_rung_matches_eager(rungs):
-    from graphbook import checks
-
-    x, reference, runners, _ = rungs
-    for name in [r for r in attribution.RUNGS if r != attribution.INDUCTOR]:
-        assert checks.compare_to_reference(runners[name](x), reference)["same_output"], name
-
-
-def test_each_compiled_rung_runs_under_its_own_inductor_settings(rungs):
+def test_hand_made_rungs_match_eager_and_compiled_ones_run_under_their_own_inductor_settings(rungs):
     import torch._inductor.config as config
 
-    x, _, runners, seen = rungs
+    from graphbook import checks
+
+    x, reference, runners, seen = rungs
+    for name in [r for r in attribution.RUNGS if r != attribution.INDUCTOR]:
+        assert checks.compare_to_reference(runners[name](x), reference)["same_output"], name
     assert list(runners)[:len(attribution.RUNGS)] == list(attribution.RUNGS)
     settings = {}
     for name in [attribution.INDUCTOR, *attribution.INDUCTOR_WITHOUT]:
@@ -130,27 +136,3 @@ def test_each_compiled_rung_runs_under_its_own_inductor_settings(rungs):
                         "Inductor without layout optimization": (False, False, False),
                         "Inductor without generated code": (False, default_layout, True)}
     assert len(seen) == 3  # one compiled copy per setting, never a shared cache entry
-
-
-def test_the_same_ladder_reads_onnx_runtimes_levels():
-    rows = [{"run_id": f"o/r{run}", "variant": v, "median_ms": ms, **MACHINE_A}
-            for run in (1, 2, 3) for v, ms in zip(attribution.ORT_RUNGS, (600, 300, 280, 250, 150, 150))]
-    steps, total = attribution.ladder(pd.DataFrame(rows), rungs=attribution.ORT_RUNGS)
-    assert [s.cause for s in steps[1:]][2] == attribution.ORT_CAUSES["ort_extended"]
-    assert total["total"] == pytest.approx(4.0) and total["residual"] == pytest.approx(1.0)
-
-
-def test_the_recorded_ladder_keeps_one_machine_and_leaves_loaded_runs_out(tmp_path):
-    from graphbook.record import results
-
-    quiet = ladder_rows([[400, 200, 160, 150, 100]] * 3)
-    loaded = ladder_rows([[4000, 2000, 1600, 1500, 500]], prefix="z")  # every rung slow: a loaded run
-    other = ladder_rows([[800, 400, 320, 300, 100]] * 3, MACHINE_B, prefix="g")
-    for name, frame in (("a", quiet), ("b", loaded), ("c", other)):
-        frame = frame.assign(height=288, run=1)
-        frame.to_csv(tmp_path / f"cpu-attribution-2026-12-0{'abc'.index(name) + 1}.csv", index=False)
-    assert results.load("attribution", tmp_path)["run_id"].nunique() == 7
-    steps, summary, rows = attribution.recorded_ladder(here=MACHINE_A, results_dir=tmp_path)
-    assert summary["machine"] == runs.machine_label(MACHINE_A)
-    assert summary["total"] == pytest.approx(4.0) and summary["runs"] == 3
-    assert attribution.recorded_ladder(here=MACHINE_A, height=96, results_dir=tmp_path) is None

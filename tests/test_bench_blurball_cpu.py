@@ -1,6 +1,5 @@
-"""Tests of code/bench_blurball_cpu.py (its main(argv), in this process) and of the library it uses:
-graphbook.runtimes.profiling (profile grouping, derived columns) and graphbook.measure.probes.bf16_support. No
-torch.compile here: compiles take minutes on a shared 2-core machine."""
+"""Tests of code/bench_blurball_cpu.py (its main(argv), in this process, never compiling) and of
+graphbook.runtimes.profiling."""
 import csv
 
 import pytest
@@ -21,8 +20,7 @@ def _event(name, start, end, children=()):
 
 
 def test_op_units_take_nested_ops_of_one_category_as_one_and_split_off_casts():
-    """conv2d under autocast (its casts inside it) and a slow conv with an internal copy_: each
-    convolution is one unit whose time excludes the casts and copies nested in it."""
+    """conv2d under autocast and a slow conv with an inner copy_: one unit each, without the casts and copies."""
     copy = _event("aten::copy_", 2, 4)
     to_copy = _event("aten::_to_copy", 1, 5, [_event("aten::empty_strided", 1, 2), copy])
     mkldnn = _event("aten::mkldnn_convolution", 6, 9)
@@ -40,9 +38,6 @@ def test_op_units_take_nested_ops_of_one_category_as_one_and_split_off_casts():
         ("aten::conv2d", "convolution", 9), ("aten::copy_", "cast/copy", 1), ("aten::relu", "elementwise", 2)]
     by = {g["category"]: g for g in profiling._group_profile((u["name"], u["us"]) for u in units)}
     assert (by["convolution"]["ops"], by["cast/copy"]["ops"], by["elementwise"]["ops"]) == (2, 2, 1)
-
-
-def test_group_profile():
     groups = profiling._group_profile([("aten::conv2d", 600.0), ("aten::conv2d", 200.0),
                                       ("aten::batch_norm", 100.0), ("aten::relu_", 50.0), ("aten::mean", 50.0)])
     by = {g["category"]: g for g in groups}
@@ -76,7 +71,7 @@ def test_rates_take_the_peak_of_each_rows_precision_from_its_own_run():
     assert rows["run"].tolist() == [1, 1, 1, 1, 2, 2] and "matmul_fp32" not in rows
 
 
-def test_bf16_autocast_weight_casts_are_cast_copy_not_convolution():
+def test_bf16_autocast_weight_casts_are_cast_copy_and_the_profiler_banner_is_silenced(capfd):
     import torch
 
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
@@ -85,11 +80,15 @@ def test_bf16_autocast_weight_casts_are_cast_copy_not_convolution():
                                                                       autocast_dtype=torch.bfloat16)}
     assert bf16["convolution"] == fp32["convolution"] == 1 and fp32["batch_norm"] == fp32["elementwise"] == 1
     assert bf16["cast/copy"] >= fp32["cast/copy"] + 2  # the weight and bias cast at least, every forward
-
-
-def test_bf16_support_gives_a_reason():
     supported, reason = probes.bf16_support()
     assert isinstance(supported, bool) and reason
+    import os
+
+    with profiling.without_profiler_banner():
+        os.write(2, b"USDT: profiler_start\n")
+    os.write(2, b"after\n")
+    err = capfd.readouterr().err
+    assert "USDT" not in err and "after" in err
 
 
 @pytest.mark.slow
@@ -140,8 +139,6 @@ def test_lower_precision_rows_carry_the_decoded_ball_and_what_openvino_ran(tmp_p
     assert rows["openvino_fp32"]["weights"] == "trained" and rows["openvino_fp32"]["ball_frames"] == "3"
     assert rows["openvino_fp32"]["same_output"] == "True" and "executed" in rows["openvino_fp32"]["note"]
     line = next(line for line in stdout.splitlines() if line.startswith("lower precision, from these runs:"))
-    from graphbook.measure import probes
-
     native_bf16, why = probes.bf16_support()   # False with the instruction set capped to AVX2
     if not native_bf16:   # the variant is a recorded skip with its reason, and nothing lower-precision is decided
         skipped = [r for r in every if r["variant"] == "eager_bf16_autocast"]
@@ -154,15 +151,3 @@ def test_lower_precision_rows_carry_the_decoded_ball_and_what_openvino_ran(tmp_p
     # the sentence names variants by their labels, never by their IDs
     assert "bf16 autocast" in line and "eager_bf16_autocast" not in line
     assert "serve" in line or "keep FP32" in line
-
-
-def test_the_profiler_banner_is_silenced_and_stderr_restored(capfd):
-    import os
-
-    from graphbook.runtimes import profiling
-
-    with profiling.without_profiler_banner():
-        os.write(2, b"USDT: profiler_start\n")
-    os.write(2, b"after\n")
-    err = capfd.readouterr().err
-    assert "USDT" not in err and "after" in err

@@ -9,11 +9,16 @@ from graphbook.record import results
 from graphbook.serving import litserve_compare
 
 
-def test_the_json_body_carries_the_exact_float32_bytes():
+def test_the_json_body_carries_the_exact_float32_bytes_and_the_summary_each_level_s_median_and_spread():
     x = np.random.default_rng(0).standard_normal((1, 9, 8, 16)).astype(np.float32)
     body, headers = litserve_compare._base64_json_request(x)
     decoded = litserve_compare._decode_clip(json.loads(body), (9, 8, 16))
     assert headers["Content-Type"] == "application/json" and np.array_equal(decoded, x)
+    summary = litserve_compare.summarize(_fake_recording([50, 52, 51], [40, 41, 39])).set_index(["server", "clients"])
+    book = summary[~summary.overload].xs("book")
+    assert book["rps_median"].iloc[0] == 51 and (book["rps_min"].iloc[0], book["rps_max"].iloc[0]) == (50, 52)
+    overload = summary[summary.overload].xs("book")
+    assert int(overload["overloaded"].iloc[0]) == 258 and int(overload["sent"].iloc[0]) == 288
 
 
 @pytest.mark.slow
@@ -49,11 +54,3 @@ def _fake_recording(book_rps, lit_rps, loadavg=0.5):
                              "date": "2026-12-01T00:00:00", "input_hw": "96x160",
                              "max_queue": 8 if server == "book" else float("nan")})
     return pd.DataFrame(rows)
-
-
-def test_the_summary_gives_each_server_and_level_its_median_and_spread():
-    summary = litserve_compare.summarize(_fake_recording([50, 52, 51], [40, 41, 39])).set_index(["server", "clients"])
-    book = summary[~summary.overload].xs("book")
-    assert book["rps_median"].iloc[0] == 51 and (book["rps_min"].iloc[0], book["rps_max"].iloc[0]) == (50, 52)
-    overload = summary[summary.overload].xs("book")
-    assert int(overload["overloaded"].iloc[0]) == 258 and int(overload["sent"].iloc[0]) == 288

@@ -19,8 +19,7 @@ def test_both_runtimes_are_served_with_batching_off_and_on_and_the_overload_leve
     assert (normal["ok"] == normal["sent"]).all()
     # a lone client is never joined with anybody: batch 1 in either mode
     assert (frame[frame["concurrency"] == 1]["mean_joined_batch"] == 1.0).all()
-    # The overload level is recorded for every runtime and mode, and every request is answered, 200 or 503,
-    # never an error. Whether a tiny model's queue overflows depends on the machine's speed, so the 503 itself
-    # is checked deterministically in test_serving_faults.py (worker paused, queue full -> 503 with Retry-After).
+    # The overload level is recorded and every request answered, 200 or 503; whether a tiny model's queue overflows
+    # depends on the machine, so the 503 itself is checked in test_serving_faults.py (worker paused, queue full).
     overload = frame[frame["overload_level"]]
     assert len(overload) == 4 and ((overload["ok"] + overload["overloaded"]) == overload["sent"]).all()

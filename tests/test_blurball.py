@@ -1,5 +1,4 @@
-"""Tests of graphbook.model.blurball: architecture counts, output shape, weight naming, loader errors,
-normalisation and the heatmap helpers. Small inputs keep each test well under a second or two."""
+"""graphbook.model.blurball on small inputs: shapes, weight naming, loader errors, normalisation, heatmap helpers."""
 import pytest
 import torch
 
@@ -29,7 +28,7 @@ def test_heatmap_flavour_equals_released_flavour(model, small_input):
     assert isinstance(model, bb.BlurBallHeatmap) and isinstance(model, bb.BlurBall)
 
 
-def test_seeded_init_is_deterministic_and_leaves_global_rng_alone():
+def test_seeded_init_is_deterministic_leaves_global_rng_alone_and_randomises_batchnorm():
     torch.manual_seed(123)
     before = torch.rand(1)
     torch.manual_seed(123)
@@ -42,10 +41,7 @@ def test_seeded_init_is_deterministic_and_leaves_global_rng_alone():
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
     assert not torch.equal(sa["conv1.weight"], sc["conv1.weight"])
     assert not a.training
-
-
-def test_batchnorm_is_not_an_identity(model):
-    bn = model.bn1
+    bn = a.bn1  # batch norm is not an identity
     assert not torch.allclose(bn.running_var, torch.ones_like(bn.running_var))
     assert not torch.allclose(bn.weight, torch.ones_like(bn.weight))
 
@@ -149,9 +145,13 @@ def test_normalisation_per_frame_in_time_order_and_bad_input():
         bb.imagenet_normalize(torch.rand(2, 8, 8, 16))
 
 
-def test_wrong_input_channels_is_a_clear_error(model):
+def test_a_reader_s_wrong_input_size_or_missing_checkpoint_is_a_clear_error(model, tmp_path):
     with pytest.raises(ValueError, match=r"expects input \(N, 9, H, W\)"):
         model(torch.zeros(1, 3, 64, 128))
+    with pytest.raises(ValueError, match="multiples of 8"):
+        bb.example_input(height=100, width=128)
+    with pytest.raises(FileNotFoundError, match="train_blurball.py"):
+        bb.load_trained_blurball(tmp_path / "absent.pt")
 
 
 def test_heatmap_peaks():
@@ -187,12 +187,3 @@ def test_parameter_count_and_macs_by_hooks(model, small_input):
     assert big.macs == pytest.approx(4 * cost.macs, rel=1e-3)
     assert cost.gflop == pytest.approx(2 * cost.macs / 1e9)
 
-
-def test_example_input_rejects_bad_sizes():
-    with pytest.raises(ValueError, match="multiples of 8"):
-        bb.example_input(height=100, width=128)
-
-
-def test_load_trained_blurball_names_the_script_when_missing(tmp_path):
-    with pytest.raises(FileNotFoundError, match="train_blurball.py"):
-        bb.load_trained_blurball(tmp_path / "absent.pt")

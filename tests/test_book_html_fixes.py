@@ -14,25 +14,21 @@ ROOT = paths.REPO_ROOT
 URL = "https://github.com/example-org/example-book"
 
 
-def test_the_url_is_the_only_switch(script):
-    """Buttons switched on elsewhere (theme options) are dropped while the URL is empty; a URL turns every
-    button on, pointing at it. (The extension loaded from its file, as Sphinx's local_extensions does.)"""
+def test_the_url_is_the_only_switch_and_set_in_one_place(script):
+    """Buttons switched on in theme options are dropped while the URL is empty; a URL turns every button on."""
     from types import SimpleNamespace
 
     fixes = script("_ext/book_html_fixes.py")
     config = SimpleNamespace(html_theme_options={"repository_url": "https://example.org/stale", "use_issues_button": True,
                                                  "launch_buttons": {"colab_url": "x"}, "home_page_in_toc": True},
                              book_repository_url="", book_repository_branch="main")
-    fixes._apply_repository_url(None, config)
+    fixes._apply_repository_url(None, config)  # the extension loaded from its file, as local_extensions does
     assert config.html_theme_options == {"home_page_in_toc": True}
     assert fixes.repository_theme_options("   ") == {}
     options = fixes.repository_theme_options(f"{URL}/", "dev")
     assert options["repository_url"] == URL and options["repository_branch"] == "dev"
     assert options["use_repository_button"] and options["use_issues_button"]
     assert options["launch_buttons"]["binderhub_url"] and options["launch_buttons"]["colab_url"]
-
-
-def test_the_book_config_sets_the_url_in_one_place_only():
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert "book_repository_url" in config["sphinx"]["config"]
     assert "repository" not in config and "launch_buttons" not in config

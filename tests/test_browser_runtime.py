@@ -1,10 +1,5 @@
-"""Chapter 4's in-browser model: its files, its check, and the browser check that clicks it.
-
-The page-level tests build a one-page site with a small stand-in model (exported by the same
-``browser_runtime.export_browser_assets`` as the book's BlurBall) and run ``scripts/check_rendered_book.py``
-on it, as test.sh does on the book: the panel's check passes on intact files, and fails, so the page
-fails, when the model file is missing or the stored reference does not match.
-"""
+"""Chapter 4's in-browser model: its files, its check, and ``scripts/check_rendered_book.py`` clicking it on a
+one-page site with a small stand-in model, which must fail the page when the model or its reference is wrong."""
 import json
 import shutil
 import subprocess
@@ -29,8 +24,7 @@ KEY = browser_runtime.DEFAULT_SIZE
 
 
 def _stand_in():
-    """Nine channels in, three heatmaps out, like BlurBall, in a few tens of kilobytes (a call takes
-    milliseconds, long enough for the stop button to find a run still timing)."""
+    """BlurBall's shapes in a few tens of kilobytes; a call takes long enough for the stop button to find a run."""
     torch.manual_seed(0)
     return nn.Sequential(nn.Conv2d(9, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
                          nn.Conv2d(32, 3, 1)).eval()
@@ -59,7 +53,7 @@ def test_manifest_names_the_files_the_tolerance_and_the_reader_columns(assets):
     assert (out / entry["model"]).stat().st_mtime_ns == before
 
 
-def test_native_check_passes_on_the_file_and_fails_on_a_changed_reference(assets, tmp_path):
+def test_native_check_passes_on_the_file_fails_on_a_changed_reference_and_a_changed_file_is_refused(assets, tmp_path):
     out, manifest = assets
     entry = manifest["sizes"][KEY]
     clip = browser_runtime._read_tensor(out / entry["clip"], entry["input_shape"])
@@ -71,9 +65,6 @@ def test_native_check_passes_on_the_file_and_fails_on_a_changed_reference(assets
     frame = browser_runtime.native_figures(out, sizes=[KEY], threads=1, warmup=1, repeats=3)
     assert list(frame["level"]) == list(browser_runtime.LEVELS) and frame["passed"].all()
     assert (frame["min_ms"] <= frame["median_ms"]).all() and (frame["median_ms"] <= frame["max_ms"]).all()
-
-
-def test_a_changed_or_missing_file_is_refused_with_the_command_to_run(assets, tmp_path):
     out, manifest = assets
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
@@ -84,7 +75,7 @@ def test_a_changed_or_missing_file_is_refused_with_the_command_to_run(assets, tm
         browser_runtime.load_manifest(tmp_path / "nowhere")
 
 
-def test_sizes_and_simd_width():
+def test_sizes_simd_width_and_the_widget_embeds_the_native_figures_and_marks_a_failed_check():
     assert browser_runtime._parse_sizes("288x512,96x160,96x160") == ("288x512", "96x160")
     with pytest.raises(ValueError, match="96x160"):
         browser_runtime._parse_sizes("100x100")
@@ -93,6 +84,15 @@ def test_sizes_and_simd_width():
     laptop = environment.cpu_features(machine="x86_64", environ={environment.FEATURES_ENV: "avx2"})
     assert "256-bit" in browser_runtime.simd_sentence(laptop) and "2 times" in browser_runtime.simd_sentence(laptop)
     assert "cannot tell" in browser_runtime.simd_sentence({"isa": "unknown"})
+    native = pd.DataFrame([{"size": KEY, "level": "all", "threads": 1, "median_ms": 36.0, "min_ms": 35.0,
+                            "max_ms": 40.0, "passed": True},
+                           {"size": KEY, "level": "disabled", "threads": 1, "median_ms": float("nan"),
+                            "min_ms": float("nan"), "max_ms": float("nan"), "passed": False}])
+    panel = browser_runtime.widget_html(native, machine="a test CPU")
+    assert "data-ortweb-demo" in panel and 'disabled>Check, then time' in panel
+    data = json.loads(panel.split('data-native="', 1)[1].split('"', 1)[0].replace("&quot;", '"'))
+    assert data["machine"] == "a test CPU"
+    assert data["figures"][KEY]["all"]["median_ms"] == 36.0 and data["figures"][KEY]["disabled"]["median_ms"] is None
 
 
 def test_ratio_table_pairs_runs_and_leaves_out_failed_checks():
@@ -112,22 +112,7 @@ def test_ratio_table_pairs_runs_and_leaves_out_failed_checks():
     assert row["ratio_min"] == pytest.approx(4.5) and row["ratio_max"] == pytest.approx(5.5)
 
 
-def test_widget_html_embeds_the_native_figures_and_marks_a_failed_check():
-    native = pd.DataFrame([{"size": KEY, "level": "all", "threads": 1, "median_ms": 36.0, "min_ms": 35.0,
-                            "max_ms": 40.0, "passed": True},
-                           {"size": KEY, "level": "disabled", "threads": 1, "median_ms": float("nan"),
-                            "min_ms": float("nan"), "max_ms": float("nan"), "passed": False}])
-    panel = browser_runtime.widget_html(native, machine="a test CPU")
-    assert "data-ortweb-demo" in panel and 'disabled>Check, then time' in panel
-    data = json.loads(panel.split('data-native="', 1)[1].split('"', 1)[0].replace("&quot;", '"'))
-    assert data["machine"] == "a test CPU"
-    assert data["figures"][KEY]["all"]["median_ms"] == 36.0 and data["figures"][KEY]["disabled"]["median_ms"] is None
-
-
-# --------------------------------------------------------------------------------------------------
-# The panel in Chromium, judged by the book's own browser check
-# --------------------------------------------------------------------------------------------------
-
+# -- The panel in Chromium, judged by the book's own browser check
 def _site(html, assets_dir):
     """The panel on ``html``/index.html with its files under ``html``/_static/ortweb; returns that folder."""
     static = html / "_static" / "ortweb"
@@ -183,23 +168,17 @@ def checked_panels(assets, tmp_path_factory, runtime_installed):
     return pages
 
 
-def test_browser_check_passes_the_panel_on_intact_files(checked_panels):
+def test_browser_check_passes_intact_files_and_fails_a_missing_model_or_a_changed_reference(checked_panels):
     assert checked_panels["intact"][0] == "ok", checked_panels["intact"]
-
-
-def test_browser_check_fails_when_the_model_file_is_missing(checked_panels):
     verdict, problems = checked_panels["missing"]
     assert verdict == "FAIL" and "the in-browser check did not pass" in problems and "did not load" in problems
     assert "Check failed" in problems and "The model is not timed" in problems
-
-
-def test_browser_check_fails_when_the_stored_reference_does_not_match(checked_panels):
     verdict, problems = checked_panels["mismatch"]
     assert verdict == "FAIL" and "the in-browser check did not pass" in problems
     assert "differs from the stored reference" in problems and "no time appeared" not in problems
 
 
-def _open_panel(tmp_path, assets_dir, init_script=None):
+def _open_panel(tmp_path, assets_dir):
     """A Playwright page on the one-page site, or a skip where Chromium is absent."""
     from playwright.sync_api import sync_playwright
 

@@ -1,9 +1,4 @@
-"""Fresh-process compile timing (graphbook.startup.compile_cache, Chapter 6), through the restart paths' one child.
-
-The child-process protocol is tested with ``backend="eager"`` (no code generation, seconds); the full
-cold / warm / artifacts experiment with Inductor runs in Chapter 6 (BlurBall's in ``code/bench_restart_paths.py``).
-"""
-
+"""Fresh-process compile timing (graphbook.startup.compile_cache, Chapter 6), tested with ``backend="eager"``."""
 import subprocess
 import sys
 
@@ -17,7 +12,7 @@ TINY = cc.RestartSpec("graphbook.measure.warmup:tiny_clip_net", (9, 8, 12), (1, 
 
 
 @pytest.mark.slow
-def test_fresh_process_reports_first_calls_and_graphs(tmp_path):
+def test_fresh_process_reports_first_calls_and_graphs_and_refuses_a_missing_artifact_or_a_failing_child(tmp_path):
     result = cc.fresh_process_compile(TINY, tmp_path / "cache")
     assert sorted(result["first_call_s"]) == ["1", "2"]
     assert result["graphs_after"] == {"1": 1, "2": 2}  # automatic dynamic: static 1, then dynamic
@@ -27,10 +22,6 @@ def test_fresh_process_reports_first_calls_and_graphs(tmp_path):
     probe = subprocess.run([sys.executable, "-c", "import sys, graphbook.startup.restart_child as m; "
                             "print('torch' in sys.modules)"], capture_output=True, text=True, timeout=120)
     assert probe.stdout.strip() == "False", probe.stderr[-500:]
-
-
-@pytest.mark.slow
-def test_missing_artifact_file_and_failing_child(tmp_path):
     with pytest.raises(FileNotFoundError, match="artifact"):
         cc.fresh_process_compile(TINY, tmp_path / "c", load_artifacts=tmp_path / "missing.bin")
     broken = cc.RestartSpec("graphbook.measure.warmup:nope", (9, 8, 12), (1,), threads=1)

@@ -1,8 +1,8 @@
-import pytest
-"""seconds_to_ready (graphbook.measure.compiletime): its deadline holds for a quiet child and for one that floods
-stderr."""
+"""seconds_to_ready (graphbook.measure.compiletime): its deadline holds for a quiet child and a noisy one."""
 import sys
 import threading
+
+import pytest
 
 from graphbook.measure.compiletime import seconds_to_ready
 
@@ -24,24 +24,17 @@ def _bounded(call, bound_s=60):
     return box[0]
 
 
-@pytest.mark.slow
-def test_seconds_to_ready_times_out_on_a_child_that_goes_quiet():
-    quiet = [sys.executable, "-c", "import time; print('starting', flush=True); time.sleep(600)"]
-    outcome = _bounded(lambda: seconds_to_ready(quiet, timeout=1.0, what="quiet child"))
-    assert isinstance(outcome, RuntimeError) and "timeout" in str(outcome)
-
-
-@pytest.mark.slow
-def test_seconds_to_ready_drains_a_flood_of_warnings_on_stderr():
+@pytest.mark.parametrize("code, timeout, error", [
+    ("import time; print('starting', flush=True); time.sleep(600)", 1.0, "timeout"),  # goes quiet
     # 1 MiB on stderr fills any pipe buffer (64 KiB on Linux) long before READY is printed
-    noisy = [sys.executable, "-c", "import sys, time; sys.stderr.write('warning: noise\\n' * 75000); "
-                                   "sys.stderr.flush(); print('READY', flush=True); time.sleep(600)"]
-    outcome = _bounded(lambda: seconds_to_ready(noisy, timeout=60, what="noisy child"))
-    assert isinstance(outcome, float) and outcome > 0
-
-
+    ("import sys, time; sys.stderr.write('warning: noise\\n' * 75000); sys.stderr.flush(); print('READY', flush=True); "
+     "time.sleep(600)", 60, None),
+    ("import sys; sys.exit('weights are corrupt')", 60, "weights are corrupt"),  # exits: the end of its stderr
+], ids=["quiet", "flooding stderr", "exiting"])
 @pytest.mark.slow
-def test_seconds_to_ready_reports_the_end_of_stderr_of_a_child_that_exits():
-    failing = [sys.executable, "-c", "import sys; sys.exit('weights are corrupt')"]
-    outcome = _bounded(lambda: seconds_to_ready(failing, timeout=60, what="failing child"))
-    assert isinstance(outcome, RuntimeError) and "weights are corrupt" in str(outcome)
+def test_seconds_to_ready_holds_its_deadline_and_says_why_a_child_was_not_ready(code, timeout, error):
+    outcome = _bounded(lambda: seconds_to_ready([sys.executable, "-c", code], timeout=timeout, what="child"))
+    if error is None:
+        assert isinstance(outcome, float) and outcome > 0
+    else:
+        assert isinstance(outcome, RuntimeError) and error in str(outcome)

@@ -30,7 +30,7 @@ def test_decoder_recovers_centre_angle_and_length(x, y, angle, half_length):
     assert best.area == int(target.sum())
 
 
-def test_decoder_picks_the_strongest_blob_and_lists_all():
+def test_decoder_picks_the_strongest_blob_lists_all_weighs_by_heat_and_its_components_match_a_flood_fill():
     heat = np.full((40, 60), -8.0, np.float32)
     heat[5:8, 5:8] = 3.0    # small, confident
     heat[20:30, 30:34] = 1.0  # larger, weaker per pixel, more total heat
@@ -43,17 +43,11 @@ def test_decoder_picks_the_strongest_blob_and_lists_all():
     assert decoding._decode_heatmap(np.full((10, 10), -3.0)).best is None
     probs = decoding._decode_heatmap(np.where(heat > 0.5, 2.2, -2.2))
     assert len(probs.candidates) == 2  # the weak pixel is now at probability 0.1, below the threshold
-
-
-def test_heat_weighted_centroid():
     heat = np.full((10, 10), -10.0, np.float32)
     heat[4, 2], heat[4, 3] = np.log(0.6 / 0.4), np.log(0.9 / 0.1)   # the logits of 0.6 and 0.9
     best = decoding._decode_heatmap(heat).best
     assert best.x == pytest.approx((2 * 0.6 + 3 * 0.9) / 1.5) and best.y == pytest.approx(4.0)
     assert best.score == pytest.approx(1.5)
-
-
-def test_connected_components_matches_a_flood_fill():
     mask = np.random.default_rng(0).random((30, 40)) < 0.45
     labels, count = decoding._connected_components(mask)
     assert count == _flood_fill_count(mask)
@@ -84,5 +78,3 @@ def _flood_fill_count(mask):
                     seen[u, v] = True
                     stack.append((u, v))
     return count
-
-

@@ -18,16 +18,13 @@ I1130 18:14:54.000000 27052 torch/_inductor/compile_fx.py:10] [0/1] compiling th
 """
 
 
-def test_parse_groups_multiline_records_by_artifact():
+def test_parse_groups_multiline_records_by_artifact_and_excerpts_cut_and_count():
     records = d._parse_torch_log(_LOG)
     assert {k: len(v) for k, v in records.items()} == {"graph_breaks": 2, "recompiles": 1, "other": 1}
     first = records["graph_breaks"][0].splitlines()
     assert first[0] == "Graph break in user code at f.py:3" and first[-1] == "  Hint: avoid print"
     assert "size mismatch" in records["recompiles"][0]
-
-
-def test_excerpt_cuts_and_counts():
-    capture = d.LogCapture(d._parse_torch_log(_LOG), 0, 1.0)
+    capture = d.LogCapture(records, 0, 1.0)
     text = capture.excerpt("graph_breaks", max_records=1, max_lines=1)
     assert text.splitlines()[0] == "Graph break in user code at f.py:3"
     assert "(2 more lines)" in text and "1 more graph_breaks records" in text
@@ -35,12 +32,16 @@ def test_excerpt_cuts_and_counts():
     assert capture.excerpt("graph_breaks", grep="f.py:4").startswith("Graph break in user code at f.py:4")
 
 
-def test_chapter_artifacts_exist_and_unknown_names_are_refused():
+def test_chapter_artifacts_exist_unknown_names_are_refused_and_a_report_needs_tlparse(monkeypatch, tmp_path):
     assert set(d.CHAPTER_ARTIFACTS) <= set(d.available_log_artifacts())
     with pytest.raises(ValueError, match="unknown TORCH_LOGS"):
         d.capture_torch_logs("pass", ["not_a_log"])
     with pytest.raises(KeyError, match="unknown scenario"):
         d.run_scenario("nope")
+    monkeypatch.setattr(d, "tlparse_command", lambda: None)
+    assert not d.tlparse_available()
+    with pytest.raises(RuntimeError, match="tlparse is not installed"):
+        d.tlparse_report(tmp_path / "out")
 
 
 @pytest.mark.parametrize("values", [torch.zeros(8), torch.ones(8), torch.linspace(-2, 2, 33)])
@@ -53,13 +54,6 @@ def test_fixed_versions_compute_what_the_original_does(values):
         result, peak = fixed(values)
         assert torch.equal(result, expected)
         assert torch.equal(peak, torch.sigmoid(values * 2).max())
-
-
-def test_tlparse_report_needs_tlparse(monkeypatch, tmp_path):
-    monkeypatch.setattr(d, "tlparse_command", lambda: None)
-    assert not d.tlparse_available()
-    with pytest.raises(RuntimeError, match="tlparse is not installed"):
-        d.tlparse_report(tmp_path / "out")
 
 
 @pytest.mark.slow

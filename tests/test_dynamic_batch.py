@@ -10,13 +10,10 @@ from graphbook.runtimes import onnx_utils
 
 
 @pytest.mark.slow
-def test_dynamic_batch_export_refuses_an_empty_range(tmp_path):
+def test_dynamic_batch_export_refuses_an_empty_range_and_matches_eager_for_each_batch(tmp_path, blurball_dynamic_onnx):
     with pytest.raises(onnx_utils.OnnxExportError, match="min_batch"):
         onnx_utils.export_dynamic_batch(tiny_clip_net(), torch.randn(2, 9, 16, 24), tmp_path / "x.onnx",
                                         min_batch=3, max_batch=2)
-
-
-def test_blurball_dynamic_batch_matches_eager_for_each_batch(blurball_dynamic_onnx):
     model, path = blurball_dynamic_onnx
     session = onnx_utils.make_session(path, threads=1)
     assert session.get_inputs()[0].shape[0] == "batch"

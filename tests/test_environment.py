@@ -51,39 +51,26 @@ def test_cpu_features_from_cpuinfo(text, machine, isa, expected, model):
     assert env.cpu_model(text) == model if model else isinstance(env.cpu_model(text), str)
 
 
-def test_apple_silicon_through_sysctl():
+def test_apple_silicon_through_sysctl_and_the_override_variable_simulating_another_cpu():
     answers = {"hw.optional.neon": "1", "hw.optional.arm.FEAT_DotProd": "1",
                "hw.optional.arm.FEAT_I8MM": "1", "hw.optional.arm.FEAT_BF16": "0"}
     f = features("", machine="arm64", sysctl=lambda name: answers.get(name, ""))
     assert f["source"] == "sysctl" and f["arch"] == "arm"
     assert (f["neon"], f["dotprod"], f["i8mm"], f["bf16"]) == (True, True, True, False)
     assert f["isa"] == "neon+dotprod+i8mm"
-
-
-def test_override_variable_simulates_another_cpu():
+    # GRAPHBOOK_CPU_FEATURES simulates another CPU
     f = features(X86_AVX512_VNNI, environ={env.FEATURES_ENV: "avx2"})
     assert f["source"] == env.FEATURES_ENV and f["avx512f"] is False and f["vnni"] is False and f["isa"] == "avx2"
     none = features(X86_AVX512_VNNI, environ={env.FEATURES_ENV: "none"})
     assert none["avx2"] is False and none["isa"] == "x86-baseline"
 
 
-def test_isa_caps_read_the_environment_and_label_the_fingerprint():
+def test_the_fingerprint_carries_the_isa_its_caps_the_identity_and_a_clock_and_capped_runs_get_their_own_cache():
     caps = env.isa_caps({"ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2"})
     assert caps == {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
     assert env._isa_caps_label(caps) == "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2"
     assert env.isa_caps({}) == {"ATEN_CPU_CAPABILITY": "", "ONEDNN_MAX_CPU_ISA": ""} and env._isa_caps_label({}) == ""
-
-
-def test_the_fingerprint_carries_the_instruction_set_the_identity_and_a_measured_clock():
-    fp = env.fingerprint(threads=1)
-    assert {"cpu_model", "threads", "cpu_vendor", "cpu_family", "cpu_model_id", "cpu_microarch", "cpu_l2_kib",
-            "cpu_ghz"} <= set(fp)
-    assert fp["cpu_isa"] == env.cpu_features()["isa"] and fp["torch_isa"] == env.torch_isa() != ""
-    assert fp["isa_caps"] == env._isa_caps_label()
-
-
-def test_a_capped_process_gets_its_own_inductor_cache():
-    """torch's FX graph cache ignores ATEN_CPU_CAPABILITY: capped and uncapped runs must not share it."""
+    # torch's FX graph cache ignores ATEN_CPU_CAPABILITY: capped and uncapped runs must not share it
     capped = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
     folder = env.inductor_cache_dir_for_caps(capped)
     assert folder is not None and folder.endswith("_aten_cpu_capability_avx2_onednn_max_cpu_isa_avx2")
@@ -91,6 +78,14 @@ def test_a_capped_process_gets_its_own_inductor_cache():
     assert env.inductor_cache_dir_for_caps({**capped, "TORCHINDUCTOR_CACHE_DIR": "/data/mine"}) is None  # reader's choice
     default = folder.rsplit("_aten_cpu_capability", 1)[0]
     assert env.inductor_cache_dir_for_caps({**capped, "TORCHINDUCTOR_CACHE_DIR": default}) == folder
+    fp = env.fingerprint(threads=1)
+    assert {"cpu_model", "threads", "cpu_vendor", "cpu_family", "cpu_model_id", "cpu_microarch", "cpu_l2_kib",
+            "cpu_ghz"} <= set(fp)
+    assert fp["cpu_isa"] == env.cpu_features()["isa"] and fp["torch_isa"] == env.torch_isa() != ""
+    assert fp["isa_caps"] == env._isa_caps_label()
+    with pytest.MonkeyPatch.context() as patch:  # a run of the executor records the commit it started from
+        patch.setenv(environment.EXECUTION_COMMIT_VARIABLE, "0123456789ab")
+        assert environment.git_commit() == "0123456789ab"
 
 
 MASKED_XEON_CPUINFO = """vendor_id\t: GenuineIntel
@@ -112,30 +107,18 @@ def _cache(tmp_path, entries):
     return tmp_path
 
 
-def test_cpu_identity_tells_a_zen4_by_family_model_and_caches(tmp_path):
+def test_cpu_identity_tells_a_zen4_reads_arm_or_nothing_and_never_trusts_a_contradicted_model_number(tmp_path):
     root = _cache(tmp_path, [(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"), (3, "Unified", "32M")])
     identity = environment.cpu_identity(X86_AVX512_VNNI, root)
     assert identity == {"cpu_vendor": "AuthenticAMD", "cpu_family": 25, "cpu_model_id": 17, "cpu_stepping": 1,
                         "cpu_microarch": "Zen 4", "cpu_l1d_kib": 32, "cpu_l2_kib": 1024, "cpu_l3_kib": 32768}
-
-
-def test_a_model_number_that_contradicts_the_flags_names_no_microarchitecture(tmp_path):
-    # a hypervisor reports model 167 (a desktop Rocket Lake, no AMX) for a server CPU with AMX
+    arm = environment.cpu_identity("CPU implementer\t: 0x41\nCPU architecture: 8\nCPU part\t: 0xd0c\nCPU revision\t: 1\n",
+                                   tmp_path / "none")
+    assert (arm["cpu_vendor"], arm["cpu_family"], arm["cpu_model_id"]) == ("ARM implementer 0x41", 8, 0xD0C)
+    blank = environment.cpu_identity("", tmp_path / "missing")  # nothing to read
+    assert blank["cpu_family"] is None and blank["cpu_l2_kib"] is None
     assert environment.cpu_identity(MASKED_XEON_CPUINFO, tmp_path)["cpu_microarch"] == "unknown"
     assert environment.microarchitecture("GenuineIntel", 6, 167) == "Rocket Lake"
     assert environment.microarchitecture("AuthenticAMD", 25, 0x01) == "Zen 3"
     assert environment.microarchitecture("AuthenticAMD", 26, 2) == "Zen 5"
     assert environment.microarchitecture("GenuineIntel", None, None) == "unknown"
-
-
-def test_cpu_identity_on_arm_and_with_nothing_to_read(tmp_path):
-    arm = environment.cpu_identity("CPU implementer\t: 0x41\nCPU architecture: 8\nCPU part\t: 0xd0c\nCPU revision\t: 1\n",
-                                   tmp_path)
-    assert (arm["cpu_vendor"], arm["cpu_family"], arm["cpu_model_id"]) == ("ARM implementer 0x41", 8, 0xD0C)
-    blank = environment.cpu_identity("", tmp_path / "missing")
-    assert blank["cpu_family"] is None and blank["cpu_l2_kib"] is None
-
-
-def test_a_run_of_the_executor_records_the_commit_it_started_from(monkeypatch):
-    monkeypatch.setenv(environment.EXECUTION_COMMIT_VARIABLE, "0123456789ab")
-    assert environment.git_commit() == "0123456789ab"

@@ -8,60 +8,64 @@ import torch
 from graphbook.teach import fusion_demo
 
 
-@pytest.fixture(scope="module")
-def fusion():
-    return fusion_demo
-
-
-def test_failed_checks_name_the_versions_that_differ():
+def test_failed_checks_name_the_versions_that_differ_and_the_chain_s_versions_agree():
     def frame(fold_diff, compile_diff):
         return pd.DataFrame({"variant": ["unfolded", "folded", "eager", "torch.compile", fusion_demo.PROBE],
                              "max_abs_diff": [fold_diff, fold_diff, 0.0, compile_diff, None]})
     assert fusion_demo.failed_checks(frame(1e-6, 0.5), atol=1e-4) == ["torch.compile"]
     assert fusion_demo.failed_checks(frame(1.0, 0.5), atol=1.0) == []
     assert fusion_demo.failed_checks(frame(1.0, 0.5), atol=1e-4) == ["folded conv", "torch.compile"]
-
-
-def test_chain_versions_agree(fusion):
     x = torch.randn(1000)
     expected = torch.relu(x * 2 + 1) * 3
-    assert torch.equal(fusion.chain(x), expected)
-    assert torch.equal(fusion.chain_inplace(x), expected)
+    assert torch.equal(fusion_demo.chain(x), expected)
+    assert torch.equal(fusion_demo.chain_inplace(x), expected)
     out = torch.empty(1000)
-    assert fusion.chain_into(x, out) is out and torch.equal(out, expected)
+    assert fusion_demo.chain_into(x, out) is out and torch.equal(out, expected)
     assert not torch.equal(expected, x)
-
-
-def test_bytes_moved_model(fusion):
-    assert fusion.bytes_moved(1000) == 4 * 2 * 4 * 1000
-    assert fusion.bytes_moved(1000, fused=True) == 2 * 4 * 1000
-    assert fusion.bytes_moved(10, ops=1) == 80
-
-
-def test_count_cpp_kernels(fusion):
+    assert fusion_demo.bytes_moved(1000) == 4 * 2 * 4 * 1000
+    assert fusion_demo.bytes_moved(1000, fused=True) == 2 * 4 * 1000
+    assert fusion_demo.bytes_moved(10, ops=1) == 80
     code = "a = async_compile.cpp_pybinding(['x'])\nb = async_compile.cpp_pybinding(['y'])\n"
-    assert fusion.count_cpp_kernels(code) == 2
-    assert fusion.count_cpp_kernels("nothing") == 0
+    assert fusion_demo.count_cpp_kernels(code) == 2
+    assert fusion_demo.count_cpp_kernels("nothing") == 0
 
 
-def test_measure_runs_times_both_parts_in_the_run_protocol(fusion):
+def test_measure_runs_times_both_parts_in_the_run_protocol_and_records_each_compile_pair_s_run(tmp_path):
     messages = []
-    frame = fusion.measure_runs((4, 16, 16), 4096, repeats=3, runs=5, compile_chain=False, progress=messages.append)
+    frame = fusion_demo.measure_runs((4, 16, 16), 4096, repeats=3, runs=5, compile_chain=False,
+                                     progress=messages.append)
     firsts = frame[frame["run_order"] == 1].pivot(index="run", columns="part", values="variant")
     # each part rotates on its own: the BN pair alternates, the chain's versions take turns going first
     assert firsts["bn_folding"].tolist() == ["unfolded", "folded", "unfolded", "folded", "unfolded"]
     assert firsts["chain"].tolist() == ["eager", "manual in-place", "preallocated out=", "eager", "manual in-place"]
     chain = frame[frame["part"] == "chain"]
-    probe = chain[chain["variant"] == fusion.PROBE]
+    probe = chain[chain["variant"] == fusion_demo.PROBE]
     assert probe["run_order"].eq(0).all() and probe["gb_per_s"].gt(0).all() and len(probe) == 5
     assert (probe.set_index("run")["gb_per_s"] == chain.groupby("run")["copy_gbps"].first()).all()  # the run's own
-    versions = chain[chain["variant"] != fusion.PROBE]
+    versions = chain[chain["variant"] != fusion_demo.PROBE]
     assert versions["max_abs_diff"].eq(0).all() and versions.groupby("run").size().eq(3).all()
     assert versions[versions["variant"] == "eager"]["speedup_vs_eager"].eq(1.0).all()
     folded = frame[frame["variant"] == "folded"].set_index("run")
     unfolded = frame[frame["variant"] == "unfolded"].set_index("run")["median_ms"]
     assert ((unfolded - folded["median_ms"]) / unfolded * 100 == folded["change_pct"]).all()
     assert folded["max_rel_diff"].lt(1e-5).all() and sum(m.startswith("run ") for m in messages) == 5
+    frame = fusion_demo.measure_runs((2, 8, 8), 2048, repeats=3, compile_chain=False)
+    compile_frame = _compile_rows([(10.0, 1.0), (11.0, 1.0), (12.0, 1.0)])
+    from graphbook.record import results, runs
+
+    path = results.write_run("fusion-demo", pd.concat([compile_frame, frame]),
+                             {"date": "2026-11-30T00:00:00+00:00"}, results_dir=tmp_path, per_run=True)
+    back = results.load("fusion-demo", tmp_path)
+    compile_back = back[back["part"] == "compile_time"]
+    assert sorted(compile_back[results.RUN_ID].unique()) == [f"{path.stem}/r{k}" for k in (1, 2, 3)]
+    summary = runs.summarize_runs(compile_back, by="variant", value=results.COMPILE_S).set_index("variant")
+    assert summary.loc["cold", "runs"] == 3 and summary.loc["cold", "median"] == 11.0
+    assert results.latest_run(back)[results.RUN_ID].unique().tolist() == [path.stem + "/r3"]
+    chain = back[(back["part"] == "chain") & (back["variant"] != fusion_demo.PROBE)]
+    assert (runs.summarize_runs(chain)["runs"] == 3).all()  # what the chapter reads back: three runs per version
+    report = fusion_demo._format_report({}, frame, compile_frame)
+    assert "3 runs in a rotated order" in report and "run 3: empty cache 12.00 s" in report
+    assert "median warm/cold ratio: 0.09" in report and "timed first" in report
 
 
 @pytest.mark.slow
@@ -104,26 +108,6 @@ def _compile_rows(seconds):
                          for order, (variant, s) in enumerate((("cold", cold), ("warm", warm)), start=1)])
 
 
-def test_recorded_rows_give_each_compile_pair_the_run_it_belongs_to(tmp_path):
-    frame = fusion_demo.measure_runs((2, 8, 8), 2048, repeats=3, compile_chain=False)
-    compile_frame = _compile_rows([(10.0, 1.0), (11.0, 1.0), (12.0, 1.0)])
-    from graphbook.record import results, runs
-
-    path = results.write_run("fusion-demo", pd.concat([compile_frame, frame]),
-                             {"date": "2026-11-30T00:00:00+00:00"}, results_dir=tmp_path, per_run=True)
-    back = results.load("fusion-demo", tmp_path)
-    compile_back = back[back["part"] == "compile_time"]
-    assert sorted(compile_back[results.RUN_ID].unique()) == [f"{path.stem}/r{k}" for k in (1, 2, 3)]
-    summary = runs.summarize_runs(compile_back, by="variant", value=results.COMPILE_S).set_index("variant")
-    assert summary.loc["cold", "runs"] == 3 and summary.loc["cold", "median"] == 11.0
-    assert results.latest_run(back)[results.RUN_ID].unique().tolist() == [path.stem + "/r3"]
-    chain = back[(back["part"] == "chain") & (back["variant"] != fusion_demo.PROBE)]
-    assert (runs.summarize_runs(chain)["runs"] == 3).all()  # what the chapter reads back: three runs per version
-    report = fusion_demo._format_report({}, frame, compile_frame)
-    assert "3 runs in a rotated order" in report and "run 3: empty cache 12.00 s" in report
-    assert "median warm/cold ratio: 0.09" in report and "timed first" in report
-
-
 @pytest.mark.slow
 def test_each_compile_time_run_starts_from_its_own_empty_cache(monkeypatch):
     calls = []
@@ -148,8 +132,6 @@ def test_each_compile_time_run_starts_from_its_own_empty_cache(monkeypatch):
 
 
 def test_cache_levels_read_the_fingerprint_and_skip_what_it_lacks():
-    from graphbook.teach import fusion_demo
-
     assert fusion_demo.cache_levels({"cpu_l1d_kib": 48, "cpu_l2_kib": 2048, "cpu_l3_kib": ""}) == {
         "L1d": 48 * 1024, "L2": 2048 * 1024}
     assert fusion_demo.cache_levels({}) == {}
@@ -157,8 +139,6 @@ def test_cache_levels_read_the_fingerprint_and_skip_what_it_lacks():
 
 @pytest.mark.slow
 def test_the_size_sweep_checks_and_times_every_size():
-    from graphbook.teach import fusion_demo
-
     sweep = fusion_demo.chain_size_sweep((8, 10), runs=3)
     assert list(sweep.elements) == [256, 1024]
     assert (sweep.speedup_min <= sweep.speedup).all() and (sweep.speedup <= sweep.speedup_max).all()

@@ -1,6 +1,5 @@
-"""Tests of code/gpu_blurball.py (its main(argv) in this process) and graphbook.lab.gpu_measure behind it, on a CPU:
-arguments, the plan, the no-CUDA exit, the file names, the cuDNN-benchmark child process, and the whole pipeline
-in --smoke mode (its rows, run by run, with one mode failing)."""
+"""Tests of code/gpu_blurball.py (its main(argv) in this process) and graphbook.lab.gpu_measure on a CPU, down to
+the whole pipeline in --smoke mode with one mode failing."""
 import pandas as pd
 import pytest
 import torch
@@ -13,16 +12,13 @@ from graphbook.record import results
 SCRIPT = paths.REPO_ROOT / "code" / "gpu_blurball.py"
 
 
-def test_defaults_follow_the_article():
+def test_defaults_and_plan_cover_the_article_matrix_with_cudnn_benchmark_in_a_child_process():
     args = gpu.parse_args([])
     assert (args.repeats, args.warmup) == (50, 20)
     assert not args.skip_max_autotune and not args.no_profile and args.results_dir == paths.RESULTS_DIR
     assert not args.smoke
     with pytest.raises(SystemExit):  # smoke rows must never reach the book's results
         gpu.parse_args(["--smoke", "--results-dir", str(paths.DATA_DIR / "results")])
-
-
-def test_plan_covers_the_article_matrix_with_cudnn_benchmark_in_a_child_process():
     plan = gpu.plan_matrix()
     names = [c["variant"] for c in plan]
     assert len(names) == len(set(names)) == 12
@@ -41,7 +37,7 @@ def test_plan_covers_the_article_matrix_with_cudnn_benchmark_in_a_child_process(
     assert all(c["cudnn_benchmark"] == (c["process"] == "child") for c in plan)
 
 
-def test_child_sets_the_flag_before_any_convolution(monkeypatch, tmp_path, capsys):
+def test_child_sets_the_flag_before_any_convolution_and_writes_nothing(monkeypatch, tmp_path, capsys):
     flag_when_model_built = []
 
     def fake_load(smoke, device, weights):
@@ -57,9 +53,6 @@ def test_child_sets_the_flag_before_any_convolution(monkeypatch, tmp_path, capsy
     finally:
         torch.backends.cudnn.benchmark = previous
     assert flag_when_model_built == [True]
-
-
-def test_child_command_line(tmp_path):
     args = gpu.parse_args(["--smoke", "--results-dir", str(tmp_path), "--warm-cache"])
     argv = gpu._child_argv(args, tmp_path / "ref.pt")
     assert argv[0] == str(SCRIPT) == str(gpu.SCRIPT) and "--cudnn-benchmark-child" in argv and "--smoke" in argv
@@ -67,19 +60,12 @@ def test_child_command_line(tmp_path):
 
 
 # -- exits ----------------------------------------------------------------------------------------
-
-def test_no_cuda_exits_3_with_a_clear_line(tmp_path, script, capsys):
-    if torch.cuda.is_available():
-        pytest.skip("this machine has CUDA")
-    assert script("gpu_blurball.py").main(["--skip-max-autotune", "--results-dir", str(tmp_path)]) == 3
-    out, err = capsys.readouterr()
-    assert out == "" and len(err.strip().splitlines()) == 1 and "no GPU measurement" in err
-    assert list(tmp_path.iterdir()) == []
-
-
-# -- files: one per recording, named by the GPU -----------------------------------------------------
-
-def test_results_are_a_gpu_blurball_file_named_by_the_gpu(tmp_path):
+def test_results_are_a_file_named_by_the_gpu_and_without_cuda_the_script_exits_3(tmp_path, script, capsys):
+    if not torch.cuda.is_available():
+        assert script("gpu_blurball.py").main(["--skip-max-autotune", "--results-dir", str(tmp_path)]) == 3
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.strip().splitlines()) == 1 and "no GPU measurement" in err
+        assert list(tmp_path.iterdir()) == []
     frame = pd.DataFrame([{"record": "variant", "variant": "fp32_eager_nchw", "run": run, "median_ms": 15.0}
                           for run in (1, 2, 3)])
     env = {"date": "2026-01-01T00:00:00+00:00", "gpu_name": "Fake GPU", "torch": "2.11.0"}
@@ -90,7 +76,6 @@ def test_results_are_a_gpu_blurball_file_named_by_the_gpu(tmp_path):
 
 
 # -- the whole pipeline on the CPU ------------------------------------------------------------------
-
 @pytest.mark.slow
 def test_smoke_runs_every_step_on_the_cpu_and_a_failing_mode_loses_no_other_row(tmp_path, run_main, monkeypatch):
     build_call = gpu._build_call

@@ -1,5 +1,4 @@
-"""Tests of graphbook.lab.gpu_profiling on a CPU, with fake profiler events, a fake clock and fake streams:
-the rules the GPU scripts follow so that a lab machine's single run is right."""
+"""graphbook.lab.gpu_profiling's rules on a CPU, with fake profiler events, a fake clock and fake streams."""
 import io
 from types import SimpleNamespace
 
@@ -18,10 +17,8 @@ def event(name, device="CPU", start=0.0, end=1.0, id=0, linked=0, annotation=Fal
 
 
 # -- user annotations are not kernels ------------------------------------------------------
-
 def compiled_graph_events():
-    """One compiled forward as the profiler reports it: Inductor's range on the CPU and on the GPU
-    timeline, two Triton kernels and one extern convolution."""
+    """One compiled forward: Inductor's range on CPU and GPU, two Triton kernels and one extern convolution."""
     return [
         event("## Call CompiledFxGraph fabc123 ##", "CPU", 0, 100, id=1, annotation=True, activity="user_annotation"),
         event("triton_poi_fused__native_batch_norm_legit_no_training_relu_0", "CPU", 10, 12, id=2),
@@ -56,7 +53,6 @@ def test_every_annotation_flavour_is_recognised(flags):
 
 
 # -- the innermost op decides (autocast weight casts are copies) ---------------------------
-
 def autocast_conv_events():
     """aten::conv2d under autocast: the weight cast and the convolution are both inside it."""
     copy = event("aten::copy_", "CPU", 2, 3, id=4)
@@ -113,7 +109,6 @@ def test_cpu_profile_uses_innermost_computing_ops_and_real_events_have_the_attri
 
 
 # -- first calls are synchronized, and CUDA-graph modes time two --------------------------
-
 def test_first_calls_stop_the_clock_after_synchronize():
     log, now = [], [0.0]
 
@@ -136,7 +131,6 @@ def test_first_calls_stop_the_clock_after_synchronize():
 
 
 # -- SM count and is_big_gpu -----------------------------------------------------------------
-
 @pytest.mark.parametrize("sms, big", [(None, None), (24, False), (132, True)])   # None: no CUDA, missing
 def test_autotune_verdict_uses_inductors_rule(monkeypatch, sms, big):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: sms is not None)

@@ -1,6 +1,5 @@
-"""Tests of code/gpu_tensorrt.py (its main(argv) in this process) and graphbook.lab.gpu_runtimes behind it, on a
-CPU-only machine: the guard, the stream given to ONNX Runtime, the Q/DQ check, the engine cache, and --smoke runs
-whose written rows say what was measured, what was skipped and what failed."""
+"""Tests of code/gpu_tensorrt.py (its main(argv) in this process) and graphbook.lab.gpu_runtimes on a CPU-only
+machine, down to --smoke runs whose rows say what was measured, what was skipped and what failed."""
 from types import SimpleNamespace
 
 import pandas as pd
@@ -32,24 +31,23 @@ def test_cpu_machine_exits_3_with_one_line_and_writes_nothing_but_smokes(tmp_pat
     assert frame.median_ms.notna().all() and frame.smoke.all() and (frame.device == "cpu").all()
 
 
-def test_onnxruntime_gets_the_stream_as_user_compute_stream():
+def test_onnxruntime_gets_the_stream_as_user_compute_stream_and_the_engine_cache_says_if_it_was_built(tmp_path):
     assert gpu_runtimes._ort_stream_options(SimpleNamespace(cuda_stream=0xBEEF)) == {
         "device_id": 0, "user_compute_stream": str(0xBEEF)}
     with pytest.raises(ValueError, match="default CUDA stream"):
         gpu_runtimes._ort_stream_options(SimpleNamespace(cuda_stream=0))  # ONNX Runtime would ignore 0 silently
-
-
-# -- the engine cache is per run, and says whether it was built --------------------------------
-
-def test_engine_cache_state(tmp_path):
     assert gpu_runtimes._engine_cache_state(tmp_path / "absent").startswith("built")
     assert gpu_runtimes._engine_cache_state(tmp_path).startswith("built")
     (tmp_path / "TensorrtExecutionProvider_TRTKernel_graph_1.engine").write_bytes(b"x")
     assert gpu_runtimes._engine_cache_state(tmp_path) == "loaded from a cache"
+    from onnx import TensorProto
+
+    assert gpu_runtimes.tensorrt_qdq_problem(_qdq_model(tmp_path / "sym.onnx", TensorProto.INT8, 0)) is None
+    problem = gpu_runtimes.tensorrt_qdq_problem(_qdq_model(tmp_path / "asym.onnx", TensorProto.UINT8, 128))
+    assert "symmetric INT8" in problem and "2 uint8" in problem
 
 
 # -- TensorRT takes only symmetric INT8 Q/DQ ------------------------------------------------------
-
 def _qdq_model(path, zero_point_type, zero_point):
     import onnx
     from onnx import TensorProto, helper
@@ -64,16 +62,7 @@ def _qdq_model(path, zero_point_type, zero_point):
     return path
 
 
-def test_qdq_check_accepts_symmetric_int8_only(tmp_path):
-    from onnx import TensorProto
-
-    assert gpu_runtimes.tensorrt_qdq_problem(_qdq_model(tmp_path / "sym.onnx", TensorProto.INT8, 0)) is None
-    problem = gpu_runtimes.tensorrt_qdq_problem(_qdq_model(tmp_path / "asym.onnx", TensorProto.UINT8, 128))
-    assert "symmetric INT8" in problem and "2 uint8" in problem
-
-
 # -- the whole pipeline on the CPU ------------------------------------------------------------------
-
 @pytest.mark.slow
 def test_a_failing_variant_is_a_row_saying_why_and_exit_1(tmp_path, run_main, monkeypatch):
     def enqueue_fails(*args, **kwargs):

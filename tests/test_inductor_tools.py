@@ -1,8 +1,4 @@
-"""Tests for graphbook.compilers.inductor_tools: parsing Inductor's code, graph breaks, ablation configs.
-
-The parsing tests use a fixed snippet shaped like Inductor's CPU wrapper, so they run in
-milliseconds; two tests compile tiny functions (a few seconds each with a cold cache).
-"""
+"""Tests for graphbook.compilers.inductor_tools, on a snippet shaped like Inductor's CPU wrapper."""
 import pytest
 import torch
 
@@ -35,33 +31,24 @@ runner = Runner(partitions=[])
 '''
 
 
-def test_kernel_definitions_and_count():
-    assert inductor_tools.kernel_definitions(WRAPPER) == ["cpp_fused_relu_0", "cpp_fused_add_1"]
-    assert inductor_tools.count_kernels([WRAPPER, WRAPPER]) == 4
-
-
-def test_extern_calls_and_call_sequence():
+def test_extern_calls_call_sequence_and_kernel_source():
     assert inductor_tools.extern_calls(WRAPPER) == ["torch.ops.mkldnn._convolution_pointwise",
                                         "extern_kernels.convolution"]
     assert inductor_tools.call_sequence(WRAPPER) == [
         "cpp_fused_relu_0(...)", "torch.ops.mkldnn._convolution_pointwise(...)",
         "extern_kernels.convolution(...)", "cpp_fused_add_1(...)"]
-
-
-def test_launch_counts_count_call_sites():
-    twice = WRAPPER.replace("        return (buf4, )", "        cpp_fused_add_1(buf4, arg5_1, buf5)\n        return (buf5, )")
-    assert inductor_tools._launch_counts(WRAPPER) == {"generated": 2, "library": 2}
-    assert inductor_tools._launch_counts(twice) == {"generated": 3, "library": 2}
-    assert inductor_tools.count_kernels(twice) == 2
-
-
-def test_kernel_source_and_missing_kernel():
     assert "out_ptr0[0] = in_ptr0[0];" in inductor_tools.kernel_source(WRAPPER, "cpp_fused_relu_0")
     with pytest.raises(KeyError, match="cpp_fused_relu_0"):
         inductor_tools.kernel_source(WRAPPER, "nope")
 
 
-def test_every_ablation_switch_exists_in_this_torch():
+def test_kernels_count_definitions_launches_count_call_sites_and_every_ablation_switch_exists():
+    assert inductor_tools.kernel_definitions(WRAPPER) == ["cpp_fused_relu_0", "cpp_fused_add_1"]
+    assert inductor_tools.count_kernels([WRAPPER, WRAPPER]) == 4
+    twice = WRAPPER.replace("        return (buf4, )", "        cpp_fused_add_1(buf4, arg5_1, buf5)\n        return (buf5, )")
+    assert inductor_tools._launch_counts(WRAPPER) == {"generated": 2, "library": 2}
+    assert inductor_tools._launch_counts(twice) == {"generated": 3, "library": 2}
+    assert inductor_tools.count_kernels(twice) == 2
     import torch._inductor.config as cfg
 
     for configs in (inductor_tools.ABLATION_CONFIGS, inductor_tools.UNFUSED_ABLATION_CONFIGS,
@@ -80,8 +67,7 @@ def testdynamo_graphs_records_without_compiling():
 
 @pytest.mark.slow
 def test_compile_and_get_code_without_reset_keeps_earlier_compiles():
-    """reset=False must not reset Dynamo behind the caller's back (run_and_get_code does): a function
-    compiled before stays compiled, so alternating two compiled functions recompiles nothing."""
+    """reset=False keeps a function compiled before (run_and_get_code resets): alternating them recompiles nothing."""
     from torch._dynamo.utils import counters
 
     def double(x):
@@ -102,9 +88,7 @@ def test_compile_and_get_code_without_reset_keeps_earlier_compiles():
 
 @pytest.mark.slow
 def test_bench_ablation_records_three_rotated_runs_without_recompiling(tmp_path, run_main, monkeypatch):
-    """Two configurations (one a non-Inductor backend) on a stand-in for BlurBall (the protocol is what is checked),
-    compiled once each, timed in three runs (the default): own run ids, a rotated order, a copy_ probe per run, no
-    recompile in the runs; runs.summarize_runs counts 3."""
+    """Two configurations (one a non-Inductor backend) on a stand-in, compiled once each, in three rotated runs."""
     from graphbook.measure import warmup
     from graphbook.model import blurball
     from graphbook.record import results, runs

@@ -1,18 +1,11 @@
-"""The laptop reader's path, as the README documents it: `.venv/bin/jupyter lab <chapter>` after set-up.
-
-A real JupyterLab server is started on loopback (a token, a free port, settings and workspaces in a temp
-folder), a copy of Chapter 1's opening cells is opened in headless Chromium (Debian's, driven by
-Playwright as in scripts/check_rendered_book.py), its cells are run with Shift+Enter through the
-notebook interface, and the output of the first measuring cell must appear on the page. The server is
-shut down afterwards whatever happened, within a bounded time.
-"""
+"""The laptop reader's path, as the README documents it: `.venv/bin/jupyter lab <chapter>` after set-up, on loopback,
+Chapter 1's opening cells run with Shift+Enter in headless Chromium until the first measuring cell's output shows."""
 import json
 import os
 import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +16,7 @@ import nbformat
 import pytest
 
 from graphbook import paths
+from graphbook.serving.litserve_compare import _free_port
 
 ROOT = paths.REPO_ROOT
 CHAPTER = ROOT / "chapters" / "01_chef_and_refrigerator.ipynb"
@@ -40,12 +34,6 @@ def _browser_launcher():
     assert proc.returncode == 0, proc.stderr
     browser = json.loads(proc.stdout)
     return browser["chromium"], browser["args"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _opening_cells(target: Path) -> int:

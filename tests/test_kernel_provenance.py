@@ -51,7 +51,7 @@ def _frame():
     return pd.DataFrame(kp.provenance_rows(MAPPING, NODES))
 
 
-def test_rows_follow_each_launch_to_its_eager_operators():
+def test_rows_follow_each_launch_to_its_eager_operators_and_the_page_s_code_pane_is_read():
     rows = kp.provenance_rows(MAPPING, NODES)
     assert [tuple(r[c] for c in ("kernel", "launch", "post_grad_node", "pre_grad_node")) for r in rows[:3]] == [
         ("cpp_fused_batch_norm_mean_0", 1, "add", "bn"), ("cpp_fused_batch_norm_mean_0", 1, "mul", "bn"),
@@ -60,14 +60,16 @@ def test_rows_follow_each_launch_to_its_eager_operators():
     orphan = [r for r in rows if r["launch"] == 4]
     assert orphan == [{"kernel": "cpp_fused_2", "launch": 4, "post_grad_node": "orphan", "pre_grad_node": "",
                        "node_index": -1, "op": "", "module": ""}]
-
-
-def test_rows_refuse_what_is_not_a_mapping():
     with pytest.raises(ValueError, match="not an Inductor provenance mapping"):
         kp.provenance_rows({"version": 2.0}, NODES)
+    page = ('<div id="postGradGraph" class="editor"><pre>graph</pre></div>'
+            '<div id="generatedCode" class="editor">\n<pre style="x"><span class="k">if</span> a &lt; b: f(&quot;x&quot;)</pre></div>')
+    assert kp.page_output_code(page) == 'if a < b: f("x")'
+    with pytest.raises(ValueError):
+        kp.page_output_code("<html></html>")
 
 
-def test_block_table_lists_the_module_and_its_children_with_the_book_groups():
+def test_block_table_lists_a_module_with_the_book_groups_differences_and_untraced_launches():
     table = kp.block_table(_frame(), "blk", GROUPS)
     assert list(table["eager operator"]) == ["bn2: batch_norm", "se: mean", "se.fc.0: linear", "se.fc.1: relu",
                                              "se.fc.3: sigmoid"]
@@ -80,9 +82,6 @@ def test_block_table_lists_the_module_and_its_children_with_the_book_groups():
     assert "book group" not in se and len(se) == 4 and se["eager operator"].iloc[0] == "(block): mean"
     with pytest.raises(ValueError, match="no traced operator"):
         kp.block_table(_frame(), "bl")   # a name prefix is not a module
-
-
-def test_differences_name_both_directions():
     found = kp.fusion_differences(kp.block_table(_frame(), "blk", GROUPS))
     assert [(d["difference"], d["where"]) for d in found] == [
         ("Inductor fused, the book splits", "cpp_fused_batch_norm_mean_0 #1"),
@@ -90,9 +89,6 @@ def test_differences_name_both_directions():
         ("the book fuses, Inductor splits", "6: linear + relu")]
     assert found[0]["across"] == "4: conv2d + batch_norm; 5: mean"
     assert found[2]["operators"] == "se.fc.0: linear, se.fc.1: relu"
-
-
-def test_untraced_launches_checks_names_and_order_against_the_wrapper():
     assert kp.launches(WRAPPER) == ["cpp_fused_batch_norm_mean_0", "extern_kernels.mm", "cpp_fused_relu_sigmoid_1",
                                     "cpp_fused_2"]
     assert kp.untraced_launches(_frame(), WRAPPER) == ["cpp_fused_2 #4"]
@@ -100,14 +96,6 @@ def test_untraced_launches_checks_names_and_order_against_the_wrapper():
                               "cpp_fused_relu_sigmoid_1(buf2)\n        extern_kernels.mm(buf1, arg0, out=buf2)")
     assert kp.untraced_launches(_frame(), swapped) == ["cpp_fused_relu_sigmoid_1 #2", "extern_kernels.mm #3",
                                                        "cpp_fused_2 #4"]
-
-
-def test_page_output_code_reads_the_generated_code_pane():
-    page = ('<div id="postGradGraph" class="editor"><pre>graph</pre></div>'
-            '<div id="generatedCode" class="editor">\n<pre style="x"><span class="k">if</span> a &lt; b: f(&quot;x&quot;)</pre></div>')
-    assert kp.page_output_code(page) == 'if a < b: f("x")'
-    with pytest.raises(ValueError):
-        kp.page_output_code("<html></html>")
 
 
 # ------------------------------------------------------------------ the recording and its published page
@@ -124,16 +112,19 @@ def page():
     return (paths.PROVENANCE_VIEW_DIR / "index.html").read_text()
 
 
-def test_the_recording_traces_blurballs_kernels_to_eager_operators(recorded):
-    traced = recorded[recorded["pre_grad_node"].fillna("") != ""]
-    assert traced["kernel"].nunique() >= 3
-    assert (recorded[["height", "width"]].drop_duplicates().values.tolist() == [[96, 160]])
-
-
-def test_every_launch_of_the_generated_code_is_in_the_recording(recorded, page):
+def test_the_recording_traces_every_launch_of_the_code_published_where_chapter_3_links_it(recorded, page):
     frame = recorded.fillna({"pre_grad_node": ""})
+    assert frame[frame["pre_grad_node"] != ""]["kernel"].nunique() >= 3
+    assert (recorded[["height", "width"]].drop_duplicates().values.tolist() == [[96, 160]])
     assert kp.untraced_launches(frame, kp.page_output_code(page)) == []
     assert len(kp.launches(kp.page_output_code(page))) == frame["launch"].nunique()
+    record = json.loads((paths.PROVENANCE_VIEW_DIR / "provenance.json").read_text())  # the recorded compile's page
+    assert record["results_file"] == recorded["source_file"].iloc[0] and record["torch"] == recorded["torch"].iloc[0]
+    config = yaml.safe_load((paths.REPO_ROOT / "_config.yml").read_text())
+    extra = [paths.REPO_ROOT / p for p in config["sphinx"]["config"]["html_extra_path"]]
+    source = next(p for p in extra if paths.PROVENANCE_VIEW_DIR.is_relative_to(p))
+    assert (paths.PROVENANCE_VIEW_DIR / "index.html").relative_to(source).as_posix() == kp.PROVENANCE_SITE_PATH
+    assert not re.search(r'(?:src|href)=["\'](?!#|https?:)', (paths.PROVENANCE_VIEW_DIR / "index.html").read_text())
 
 
 @pytest.mark.parametrize("module", [BLOCK, GATE])
@@ -145,20 +136,6 @@ def test_every_launch_of_the_traced_block_is_in_its_table(recorded, page, module
     source = kp.launches(kp.page_output_code(page))
     assert shown == {f"{source[n - 1]} #{n}" for n in in_block["launch"]}   # the wrapper's own names
     assert len(shown) >= 2
-
-
-def test_the_page_comes_from_the_recorded_compile(recorded):
-    record = json.loads((paths.PROVENANCE_VIEW_DIR / "provenance.json").read_text())
-    assert record["results_file"] == recorded["source_file"].iloc[0]
-    assert record["torch"] == recorded["torch"].iloc[0]
-
-
-def test_the_book_publishes_the_page_where_chapter_3_links_it():
-    config = yaml.safe_load((paths.REPO_ROOT / "_config.yml").read_text())
-    extra = [paths.REPO_ROOT / p for p in config["sphinx"]["config"]["html_extra_path"]]
-    source = next(p for p in extra if paths.PROVENANCE_VIEW_DIR.is_relative_to(p))
-    assert (paths.PROVENANCE_VIEW_DIR / "index.html").relative_to(source).as_posix() == kp.PROVENANCE_SITE_PATH
-    assert not re.search(r'(?:src|href)=["\'](?!#|https?:)', (paths.PROVENANCE_VIEW_DIR / "index.html").read_text())
 
 
 @pytest.mark.slow

@@ -1,14 +1,6 @@
-"""The README's lab sequence, end to end on a CPU.
-
-A lab engineer runs ``code/gpu_blurball.py`` and ``code/gpu_tensorrt.py`` on a GPU machine, then re-executes
-the chapters. Here fake measurements, with the scripts' plan and columns (``graphbook.lab.gpu_measure``,
-``graphbook.lab.gpu_runtimes``) in three runs, go through their shared writer (``graphbook.lab.gpu_profiling``) to
-result files in a scratch results folder (beside copies of the committed ``data/results`` files); then copies of
-chapters 4, 5 and 7 are executed with ``GRAPHBOOK_RESULTS_DIR`` pointing at that folder: their set-up and the cells
-that read lab results, tagged ``lab-path`` (nbval executes every cell already). Chapter 4 must show the TensorRT run, chapter 5 the BlurBall run
-beside the article's numbers (and not the TensorRT file), and chapter 7's GPU decision must use the recorded run.
-The chapters themselves are never written.
-"""
+"""The README's lab sequence on a CPU: fake GPU runs, written by the lab scripts' own writer beside the committed
+results, reach in-memory copies of chapters 4, 5 and 7 (their cells tagged ``lab-path``) through
+``GRAPHBOOK_RESULTS_DIR``."""
 import shutil
 
 import pandas as pd

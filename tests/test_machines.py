@@ -20,28 +20,20 @@ def write_matrix(folder, name, machine, eager_ms, runs_n=3, loaded_run=None):
     pd.DataFrame(rows).to_csv(folder / f"{name}.csv", index=False)
 
 
-def test_two_cpus_with_one_name_are_two_machines(tmp_path):
-    write_matrix(tmp_path, "cpu-blurball-2026-12-01", A, 500)
-    write_matrix(tmp_path, "cpu-blurball-2026-12-02", B, 1000)
-    facts = machines.machine_facts(tmp_path)
-    assert len(facts) == 2 and set(facts["cpu_model_id"]) == {"17", "97"}
-    assert list(facts["cpu-blurball"]) == [3, 3] and list(facts["ablation"]) == [0, 0]
-
-
 def test_side_by_side_leaves_a_loaded_run_out_of_the_median_but_shows_it(tmp_path):
     write_matrix(tmp_path, "cpu-blurball-2026-12-01", A, 500, runs_n=4, loaded_run=2)
     table = machines._side_by_side("cpu-blurball", tmp_path)
     eager = table[table.variant == "eager_fp32"].iloc[0]
     assert eager["median"] == pytest.approx(500) and eager.quiet_runs == 3 and eager.flagged_runs == 1
     assert eager["flags"] == [False, True, False, False] and eager["values"][1] == pytest.approx(2500)
-
-
-def test_the_plot_draws_a_bar_per_machine_and_group_and_nothing_when_empty(tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
     write_matrix(tmp_path, "cpu-blurball-2026-12-01", A, 500)
     write_matrix(tmp_path, "cpu-blurball-2026-12-02", B, 1000)
+    facts = machines.machine_facts(tmp_path)
+    assert len(facts) == 2 and set(facts["cpu_model_id"]) == {"17", "97"}
+    assert list(facts["cpu-blurball"]) == [3, 3] and list(facts["ablation"]) == [0, 0]
     ax = machines.plot_side_by_side("cpu-blurball", tmp_path)
     assert len(ax.patches) == 4
     assert machines.plot_side_by_side("attribution", tmp_path) is None

@@ -1,7 +1,4 @@
-"""Tests of graphbook.runtimes.onnx_utils: export, sessions, operator counts, profiles, Q/DQ quantization.
-
-Everything runs on a tiny conv-BN-ReLU-residual block, so the module takes seconds.
-"""
+"""graphbook.runtimes.onnx_utils on a tiny conv-BN-ReLU-residual block: export, sessions, counts, profiles, Q/DQ."""
 from collections import Counter
 
 import numpy as np
@@ -61,7 +58,6 @@ def exported(model_and_input, tmp_path_factory):
 
 
 # Export ------------------------------------------------------------------------------------------
-
 def test_export_writes_graph_and_external_weights(exported):
     files = ou.onnx_files(exported["optimized"])
     assert [f.name for f in files] == ["optimized.onnx", "optimized.onnx.data"]
@@ -85,16 +81,10 @@ def test_export_refuses_what_it_cannot_export_faithfully(model_and_input, tmp_pa
 
 
 # Levels and sessions ------------------------------------------------------------------------------
-
 @pytest.mark.parametrize("bad", ["fast", "", "Extended", "ORT_ENABLE_BASIC", "ORT_ENABLE_TURBO", 2, None])
 def test_unknown_level_gives_clear_error(bad):
     with pytest.raises(ValueError, match="optimization level"):
         ou.optimization_level(bad)
-
-
-def test_missing_model_file_gives_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        ou.make_session(tmp_path / "absent.onnx")
 
 
 @pytest.mark.parametrize("truncated", [False, True])
@@ -107,14 +97,16 @@ def test_corrupt_or_truncated_model_file_gives_clear_error(exported, tmp_path, t
         ou.op_counts(bad)
 
 
-def test_bad_thread_count_and_unmatched_provider_options_are_refused(exported):
+def test_a_missing_file_a_bad_thread_count_and_unmatched_provider_options_are_refused(exported, tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        ou.make_session(tmp_path / "absent.onnx")
     with pytest.raises(ValueError, match="threads"):
         ou.make_session(exported["raw"], threads=0)
     with pytest.raises(ValueError, match="provider_options"):
         ou.make_session(exported["optimized"], providers=[ou.CPU_PROVIDER], provider_options=[{}, {}])
 
 
-def test_every_level_matches_eager_and_saves_its_graph(exported, model_and_input):
+def test_every_level_matches_eager_saves_its_graph_keeps_rewrites_without_nchwc(exported, model_and_input, tmp_path):
     model, x = model_and_input
     with torch.no_grad():
         reference = model(x)
@@ -136,9 +128,6 @@ def test_every_level_matches_eager_and_saves_its_graph(exported, model_and_input
     assert any("FusedConv" in note for note in ou.name_fusions(counts["basic"], counts["extended"]))
     assert any("NCHWc" in note for note in ou.name_fusions(counts["extended"], counts["all"]))
     assert ou.name_fusions(counts["all"], counts["all"]) == []
-
-
-def test_run_session_accepts_tensor_array_and_dict(exported, model_and_input):
     _, x = model_and_input
     session = ou.make_session(exported["optimized"], threads=1)
     name = session.get_inputs()[0].name
@@ -146,10 +135,23 @@ def test_run_session_accepts_tensor_array_and_dict(exported, model_and_input):
     b = ou.run_session(session, x.numpy())
     c = ou.run_session(session, {name: x.numpy()})
     assert np.array_equal(a, b) and np.array_equal(a, c)
+    # disabling the NCHWc rewrite keeps the level's other rewrites
+    _, x = model_and_input
+    counts = {}
+    for disabled in ((), (ou.NCHWC_TRANSFORMER,)):
+        saved = tmp_path / f"all_{len(disabled)}.onnx"
+        session = ou.make_session(exported["raw"], level="all", threads=1, optimized_model_path=saved,
+                                  disabled_optimizers=disabled)
+        assert ou.run_session(session, x).shape == (1, 8, 16, 16)
+        counts[disabled] = ou.op_counts(saved)
+    def nchwc(c):
+        return sum(n for (domain, _), n in c.items() if "nchwc" in domain)
+    assert nchwc(counts[()]) > 0 and nchwc(counts[(ou.NCHWC_TRANSFORMER,)]) == 0
+    # the fusions of the lower levels stay: no BatchNormalization left in either graph
+    assert all(c[("ai.onnx", "BatchNormalization")] == 0 for c in counts.values())
 
 
 # Providers -------------------------------------------------------------------------------------
-
 def test_resolve_providers_keeps_the_available_ones_in_order_and_falls_back_to_cpu():
     choice = ou.resolve_providers([ou.TENSORRT_PROVIDER, ou.CUDA_PROVIDER], available=[ou.CPU_PROVIDER])
     assert choice.providers == (ou.CPU_PROVIDER,)
@@ -165,16 +167,12 @@ def test_resolve_providers_keeps_the_available_ones_in_order_and_falls_back_to_c
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only fallback")
-def test_session_asking_for_gpu_providers_runs_on_cpu(exported):
+def test_a_session_asking_for_gpu_providers_runs_on_cpu_and_the_detection_explains_their_absence(exported):
     session = ou.make_session(exported["optimized"], threads=1,
                               providers=[ou.TENSORRT_PROVIDER, ou.CUDA_PROVIDER],
                               provider_options=[{"trt_fp16_enable": "True"}, {}])
     if ou.CUDA_PROVIDER not in ou.available_providers():
         assert session.get_providers() == [ou.CPU_PROVIDER]
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only report")
-def test_gpu_runtime_detection_explains_absence():
     status = gpu_runtimes.detect_gpu_runtimes()
     assert not status.ort_cuda and not status.tensorrt and not status.anything
     assert status.summary().startswith("No GPU runtime can be measured on this machine: ")
@@ -182,7 +180,6 @@ def test_gpu_runtime_detection_explains_absence():
 
 
 # Counting and comparing ---------------------------------------------------------------------------
-
 def test_fusion_names():
     before = Counter({("ai.onnx", "Conv"): 2, ("ai.onnx", "Relu"): 2, ("ai.onnx", "Gemm"): 1,
                       ("ai.onnx", "Sigmoid"): 1})
@@ -196,17 +193,13 @@ def test_fusion_names():
 
 
 # Profiling and quantization ------------------------------------------------------------------------
-
-def test_profile_operators_gives_per_op_table(exported, model_and_input, tmp_path):
+def test_profile_operators_gives_per_op_table_and_refuses_an_empty_trace(exported, model_and_input, tmp_path):
     _, x = model_and_input
     table = profiling.profile_operators(exported["raw"], x, level="extended", threads=1, runs=2, workdir=tmp_path)
     assert set(table.columns) == {"op_name", "nodes", "total_ms", "share"}
     assert "FusedConv" in set(table["op_name"])
     assert table["share"].sum() == pytest.approx(1.0)
     assert table.loc[table["op_name"] == "FusedConv", "nodes"].item() == 1
-
-
-def test_read_profile_refuses_empty_trace(tmp_path):
     empty = tmp_path / "p.json"
     empty.write_text("[]")
     with pytest.raises(ValueError, match="no kernel events"):
@@ -266,11 +259,10 @@ def test_quantize_qdq_inserts_qdq_nodes_and_stays_close(exported, model_and_inpu
         quantization.quantize_qdq(exported["optimized"], tmp_path / "none.onnx", [])
 
 
-# The benchmark script's argument checks (no model is built) -----------------------------------------
+# The benchmark script --------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_bench_script_records_three_rotated_runs(tmp_path, run_main, monkeypatch):
-    """A tiny run of code/bench_onnxruntime.py (no compile, no INT8) on a stand-in for BlurBall: sessions built once,
-    then three runs with their own run ids, a rotated order and a copy_ probe each; summarize_runs counts 3 runs."""
+    """code/bench_onnxruntime.py on a stand-in (no compile, no INT8): sessions built once, three rotated runs."""
     from graphbook.measure import warmup
     from graphbook.model import blurball
     from graphbook.record import results, runs
@@ -292,19 +284,3 @@ def test_bench_script_records_three_rotated_runs(tmp_path, run_main, monkeypatch
     eager = frame[frame["variant"] == "eager_fp32"]
     assert (eager[results.SPEEDUP_VS_EAGER] == 1.0).all()  # against eager of the same run
     assert frame[results.SAME_OUTPUT].all()
-
-
-def test_disabling_the_nchwc_rewrite_keeps_the_levels_other_rewrites(exported, model_and_input, tmp_path):
-    _, x = model_and_input
-    counts = {}
-    for disabled in ((), (ou.NCHWC_TRANSFORMER,)):
-        saved = tmp_path / f"all_{len(disabled)}.onnx"
-        session = ou.make_session(exported["raw"], level="all", threads=1, optimized_model_path=saved,
-                                  disabled_optimizers=disabled)
-        assert ou.run_session(session, x).shape == (1, 8, 16, 16)
-        counts[disabled] = ou.op_counts(saved)
-    def nchwc(c):
-        return sum(n for (domain, _), n in c.items() if "nchwc" in domain)
-    assert nchwc(counts[()]) > 0 and nchwc(counts[(ou.NCHWC_TRANSFORMER,)]) == 0
-    # the fusions of the lower levels stay: no BatchNormalization left in either graph
-    assert all(c[("ai.onnx", "BatchNormalization")] == 0 for c in counts.values())

@@ -50,7 +50,10 @@ def _modules() -> set[str]:
             if p.stem != "__init__"}
 
 
-def test_contributing_lists_every_module():
+def test_no_test_edits_the_import_path_and_contributing_lists_every_module():
+    offenders = [p.name for p in sorted((ROOT / "tests").glob("*.py"))
+                 if p.name != Path(__file__).name and PATH_EDIT in p.read_text()]
+    assert not offenders, f"tests that edit {PATH_EDIT} (import graphbook instead): {offenders}"
     text = (ROOT / "CONTRIBUTING.md").read_text()
     listed = set(re.findall(r"^\s*\| `([\w.]+)` \|", text, re.M))
     modules = _modules()
@@ -80,12 +83,6 @@ def test_first_cell_is_the_documented_import_and_nothing_else_touches_the_path(p
     for index, source in enumerate(sources[1:], start=2):
         assert PATH_EDIT not in source and IMPORTLIB not in source, \
             f"code cell {index} edits the import path or loads a file with {IMPORTLIB}: import from graphbook"
-
-
-def test_no_test_edits_the_import_path():
-    offenders = [p.name for p in sorted((ROOT / "tests").glob("*.py"))
-                 if p.name != Path(__file__).name and PATH_EDIT in p.read_text()]
-    assert not offenders, f"tests that edit {PATH_EDIT} (import graphbook instead): {offenders}"
 
 
 # The platforms the book's readers install on, as pip's environment markers see them.
@@ -120,8 +117,7 @@ def _pins(name: str) -> list:
 
 
 def test_the_environment_is_the_lock_every_installed_package_at_its_pinned_version():
-    """A clean install takes nothing that no file pins: requirements.txt, the CUDA libraries torch's Linux wheel
-    brings (constraints it reads with -c) and the optional TVM."""
+    """A clean install takes nothing no file pins: requirements.txt, torch's CUDA libraries (-c), the optional TVM."""
     from importlib import metadata
 
     from packaging.utils import canonicalize_name
@@ -141,16 +137,12 @@ def test_the_environment_is_the_lock_every_installed_package_at_its_pinned_versi
     assert not wrong, f"installed at another version than pinned: {wrong}"
 
 
-def test_an_absent_openvino_is_explained_by_where_its_wheels_exist(monkeypatch):
+def test_an_absent_openvino_is_explained_and_the_lab_gpu_runtime_is_the_version_of_the_cpu_one(monkeypatch):
     from graphbook.runtimes import openvino_runtime
 
     monkeypatch.setitem(sys.modules, "openvino", None)  # what an install without the package looks like
     ok, why = openvino_runtime.available()
     assert not ok and "aarch64 Linux" in why and "requirements.txt" in why
-
-
-
-def test_the_lab_gpu_runtime_is_the_version_of_the_cpu_one_it_replaces():
     def pin(text, name):
         return re.search(rf"^{name}==([\w.]+)", text, re.M).group(1)
     cpu = (paths.REPO_ROOT / "requirements.txt").read_text()

@@ -9,19 +9,21 @@ import pytest  # noqa: E402
 from graphbook.teach import plots  # noqa: E402
 
 
-def test_roofline_attainable_has_two_regimes():
+def test_roofline_has_two_regimes_and_draws_points_and_a_flow_diagram_every_box():
     # ridge at 100 / 10 = 10 FLOP/byte
     assert plots._roofline_attainable(1.0, 100.0, 10.0) == 10.0
     assert plots._roofline_attainable(1000.0, 100.0, 10.0) == 100.0
     assert np.allclose(plots._roofline_attainable([0.5, 10, 20], 100.0, 10.0), [5, 100, 100])
-
-
-def test_roofline_draws_points():
     fig, ax = plt.subplots()
     plots.roofline(100.0, 10.0, [("relu", 0.125), ("matmul", 50.0, 60.0)], ax=ax)
     assert ax.get_xscale() == "log"
     assert len(ax.lines) == 4  # roof, ridge, two points
     plt.close(fig)
+    ax = plots.flow_diagram({"a": (0, 0, "bytecode"), "b": (3, 0, "FX graph", "#fde")}, [("a", "b", "Dynamo")])
+    assert [t.get_text() for t in ax.texts if t.get_text()] == ["bytecode", "FX graph", "Dynamo"]
+    assert len(ax.patches) == 2
+    with pytest.raises(KeyError, match="not drawn"):
+        plots.flow_diagram({"a": (0, 0, "x")}, [("a", "z")])
 
 
 @pytest.mark.slow
@@ -71,11 +73,3 @@ def test_draw_clip_detection_draws_truth_and_detection_on_four_panels():
     out = plots.draw_clip_detection(clip.frames[1], clip.targets[1], logits, crop=None)
     assert all(len(a.lines) == 0 for a in out) and out[1].get_xlim() == (-0.5, 63.5)
     plt.close("all")
-
-
-def test_flow_diagram_draws_every_box_and_refuses_an_arrow_to_nowhere():
-    ax = plots.flow_diagram({"a": (0, 0, "bytecode"), "b": (3, 0, "FX graph", "#fde")}, [("a", "b", "Dynamo")])
-    assert [t.get_text() for t in ax.texts if t.get_text()] == ["bytecode", "FX graph", "Dynamo"]
-    assert len(ax.patches) == 2
-    with pytest.raises(KeyError, match="not drawn"):
-        plots.flow_diagram({"a": (0, 0, "x")}, [("a", "z")])

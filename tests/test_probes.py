@@ -6,20 +6,22 @@ import pytest
 from graphbook.measure import probes
 
 
-def test_copy_bandwidth_counts_read_and_write_of_whole_floats():
+def test_copy_bandwidth_matmul_peak_and_gemm_rates_count_their_bytes_and_flops():
     result = probes.copy_bandwidth(nbytes=4 * 2 ** 20 + 3, repeats=3)
     assert result["nbytes"] == 4 * 2 ** 20
     assert result["bytes_moved"] == 2 * result["nbytes"]
     expected = result["bytes_moved"] / (result["median_ms"] * 1e-3) / 1e9
     assert result["gb_per_s"] == pytest.approx(expected)
     assert result["gb_per_s"] > 0.1  # any machine moves more than 100 MB/s
-
-
-def test_matmul_peak_counts_two_n_cubed():
     result = probes.matmul_peak(n=128, repeats=3)
     assert result["flops"] == 2 * 128 ** 3
     assert result["gflop_per_s"] == pytest.approx(result["flops"] / (result["median_ms"] * 1e-3) / 1e9)
     assert result["dtype"] == "float32" and result["n"] == 128
+    rates = probes.gemm_rates(n=64, threads=1, repeats=1)
+    assert [r["library"] for r in rates] == ["PyTorch torch.mm", "NumPy @", "ONNX Runtime MatMul (MLAS)"]
+    assert all(r["gflop_per_s"] > 0 for r in rates)
+    with pytest.raises(ValueError, match="n must be"):
+        probes.gemm_rates(n=0)
 
 
 @pytest.mark.parametrize("call", [
@@ -39,7 +41,7 @@ def test_measured_clock_is_a_plausible_clock_or_none(monkeypatch):
     assert probes.measured_clock_ghz(trials=1, adds=1000) is None  # no compiler: no clock, never a guess
 
 
-def test_fp32_ceiling_from_the_machines_facts():
+def test_fp32_and_lower_precision_ceilings_from_the_machines_facts():
     zen4 = {"cpu_microarch": "Zen 4", "cpu_isa": "avx512_vnni", "cpu_ghz": 3.7, "threads": 2}
     ceiling = probes.fp32_ceiling(zen4)
     assert ceiling["gflop_per_s"] == pytest.approx(2 * 32 * 3.7) and "Zen 4" in ceiling["basis"]
@@ -48,19 +50,8 @@ def test_fp32_ceiling_from_the_machines_facts():
     assert probes.fp32_ceiling({"cpu_microarch": "unknown", "cpu_isa": "unknown", "cpu_ghz": 3.0, "threads": 2})[
         "gflop_per_s"] is None
     assert probes.fp32_ceiling({**zen4, "cpu_ghz": None})["gflop_per_s"] is None
-
-
-def test_gemm_rates_measures_each_installed_library():
-    rates = probes.gemm_rates(n=64, threads=1, repeats=1)
-    assert [r["library"] for r in rates] == ["PyTorch torch.mm", "NumPy @", "ONNX Runtime MatMul (MLAS)"]
-    assert all(r["gflop_per_s"] > 0 for r in rates)
-    with pytest.raises(ValueError, match="n must be"):
-        probes.gemm_rates(n=0)
-
-
-def test_lower_precision_ceilings_follow_the_instructions_the_cpu_has():
-    zen5 = {"cpu_microarch": "Zen 5", "cpu_isa": "avx512_vnni", "cpu_ghz": 3.0, "threads": 2}
-    fp32 = probes.precision_ceiling(zen5, "fp32")["gflop_per_s"]
+    zen5 = {"cpu_microarch": "Zen 5", "cpu_isa": "avx512_vnni", "cpu_ghz": 3.0, "threads": 2}  # lower precisions:
+    fp32 = probes.precision_ceiling(zen5, "fp32")["gflop_per_s"]                               # the instructions it has
     assert fp32 == probes.fp32_ceiling(zen5)["gflop_per_s"] == 384.0
     assert probes.precision_ceiling(zen5, "bf16")["gflop_per_s"] == 2 * fp32
     assert probes.precision_ceiling(zen5, "int8")["gflop_per_s"] == 4 * fp32

@@ -19,7 +19,7 @@ def _glue_output(name, text):
             "data": {"application/papermill.record/text/plain": text}}
 
 
-def test_chapter_table_reads_execution_records_and_glued_status(tmp_path):
+def test_chapter_table_reads_execution_records_and_glued_status_and_refuses_an_unreadable_notebook(tmp_path):
     (tmp_path / "chapters").mkdir()
     _write(tmp_path / "chapters" / "01_a.ipynb",
            [{"cell_type": "markdown", "source": "# First chapter", "metadata": {}},
@@ -34,16 +34,12 @@ def test_chapter_table_reads_execution_records_and_glued_status(tmp_path):
     assert first["seconds"] == 42.0 and first["gpu_part"] == "Live GPU measurement skipped: no CUDA."
     assert first["results_shown"] == "cpu_fusion_demo.csv"
     assert second["executed_at"].startswith("never") and second["gpu_part"] == "no GPU part"
-
-
-def test_unreadable_notebook_gives_a_clear_error(tmp_path):
-    (tmp_path / "chapters").mkdir()
     (tmp_path / "chapters" / "bad.ipynb").write_text("{not json")
     with pytest.raises(ValueError, match="bad.ipynb: not a readable notebook"):
         provenance.chapter_table(tmp_path)
 
 
-def test_the_execution_log_has_one_header_and_names_machines_by_fingerprint():
+def test_the_execution_log_and_the_chapter_table_name_machines_by_fingerprint(tmp_path):
     import csv
 
     from graphbook import paths
@@ -52,9 +48,6 @@ def test_the_execution_log_has_one_header_and_names_machines_by_fingerprint():
         rows = list(csv.reader(log))
     assert rows[0].count("notebook") == 1 and {"cpu_family", "cpu_model_id", "cpu_ghz"} <= set(rows[0])
     assert rows[0] not in rows[1:], "a second header row inside the log"
-
-
-def test_the_chapter_table_names_the_machine_by_its_fingerprint(tmp_path):
     (tmp_path / "chapters").mkdir()
     (tmp_path / "appendix").mkdir()
     record = {"executed_at": "2026-12-03T16:00:00+00:00", "seconds": 10.0, "code_cells": 3,

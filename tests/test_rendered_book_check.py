@@ -1,8 +1,4 @@
-"""The browser check itself must be able to fail: a deliberately broken page is caught, a clean one passes.
-
-scripts/check_rendered_book.py is run as the command test.sh runs, in a subprocess (Chromium is slow work),
-and judged by its exit status and its report; its refusals are called in this process.
-"""
+"""The browser check (scripts/check_rendered_book.py, run as test.sh runs it) must be able to fail a broken page."""
 import json
 import subprocess
 import sys
@@ -63,10 +59,13 @@ WIDE_TABLE_IN_A_BOX = ('<div style="overflow-x: auto"><table><tr>'
                        + "".join(f"<td>{i}.5 nanoseconds</td>" for i in range(12)) + "</tr></table></div>")
 
 
-def test_cli_refuses_a_folder_without_a_built_book(tmp_path, script, capsys):
+def test_cli_refuses_a_folder_without_a_built_book_and_prints_the_browser_other_tests_use(tmp_path, script, capsys):
     with pytest.raises(SystemExit) as stop:
         script("scripts/check_rendered_book.py").main([str(tmp_path)])
     assert stop.value.code == 2 and "no built book" in capsys.readouterr().err
+    assert script("scripts/check_rendered_book.py").main(["--print-browser"]) == 0
+    browser = json.loads(capsys.readouterr().out)
+    assert "--headless" in browser["args"] and (browser["chromium"] is None or Path(browser["chromium"]).exists())
 
 
 BROKEN_PAGES = [
@@ -114,9 +113,8 @@ def _static_report(html, name, body="<p>tlparse report</p>"):
 @pytest.fixture(scope="module")
 @slow_fixture
 def broken_site_report(tmp_path_factory):
-    """Every broken page in one site, checked by one browser session (a launch costs seconds): index.html with
-    a defect of each older kind, a page per BROKEN_PAGES row, a chapter linking into the reports, the tlparse
-    report with a console error, and a provenance view no page links."""
+    """Every broken page in one site, checked by one browser session: index.html, a page per BROKEN_PAGES row, a
+    chapter linking into the reports, a tlparse report with a console error, a provenance view no page links."""
     root = tmp_path_factory.mktemp("broken")
     html = _site(root, {
         "index.html": '<p>Eager took {glue:text}`eager_ms:.2f` ms, see {doc}`missing`.</p>'
@@ -133,7 +131,7 @@ def broken_site_report(tmp_path_factory):
     return proc, _problems_by_page(proc)
 
 
-def test_a_broken_page_fails_on_each_defect(broken_site_report):
+def test_a_broken_page_and_the_reports_fail_on_each_defect(broken_site_report):
     proc, pages = broken_site_report
     assert any(line.startswith("FAIL index.html") for line in proc.stdout.splitlines()), proc.stdout
     for expected in ["unresolved role text '{glue:text}`'", "unresolved role text '{doc}`'",
@@ -142,24 +140,7 @@ def test_a_broken_page_fails_on_each_defect(broken_site_report):
                      "shows 0 figures but its notebook produced 2",
                      "1 glue references rendered empty"]:
         assert expected in pages["index.html"], f"{expected!r} not reported in: {pages['index.html']}"
-
-
-@pytest.mark.parametrize("index", range(len(BROKEN_PAGES)), ids=[e[:40] for _, e in BROKEN_PAGES])
-def test_each_new_check_fails_on_a_broken_page(broken_site_report, index):
-    proc, pages = broken_site_report
-    assert any(line.startswith(f"FAIL page{index}.html") for line in proc.stdout.splitlines()), proc.stdout
-    assert BROKEN_PAGES[index][1] in pages[f"page{index}.html"], proc.stdout
-
-
-def test_print_browser_gives_the_chromium_path_and_flags_other_browser_tests_use(script, capsys):
-    assert script("scripts/check_rendered_book.py").main(["--print-browser"]) == 0
-    browser = json.loads(capsys.readouterr().out)
-    assert "--headless" in browser["args"] and (browser["chromium"] is None or Path(browser["chromium"]).exists())
-
-
-def test_a_broken_link_into_a_report_a_report_with_a_console_error_and_an_unpublished_report_fail(broken_site_report):
-    proc, pages = broken_site_report
-    lines = proc.stdout.splitlines()
+    lines = proc.stdout.splitlines()  # a broken link into a report, a report's console error, an unpublished report
     assert "FAIL chapters/03.html (0 figures)" in lines and "FAIL tlparse/index.html (static report)" in lines
     assert "FAIL tlparse_provenance/index.html (static report)" in lines
     for page, expected in (("chapters/03.html", "broken link to the static report '../tlparse/-_0_0_0/missing.txt'"),
@@ -167,3 +148,10 @@ def test_a_broken_link_into_a_report_a_report_with_a_console_error_and_an_unpubl
                            ("tlparse/index.html", "console error: report boom"),
                            ("tlparse_provenance/index.html", "published, but no page of the book links it")):
         assert expected in pages[page], (page, pages[page])
+
+
+@pytest.mark.parametrize("index", range(len(BROKEN_PAGES)), ids=[e[:40] for _, e in BROKEN_PAGES])
+def test_each_new_check_fails_on_a_broken_page(broken_site_report, index):
+    proc, pages = broken_site_report
+    assert any(line.startswith(f"FAIL page{index}.html") for line in proc.stdout.splitlines()), proc.stdout
+    assert BROKEN_PAGES[index][1] in pages[f"page{index}.html"], proc.stdout

@@ -36,18 +36,10 @@ def test_summarize_gives_median_spread_and_ratio_to_the_cold_compile():
     assert table.loc["compile-cold", "speedup_vs_cold"] == 1.0 and table.loc["ort-raw", "artifact_mb"] == 2.0
 
 
-def test_run_refuses_warm_paths_without_the_cold_one_and_zero_repeats(tmp_path):
-    with pytest.raises(ValueError, match="compile-cold"):
-        restart_paths.run_restart_paths("x.pt", paths=("compile-warm",), workdir=tmp_path)
-    with pytest.raises(ValueError, match="repeats"):
-        restart_paths.run_restart_paths("x.pt", paths=("eager",), repeats=0, workdir=tmp_path)
-
-
 @pytest.fixture(scope="module")
 def bench_run(tmp_path_factory, script):
-    """One small run of bench_restart_paths.py (its main(argv) here; every path starts its own processes) over
-    the ONNX Runtime and OpenVINO paths: ``(paths frame, serving-ready frame, workdir)``. One run exports
-    BlurBall once for all of them."""
+    """One small run of bench_restart_paths.py over the ONNX Runtime and OpenVINO paths, one export for all:
+    ``(paths frame, serving-ready frame, workdir)``."""
     root = tmp_path_factory.mktemp("restart")
     chosen = ["eager", "ort-raw", "ort-optimized-ort", "ort-dynamic", "openvino", "openvino-cached"]
     assert script("bench_restart_paths.py").main([
@@ -60,8 +52,7 @@ def bench_run(tmp_path_factory, script):
 
 @pytest.fixture(scope="module")
 def cpp_run(tmp_path_factory):
-    """The static package through the C++ loader, and its match with eager: ``(row, workdir)``. The dynamic package
-    through the same loader, batches 1-3, runs live in Chapter 6 (on the stand-in), whose outputs nbval compares."""
+    """The static package through the C++ loader, and its match with eager: ``(row, workdir)``."""
     work = tmp_path_factory.mktemp("cpp")
     (row,) = restart_paths.run_restart_paths(paths.TRAINED_CHECKPOINT, input_hw=(32, 64), repeats=1, threads=1,
                                              paths=("aoti-cpp",), steady_runs=1, workdir=work)
@@ -113,22 +104,19 @@ def test_cpp_loader_runs_the_package_without_python_and_matches_eager(cpp_run):
 def test_openvino_paths_are_skipped_where_openvino_is_absent(tmp_path, monkeypatch):
     monkeypatch.setattr(restart_paths, "openvino_available", lambda: (False, "no wheel here"))
     said = []
-    # only OpenVINO paths asked for: after skipping them nothing is left to start, so nothing is built
-    with pytest.raises(ValueError, match="repeats"):
-        restart_paths.run_restart_paths("x.pt", paths=("openvino",), repeats=0, workdir=tmp_path, progress=said.append)
-    assert said == ["skipping the OpenVINO paths: no wheel here"]
+    # only OpenVINO paths asked for: after skipping them nothing is left to start, and no checkpoint to read
+    with pytest.raises(FileNotFoundError, match="x.pt"):
+        restart_paths.run_restart_paths("x.pt", paths=("openvino",), workdir=tmp_path, progress=said.append)
+    assert said[0] == "skipping the OpenVINO paths: no wheel here"
 
 
-def test_cpp_loader_command_uses_the_wheels_headers_libraries_and_abi():
+def test_cpp_loader_command_uses_the_wheels_headers_libraries_and_abi_and_needs_gplusplus(tmp_path, monkeypatch):
     import torch
 
     cmd = aoti_cpp._cpp_loader_command(aoti_cpp.CPP_LOADER_SOURCE, "/tmp/x")
     assert cmd[0] == "g++" and aoti_cpp.CPP_LOADER_SOURCE.is_file()
     assert f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}" in cmd
     assert any(c.startswith("-Wl,-rpath,") and c.endswith("lib") for c in cmd) and "-ltorch_cpu" in cmd
-
-
-def test_cpp_loader_without_gplusplus_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no g++ on this PATH
     with pytest.raises(restart_paths.RestartPathError, match="needs g\\+\\+"):
         aoti_cpp.build_cpp_loader(tmp_path)

@@ -22,13 +22,10 @@ def _read(path):
 
 
 # ------------------------------------------------------------------------------ kinds and file names
-def test_every_committed_file_belongs_to_exactly_one_kind():
+def test_every_committed_file_belongs_to_one_kind_no_kind_matches_another_s_and_an_unknown_one_is_refused(tmp_path):
     for path in sorted(COMMITTED.glob("*.csv")):
         matching = [k.name for k in results.KINDS.values() if k.matches(path.name)]
         assert len(matching) == 1, f"{path.name} matches {matching}"
-
-
-def test_no_kind_matches_another_kinds_files(tmp_path):
     for name, k in results.KINDS.items():
         if k.log_file:  # the notebook log grows by append_rows, it is not a recording
             continue
@@ -48,9 +45,6 @@ def test_no_kind_matches_another_kinds_files(tmp_path):
         assert kinds_of(unknown) == []
     for name, k in results.KINDS.items():
         assert len(results.files(name, tmp_path)) == (0 if k.log_file else 1)
-
-
-def test_unknown_kind_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="unknown result kind 'nope'.*cpu-blurball"):
         results.load("nope", tmp_path)
     with pytest.raises(ValueError, match="unknown result kind"):
@@ -58,7 +52,7 @@ def test_unknown_kind_is_a_clear_error(tmp_path):
 
 
 # ------------------------------------------------------------------------------ write_run
-def test_write_run_makes_a_new_file_per_run_and_never_overwrites(tmp_path):
+def test_write_run_makes_a_new_file_per_run_never_overwrites_and_refuses_bad_tags_rows_and_names(tmp_path):
     first = results.write_run("cpu-blurball", [{"variant": "eager_fp32", "median_ms": 2.0}], ENV,
                               results_dir=tmp_path)
     before = first.read_bytes()
@@ -69,9 +63,6 @@ def test_write_run_makes_a_new_file_per_run_and_never_overwrites(tmp_path):
     rows = _read(second)
     assert rows[0][0] == "run_id" and rows[0][1:] == ["variant", "median_ms", "date", "git_commit", "threads"]
     assert rows[1][0] == "cpu-blurball-2026-11-30-2"
-
-
-def test_write_run_tags(tmp_path):
     path = results.write_run("gpu-tensorrt", [{"a": 1}], ENV, results_dir=tmp_path, tag="nvidia-h200")
     assert path.name == "gpu-tensorrt-nvidia-h200-2026-11-30.csv"
     with pytest.raises(ValueError, match="needs a tag"):
@@ -80,18 +71,20 @@ def test_write_run_tags(tmp_path):
         results.write_run("cpu-blurball", [{"a": 1}], ENV, results_dir=tmp_path, tag="x")
     with pytest.raises(ValueError, match="tag must be"):
         results.write_run("gpu-blurball", [{"a": 1}], ENV, results_dir=tmp_path, tag="a/b")
-
-
-def test_write_run_keeps_a_given_run_id_and_refuses_empty_rows(tmp_path):
     path = results.write_run("cpu-onnxruntime", [{"run_id": "R1", "a": 1}], ENV, results_dir=tmp_path)
-    assert _read(path)[1][0] == "R1"
+    assert _read(path)[1][0] == "R1"  # a given run id is kept; no rows, or an empty one, are refused
     with pytest.raises(ValueError):
         results.write_run("cpu-onnxruntime", [], ENV, results_dir=tmp_path)
     with pytest.raises(ValueError):
         results.write_run("cpu-onnxruntime", [{}], ENV, results_dir=tmp_path)
+    # a date that is not YYYY-MM-DD makes a name no reader would find: refused, and no orphan file left
+    before = sorted(tmp_path.iterdir())
+    with pytest.raises(ValueError, match="does not match"):
+        results.write_run("serving-load", [{"ok": 1}], {"date": "yesterday"}, results_dir=tmp_path)
+    assert sorted(tmp_path.iterdir()) == before
 
 
-def test_a_frame_goes_to_the_file_as_it_is_and_comes_back_typed(tmp_path):
+def test_a_frame_goes_to_the_file_as_it_is_comes_back_typed_and_defaults_to_the_books_folder(tmp_path, monkeypatch):
     frame = pd.DataFrame([{"run": 1, "variant": "a", "median_ms": 2.5, "same_output": True},
                           {"run": 2, "variant": "a", "median_ms": 3.0, "same_output": False},
                           {"variant": "profile", "ops": 7, "threads": 1}])
@@ -103,9 +96,6 @@ def test_a_frame_goes_to_the_file_as_it_is_and_comes_back_typed(tmp_path):
     back = results.load("cpu-blurball", tmp_path)
     assert back["threads"].tolist() == [2, 2, 1]  # the environment fills the gaps, a row's own value wins
     assert str(back["same_output"].dtype) == "boolean" and back["median_ms"].iloc[1] == 3.0
-
-
-def test_write_run_defaults_to_the_books_results_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "RESULTS_DIR", tmp_path)
     path = results.write_run("serving-ready", [{"server": "eager"}])
     assert path.parent == tmp_path and re.match(r"cpu-serving-ready-\d{4}-\d{2}-\d{2}\.csv", path.name)
@@ -137,7 +127,7 @@ def test_each_committed_file_loads_with_typed_columns(kind):
     assert latest[results.RUN_ID].nunique() == 1 and len(latest) > 0
 
 
-def test_committed_files_have_the_expected_canonical_columns():
+def test_committed_files_have_the_expected_canonical_columns_and_the_registrys_variant_names():
     blurball = results.load("cpu-blurball", COMMITTED)
     assert {results.SPEEDUP_VS_EAGER, results.SAME_PEAKS, results.COMPILE_S, results.SAME_OUTPUT} <= set(blurball)
     variants = blurball[blurball["record"] == "variant"]
@@ -154,9 +144,15 @@ def test_committed_files_have_the_expected_canonical_columns():
     assert ablation[results.RUN_ID].nunique() >= 3 and ablation[results.RUN_ID].map(type).eq(str).all()
     fusion = results.load("fusion-demo", COMMITTED)
     assert fusion.loc[fusion["part"] == "compile_time", results.COMPILE_S].notna().all()
+    names = set(blurball.loc[blurball["record"] == "variant", results.VARIANT])  # the variant registry's names
+    assert "onnxruntime" not in names and "ort_exporter_optimized_all" in names
+    from graphbook.method import variants
+
+    assert names <= set(variants.REGISTRY) | set(variants.RETIRED)
+    assert not set(variants.RETIRED) & set(variants.REGISTRY), "a retired name is never reused"
 
 
-def test_load_types_the_columns(tmp_path):
+def test_load_types_the_columns_and_of_nothing_gives_the_key_columns(tmp_path):
     (tmp_path / "cpu-ablation-2026-11-29.csv").write_text(
         "run_id,variant,compile_s,max_abs_diff,same_peaks,speedup_vs_eager,date\n"
         "0001,a,1.5,1e-6,True,2.0,2026-11-29T08:00:00+00:00\n"
@@ -167,17 +163,14 @@ def test_load_types_the_columns(tmp_path):
     assert frame[results.SAME_PEAKS].dtype == bool and frame[results.SAME_PEAKS].tolist() == [True, False]
     assert frame[results.SPEEDUP_VS_EAGER].tolist() == [2.0, 3.0]
     assert frame[results.SOURCE_FILE].tolist() == ["cpu-ablation-2026-11-29.csv"] * 2
-
-
-def test_load_of_nothing_is_an_empty_frame_with_the_key_columns(tmp_path):
-    frame = results.load("gpu-blurball", tmp_path)
+    frame = results.load("gpu-blurball", tmp_path)  # nothing: an empty frame with the key columns
     assert frame.empty and {results.RUN_ID, results.SOURCE_FILE, results.DATE} <= set(frame.columns)
     assert results.latest_run(frame).empty
     assert results.load("gpu-blurball", tmp_path / "missing").empty
 
 
 # ------------------------------------------------------------------------------ latest_run
-def test_latest_run_goes_by_date_not_by_file_name(tmp_path):
+def test_latest_run_goes_by_date_not_by_file_name_and_per_run_ids_make_the_latest_recording(tmp_path):
     results.write_run("cpu-blurball", [{"v": 1}], {"date": "2026-11-29T08:00:00+00:00"}, results_dir=tmp_path)
     results.write_run("cpu-blurball", [{"v": 2}], {"date": "2026-11-29T09:00:00+00:00"}, results_dir=tmp_path)
     results.write_run("cpu-blurball", [{"v": 3}], {"date": "2026-11-29T07:00:00+00:00"}, results_dir=tmp_path)
@@ -187,6 +180,24 @@ def test_latest_run_goes_by_date_not_by_file_name(tmp_path):
     assert latest["v"].tolist() == [2] and latest[results.SOURCE_FILE].iloc[0] == "cpu-blurball-2026-11-29-2.csv"
     assert results.runs(frame)[results.RUN_ID].tolist() == [
         "cpu-blurball-2026-11-29-3", "cpu-blurball-2026-11-29", "cpu-blurball-2026-11-29-2"]
+    from graphbook.record import runs
+
+    folder = tmp_path / "per_run"
+    env = {"date": "2026-11-30T10:00:00+00:00", "cpu_model": "X", "threads": 1}
+    old = results.write_run("cpu-blurball", [{"variant": "a", "median_ms": 9.0}], {**env, "date": "2026-11-29T10:00:00+00:00"},
+                            results_dir=folder)
+    rows = [{"record": "profile", "variant": "a"}]
+    rows += [{"record": "variant", results.RUN: k, "variant": v, "median_ms": float(k)} for k in (1, 2, 3) for v in "ab"]
+    new = results.write_run("cpu-blurball", rows, env, results_dir=folder, per_run=True)
+    frame = results.load("cpu-blurball", folder)
+    ids = frame.loc[frame[results.SOURCE_FILE] == new.name, results.RUN_ID].tolist()
+    assert ids == [new.stem] + [f"{new.stem}/r{k}" for k in (1, 1, 2, 2, 3, 3)]
+    assert results.latest_run(frame)[results.RUN_ID].unique().tolist() == [f"{new.stem}/r3"]
+    newest = results.latest_recording(frame)
+    assert set(newest[results.SOURCE_FILE]) == {new.name} and len(newest) == 7
+    assert runs.summarize_runs(newest[newest["record"] == "variant"])["runs"].tolist() == [3, 3]
+    assert results.latest_recording(frame.iloc[:0]).empty
+    assert old.name in set(frame[results.SOURCE_FILE])
 
 
 # ------------------------------------------------------------------------------ compare_to_reference
@@ -234,10 +245,7 @@ def test_append_writes_the_header_once_blanks_missing_keys_and_a_rows_value_wins
                         env={"threads": 1})
     assert _read(path) == [["name", "ms", "threads"], ["a", "1.5", "1"], ["b", "2.5", "4"], ["c", "3", "1"],
                            ["d", "", "1"]]
-
-
-def test_header_mismatch_names_columns_and_writes_nothing(tmp_path):
-    path = tmp_path / "r.csv"
+    path = tmp_path / "r.csv"  # a header mismatch names the columns and writes nothing
     results.append_rows(path, [{"a": 1, "b": 2}])
     before = path.read_bytes()
     with pytest.raises(ValueError) as info:
@@ -251,41 +259,3 @@ def test_header_mismatch_names_columns_and_writes_nothing(tmp_path):
             results.append_rows(tmp_path / "new.csv", empty)
     assert not (tmp_path / "new.csv").exists()
 
-
-def test_committed_variant_names_are_the_registrys():
-    blurball = results.load("cpu-blurball", COMMITTED)
-    names = set(blurball.loc[blurball["record"] == "variant", results.VARIANT])
-    assert "onnxruntime" not in names and "ort_exporter_optimized_all" in names
-    from graphbook.method import variants
-
-    assert names <= set(variants.REGISTRY) | set(variants.RETIRED)
-    assert not set(variants.RETIRED) & set(variants.REGISTRY), "a retired name is never reused"
-
-
-def test_per_run_ids_andlatest_recording(tmp_path):
-    """A benchmark invocation writes several runs to one file: each gets <stem>/r<run>; rows measured once
-    keep the stem; latest_run is one run, latest_recording every run of the newest file."""
-    from graphbook.record import runs
-
-    env = {"date": "2026-11-30T10:00:00+00:00", "cpu_model": "X", "threads": 1}
-    old = results.write_run("cpu-blurball", [{"variant": "a", "median_ms": 9.0}], {**env, "date": "2026-11-29T10:00:00+00:00"},
-                            results_dir=tmp_path)
-    rows = [{"record": "profile", "variant": "a"}]
-    rows += [{"record": "variant", results.RUN: k, "variant": v, "median_ms": float(k)} for k in (1, 2, 3) for v in "ab"]
-    new = results.write_run("cpu-blurball", rows, env, results_dir=tmp_path, per_run=True)
-    frame = results.load("cpu-blurball", tmp_path)
-    ids = frame.loc[frame[results.SOURCE_FILE] == new.name, results.RUN_ID].tolist()
-    assert ids == [new.stem] + [f"{new.stem}/r{k}" for k in (1, 1, 2, 2, 3, 3)]
-    assert results.latest_run(frame)[results.RUN_ID].unique().tolist() == [f"{new.stem}/r3"]
-    newest = results.latest_recording(frame)
-    assert set(newest[results.SOURCE_FILE]) == {new.name} and len(newest) == 7
-    assert runs.summarize_runs(newest[newest["record"] == "variant"])["runs"].tolist() == [3, 3]
-    assert results.latest_recording(frame.iloc[:0]).empty
-    assert old.name in set(frame[results.SOURCE_FILE])
-
-
-def test_write_run_refuses_a_bad_name_before_writing_anything(tmp_path):
-    # a date that is not YYYY-MM-DD makes a name no reader would find: refused, and no orphan file left
-    with pytest.raises(ValueError, match="does not match"):
-        results.write_run("serving-load", [{"ok": 1}], {"date": "yesterday"}, results_dir=tmp_path)
-    assert list(tmp_path.iterdir()) == []

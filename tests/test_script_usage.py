@@ -71,14 +71,11 @@ def test_help_exits_0_and_names_the_results_dir(name, script, capsys):
     assert ("--results-dir" in out) == (name not in NO_RESULTS)
 
 
-def test_results_dir_defaults_to_the_books_folder_and_parsing_creates_nothing(tmp_path):
+def test_results_dir_defaults_to_the_books_folder_and_a_failed_check_is_exit_1_naming_each_variant(tmp_path, capsys):
     parser = cli.make_parser("demo", "a demo")
     assert parser.parse_args([]).results_dir == paths.RESULTS_DIR
     target = tmp_path / "new" / "deeper"
     assert parser.parse_args(["--results-dir", str(target)]).results_dir == target and not target.exists()
-
-
-def test_a_failed_check_is_exit_1_naming_each_variant_once(capsys):
     assert cli.exit_status_for("demo", []) == cli.EXIT_OK and capsys.readouterr().err == ""
     assert cli.exit_status_for("demo", ["bf16", "int8", "bf16"]) == cli.EXIT_CHECK_FAILED
     assert capsys.readouterr().err == "demo: failed its correctness check against eager: bf16, int8\n"

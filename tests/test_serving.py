@@ -1,9 +1,5 @@
-"""The inference server (graphbook.serving, Chapter 7): readiness, good requests, every kind of bad one.
-
-The server runs on loopback with an ephemeral port and a tiny model at 16 x 24 pixels, so each test takes
-milliseconds. Chapter 7 runs the rest live under nbval: an ONNX artifact served and its probes (code cell 8),
-the common bad requests (cell 10), the full queue (cell 12) and the compiled server's warm-up (cell 14).
-"""
+"""The inference server (graphbook.serving, Chapter 7) on loopback with a tiny model at 16 x 24 pixels: readiness,
+good requests, the bad ones Chapter 7 does not send live under nbval."""
 import collections
 import http.client
 import json
@@ -128,7 +124,7 @@ def test_the_armed_runner_compiles_nothing_and_leaves_the_stance_alone(monkeypat
     assert warmup.graphs_compiled() == before and stances == [], "the worker compiled or changed torch's stance"
 
 
-def test_while_warming_up_readyz_says_when_to_retry_and_predict_is_refused():
+def test_while_warming_up_readyz_says_when_to_retry_and_a_failed_warm_up_makes_livez_and_readyz_500():
     service = serving.InferenceService(FramesAsHeatmaps(), (H, W))
     srv = serving.InferenceServer(service).start(warm_up=False)
     try:
@@ -144,9 +140,6 @@ def test_while_warming_up_readyz_says_when_to_retry_and_predict_is_refused():
         assert serving.request(srv.url + "/healthz")[1]["batching"] is True
     finally:
         srv.stop()
-
-
-def test_failed_warm_up_makes_livez_and_readyz_500():
     class Broken(nn.Module):
         def forward(self, x):
             raise RuntimeError("weights are corrupt")

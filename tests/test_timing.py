@@ -12,16 +12,12 @@ def _turns(calls):
     return [c for i, c in enumerate(calls) if i == 0 or calls[i - 1] != c]
 
 
-def test_time_cpu_measures_a_sleep_and_reports_the_timers_blocks_with_their_spread():
+def test_time_cpu_measures_a_sleep_reports_the_timers_blocks_and_sets_and_restores_threads():
     calls = []
     result = timing.time_cpu(lambda: calls.append(time.sleep(0.01)), warmup=2, repeats=3)
     # sleep never returns early; a generous upper bound because the machine is shared
     assert 9.5 <= result.median_ms < 1000 and result.repeats >= 3 and result.warmup == 2 and len(calls) >= 2 + 3
     assert result.min_ms <= result.q1_ms <= result.median_ms <= result.q3_ms <= result.max_ms
-
-
-def test_time_cpu_sets_and_restores_threads():
-    """The Timer runs at one thread unless told otherwise: the harness tells it the count in force."""
     before = torch.get_num_threads()
     seen = set()
     timing.time_cpu(lambda: seen.add(torch.get_num_threads()), warmup=0, repeats=1, threads=1)
@@ -37,33 +33,12 @@ def test_time_cpu_times_gpu_work():
     assert timing.time_cpu(lambda: a @ a, warmup=2, repeats=5).median_ms > 0
 
 
-def test_interleaved_takes_turns_and_returns_results_in_order():
+def test_interleaved_and_the_timing_modes_take_turns_pin_threads_or_hand_over_to_a_measure():
     calls = []
     timed = timing.interleaved({"first": lambda: calls.append("a"), "second": lambda: calls.append("b")},
                                warmup=1, repeats=3)
     assert _turns(calls)[-6:] == ["a", "b"] * 3  # after the warm-up, one turn each per round
     assert [(name, t.repeats, t.warmup) for name, t in timed.items()] == [("first", 3, 1), ("second", 3, 1)]
-
-
-def test_repeated_runs_rotates_the_order_and_probes_every_run(monkeypatch):
-    from graphbook.measure import probes
-
-    probed = []
-    monkeypatch.setattr(probes, "copy_bandwidth", lambda nbytes, repeats: probed.append(nbytes) or {"gb_per_s": 7.0})
-    calls, log = [], []
-    fns = {name: (lambda name=name: calls.append(name)) for name in "abc"}
-    copy = timing.copy_probe(1024)
-    rows = timing.repeated_runs(list(fns), timing.one_by_one(fns, warmup=0, repeats=1), runs=3,
-                                probe=lambda: {**copy(), "peak": 1.0}, log=log.append)
-    assert probed == [1024] * 3 and _turns(calls) == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
-    assert [r["went_first"] for r in rows[::3]] == ["a", "b", "c"]
-    assert [(r["run"], r["run_order"], r["variant"]) for r in rows[:3]] == [(1, 1, "a"), (1, 2, "b"), (1, 3, "c")]
-    assert all(r["copy_gbps"] == 7.0 and r["peak"] == 1.0 and r["run_count"] == 3 and r["median_ms"] >= 0
-               for r in rows)
-    assert log[0].startswith("run 1/3: copy_ 7.0 GB/s, order a, b, c")
-
-
-def test_the_timing_modes_take_turns_pin_threads_or_hand_over_to_a_measure():
     calls = []
     fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
     rows = timing.repeated_runs(list(fns), timing.in_turns(fns, warmup=0, repeats=2), runs=2)
@@ -80,15 +55,27 @@ def test_the_timing_modes_take_turns_pin_threads_or_hand_over_to_a_measure():
     assert threads == {"one": 1} and torch.get_num_threads() == before
 
 
-def test_rotated_is_round_robin():
+def test_repeated_runs_rotates_round_robin_each_group_on_its_own_and_probes_every_run(monkeypatch):
+    from graphbook.measure import probes
+
+    probed = []
+    monkeypatch.setattr(probes, "copy_bandwidth", lambda nbytes, repeats: probed.append(nbytes) or {"gb_per_s": 7.0})
+    calls, log = [], []
+    fns = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    copy = timing.copy_probe(1024)
+    rows = timing.repeated_runs(list(fns), timing.one_by_one(fns, warmup=0, repeats=1), runs=3,
+                                probe=lambda: {**copy(), "peak": 1.0}, log=log.append)
+    assert probed == [1024] * 3 and _turns(calls) == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert [r["went_first"] for r in rows[::3]] == ["a", "b", "c"]
+    assert [(r["run"], r["run_order"], r["variant"]) for r in rows[:3]] == [(1, 1, "a"), (1, 2, "b"), (1, 3, "c")]
+    assert all(r["copy_gbps"] == 7.0 and r["peak"] == 1.0 and r["run_count"] == 3 and r["median_ms"] >= 0
+               for r in rows)
+    assert log[0].startswith("run 1/3: copy_ 7.0 GB/s, order a, b, c")
     names = ["a", "b", "c"]
     orders = [timing.rotated(names, run) for run in range(4)]
     assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
     assert {order[0] for order in orders[:3]} == set(names)  # every name goes first once in len(names) runs
     assert timing.rotated([], 2) == [] and names == ["a", "b", "c"]
-
-
-def test_repeated_runs_rotates_each_group_on_its_own():
     calls = {name: (lambda: None) for name in ("a", "b", "x", "y", "z")}
     rows = timing.repeated_runs(list(calls), timing.one_by_one(calls, warmup=0, repeats=1), runs=3,
                                 groups=[["a", "b"], ["x", "y", "z"]])

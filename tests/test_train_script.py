@@ -1,5 +1,4 @@
-"""code/train_blurball.py (Chapter 6): a tiny run into a temporary folder, its outputs, and its refusals;
-and graphbook.model.training, the library it runs."""
+"""code/train_blurball.py (Chapter 6) and graphbook.model.training: a tiny run, its outputs, its helpers."""
 import json
 from pathlib import Path
 
@@ -43,7 +42,7 @@ def test_tiny_training_run_writes_checkpoint_log_and_provenance(tmp_path, run_ma
     assert (tmp_path / "blurball_synthetic.provenance.json").read_text() == json.dumps(provenance, indent=2) + "\n"
 
 
-def test_loss_weights_target_pixels():
+def test_loss_weights_target_pixels_output_paths_never_reuse_a_name_and_the_record_is_strict_json(tmp_path):
     import torch
 
     logits = torch.full((1, 1, 4, 4), -10.0)
@@ -53,16 +52,10 @@ def test_loss_weights_target_pixels():
     weighted = training._line_loss(logits, target, "weighted-mse", pos_weight=15.0)
     assert float(plain) == pytest.approx(1 / 16, rel=1e-3)
     assert float(weighted) == pytest.approx(15 / 30, rel=1e-3)  # the missed pixel weighs half the loss
-
-
-def test_output_paths_never_reuse_a_name(tmp_path):
     first = training._output_paths(tmp_path, "run")
     assert [p.name for p in first.values()] == ["run.pt", "run.log.csv", "run.provenance.json"]
     first["log"].write_text("")  # one of the three files taken is enough to move on
     assert training._output_paths(tmp_path, "run")["checkpoint"].name == "run-2.pt"
-
-
-def test_json_ready_is_strict_json():
     import numpy as np
 
     record = training._json_ready({"a": float("nan"), "b": [np.float32(1.5), Path("x")], "c": np.int64(3)})

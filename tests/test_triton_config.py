@@ -1,9 +1,5 @@
-"""code/triton-models/blurball/config.pbtxt: Triton's model configuration mirrors the book's server (Chapter 7).
-
-Triton is not installed here, so the file is checked as text: balanced braces, and every number that
-mirrors graphbook.serving's defaults equal to it; a slow test exports the trained BlurBall and checks
-the tensor names the configuration uses.
-"""
+"""code/triton-models/blurball/config.pbtxt, checked as text (no Triton here): it mirrors the book's server (Chapter 7)
+and uses the export's tensor names."""
 import re
 
 from graphbook import config
@@ -23,13 +19,7 @@ def _value(key):
     return found[0].strip('"')
 
 
-def test_the_configuration_is_balanced_text():
-    text = _text()
-    for opening, closing in ("{}", "[]"):
-        assert text.count(opening) == text.count(closing)
-
-
-def test_batching_queue_and_warm_up_mirror_the_book_server():
+def test_the_balanced_text_mirrors_the_book_server_and_the_articles_input_without_the_batch():
     assert int(_value("max_batch_size")) == max(config.BATCH_SIZES)
     assert int(_value("max_queue_delay_microseconds")) == int(batcher.DEFAULT_MAX_WAIT_MS * 1000)
     assert int(_value("max_queue_size")) == batcher.DEFAULT_MAX_QUEUE
@@ -39,9 +29,9 @@ def test_batching_queue_and_warm_up_mirror_the_book_server():
     assert warmed == sorted(config.BATCH_SIZES)
     threads = re.search(r'key: "intra_op_thread_count" value: \{ string_value: "(\d+)" \}', _text())
     assert threads and int(threads.group(1)) == 2  # the book's threads everywhere
-
-
-def test_dims_are_the_articles_input_without_the_batch():
+    text = _text()
+    for opening, closing in ("{}", "[]"):
+        assert text.count(opening) == text.count(closing)
     dims = re.findall(r"dims:\s*\[\s*([\d,\s]+)\]", _text())
     assert dims[0].replace(" ", "") == "9,288,512" and dims[1].replace(" ", "") == "3,288,512"
     assert all(d.replace(" ", "") == "9,288,512" for d in dims[2:])  # every warm-up input

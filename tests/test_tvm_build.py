@@ -1,7 +1,5 @@
-"""graphbook.compilers.tvm_build and code/bench_tvm.py: the census of generated code and the busy-cores measure without
-TVM; with TVM (slow), the two untuned targets and a whole tiny recording: every variant checked, three runs, speed-ups
-over both eager baselines of the same run, no parallel loop in TVM's untuned code, the machine on every row."""
-
+"""graphbook.compilers.tvm_build and code/bench_tvm.py: the code census and busy cores, and with TVM (slow) the two
+untuned targets and a whole tiny recording."""
 import pytest
 import torch
 
@@ -24,13 +22,10 @@ declare i32 @TVMBackendParallelLaunch(ptr, ptr, i32)
 """
 
 
-def test_census_counts_launch_calls_not_declarations_and_vector_lines():
+def test_census_counts_launch_calls_and_vector_lines_and_timed_with_cores_adds_busy_cores():
     assert tb._code_census(IR) == {"parallel_launches": 1, "ir_lines_gather": 1, "ir_lines_f32x4": 1,
                                    "ir_lines_f32x8": 3, "ir_lines_f32x16": 1}
     assert set(tb._code_census("").values()) == {0}
-
-
-def test_timed_with_cores_adds_busy_cores_and_restores_threads():
     before = torch.get_num_threads()
     columns = tb.timed_with_cores(lambda: sum(range(20000)), warmup=1, repeats=3, threads=1)
     assert torch.get_num_threads() == before

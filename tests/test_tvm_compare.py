@@ -21,15 +21,11 @@ def comparison():
 
 
 @pytest.mark.slow
-def test_totals(comparison):
+def test_totals_compositions_and_differences(comparison):
     c = comparison
     assert (c.book_live, c.book_dead) == (117, 16)
     assert c.relax_ops == 388                       # the 42 dead stage-4 nodes never reach Relax
     assert (c.tvm_default, c.tvm_decomposed) == (182, 134)
-
-
-@pytest.mark.slow
-def test_compositions(comparison):
     counts = comparison.counts
     book, default, decomposed = counts["book_live"], counts["tvm_default"], counts["tvm_decomposed"]
     assert book["conv2d + batch_norm + relu"] == 27 and book["conv2d + batch_norm"] == 27
@@ -40,10 +36,6 @@ def test_compositions(comparison):
     assert decomposed["conv2d + subtract + divide + multiply + add + relu"] == 27
     assert decomposed["conv2d + subtract + divide + multiply + add"] == 27
     assert decomposed["expand_dims + expand_dims + multiply + add + relu"] == 17
-
-
-@pytest.mark.slow
-def test_differences_add_up(comparison):
     rows = {row["difference"]: row for row in comparison.differences}
     assert rows["dead stage-4 outputs"]["number"] == 16
     assert rows["BN not absorbed by its conv (default pipeline)"]["number"] == 58

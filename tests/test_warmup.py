@@ -1,6 +1,4 @@
-"""graphbook.measure.warmup (Chapter 6): the tiny model's contract and the argument checks. Recompilation
-counting per strategy, the complete warm-up that serves with no new graph and the incomplete one that
-fail_on_recompile catches are executed, and compared by nbval, in Chapter 6 (code cells 41, 45 and 47)."""
+"""graphbook.measure.warmup: the tiny model's contract and the argument checks (Chapter 6 runs the rest live)."""
 import pytest
 import torch
 
@@ -15,13 +13,10 @@ def net():
     return warmup.tiny_clip_net(hidden=4)
 
 
-def test_tiny_clip_net_keeps_blurball_contract(net):
+def test_tiny_clip_net_keeps_blurball_contract_and_logits_of_reads_every_output(net):
     out = net(torch.randn(2, *CHW))
     assert out.shape == (2, 3, 8, 12)
     assert not net.training
-
-
-def test_logits_of_accepts_tensor_dict_and_list():
     t = torch.zeros(1, 3, 2, 2)
     assert warmup.logits_of(t) is t
     assert warmup.logits_of({0: t}) is t

@@ -1,7 +1,4 @@
-"""graphbook: the helper package every chapter of "Graph Compilers and Runtimes" imports.
-
-Its folders are its layers (CONTRIBUTING.md has the map); what only the package calls is private.
-"""
+"""graphbook: the helper package every chapter of "Graph Compilers and Runtimes" imports; its folders are its layers."""
 import logging
 
 # torch's CUDA build warns on import of its C++-extension helper wherever a CUDA toolkit is installed but no GPU

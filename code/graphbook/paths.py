@@ -1,7 +1,4 @@
-"""Where the book's files live: the one home of every path the package, scripts and chapters use.
-
-Folders are found from this file's place in the editable checkout; nothing edits ``sys.path``.
-"""
+"""Where the book's files live, found from this file's place in the editable checkout (nothing edits ``sys.path``)."""
 from __future__ import annotations
 
 import os

@@ -16,10 +16,8 @@ from torch._inductor.graph import GraphLowering
 
 @contextlib.contextmanager
 def freezing(enabled: bool = True, *, fusion: bool = True, inplace_conv_add: bool = True):
-    """Inductor freezing on (or, with ``enabled=False``, explicitly off) for what runs inside (Chapter 3). The two
-    ablations of Chapter 5: ``fusion=False`` lets the scheduler merge no two kernels (``max_fusion_size=1``), and
-    ``inplace_conv_add=False`` keeps freezing from adding a convolution into its residual's buffer (oneDNN's sum
-    post-op), so the add becomes a kernel of its own."""
+    """Inductor freezing on (``enabled=False``: explicitly off) inside the block (Chapter 3), and Chapter 5's ablations:
+    ``fusion=False`` merges no two kernels, ``inplace_conv_add=False`` leaves the residual add a kernel of its own."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(inductor_config.patch(freezing=bool(enabled), **({} if fusion else {"max_fusion_size": 1})))
         stack.enter_context(torch.no_grad())
@@ -37,15 +35,9 @@ _KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(cpp_pybinding|cpp|triton|cud
 # Calls to library kernels from the wrapper's ``call`` function.
 _EXTERN_CALL = re.compile(r"\b(extern_kernels\.\w+|torch\.ops\.\w+\.\w+)(?:\.\w+)?\(")
 
-# The ablation of Chapter 3, in the spirit of the PyTorch 2 paper's Table 4. Each entry is a set of
-# ``torch._inductor.config`` options, applied with ``torch._inductor.config.patch`` while compiling.
-#
-# * ``freezing`` treats parameters as constants (inference only, under ``torch.no_grad()``): BN folds
-#   into the convolution weights and oneDNN convolutions take fused ReLU/add epilogues.
-# * ``max_fusion_size=1`` forbids the scheduler from merging any two nodes into one kernel: the
-#   paper's "w/o fusion". Inductor still *inlines* pointwise bodies into their consumers while
-#   lowering (there is no config switch for that), so element-wise chains stay one loop; the paper's
-#   0.80x row disables both and cannot be reproduced with public options.
+# The ablation of Chapter 3 (the PyTorch 2 paper's Table 4), as ``torch._inductor.config`` patches for the compile.
+# ``max_fusion_size=1`` is the paper's "w/o fusion": the scheduler merges no two nodes, but Inductor still inlines
+# pointwise bodies into their consumers while lowering (no switch for that), so element-wise chains stay one loop.
 ABLATION_CONFIGS: dict[str, dict] = {
     "all optimizations": {"freezing": True},
     "without fusion": {"freezing": True, "max_fusion_size": 1},
@@ -53,15 +45,9 @@ ABLATION_CONFIGS: dict[str, dict] = {
     "without fusion and freezing": {"freezing": False, "max_fusion_size": 1},
 }
 
-# The rows that really switch fusion off on the C++ backend, kept apart from the four above so
-# that a recorded run of those still reads the same. ``max_fusion_size=1`` leaves launches unchanged on
-# BlurBall because inlining already merged every element-wise chain while lowering. Inductor's
-# ``fallback_by_default`` (the switch behind its "lite" mode, torch/_inductor/__init__.py) lowers every
-# ATen operator to a call of its ATen kernel: no generated code, so neither fusion nor inlining -- the
-# paper's "without fusion and inlining" row. It runs the decomposed graph (BN as sub/sqrt/mul/add...), one
-# library call per operator, and its output matched eager to 1e-6 on Chapter 3's conv block.
-# ``backend`` entries are not Inductor options: "aot_eager_decomp_partition" runs the same decomposed
-# graph op by op from Python, without Inductor's wrapper.
+# The rows that really switch fusion off on the C++ backend, kept apart so recorded runs of the four above read the
+# same: ``fallback_by_default`` (behind Inductor's "lite" mode) lowers every ATen operator to a call of its kernel, no
+# generated code: the paper's "without fusion and inlining". The backend row runs the same decomposed graph op by op.
 UNFUSED_ABLATION_CONFIGS: dict[str, dict] = {
     "without fusion and inlining": {"freezing": False, "fallback_by_default": True},
 }
@@ -102,8 +88,7 @@ class GeneratedCode:
 
 def kernel_definitions(sources: str | Sequence[str]) -> list[str]:
     """Names of the kernels defined in Inductor's generated code, in order (Chapter 3)."""
-    if isinstance(sources, str):
-        sources = [sources]
+    sources = [sources] if isinstance(sources, str) else sources
     return [m.group(1) for src in sources for m in _KERNEL_DEF.finditer(src)]
 
 
@@ -113,10 +98,8 @@ def count_kernels(sources: str | Sequence[str]) -> int:
 
 
 def extern_calls(sources: str | Sequence[str]) -> list[str]:
-    """Library kernels called from the wrapper (``extern_kernels.convolution``,
-    ``torch.ops.mkldnn._convolution_pointwise``...), one entry per call site (Chapter 3)."""
-    if isinstance(sources, str):
-        sources = [sources]
+    """Library kernels the wrapper calls (``extern_kernels.convolution``...), one per call site (Chapter 3)."""
+    sources = [sources] if isinstance(sources, str) else sources
     return [m.group(1) for src in sources for m in _EXTERN_CALL.finditer(_call_body(src))]
 
 
@@ -135,8 +118,7 @@ def _call_body(source: str) -> str:
 
 def call_sequence(sources: str | Sequence[str]) -> list[str]:
     """The launches in the wrapper's ``call`` in order, shortened to ``name(...)`` (Chapter 3)."""
-    if isinstance(sources, str):
-        sources = [sources]
+    sources = [sources] if isinstance(sources, str) else sources
     names = set(kernel_definitions(sources))
     launches = []
     for src in sources:
@@ -162,8 +144,7 @@ def _launch_counts(sources: str | Sequence[str]) -> dict:
 
 def kernel_source(sources: str | Sequence[str], name: str) -> str:
     """The C++ (or Triton) source of one generated kernel, for display (Chapter 3)."""
-    if isinstance(sources, str):
-        sources = [sources]
+    sources = [sources] if isinstance(sources, str) else sources
     for src in sources:
         match = re.search(rf"^{re.escape(name)} = async_compile\.\w+\((.*?)^'''\)", src, re.M | re.S)
         if match:
@@ -180,15 +161,11 @@ def compile_and_get_code(fn: Callable, *args, options: Mapping | None = None, re
     if reset:
         torch._dynamo.reset()
     compiled = torch.compile(fn, **compile_kwargs)
-    # The options are set as a config patch around the first call, where compilation happens.
-    # Passing them as torch.compile(options=...) is not equivalent: in torch 2.13,
-    # options={"freezing": True} compiles without freezing (checked in Chapter 3).
-    # Freezing goes through the book's one switch (freezing, above: config patch + no_grad).
-
+    # The options patch the config around the first call, where compilation happens: in torch 2.13,
+    # torch.compile(options={"freezing": True}) compiled without freezing (Chapter 3).
     freeze = options.pop("freezing", inductor_config.freezing)
-    # The wrapper code is caught the way torch._inductor.utils.run_and_get_code catches it, but without
-    # the Dynamo reset that run_and_get_code does first: with reset=False, code compiled earlier (another
-    # configuration kept for alternated timing, code/bench_ablation.py) must stay compiled.
+    # The wrapper code is caught as run_and_get_code catches it, without its Dynamo reset: with reset=False, code
+    # compiled earlier (another configuration kept for alternated timing, code/bench_ablation.py) stays compiled.
     sources: list[str] = []
 
     def save_output_code(code: str) -> None:
@@ -225,11 +202,6 @@ def _short_reason(reason) -> str:
     return short[:200]
 
 
-def _break_line(reason) -> int | None:
-    stack = getattr(reason, "user_stack", None) or []
-    return int(stack[-1].lineno) if stack else None
-
-
 def explain(fn: Callable, *args) -> ExplainSummary:
     """Run ``torch._dynamo.explain`` and keep the counts and one short line per break (Chapter 3)."""
     torch._dynamo.reset()
@@ -239,7 +211,8 @@ def explain(fn: Callable, *args) -> ExplainSummary:
         graph_break_count=int(result.graph_break_count),
         break_reasons=[_short_reason(r) for r in result.break_reasons],
         ops_per_graph=[len(ops) for ops in result.ops_per_graph],
-        break_lines=[_break_line(r) for r in result.break_reasons],
+        break_lines=[int(stack[-1].lineno) if (stack := getattr(r, "user_stack", None)) else None
+                     for r in result.break_reasons],
     )
 
 

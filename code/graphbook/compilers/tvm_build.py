@@ -28,10 +28,8 @@ def targets(threads: int) -> dict:
 
 
 def _code_census(llvm_ir: str) -> dict:
-    """What LLVM IR text holds (Chapter 3): ``parallel_launches`` (calls into TVM's thread pool; none means the
-    code runs on one thread), ``ir_lines_f32xN``, the lines using N-wide float vectors (N = 4, 8, 16), and
-    ``ir_lines_gather``, the lines calling a masked gather (a vector loaded from scattered addresses: what LLVM
-    emits when it vectorizes a loop whose accesses are not contiguous)."""
+    """What LLVM IR text holds: calls into TVM's thread pool (none: one thread), lines using N-wide float vectors,
+    and lines calling a masked gather (LLVM's vectorization of a loop whose accesses are not contiguous)."""
     lines = llvm_ir.splitlines()
     return {"parallel_launches": len(_PARALLEL_LAUNCH.findall(llvm_ir)),
             "ir_lines_gather": sum("@llvm.masked.gather" in line for line in lines),
@@ -60,8 +58,7 @@ def timed_with_cores(fn: Callable[[], object], *, warmup: int, repeats: int, thr
 
 
 def tune(mod, target, *, trials: int, build_timeout: int, work_dir: str):
-    """MetaSchedule-tune ``mod`` for ``target`` over ``trials`` measured trials in all; returns ``(executable,
-    info)`` with ``info`` ``{"tune_s", "trials", "tasks"}`` (Chapter 3)."""
+    """MetaSchedule-tune ``mod`` for ``target`` in ``trials`` trials: ``(executable, {"tune_s", "trials", "tasks"})``"""
     import tvm
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms

@@ -18,16 +18,8 @@ from graphbook.model.decoding import decode_batch
 from graphbook.model.scoring import match_detections, summarize_matches
 from graphbook.model.synthetic_clips import frames_to_tensor
 from graphbook.runtimes.onnx_utils import make_session
-from graphbook.int8.quantization import (
-    Int8Config,
-    Int8MatrixError,
-    calibration_reader,
-    module_of,
-    node_group,
-    node_scopes,
-    quantize_config,
-    quiet_onnxruntime,
-)
+from graphbook.int8.quantization import (Int8Config, calibration_reader, module_of, node_group, node_scopes,
+                                         quantize_config, quiet_onnxruntime)
 
 #: Result kinds (``graphbook.record.results.KINDS``) this module's rows are written as.
 KIND_MATRIX = "int8-matrix"
@@ -39,7 +31,6 @@ MAX_ABS_DIFF = "max_abs_diff"
 
 
 # ---- Scoring and timing
-
 def clip_inputs(clips) -> list[np.ndarray]:
     """One ImageNet-normalised ``(1, 9, H, W)`` float32 input per clip, as in training (Chapter 4)."""
     return [imagenet_normalize(frames_to_tensor(clip)).numpy().astype(np.float32) for clip in clips]
@@ -47,8 +38,6 @@ def clip_inputs(clips) -> list[np.ndarray]:
 
 def _score_outputs(logits: Sequence[np.ndarray], clips, reference: Sequence[np.ndarray] | None = None) -> dict:
     """Score per-clip logits ``(1, 3, H, W)`` against the clips' labels, and against reference logits (Chapter 4)."""
-    if len(logits) != len(clips):
-        raise Int8MatrixError(f"{len(logits)} outputs for {len(clips)} clips")
     decoded = [frames for out in logits for frames in decode_batch(out)]
     summary = summarize_matches(match_detections(decoded, list(clips)))
     diff = math.nan
@@ -59,7 +48,6 @@ def _score_outputs(logits: Sequence[np.ndarray], clips, reference: Sequence[np.n
 
 
 # ---- The matrix
-
 @dataclass
 class MatrixRun:
     """What :func:`run_matrix` measured: one row per model (FP32 first), and the failures by name (Chapter 4)."""
@@ -73,11 +61,6 @@ def run_matrix(fp32_path: str | Path, configs: Sequence[Int8Config], calibration
                *, workdir: str | Path, threads: int = THREADS, repeats: int = 5,
                log: Callable[[str], object] | None = None) -> MatrixRun:
     """Quantize, score and time every configuration, with the FP32 model as the reference row (Chapter 4)."""
-    if not configs:
-        raise Int8MatrixError("the matrix needs at least one configuration")
-    names = [c.name for c in configs]
-    if FP32_NAME in names or len(set(names)) != len(names):
-        raise Int8MatrixError(f"configuration names must be unique and not {FP32_NAME!r}: {names}")
     say = log or (lambda message: None)
     workdir = Path(workdir)
     inputs = clip_inputs(eval_clips)
@@ -137,7 +120,6 @@ def run_matrix(fp32_path: str | Path, configs: Sequence[Int8Config], calibration
 
 
 # ---- Which tensors quantize worst (onnxruntime.quantization.qdq_loss_debug)
-
 def _sqnr_db(reference, candidate) -> float:
     """Signal-to-quantization-noise ratio in dB (``qdq_loss_debug``'s), NaN when the reference is all zero."""
     values = [reference] if isinstance(reference, np.ndarray) else list(reference)
@@ -157,8 +139,6 @@ def _where(node) -> dict:
 def tensor_errors(fp32_path: str | Path, qdq_path: str | Path, frames: Sequence, *, workdir: str | Path,
                   top: int = 10) -> list[dict]:
     """The ``top`` worst-quantized activations and weights of a Q/DQ model, ranked by SQNR (Chapter 4)."""
-    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-        raise Int8MatrixError(f"top must be a positive integer, got {top!r}")
     fp32_path, qdq_path, workdir = Path(fp32_path), Path(qdq_path), Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     graph = onnx.load(str(fp32_path), load_external_data=False).graph

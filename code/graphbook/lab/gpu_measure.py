@@ -81,10 +81,8 @@ def format_table(frame: pd.DataFrame) -> str:
 
 
 # ---- The measurement (CUDA, or the CPU in --smoke)
-
 def _build_call(config: dict, model, x, *, device: str = "cuda", fresh_cache: bool = True):
-    """``(call, first_call_s, second_call_s)`` for one configuration: a compiled mode is its own copy of the model,
-    with its own Dynamo cache, so every version stays built while all are timed (Chapter 5)."""
+    """``(call, first_call_s, second_call_s)`` of one configuration, a compiled mode on its own model copy."""
     if config["layout"] == "channels_last":
         model = copy.deepcopy(model).to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
@@ -155,8 +153,7 @@ def run_cudnn_benchmark_child(args) -> int:
 
 
 def measure(args: argparse.Namespace, log=print) -> pd.DataFrame:
-    """Run the matrix: the kernel profiles, then the variant rows run by run, with their speed-ups over the same run's
-    eager NCHW in FP32 and in the same precision (Chapter 5)."""
+    """The kernel profiles, then the variant rows run by run, with speed-ups over the same run's eager (Chapter 5)."""
     device = "cpu" if args.smoke else "cuda"
     torch.backends.cudnn.benchmark = False
     model, x = gp.model_and_input(args.smoke, device, args.weights)

@@ -40,7 +40,6 @@ _SKIPPED_DEVICE_EVENTS = ("Memcpy", "Memset")
 
 
 # ---- What both GPU scripts share: options, model, provenance, rows, files
-
 def parse_lab_args(parser: argparse.ArgumentParser, argv, *file_options: str) -> argparse.Namespace:
     """Add ``--smoke`` and parse; smoke rows need their own ``--results-dir``, each of ``file_options`` a file."""
     parser.add_argument("--smoke", action="store_true",
@@ -65,8 +64,7 @@ def lab_input(smoke: bool, seed: int = blurball.DEFAULT_SEED):
 
 
 def model_and_input(smoke: bool, device: str = "cuda", weights=None):
-    """BlurBall (eval mode) and its input on ``device``, or the book's stand-in (``warmup.tiny_clip_net``) and a
-    small input on the CPU."""
+    """BlurBall (eval mode) and its input on ``device``, or in a smoke run the book's stand-in and a small input."""
     if smoke:
         return tiny_clip_net(), lab_input(True)
     return blurball.build_blurball(weights).to(device), lab_input(False).to(device)
@@ -81,9 +79,8 @@ def environment(smoke: bool, weights: str = "seeded-random", **extra) -> dict:
 
 
 def lab_builder(build: Callable[[], tuple[Callable[[], object], dict]]) -> Callable[[], tuple[Callable, dict]]:
-    """A ``build_check_time`` builder from ``build() -> (call, columns)``, whose ``call()`` runs on its own input (FP16,
-    channels-last, an IO binding). An error becomes the rows' note ``skipped: failed: <type>: <first line>``: one
-    failing variant must not lose the others' results."""
+    """A ``build_check_time`` builder from ``build() -> (call, columns)``, ``call()`` on its own input; an error becomes
+    the rows' note ``skipped: failed: <type>: <first line>``, so one failing variant loses no other's results."""
     def builder():
         try:
             call, columns = build()
@@ -97,23 +94,16 @@ def lab_builder(build: Callable[[], tuple[Callable[[], object], dict]]) -> Calla
 
 
 def failed_variants(frame: pd.DataFrame) -> list[str]:
-    """Variants whose build or run raised (note ``[skipped: ]failed: ...``), or that were expected to match eager FP32
-    and did not (``same_output`` False); FP16 variants are recorded with their difference, never expected to match."""
+    """Variants whose build or run raised, or that were expected to match eager FP32 and did not (never FP16)."""
     failed = frame["note"].fillna("").str.match(r"(skipped: )?failed") | (
         frame["expected_to_match_eager"].eq(True) & frame["same_output"].eq(False))
     return list(frame.loc[failed, "variant"].unique())
 
 
-def _device_slug(name: str) -> str:
-    """A file-name-safe GPU name: ``"NVIDIA GeForce RTX 4060"`` -> ``"nvidia-geforce-rtx-4060"`` (Chapter 5)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", str(name).lower()).strip("-")
-    return slug or "unknown-gpu"
-
-
 def write_results(kind: str, frame: pd.DataFrame, env: dict, results_dir: Path | None, device_name: str) -> Path:
-    """Write a run's frame to a new ``<kind>-<device>-<date>[-N].csv``, one run id per timed run; never an existing
-    file (Chapters 4 and 5)."""
-    return results.write_run(kind, frame, env, results_dir=results_dir, tag=_device_slug(device_name), per_run=True)
+    """Write a run's frame to a new ``<kind>-<device>-<date>[-N].csv``, one run id per timed run (Chapters 4 and 5)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", str(device_name).lower()).strip("-") or "unknown-gpu"  # "nvidia-h100-80gb-hbm3"
+    return results.write_run(kind, frame, env, results_dir=results_dir, tag=slug, per_run=True)
 
 
 def synchronizer(device: str) -> Callable[[], object]:
@@ -122,8 +112,6 @@ def synchronizer(device: str) -> Callable[[], object]:
 
 
 # ---- Profiles
-
-
 def _kernels_from_events(events: Iterable, device: str = "cuda") -> list[tuple[str, str, float, float]]:
     """``(innermost_op, kernel_name, start_us, end_us)`` for each kernel in profiler events (Chapter 5)."""
     events = list(events)
@@ -148,15 +136,6 @@ def _kernels_from_events(events: Iterable, device: str = "cuda") -> list[tuple[s
     return out
 
 
-def _union_length(intervals) -> float:
-    """Total length covered by (start, end) intervals, overlaps counted once (active GPU time, Chapter 5)."""
-    total, reached = 0.0, float("-inf")
-    for start, end in sorted(intervals):
-        total += max(0.0, end - max(start, reached))  # only the part past what earlier intervals covered
-        reached = max(reached, end)
-    return total
-
-
 def _summarize_kernels(kernels: list[tuple[str, str, float, float]], wall_ms: float) -> list[dict]:
     """Profile rows from ``(launching_op, kernel_name, start_us, end_us)`` tuples (Chapter 5)."""
     sums = {c: [0, 0.0] for c in CATEGORIES}
@@ -165,10 +144,13 @@ def _summarize_kernels(kernels: list[tuple[str, str, float, float]], wall_ms: fl
         bucket[0] += 1
         bucket[1] += (end - start) / 1e3
     kernel_total = sum(v[1] for v in sums.values()) or 1.0
-    active = _union_length([(s, e) for _, _, s, e in kernels]) / 1e3
+    active_us, reached = 0.0, float("-inf")  # the kernels' intervals, overlaps counted once: active GPU time
+    for start, end in sorted((s, e) for _, _, s, e in kernels):
+        active_us += max(0.0, end - max(start, reached))
+        reached = max(reached, end)
     return [{"category": c, "kernels": sums[c][0], "kernel_ms": sums[c][1],
              "share": sums[c][1] / kernel_total, "total_kernels": len(kernels),
-             "active_gpu_ms": active, "wall_ms": wall_ms} for c in CATEGORIES]
+             "active_gpu_ms": active_us / 1e3, "wall_ms": wall_ms} for c in CATEGORIES]
 
 
 def profile_call(call: Callable[[], object], device: str = "cuda") -> list[dict]:
@@ -186,7 +168,6 @@ def profile_call(call: Callable[[], object], device: str = "cuda") -> list[dict]
 
 
 # ---- First calls, streams, autotune
-
 def first_calls(call: Callable[[], object], n_calls: int, *, synchronize: Callable[[], object],
                 clock: Callable[[], float] = time.perf_counter,
                 before_each: Callable[[], object] | None = None) -> list[float]:
@@ -215,7 +196,6 @@ def autotune_verdict() -> dict:
     """SM count and Inductor's ``is_big_gpu`` verdict of GPU 0 for a max-autotune row (Chapter 5)."""
     if not torch.cuda.is_available():
         return {"sm_count": None, "inductor_is_big_gpu": None}
-
     sms = int(torch.cuda.get_device_properties(0).multi_processor_count)
     try:
         verdict = bool(is_big_gpu(0))
@@ -225,7 +205,6 @@ def autotune_verdict() -> dict:
 
 
 # ---- Child processes (cuDNN benchmark rows)
-
 CHILD_TAG = "GRAPHBOOK_CHILD_ROWS "
 
 

@@ -16,12 +16,8 @@ import pandas as pd
 import torch
 
 from graphbook.lab import gpu_profiling as gp
-from graphbook.lab.tensorrt_engines import (
-    build_tensorrt_engine,
-    quantize_symmetric,
-    tensorrt_qdq_problem,
-    tensorrt_runner,
-)
+from graphbook.lab.tensorrt_engines import (build_tensorrt_engine, quantize_symmetric, tensorrt_qdq_problem,
+                                            tensorrt_runner)
 from graphbook.method.bench import build_check_time
 from graphbook.method.variants import VariantUnavailable
 from graphbook.record.cli import comma_choices, make_parser, positive_int
@@ -57,7 +53,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 # ---- ONNX Runtime
-
 def _ort_stream_options(stream) -> dict:
     """Provider options that put an ONNX Runtime GPU provider on ``stream`` (a dedicated one) (Chapter 4)."""
     return {"device_id": 0, "user_compute_stream": str(gp.stream_handle(stream))}
@@ -76,7 +71,6 @@ def _ort_runner(session, x, out_shape, dtype, *, device: str = "cuda"):
     def run():
         session.run_with_iobinding(binding)
         return bound[1]
-
     return run
 
 
@@ -87,10 +81,8 @@ def _engine_cache_state(cache_dir: Path) -> str:
 
 
 # ---- The run
-
 def measure(args, status, log=print) -> pd.DataFrame:
-    """Build and check every requested variant (and eager FP32, the reference), then time them all on a dedicated
-    stream in the run protocol; a variant that cannot run here is a row saying why (Chapter 4)."""
+    """Build, check and time every requested variant and eager FP32 on a dedicated stream (Chapter 4)."""
     smoke = args.smoke
     device = "cpu" if smoke else "cuda"
     model, x = gp.model_and_input(smoke, device)

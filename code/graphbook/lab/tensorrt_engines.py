@@ -15,8 +15,7 @@ from graphbook.int8 import quantization
 
 
 class EngineBuild:
-    """One TensorRT build (Chapter 4): the engine, seconds in ``build_serialized_network``, the typing
-    mode, the plan's size, the timing cache after the build and whether a timing cache was given."""
+    """One TensorRT build (Chapter 4): engine, build seconds, typing mode, plan size, timing cache after the build."""
 
     def __init__(self, engine, build_s: float, typing: str, plan_bytes: int, timing_cache: bytes,
                  with_timing_cache: bool, keep_alive=()):
@@ -82,7 +81,6 @@ def tensorrt_runner(trt, engine, x, stream, *, device: str = "cuda"):
             raise RuntimeError(f"TensorRT engine: execute_async_v3 returned {ok!r}: the enqueue failed, so there is "
                                "no output to time (see TensorRT's log above)")
         return bound[2]
-
     return run
 
 
@@ -116,8 +114,7 @@ def tensorrt_qdq_problem(model_path: Path) -> str | None:
 
 
 def quantize_symmetric(fp32_path: Path, out_path: Path, frames) -> Path:
-    """Chapter 4's static Q/DQ recipe with TensorRT's constraint: int8 activations and weights,
-    symmetric ranges (zero points 0), per-channel weights, min-max calibration (Chapter 4)."""
+    """Chapter 4's static Q/DQ recipe as TensorRT takes it: int8 activations and weights, symmetric (zero points 0)."""
     input_name = onnx.load(str(fp32_path), load_external_data=False).graph.input[0].name
     with quantization.quiet_onnxruntime():
         quant.quantize_static(str(fp32_path), str(out_path), quantization.calibration_reader(input_name, frames),

@@ -12,8 +12,7 @@ from typing import Callable, Sequence
 
 
 def answer_as_child(argv: Sequence[str], module: str, tag: str, handler: Callable[[dict], dict]) -> int:
-    """The child's side of :func:`run_tagged_child`: run ``handler(spec)`` and print ``tag`` + its JSON on one
-    line. Usage errors exit 2."""
+    """The child's side of :func:`run_tagged_child`: print ``tag`` + ``handler(spec)``'s JSON on one line."""
     if len(argv) != 2 or argv[0] != "--child":
         print(f"usage: python -m {module} --child SPEC_JSON (started by the book's benchmarks)", file=sys.stderr)
         return 2
@@ -36,15 +35,6 @@ def run_tagged_child(cmd: Sequence[str], tag: str, *, env: dict | None = None, t
     if not lines or (check_returncode and proc.returncode != 0):
         raise error(failure_message(proc))
     return json.loads((lines[-1] if last else lines[0])[len(tag):]), wall
-
-
-def _stop_process(proc: subprocess.Popen) -> None:
-    """Terminate ``proc``, wait up to 30 s, then kill it."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 def seconds_to_ready(cmd: Sequence[str], *, env: dict | None = None, timeout: float, what: str = "server",
@@ -82,6 +72,10 @@ def seconds_to_ready(cmd: Sequence[str], *, env: dict | None = None, timeout: fl
         reason = ("".join(tail)[-800:] or "it exited") if exited else f"timeout after {timeout:g} s"
         raise error(f"{what} did not become ready: {reason}")
     finally:
-        _stop_process(proc)
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
         for thread in readers:
             thread.join(timeout=5)

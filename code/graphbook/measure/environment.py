@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import onnxruntime as ort
 import torch
 
 from graphbook.measure.probes import measured_clock_ghz
@@ -19,8 +20,7 @@ from graphbook.paths import REPO_ROOT
 
 
 def set_threads(threads: int) -> int:
-    """Pin torch's intra-op thread count; returns the count in force. ValueError below 1: a silent fallback to "all
-    cores" would make two runs incomparable."""
+    """Pin torch's intra-op thread count and return it; below 1 is refused, not silently "all cores"."""
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
     torch.set_num_threads(threads)
@@ -162,22 +162,15 @@ _MAC_SYSCTL = {"neon": "hw.optional.neon", "dotprod": "hw.optional.arm.FEAT_DotP
 FEATURES_ENV = "GRAPHBOOK_CPU_FEATURES"
 
 
-def _arch_family(machine: str) -> str:
-    machine = machine.lower()
-    if machine in ("x86_64", "amd64", "i386", "i686", "x86"):
-        return "x86"
-    if machine in ("aarch64", "arm64") or machine.startswith("armv8"):
-        return "arm"
-    return "other"
-
-
 def cpu_features(cpuinfo_text: str | None = None, machine: str | None = None, *,
                  sysctl=None, environ=None) -> dict:
     """The instruction-set features this CPU offers, x86 and ARM alike: True, False or None (unread, never a guess).
     ``GRAPHBOOK_CPU_FEATURES`` (e.g. ``avx2``) overrides detection, to see the book choose as on another CPU."""
     environ = os.environ if environ is None else environ
     machine = platform.machine() if machine is None else machine
-    arch = _arch_family(machine)
+    lowered = machine.lower()
+    arch = ("x86" if lowered in ("x86_64", "amd64", "i386", "i686", "x86")
+            else "arm" if lowered in ("aarch64", "arm64") or lowered.startswith("armv8") else "other")
     names = X86_FEATURES if arch == "x86" else ARM_FEATURES if arch == "arm" else {}
     result: dict = {"arch": arch, "machine": machine, "source": "unknown"}
     override = environ.get(FEATURES_ENV, "").strip()
@@ -253,8 +246,7 @@ def isa_caps(environ=None) -> dict:
 
 
 def _isa_caps_label(environ=None) -> str:
-    """The caps in force as one fingerprint field, "" when none: oneDNN runs PyTorch's convolutions, so its
-    cap changes their speed even where ``torch_isa`` does not show it."""
+    """The caps in force as one field ("" if none): oneDNN's cap changes conv speed where ``torch_isa`` shows none."""
     return " ".join(f"{k}={v}" for k, v in isa_caps(environ).items() if v)
 
 
@@ -265,7 +257,6 @@ def inductor_cache_dir_for_caps(environ=None) -> str | None:
     label = _isa_caps_label(environ)
     if not label:
         return None
-
     try:
         user = getpass.getuser()
     except (KeyError, ModuleNotFoundError, OSError):
@@ -283,8 +274,7 @@ EXECUTION_COMMIT_VARIABLE = "GRAPHBOOK_EXECUTION_COMMIT"
 
 
 def git_commit(root: Path = REPO_ROOT) -> str:
-    """Short commit hash, ``+dirty`` if files changed; inside ``scripts/execute_notebooks.py`` the commit its run
-    started from."""
+    """Short commit hash, ``+dirty`` if files changed; under ``scripts/execute_notebooks.py`` its run's commit."""
     if os.environ.get(EXECUTION_COMMIT_VARIABLE):
         return os.environ[EXECUTION_COMMIT_VARIABLE]
     try:
@@ -299,32 +289,18 @@ def git_commit(root: Path = REPO_ROOT) -> str:
         return "unknown"
 
 
-def _version(module: str) -> str:
-    try:
-        mod = __import__(module)
-        return str(getattr(mod, "__version__", "unknown"))
-    except Exception:  # an optional package that is absent or broken is recorded, not fatal
-        return "absent"
-
-
-def _gpu_info() -> dict:
-    """Name, driver and CUDA version of GPU 0, or empty strings without CUDA."""
-    info = {"gpu_name": "", "gpu_driver": "", "cuda_version": ""}
-    try:
-        if torch.cuda.is_available():
-            info["gpu_name"] = torch.cuda.get_device_name(0)
-            info["cuda_version"] = str(torch.version.cuda or "")
-            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20).stdout.strip()
-            info["gpu_driver"] = out.splitlines()[0] if out else ""
-    except (OSError, subprocess.SubprocessError, RuntimeError):
-        pass
-    return info
-
-
 def fingerprint(threads: int | None = None) -> dict:
     """Everything a measurement needs to be compared later: date, commit, CPU and clock, ISAs, threads, versions."""
     features, ghz = cpu_features(), measured_clock_ghz()
+    gpu = {"gpu_name": "", "gpu_driver": "", "cuda_version": ""}  # GPU 0's, empty strings without CUDA
+    try:
+        if torch.cuda.is_available():
+            gpu["gpu_name"], gpu["cuda_version"] = torch.cuda.get_device_name(0), str(torch.version.cuda or "")
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20).stdout.strip()
+            gpu["gpu_driver"] = out.splitlines()[0] if out else ""
+    except (OSError, subprocess.SubprocessError, RuntimeError):
+        pass
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(),
@@ -336,9 +312,9 @@ def fingerprint(threads: int | None = None) -> dict:
         "isa_caps": _isa_caps_label(),
         "cpu_cores": os.cpu_count() or 0,
         "threads": int(threads if threads is not None else torch.get_num_threads()),
-        **_gpu_info(),
+        **gpu,
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "onnxruntime": _version("onnxruntime"),
+        "onnxruntime": ort.__version__,
         "platform": _platform_names()[1],
     }

@@ -20,8 +20,7 @@ MIN_BLOCKS = 3  # the fewest blocks a median and a spread are taken from
 
 
 def blocked_times(fn, repeats: int, *, warmup: int = 1, threads: int | None = None) -> list[float]:
-    """Seconds per call of ``fn()`` in blocks timed by torch.utils.benchmark: the book's one timer. The Timer runs at
-    ``threads`` (it would otherwise use one); the ``warmup`` calls also size the blocks."""
+    """Seconds per call of ``fn()`` in blocks timed by torch.utils.benchmark (the book's one timer) at ``threads``."""
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads or torch.get_num_threads())
     first_s = timer.timeit(max(warmup, 1)).mean
     measured = timer.blocked_autorange(min_run_time=repeats * first_s)
@@ -45,8 +44,7 @@ def _positive_int(label: str, value, lowest: int = 1) -> int:
 
 
 def copy_bandwidth(nbytes: int = 256 * MIB, repeats: int = 5) -> dict:
-    """Memory bandwidth of ``dst.copy_(src)``, counting read and write (``2 * nbytes`` per copy), decimal GB/s. Use
-    buffers far larger than the last-level cache; the touch before timing keeps page faults out."""
+    """Memory bandwidth of ``dst.copy_(src)``, counting read and write (``2 * nbytes`` per copy), decimal GB/s."""
     _positive_int("nbytes", nbytes, 4)
     _positive_int("repeats", repeats)
     elements = nbytes // 4
@@ -59,8 +57,7 @@ def copy_bandwidth(nbytes: int = 256 * MIB, repeats: int = 5) -> dict:
 
 
 def matmul_peak(n: int = 2048, dtype=torch.float32, repeats: int = 5) -> dict:
-    """GFLOP/s of one ``n x n`` matrix product (``2 * n**3`` FLOPs): a practical peak, a little below the
-    vendor's."""
+    """GFLOP/s of one ``n x n`` matrix product (``2 * n**3`` FLOPs): a practical peak, a little below the vendor's."""
     _positive_int("n", n)
     _positive_int("repeats", repeats)
     a = torch.rand(n, n, dtype=dtype)
@@ -73,8 +70,7 @@ def matmul_peak(n: int = 2048, dtype=torch.float32, repeats: int = 5) -> dict:
 
 
 def bf16_support() -> tuple[bool, str]:
-    """Whether this CPU runs bfloat16 convolutions natively (AVX512-BF16 or AMX), and why. Emulated bf16 would make a
-    bf16 peak or speedup meaningless."""
+    """Whether this CPU runs bf16 convolutions natively (AVX512-BF16 or AMX), and why: emulated bf16 proves nothing."""
     if not torch.backends.mkldnn.is_available():
         return False, "torch was built without oneDNN (mkldnn)"
     try:
@@ -119,9 +115,8 @@ _CLOCK_CACHE: dict = {}
 
 
 def measured_clock_ghz(trials: int = 9, adds: int = 2_000_000) -> float | None:
-    """The core clock while it works, in GHz, from a chain of dependent adds (one per cycle) in a C program. The fastest
-    of ``trials`` runs is the least disturbed: an interrupted run reads low, never high. None without a C compiler or a
-    chain for this architecture."""
+    """The working core clock in GHz from a C chain of dependent adds, the fastest of ``trials`` runs (an interrupted
+    run reads low, never high); None without a C compiler or a chain for this architecture."""
     key = (trials, adds)
     if key in _CLOCK_CACHE:
         return _CLOCK_CACHE[key]
@@ -152,26 +147,15 @@ FP32_FLOPS_PER_CYCLE = {
 }
 
 
-def _flops_per_cycle_from_isa(isa: str) -> int | None:
-    """FP32 FLOPs per cycle per core from the widest vector FMA, two FMA units: an upper bound, the fallback
-    when the microarchitecture is unknown."""
-    isa = str(isa or "")
-    if isa.startswith(("amx", "avx512")):
-        return 64
-    if isa.startswith("avx2"):
-        return 32
-    if isa.startswith(("neon", "arm")):
-        return 16
-    return None
-
-
 def fp32_ceiling(env: dict) -> dict:
     """The theoretical FP32 peak from the fingerprint ``env``: threads x FLOPs per cycle x measured clock. A measured
     FP32 rate above it is a bug, or a kernel that does less work than counted."""
     per_cycle = FP32_FLOPS_PER_CYCLE.get(str(env.get("cpu_microarch") or ""))
     basis = f"{env.get('cpu_microarch')} (vendor manuals)" if per_cycle else ""
-    if per_cycle is None:
-        per_cycle = _flops_per_cycle_from_isa(env.get("cpu_isa"))
+    if per_cycle is None:  # an unknown core: two FMA units of its widest vector, an upper bound
+        isa = str(env.get("cpu_isa") or "")
+        per_cycle = next((n for prefixes, n in ((("amx", "avx512"), 64), (("avx2",), 32), (("neon", "arm"), 16))
+                          if isa.startswith(prefixes)), None)
         width = {64: "AVX-512", 32: "AVX2", 16: "NEON"}.get(per_cycle, "")
         basis = (f"two {width} FMA units assumed from the instruction set ({env.get('cpu_isa')}): the "
                  "microarchitecture is not identified") if per_cycle else ""
@@ -218,8 +202,7 @@ def precision_ceiling(env: dict, precision: str) -> dict:
 
 
 def gemm_rates(n: int = 2048, threads: int = THREADS, repeats: int = 5) -> list[dict]:
-    """The best dense FP32 GEMM rate of torch, NumPy and ONNX Runtime here, one dict per installed library. One library
-    is not the machine's peak: PyTorch's x86 wheels call MKL, which takes a narrower path on AMD."""
+    """The best dense FP32 GEMM rate of torch, NumPy and ONNX Runtime here: no one library is the peak."""
     _positive_int("n", n)
     flops = 2 * n ** 3
     a = np.random.default_rng(0).random((n, n), dtype=np.float32)

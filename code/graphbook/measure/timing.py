@@ -39,15 +39,13 @@ def _result(seconds: Sequence[float], warmup: int) -> TimingResult:
 
 def time_cpu(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 10,
              threads: int | None = None) -> TimingResult:
-    """``fn()`` timed by the Timer at ``threads`` (restored after): ``warmup`` calls, then blocks for about
-    ``repeats`` calls."""
+    """``fn()`` timed by the Timer at ``threads``: ``warmup`` calls, then blocks for about ``repeats`` calls."""
     return _result(probes.blocked_times(fn, repeats, warmup=warmup, threads=threads), warmup)
 
 
 def interleaved(calls: Mapping[str, Callable[[], object]], *, warmup: int = 2,
                 repeats: int = 10) -> dict[str, TimingResult]:
-    """Several functions timed in turn, A, B, C, A, B, C..., ``repeats`` rounds. Taking turns makes every function see
-    the same background load, so their ratios hold while absolute times drift."""
+    """Several functions timed in turn (A, B, C, A, B, C...), so their ratios hold while the background load drifts."""
     timers = {name: benchmark.Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
               for name, fn in calls.items()}
     for timer in timers.values():
@@ -83,9 +81,8 @@ def copy_probe(nbytes: int = 64 * 2**20) -> Callable[[], dict]:
 
 def repeated_runs(names: Sequence[str], timer: Timer, *, runs: int = 3, probe: Callable[[], dict] | None = None,
                   groups: Sequence[Sequence[str]] | None = None, log: Callable[[str], object] | None = None) -> list[dict]:
-    """The book's run protocol: ``runs`` independent runs, one row per run and name. Each run starts with ``probe``'s
-    columns and times the names with ``timer`` in an order that rotates between runs (:func:`rotated`), each group
-    of ``groups`` on its own."""
+    """The book's run protocol: ``runs`` runs, each with ``probe``'s columns, timing the names with ``timer`` in an
+    order that rotates between runs (each group of ``groups`` on its own); one row per run and name."""
     groups = [list(g) for g in groups] if groups is not None else [list(names)]
     rows = []
     for index in range(runs):
@@ -106,9 +103,7 @@ def repeated_runs(names: Sequence[str], timer: Timer, *, runs: int = 3, probe: C
 
 def live_runs(calls: Mapping[str, Callable[[], object]], *, runs: int = 3, warmup: int = 2, repeats: int = 10,
               probe_bytes: int | None = None, env: dict | None = None):
-    """Names timed in turn in ``runs`` rotated runs, live in a chapter (with a ``copy_`` probe of ``probe_bytes`` per
-    run if given): a DataFrame with the ``env`` fingerprint on every row, so :mod:`graphbook.record.runs` treats live
-    runs exactly as recorded ones."""
+    """Names timed in turn in ``runs`` rotated runs, live in a chapter, every row with the ``env`` fingerprint."""
     probe = copy_probe(probe_bytes) if probe_bytes else None
     frame = pd.DataFrame(repeated_runs(list(calls), in_turns(calls, warmup=warmup, repeats=repeats), runs=runs,
                                        probe=probe))
@@ -117,8 +112,7 @@ def live_runs(calls: Mapping[str, Callable[[], object]], *, runs: int = 3, warmu
 
 
 def rotated(names: Sequence, run_index: int) -> list:
-    """``names`` in the order of run ``run_index`` of a round-robin rotation, so every name goes first once and
-    none always runs in another's wake."""
+    """``names`` in run ``run_index``'s order of a round-robin rotation, so none always runs in another's wake."""
     names = list(names)
     shift = run_index % len(names) if names else 0
     return names[shift:] + names[:shift]

@@ -108,8 +108,7 @@ def warm_up(compiled, input_chw, batch_sizes=BATCH_SIZES) -> dict[int, float]:
 
 def serve_random_sequence(compiled, input_chw, batch_sizes=BATCH_SIZES, *, requests: int = 20,
                           seed: int = 0) -> dict:
-    """Serve ``requests`` calls of random batch sizes where a recompilation raises ``RuntimeError``: the proof that
-    warm-up covered every shape (``new_graphs`` is 0 after a complete one)."""
+    """Serve ``requests`` random batch sizes where a recompile raises: ``new_graphs`` is 0 after a full warm-up."""
     sizes = _check_sizes(batch_sizes)
     if requests < 1:
         raise ValueError(f"requests must be >= 1, got {requests}")

@@ -37,7 +37,6 @@ class CheckpointError(ValueError):
 
 
 # -- Building blocks --
-
 def _conv3x3(in_ch: int, out_ch: int, stride: int = 1) -> nn.Conv2d:
     return nn.Conv2d(in_ch, out_ch, kernel_size=3, stride=stride, padding=1, bias=False)
 
@@ -164,7 +163,6 @@ def _apply_transition(transition: nn.ModuleList, xs: list[torch.Tensor]) -> list
 
 
 # -- The model --
-
 class BlurBall(nn.Module):
     """BlurBall as released: ``forward(x)`` returns ``{0: logits}``; H and W must be multiples of 8."""
 
@@ -209,19 +207,6 @@ class BlurBallHeatmap(BlurBall):
         return self.heatmap_logits(x)
 
 
-def _randomise_batchnorm(model: nn.Module, generator: torch.Generator) -> None:
-    # Default BN (gamma 1, beta 0, mean 0, var 1) is an identity in eval mode, which would make
-    # BN folding and BN timing trivially exact; give every BN non-trivial, well-scaled statistics.
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, nn.BatchNorm2d):
-                n = module.num_features
-                module.weight.copy_(0.75 + 0.5 * torch.rand(n, generator=generator))
-                module.bias.copy_(0.1 * torch.randn(n, generator=generator))
-                module.running_mean.copy_(0.1 * torch.randn(n, generator=generator))
-                module.running_var.copy_(0.75 + 0.5 * torch.rand(n, generator=generator))
-
-
 def build_blurball(weights: str | Path | None = None, *, seed: int = DEFAULT_SEED,
                    heatmap_only: bool = True) -> BlurBall:
     """A BlurBall in eval mode: the released weights if ``weights`` is given, else seeded random init. The seed drives a
@@ -230,22 +215,32 @@ def build_blurball(weights: str | Path | None = None, *, seed: int = DEFAULT_SEE
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = cls()
+        # Default BN (gamma 1, beta 0, mean 0, var 1) is an identity in eval mode, which would make
+        # BN folding and BN timing trivially exact; give every BN non-trivial, well-scaled statistics.
         generator = torch.Generator().manual_seed(seed + 1)
-        _randomise_batchnorm(model, generator)
+        for bn in (m for m in model.modules() if isinstance(m, nn.BatchNorm2d)):
+            n = bn.num_features
+            with torch.no_grad():
+                bn.weight.copy_(0.75 + 0.5 * torch.rand(n, generator=generator))
+                bn.bias.copy_(0.1 * torch.randn(n, generator=generator))
+                bn.running_mean.copy_(0.1 * torch.randn(n, generator=generator))
+                bn.running_var.copy_(0.75 + 0.5 * torch.rand(n, generator=generator))
     if weights is not None:  # strict key and shape checking, with errors that name the keys
-        state = _read_state_dict(weights)
-        _check_state_dict(model, state)
+        state, expected = _read_state_dict(weights), model.state_dict()
+        missing = [k for k in expected if k not in state]
+        extra = [k for k in state if k not in expected]
+        misshapen = [f"{k} {tuple(state[k].shape)} != {tuple(expected[k].shape)}"
+                     for k in expected if k in state and state[k].shape != expected[k].shape]
+        problems = [f"{len(keys)} {what} key(s): {', '.join(keys[:5])}"
+                    + f" (and {len(keys) - 5} more)" * (len(keys) > 5)
+                    for what, keys in (("missing", missing), ("unexpected", extra), ("misshapen", misshapen)) if keys]
+        if problems:
+            raise CheckpointError("checkpoint does not match BlurBall: " + "; ".join(problems))
         model.load_state_dict(state, strict=True)
     return model.eval()
 
 
 # -- Weights --
-
-def _first(names: Sequence[str], limit: int = 5) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" (and {len(names) - limit} more)" if len(names) > limit else "")
-
-
 def _read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """The state dict of the authors' format or a bare one, ``module.`` prefix stripped."""
     path = Path(path)
@@ -268,19 +263,6 @@ def _read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     return dict(obj)
 
 
-def _check_state_dict(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
-    """Raise :class:`CheckpointError` naming the first missing, extra or misshapen keys."""
-    expected = model.state_dict()
-    missing = [k for k in expected if k not in state]
-    extra = [k for k in state if k not in expected]
-    misshapen = [f"{k} {tuple(state[k].shape)} != {tuple(expected[k].shape)}"
-                 for k in expected if k in state and state[k].shape != expected[k].shape]
-    problems = [f"{len(keys)} {what} key(s): {_first(keys)}"
-                for what, keys in (("missing", missing), ("unexpected", extra), ("misshapen", misshapen)) if keys]
-    if problems:
-        raise CheckpointError("checkpoint does not match BlurBall: " + "; ".join(problems))
-
-
 def save_weights(model: nn.Module, path: str | Path) -> Path:
     """Save in the authors' layout, ``{"model_state_dict": ...}``."""
     path = Path(path)
@@ -289,8 +271,7 @@ def save_weights(model: nn.Module, path: str | Path) -> Path:
 
 
 def load_trained_blurball(path: str | Path | None = None, *, heatmap_only: bool = True) -> BlurBall:
-    """The BlurBall trained on the synthetic clips, in eval mode; FileNotFoundError names the script that
-    recreates a missing file."""
+    """The BlurBall trained on the synthetic clips, in eval mode; a missing file's error names its script."""
     path = Path(path) if path is not None else TRAINED_CHECKPOINT
     if not path.is_file():
         raise FileNotFoundError(f"trained BlurBall checkpoint not found: {path}; "
@@ -299,7 +280,6 @@ def load_trained_blurball(path: str | Path | None = None, *, heatmap_only: bool 
 
 
 # -- Input, output, cost --
-
 def imagenet_normalize(x: torch.Tensor) -> torch.Tensor:
     """Per-frame ImageNet normalisation of ``(N, 3F, H, W)`` frames in [0, 1]."""
     if x.ndim != 4 or x.shape[1] % 3 != 0:
@@ -329,8 +309,7 @@ def example_input(batch: int = 1, height: int = INPUT_HEIGHT, width: int = INPUT
 
 
 def heatmap_peaks(logits: torch.Tensor | Mapping[int, torch.Tensor]) -> torch.Tensor:
-    """Per-frame argmax ``(row, col)`` positions, ``(N, F, 2)``: two variants agree when every peak is in the
-    same pixel."""
+    """Per-frame argmax ``(row, col)`` positions, ``(N, F, 2)``: variants agree when every peak is the same pixel."""
     if isinstance(logits, Mapping):
         logits = logits[0]
     if logits.dim() != 4:
@@ -346,5 +325,3 @@ def peak_margin(logits: torch.Tensor) -> float:
     n, f, h, w = logits.shape
     top2 = logits.detach().float().reshape(n * f, h * w).topk(2, dim=-1).values
     return float((top2[:, 0] - top2[:, 1]).min())
-
-

@@ -14,9 +14,8 @@ def normalize_angle(angle_deg: float) -> float:
 
 @dataclass(frozen=True)
 class Detection:
-    """One candidate blob: heat-weighted centroid, summed heat, principal-axis angle and extent, area. ``half_length``
-    is the extent minus the half extent across the axis: the streak's blur half-length, independent of how thick the
-    blob is (0 for a round blob)."""
+    """One candidate blob: heat-weighted centroid, summed heat, principal-axis angle and extent, area; ``half_length``
+    is the extent less the half extent across the axis: the blur half-length, whatever the blob's thickness."""
 
     x: float
     y: float
@@ -119,8 +118,7 @@ def _decode_heatmap(heatmap, threshold: float = 0.5) -> FrameDecoding:
 
 def decode_clip(heatmaps, threshold: float = 0.5) -> list[FrameDecoding]:
     """Decode the ``(F, H, W)`` heatmaps of one clip."""
-    heat = _as_numpy(heatmaps)
-    return [_decode_heatmap(h, threshold) for h in heat]
+    return [_decode_heatmap(h, threshold) for h in _as_numpy(heatmaps)]
 
 
 def decode_batch(heatmaps, threshold: float = 0.5) -> list[list[FrameDecoding]]:

@@ -22,8 +22,7 @@ def parameter_count(model: nn.Module) -> int:
 
 
 def macs_by_module(model: nn.Module, x: torch.Tensor) -> dict[str, int]:
-    """Multiply-accumulates of each Conv2d and Linear in one forward of the whole batch ``x``, by module name. Forward
-    hooks read the actual output shapes; element-wise work is not counted, as is customary."""
+    """MACs of each Conv2d and Linear (not element-wise work) in one forward of ``x``, by module name, from hooks."""
     counts: dict[str, int] = {}
     handles = []
 

@@ -15,8 +15,7 @@ DEFAULT_HIT_PX = 5.0
 
 
 def match_detections(decoded: list[list[FrameDecoding]], clips: list[Clip], hit_px: float = DEFAULT_HIT_PX) -> list[dict]:
-    """One row per (clip, frame) comparing the best detection with the label. ``angle_error_deg`` only for streaks of
-    half-length >= 3 px, where the angle is defined."""
+    """One row per (clip, frame): best detection against label (angle error only for streaks of 3 px and up)."""
     rows = []
     for k, (frames, clip) in enumerate(zip(decoded, clips)):
         for f, (dec, label) in enumerate(zip(frames, clip.labels)):

@@ -15,8 +15,6 @@ from graphbook.model.decoding import normalize_angle
 LINE_TARGET_RADIUS = 2.5
 #: Radius (px) of the disc drawn instead when the ball is not blurred (half-length 0).
 DISC_TARGET_RADIUS = 3.0
-#: Frames per clip (BlurBall's ``frames_in`` and ``frames_out``).
-FRAMES = 3
 #: Seed of the book's held-out clips (:func:`held_out_clips`); training never draws from it.
 HELD_OUT_SEED = 2026
 #: Seed of the ball check's clips (:func:`check_clips`), a second held-out stream.
@@ -55,8 +53,7 @@ class BallLabel:
 
 @dataclass
 class Clip:
-    """A 3-frame clip: frames ``(3, H, W, 3)`` in [0, 1], 0/1 line targets ``(3, H, W)``, labels, and the
-    ``seed`` that regenerates it (None when drawn from a shared generator)."""
+    """A 3-frame clip: frames ``(3, H, W, 3)`` in [0, 1], line targets ``(3, H, W)``, labels, its ``seed``."""
 
     frames: np.ndarray
     targets: np.ndarray
@@ -123,8 +120,7 @@ def _draw_line(img, xx, yy, p0, p1, width_px, colour, alpha=1.0):
 
 
 def _render_background(height: int, width: int, seed=0, clutter: float = 1.0) -> np.ndarray:
-    """A procedural scene, float32 ``(H, W, 3)``: gradients, noise, stripes, a table, a net and bright
-    look-alikes, so that a detector must use motion and shape, not brightness alone."""
+    """A procedural scene ``(H, W, 3)`` with bright look-alikes, so that a detector must use motion and shape."""
     height, width = int(height), int(width)
     rng = _rng(seed)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
@@ -239,8 +235,7 @@ def _line_target(height: int, width: int, label: BallLabel, radius: float = LINE
 
 
 def _trajectory(rng, height, width, radius, max_speed, gravity, p_near_border=0.0):
-    """Centres and velocities at frames 0, 1, 2 that keep the whole streak inside (or cut by an edge, with
-    ``p_near_border``)."""
+    """Centres and velocities at frames 0, 1, 2 keeping the streak inside (or cut by an edge, ``p_near_border``)."""
     exposure = rng.uniform(0.2, 0.9)  # fraction of the frame interval the shutter is open
     near_border = bool(p_near_border and rng.random() < p_near_border)  # no draw by default: old clips unchanged
     for _ in range(50):
@@ -278,9 +273,8 @@ def _make_clip(seed=0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], *,
               p_hidden_frame: float = 0.08, radius_range: tuple[float, float] = (2.5, 6.0),
               max_speed: float | None = None, gravity: float = 2.0, noise: float = 0.02, clutter: float = 1.0,
               p_partly_hidden: float = 0.0, p_near_border: float = 0.0) -> Clip:
-    """One synthetic 3-frame clip; ``seed`` (int or numpy Generator) fixes everything. The ball follows a parabola and
-    its blur is the distance travelled while the shutter is open. Sizes are absolute pixels: a 96 x 160 clip looks like
-    a crop of a 288 x 512 scene, not a shrunken one."""
+    """One synthetic 3-frame clip, fixed by ``seed`` (int or numpy Generator): the ball follows a parabola, blurred over
+    the shutter's opening. Sizes are absolute pixels: a 96 x 160 clip looks like a crop of a 288 x 512 scene."""
     height, width = int(height), int(width)
     clip_seed = int(seed) if isinstance(seed, (int, np.integer)) else None
     rng = _rng(seed)
@@ -326,14 +320,22 @@ def held_out_clips(n: int, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1]
 
 
 def check_clips(n: int, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1]) -> list[Clip]:
-    """The ball check's held-out clips: harder, so that a variant that changes the logits beyond rounding moves
-    a decoded ball somewhere."""
+    """The ball check's held-out clips: hard enough that logits changed beyond rounding move a decoded ball."""
     return _make_clips(n, CHECK_SEED, height, width, **CHECK_CLIP_SETTINGS)
 
 
 def training_clip(seed: int, index: int, height: int, width: int, **kwargs) -> Clip:
     """Training clip number ``index`` of the stream ``seed``; disjoint from :func:`held_out_clips`."""
     return _make_clip(np.random.default_rng((int(seed), 0, int(index))), height, width, **kwargs)
+
+
+#: Fastest ball (px per frame) of the clips the trained checkpoint was trained and scored on.
+TRAINED_MAX_SPEED = 30.0
+
+
+def calibration_clips(n: int, height: int, width: int) -> list[Clip]:
+    """The training clips INT8 is calibrated on: never the held-out or check clips a variant is judged on."""
+    return [training_clip(0, k, height, width, max_speed=TRAINED_MAX_SPEED) for k in range(n)]
 
 
 def frames_to_tensor(clips_or_frames):

@@ -23,8 +23,7 @@ def _output_paths(out_dir: Path, name: str) -> dict[str, Path]:
 
 
 def _line_loss(logits, target, kind: str = "weighted-mse", pos_weight: float = 20.0):
-    """MSE between the clamped sigmoid and the line target; ``"weighted-mse"`` multiplies target pixels' error by
-    ``pos_weight``, since the line covers a tiny share of the frame."""
+    """MSE of the clamped sigmoid to the line target; ``"weighted-mse"`` weighs target pixels by ``pos_weight``."""
     prob = torch.sigmoid(logits.float()).clamp(1e-4, 1 - 1e-4)
     err = (prob - target) ** 2
     if kind == "mse":
@@ -77,8 +76,7 @@ def _json_ready(value):
 
 
 def train(args) -> dict:
-    """Run the training ``args`` (``code/train_blurball.py``'s options) describe; write checkpoint, log and
-    provenance; return the record."""
+    """Train as ``code/train_blurball.py``'s ``args`` say; write checkpoint, log and provenance; return the record."""
     started = time.time()
     deadline = started + args.minutes * 60.0
     set_threads(args.threads)

@@ -1,2 +1,1 @@
-"""The book's own machinery for its pages: a chapter's set-up, the taught code exported into the package, and
-where and when each page last executed."""
+"""The book's machinery for its pages: a chapter's set-up, the taught code exported, where each page last ran."""

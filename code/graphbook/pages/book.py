@@ -15,8 +15,7 @@ from graphbook.paths import DATA_DIR
 
 
 def setup_chapter(threads: int = THREADS, seed: int = 0) -> dict:
-    """Fix threads, random seeds and the plot style; return the environment fingerprint. ``threads`` is explicit: the
-    default (all cores) differs between machines."""
+    """Fix threads (explicitly: defaults differ by machine), seeds and plot style; return the fingerprint."""
     set_threads(threads)
     capped_cache = inductor_cache_dir_for_caps()   # capped ISA: never reuse graphs compiled without the cap
     if capped_cache:

@@ -30,8 +30,7 @@ def pages(root: Path = REPO_ROOT) -> list[Path]:
 
 
 def exported_modules(notebooks: list[Path], root: Path = REPO_ROOT, package: Path = PACKAGE_DIR) -> dict[Path, str]:
-    """The text every target module should have; ValueError where a page and a block do not match up, since
-    they would otherwise silently part."""
+    """The text every target module should have; ValueError where a page and a block do not match up."""
     texts: dict[Path, str] = {}
     for notebook in notebooks:
         page = notebook.relative_to(root).as_posix()

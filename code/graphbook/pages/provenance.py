@@ -1,5 +1,4 @@
-"""Where and when each page last executed, read back from the record ``scripts/execute_notebooks.py`` stores in
-each notebook, so the provenance page reports what the stored outputs really are."""
+"""Where and when each page last executed, from the record ``scripts/execute_notebooks.py`` stores in each notebook."""
 from __future__ import annotations
 
 import json
@@ -20,32 +19,8 @@ def _load(path: Path) -> dict:
         raise ValueError(f"{path}: not a readable notebook ({err})") from err
 
 
-def _glued_values(notebook: dict) -> dict:
-    """Every value a notebook glued, as stored in plain text."""
-    values = {}
-    for cell in notebook.get("cells", []):
-        for out in cell.get("outputs", []):
-            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
-            data = out.get("data", {})
-            text = data.get(GLUE_MIME_PREFIX + "text/plain")
-            if name and text is not None:
-                values[name] = "".join(text) if isinstance(text, list) else text
-    return values
-
-
-def _title(notebook: dict, path: Path) -> str:
-    """The first Markdown heading of a notebook, else its file's stem."""
-    for cell in notebook.get("cells", []):
-        if cell.get("cell_type") == "markdown":
-            for line in "".join(cell.get("source", [])).splitlines():
-                if line.startswith("# "):
-                    return line[2:].strip()
-    return Path(path).stem
-
-
 def _machine(record: dict) -> str:
-    """The CPU an execution ran on, by its fingerprint where recorded: the vendor string alone names CPUs
-    of very different speed."""
+    """The CPU an execution ran on, by its fingerprint where recorded (one vendor string names CPUs of any speed)."""
     name = record.get("cpu_model", "")
     if record.get("cpu_family") in (None, ""):
         return name
@@ -60,9 +35,16 @@ def chapter_table(root: Path = REPO_ROOT):
     for path in sorted((root / "chapters").glob("*.ipynb")):  # reading order; appendix pages excluded
         notebook = _load(path)
         rec = notebook.get("metadata", {}).get("graphbook", {}).get("execution") or {}
-        glued = _glued_values(notebook)
+        glued = {}  # every value the notebook glued, as stored in plain text
+        for out in (out for cell in notebook.get("cells", []) for out in cell.get("outputs", [])):
+            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
+            text = out.get("data", {}).get(GLUE_MIME_PREFIX + "text/plain")
+            if name and text is not None:
+                glued[name] = "".join(text)
+        title = next((line[2:].strip() for cell in notebook.get("cells", []) if cell.get("cell_type") == "markdown"
+                      for line in "".join(cell.get("source", [])).splitlines() if line.startswith("# ")), path.stem)
         rows.append({
-            "chapter": _title(notebook, path),
+            "chapter": title,
             "notebook": path.relative_to(root).as_posix(),
             "executed_at": rec.get("executed_at", "never (no execution record)"),
             "seconds": rec.get("seconds"),

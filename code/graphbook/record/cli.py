@@ -132,8 +132,7 @@ def add_load_test_options(parser: argparse.ArgumentParser) -> None:
 
 
 def check_load_test(parser: argparse.ArgumentParser, args, *, queue_bound: bool = True) -> None:
-    """Refuse more than 64 clients a level, a wait outside 0..1000 ms, and (``queue_bound``) a level above
-    the queue bound: a client would resend before the worker takes the next request."""
+    """Refuse over 64 clients a level, a wait outside 0..1000 ms, and (``queue_bound``) a level above the bound."""
     if max(args.concurrency) > 64 or args.overload_clients > 64:
         parser.error("at most 64 clients per level")
     if queue_bound and max(args.concurrency) > args.max_queue:

@@ -119,16 +119,11 @@ def _side_by_side(kind: str, results_dir=None):
     return out
 
 
-def _side_by_side_where(kind: str, results_dir, where: dict | None):
-    table = _side_by_side(kind, results_dir)
-    for column, wanted in (where or {}).items():
-        table = table[table[column] == wanted]
-    return table
-
-
 def plot_side_by_side(kind: str, results_dir=None, ax=None, *, where: dict | None = None):
     """Bars per machine, a dot per quiet run and a cross per flagged one; None when nothing is recorded."""
-    found, table = measure(kind), _side_by_side_where(kind, results_dir, where)
+    found, table = measure(kind), _side_by_side(kind, results_dir)
+    for column, wanted in (where or {}).items():
+        table = table[table[column] == wanted]
     if not len(table):
         return None
     if ax is None:

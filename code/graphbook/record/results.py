@@ -15,7 +15,6 @@ import pandas as pd
 from graphbook import paths
 from graphbook.record.cli import EXIT_CHECK_FAILED, EXIT_OK
 
-# Column names: writers and readers use these constants.
 RUN_ID = "run_id"                  #: one id per recorded run (a file written by write_run is one run)
 SOURCE_FILE = "source_file"        #: added on read: the file a row came from
 RUN = "run"                        #: 1, 2, 3...: the run of its recording (file) a row belongs to;
@@ -48,9 +47,8 @@ TEXT_COLUMNS = (RUN_ID, "git_commit", VARIANT, "description", "note", "name", "o
 # -- Kinds --
 @dataclass(frozen=True)
 class Kind:
-    """One kind of result file: files are ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv``, one per recording. ``tagged``: the
-    tag (e.g. a GPU slug) is required (True) or refused (False); ``log_file`` names the one kind that is a single
-    growing log by design."""
+    """One kind of result file, ``<prefix>[-<tag>]-<YYYY-MM-DD>[-N].csv`` per recording: ``tagged`` kinds require the
+    tag (e.g. a GPU slug), the others refuse it; ``log_file`` names the one kind that is a single growing log."""
 
     name: str
     prefix: str
@@ -89,6 +87,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("tvm", "cpu-tvm", "code/bench_tvm.py"),
     Kind("kernel-provenance", "cpu-kernel-provenance", "code/trace_kernel_provenance.py"),
     Kind("browser-ort", "cpu-browser-ort", "code/bench_browser_ort.py"),
+    Kind("your-model", "cpu-your-model", "code/your_model.py", tagged=True),
     Kind("browser-reader", "browser-reader", "Chapter 4's in-browser panel (a reader's download)"),
     Kind("notebook-executions", "notebook-executions", "scripts/execute_notebooks.py",
          log_file="notebook_executions.csv"),
@@ -117,14 +116,6 @@ def files(kind_name: str, results_dir: str | Path | None = None) -> list[Path]:
 
 
 # -- Writing --
-def _read_header(path: Path) -> list[str] | None:
-    """None if the file is empty."""
-    with path.open(newline="") as handle:
-        for header in csv.reader(handle):
-            return header
-    return None
-
-
 _TAG_RE = re.compile(r"^[A-Za-z0-9_.]+(?:-[A-Za-z0-9_.]+)*$")
 
 
@@ -192,7 +183,10 @@ def append_rows(path: str | Path, rows: Iterable[dict], env: dict | None = None)
     path = Path(path)
     frame = _framed(rows, env, "append_rows")
     columns = list(frame.columns)
-    existing = _read_header(path) if path.exists() else None
+    existing = None
+    if path.exists():
+        with path.open(newline="") as handle:
+            existing = next(csv.reader(handle), None)
     if existing is not None and existing != columns:
         missing, extra = [c for c in existing if c not in columns], [c for c in columns if c not in existing]
         detail = "; ".join([f"file has columns the new rows lack: {missing}"] * bool(missing)
@@ -206,10 +200,7 @@ def append_rows(path: str | Path, rows: Iterable[dict], env: dict | None = None)
 
 
 def _unique_path(directory: str | Path, stem: str, suffix: str = ".csv", *also: str) -> Path:
-    """``directory/stem.csv``, else ``stem-2``, ``stem-3``... (the first free of ``suffix`` and every ``also``
-    suffix): reserved by convention only (one writer at a time)."""
-    if not stem or "/" in stem or "\\" in stem:
-        raise ValueError(f"stem must be a plain file name without slashes, got {stem!r}")
+    """``directory/stem.csv``, else ``stem-2``, ``stem-3``...: the first free for ``suffix`` and every ``also``."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
 
@@ -241,18 +232,15 @@ def _typed(frame):
     return frame
 
 
-def _read_file(path: Path):
-    frame = pd.read_csv(path, dtype=dict.fromkeys(TEXT_COLUMNS, str))  # a column the file lacks is ignored
-    frame[SOURCE_FILE] = path.name
-    if RUN_ID not in frame.columns:  # the notebook log: one run per row is not a recording
-        frame[RUN_ID] = path.stem
-    frame[RUN_ID] = frame[RUN_ID].fillna(path.stem).astype(str)
-    return _typed(frame)
-
-
 def load(kind_name: str, results_dir: str | Path | None = None):
     """Every recorded run of one kind as one typed DataFrame, with ``source_file``; empty files give an empty frame."""
-    frames = [_read_file(path) for path in files(kind_name, results_dir)]
+    frames = []
+    for path in files(kind_name, results_dir):
+        frame = pd.read_csv(path, dtype=dict.fromkeys(TEXT_COLUMNS, str))  # a column the file lacks is ignored
+        frame[SOURCE_FILE] = path.name
+        # a run id on every row; the notebook log has none: one run per row is not a recording
+        frame[RUN_ID] = frame[RUN_ID].fillna(path.stem) if RUN_ID in frame.columns else path.stem
+        frames.append(_typed(frame.astype({RUN_ID: str})))
     if not frames:
         return pd.DataFrame({SOURCE_FILE: pd.Series(dtype=str), RUN_ID: pd.Series(dtype=str),
                              DATE: pd.Series(dtype=str)})
@@ -285,8 +273,7 @@ def latest_run(frame):
 
 
 def latest_recording(frame):
-    """Every run of the newest invocation: the rows of the newest run's file. A benchmark records several runs in one
-    file, so :func:`latest_run` returns only one of them."""
+    """Every run of the newest invocation: the rows of the newest run's file (:func:`latest_run` gives only one)."""
     if frame.empty:
         return frame
     newest = runs(frame)[SOURCE_FILE].iloc[-1]

@@ -59,9 +59,8 @@ def _field(value) -> str:
 
 
 def machine_label(fingerprint: Mapping, columns: Sequence[str] = MACHINE_COLUMNS) -> str:
-    """A readable label for one machine configuration, e.g. ``"AMD EPYC (Zen 4, ..., 2 threads)"``. A file recorded
-    before the CPU's identity was reads "CPU identity unrecorded", so its runs never merge with a newer machine's of the
-    same name."""
+    """A readable label of one machine configuration; a file recorded before the CPU's identity reads "CPU identity
+    unrecorded", so its runs never merge with a newer machine's of the same name."""
     values = {c: _field(fingerprint.get(c)) for c in columns}
     model = values.pop("cpu_model", UNRECORDED)
     parts = []
@@ -88,8 +87,7 @@ def machine_label(fingerprint: Mapping, columns: Sequence[str] = MACHINE_COLUMNS
 
 
 def add_machine(frame, columns: Sequence[str] = MACHINE_COLUMNS):
-    """A copy of ``frame`` with a ``machine`` column. An unrecorded fingerprint field reads "ISA unrecorded", so such
-    runs form their own group."""
+    """A copy of ``frame`` with a ``machine`` column (an unrecorded fingerprint field makes a group of its own)."""
     out = frame.copy()
     present = [c for c in columns if c in out.columns]
     records = out[present].to_dict("records") if present else [{} for _ in range(len(out))]
@@ -123,8 +121,7 @@ def single_machine(frame, machine: str | None = None):
 
 def summarize_runs(frame, by: Sequence[str] | str = ("variant",), value: str = "median_ms", *,
                    run: str = "run_id"):
-    """Per machine and ``by`` group: runs, median across runs, min, max, spread and the per-run values. A group with
-    fewer than :data:`MIN_RUNS` runs is kept but has ``enough_runs`` False."""
+    """Per machine and ``by`` group: runs, median, min, max, spread, per-run values and ``enough_runs``."""
     by = [by] if isinstance(by, str) else list(by)
     framed = frame if MACHINE in frame.columns else add_machine(frame)
     # one value per (machine, *by, run): the median of that run's rows
@@ -204,12 +201,6 @@ def deciding_machine(frame, *, here: Mapping | str | None = None, run: str = "ru
     return str(counts.idxmax())
 
 
-def _passed(frame, variant: str, correct: str) -> dict:
-    """variant -> True when every recorded row of it passed its correctness check."""
-    flags = {name: [v for v in values if not _blank(v)] for name, values in frame.groupby(variant, sort=False)[correct]}
-    return {name: bool(f) and all(bool(v) and str(v) != "False" for v in f) for name, f in flags.items()}
-
-
 def choose_best(frame, *, value: str = "median_ms", variant: str = "variant", correct: str = "same_output",
                 run: str = "run_id", lower_is_better: bool = True, candidates: Iterable[str] | None = None,
                 skip_under_load: bool = False):
@@ -222,7 +213,9 @@ def choose_best(frame, *, value: str = "median_ms", variant: str = "variant", co
         data = data[data[variant].isin(list(candidates))]
     rows = []
     for machine, group in data.groupby(MACHINE, sort=False):
-        verdicts = _passed(group, variant, correct)
+        flags = {name: [v for v in values if not _blank(v)]
+                 for name, values in group.groupby(variant, sort=False)[correct]}
+        verdicts = {name: bool(f) and all(bool(v) and str(v) != "False" for v in f) for name, f in flags.items()}
         passing = [v for v, ok in verdicts.items() if ok]
         excluded = sorted(v for v, ok in verdicts.items() if not ok)
         summary = summarize_runs(group[group[variant].isin(passing)], by=variant, value=value, run=run)
@@ -252,8 +245,7 @@ def _times(ratio: float) -> str:
 
 def paired_ratios(frame, a: str, b: str, *, value: str = "median_ms", variant: str = "variant",
                   run: str = "run_id", lower_is_better: bool = True):
-    """{machine: per-run ratios of how many times better ``a`` was than ``b``}. Only runs that measured both count, so
-    each ratio compares two versions under the same load."""
+    """{machine: per-run ratios of how many times better ``a`` was than ``b``}, from runs that measured both."""
     data = add_machine(frame) if MACHINE not in frame.columns else frame
     found = {}
     for machine, group in data.groupby(MACHINE, sort=False):
@@ -287,8 +279,7 @@ def _describe(ratios: Sequence[float], a: str, b: str) -> str:
 
 def phrase_comparison(frame, a: str, b: str, *, here: Mapping | str | None = None, value: str = "median_ms",
                       variant: str = "variant", run: str = "run_id", lower_is_better: bool = True) -> str:
-    """A sentence, generated from the data, comparing ``a`` with ``b`` on this machine and the others. When the runs
-    disagree on the order, the sentence says so instead of ranking."""
+    """A sentence from the data comparing ``a`` with ``b`` here and elsewhere; runs that disagree rank nothing."""
     label = _here_label(here)
     data = add_machine(frame) if MACHINE not in frame.columns else frame
     ratios = paired_ratios(data, a, b, value=value, variant=variant, run=run, lower_is_better=lower_is_better)

@@ -1,2 +1,1 @@
-"""The runtimes beside PyTorch: ONNX Runtime's levels and sessions, OpenVINO, the browser, and the profiles of a
-forward (PyTorch's and ONNX Runtime's)."""
+"""The runtimes beside PyTorch: ONNX Runtime's levels and sessions, OpenVINO, the browser, and forward profiles."""

@@ -11,15 +11,8 @@ from typing import Callable, Mapping, Sequence
 import pandas as pd
 
 from graphbook.measure import timing
-from graphbook.runtimes.browser_runtime import (
-    ASSETS_DIR,
-    SIZES,
-    BrowserAssetsError,
-    check_native,
-    load_manifest,
-    publish,
-    widget_html,
-)
+from graphbook.runtimes.browser_runtime import (ASSETS_DIR, SIZES, BrowserAssetsError, check_native, load_manifest,
+                                                publish, widget_html)
 
 HARNESS = """<!doctype html><html><head><meta charset="utf-8"><title>onnxruntime-web harness</title>
 <link rel="icon" href="data:,"></head><body>

@@ -73,20 +73,15 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def _stamp(model_name: str) -> str:
-    """What the exported files depend on: torch, the model's code, this module's export code."""
-    parts = [torch.__version__, model_name] + [Path(m.__file__).read_text() for m in (blurball, onnx_utils)]
-    parts.append(Path(__file__).read_text())
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
-
-
 def export_browser_assets(out_dir: str | Path = ASSETS_DIR, sizes: Sequence[str] = tuple(SIZES), *,
                           build_model: Callable | None = None, force: bool = False) -> dict:
     """Export the page's models, clips and references into ``out_dir``; return the manifest (Chapter 4)."""
     out = Path(out_dir)
     sizes = _parse_sizes(sizes)
     builder = build_model or blurball.build_blurball
-    stamp = _stamp(getattr(builder, "__qualname__", repr(builder)))
+    depends_on = [torch.__version__, getattr(builder, "__qualname__", repr(builder)),  # and the export's code:
+                  *(Path(f).read_text() for f in (blurball.__file__, onnx_utils.__file__, __file__))]
+    stamp = hashlib.sha256("\n".join(depends_on).encode()).hexdigest()[:16]
     manifest_path = out / MANIFEST
     if manifest_path.exists() and not force:
         old = json.loads(manifest_path.read_text())
@@ -186,7 +181,6 @@ def publish(dest: str | Path, assets_dir: str | Path = ASSETS_DIR, *, webgpu: bo
 
 
 # ---- Native ONNX Runtime on the same files
-
 def compare(output, assets_dir: str | Path, key: str) -> dict:
     """An output against the stored reference of size ``key``: the book's one rule (Chapter 4)."""
     manifest = load_manifest(assets_dir)
@@ -202,8 +196,7 @@ def compare(output, assets_dir: str | Path, key: str) -> dict:
 
 def check_native(assets_dir: str | Path, key: str, *, level: str = "all", threads: int = 1, warmup: int = 2,
                  repeats: int = 10) -> tuple[dict, dict]:
-    """Native ONNX Runtime on the page's file of size ``key``: the check, then median/min/max ms if it passed
-    (Chapter 4)."""
+    """Native ONNX Runtime on the page's file of size ``key``: the check, then its times if it passed (Chapter 4)."""
     entry = load_manifest(assets_dir)["sizes"][key]
     clip = _read_tensor(Path(assets_dir) / entry["clip"], entry["input_shape"])
     session = onnx_utils.make_session(Path(assets_dir) / entry["model"], level=level, threads=threads)

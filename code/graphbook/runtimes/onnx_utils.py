@@ -18,21 +18,8 @@ from torch.onnx import _constants
 from graphbook import checks
 from graphbook.config import BATCH_SIZES, THREADS
 from graphbook.runtimes.ort_sessions import (  # noqa: F401 - the sessions' own module; callers may read them here
-    CPU_PROVIDER,
-    CUDA_PROVIDER,
-    LEVEL_NAMES,
-    NCHWC_TRANSFORMER,
-    TENSORRT_PROVIDER,
-    OnnxModelError,
-    available_providers,
-    check_model_file,
-    make_session,
-    optimization_level,
-    ort_version,
-    resolve_providers,
-    run_session,
-    session_options,
-)
+    CPU_PROVIDER, CUDA_PROVIDER, LEVEL_NAMES, NCHWC_TRANSFORMER, TENSORRT_PROVIDER, OnnxModelError, available_providers,
+    check_model_file, make_session, optimization_level, ort_version, resolve_providers, run_session, session_options)
 
 # The exporter's default opset in torch 2.13, and the lowest one its operator library (torchlib,
 # written for opset 18) can target without a down-conversion that has produced invalid models.
@@ -48,12 +35,6 @@ class OnnxExportError(ValueError):
 
 
 # ---- Export
-
-def _modules_in_training_mode(model) -> list[str]:
-    """Names of the submodules of ``model`` that are in training mode (Chapter 4). ``""`` is the root."""
-    return [name for name, module in model.named_modules() if module.training]
-
-
 def _quiet_exporter():
     """Silence the exporter's progress lines and its optional-package warnings (torchvision ops)."""
     stack = contextlib.ExitStack()
@@ -74,7 +55,7 @@ def export_onnx(model, example_inputs, path: str | Path, *, opset: int = DEFAULT
     """Export ``model`` with torch's default (dynamo) exporter and return the written path (Chapter 4)."""
     if not isinstance(model, torch.nn.Module):
         raise OnnxExportError(f"export_onnx needs a torch.nn.Module, got {type(model).__name__}")
-    training = _modules_in_training_mode(model)
+    training = [name for name, module in model.named_modules() if module.training]  # "" is the root
     if training:
         shown = ", ".join(repr(n or "<root>") for n in training[:3])
         raise OnnxExportError(
@@ -141,20 +122,11 @@ def onnx_files(path: str | Path) -> list[Path]:
 
 
 # ---- Graph inspection
-
-def _graph(model_or_path):
-    if isinstance(model_or_path, (str, Path)):
-        path = check_model_file(model_or_path)
-        return onnx.load(str(path), load_external_data=False).graph
-    graph = getattr(model_or_path, "graph", None)
-    if graph is None or not hasattr(graph, "node"):
-        raise TypeError(f"expected a path or an onnx.ModelProto, got {type(model_or_path).__name__}")
-    return graph
-
-
 def op_counts(model_or_path) -> Counter:
-    """Nodes of the model's main graph counted by ``(domain, op_type)`` (Chapter 4)."""
-    return Counter((node.domain or STANDARD_DOMAIN, node.op_type) for node in _graph(model_or_path).node)
+    """Nodes of the model's (or the file's) main graph counted by ``(domain, op_type)`` (Chapter 4)."""
+    model = (onnx.load(str(check_model_file(model_or_path)), load_external_data=False)
+             if isinstance(model_or_path, (str, Path)) else model_or_path)
+    return Counter((node.domain or STANDARD_DOMAIN, node.op_type) for node in model.graph.node)
 
 
 def op_counts_table(counts: Mapping[str, Counter]):

@@ -12,13 +12,8 @@ import onnxruntime as ort
 from graphbook.config import THREADS
 
 # Book names of ONNX Runtime's levels, in increasing order, with the enum member each stands for.
-LEVEL_ENUM_NAMES = {
-    "disabled": "ORT_DISABLE_ALL",
-    "basic": "ORT_ENABLE_BASIC",
-    "extended": "ORT_ENABLE_EXTENDED",
-    "layout": "ORT_ENABLE_LAYOUT",
-    "all": "ORT_ENABLE_ALL",
-}
+LEVEL_ENUM_NAMES = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+                    "layout": "ORT_ENABLE_LAYOUT", "all": "ORT_ENABLE_ALL"}
 LEVEL_NAMES = tuple(LEVEL_ENUM_NAMES)
 #: ONNX Runtime's name for the rewrite of convolutions to its blocked NCHWc layout (part of the layout level).
 NCHWC_TRANSFORMER = "NchwcTransformer"

@@ -56,8 +56,7 @@ def op_category(op_name: str, kernel_name: str = "") -> str:
 
 
 def is_annotation(event) -> bool:
-    """True for a profiler event that is a user or Inductor annotation, not work, whatever flag this profiler
-    version sets."""
+    """True for a user or Inductor annotation (not work), whatever flag this profiler version sets."""
     if getattr(event, "is_user_annotation", False):
         return True
     activity = str(getattr(event, "activity_type", "") or "").lower()
@@ -128,8 +127,7 @@ def without_profiler_banner():
 
 
 def profile_eager(model, x, autocast_dtype=None) -> list[dict]:
-    """Profile one eager forward on the CPU after an untimed one (oneDNN primitive creation is not steady
-    state); units grouped by category."""
+    """One eager CPU forward's units by category, profiled after an untimed one (oneDNN's primitive creation)."""
     def forward():  # autocast entered per forward, as a caller does: its cast cache lives for one block
         with (torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype is not None
               else contextlib.nullcontext()):
@@ -144,8 +142,7 @@ def profile_eager(model, x, autocast_dtype=None) -> list[dict]:
 
 
 def with_rates(frame: pd.DataFrame, macs: int, note: str) -> pd.DataFrame:
-    """The benchmark's frame with achieved GFLOP/s and its share of the same run's matmul rate (not the
-    ceiling: a variant can exceed it), plus each run's rates as rows."""
+    """The frame with achieved GFLOP/s and its share of the same run's matmul rate, plus the rates as rows."""
     rates = [c for c in frame if c.startswith("matmul_")]
     frame = frame.assign(gflop_per_s=2 * macs / (frame["median_ms"] * 1e-3) / 1e9,
                          peak_gflop_per_s=frame.apply(lambda row: row.get(f"matmul_{row['precision']}"), axis=1))
@@ -174,8 +171,7 @@ def _read_profile(profile_path: str | Path, runs: int = 1):
 
 def profile_operators(path: str | Path, inputs, *, level="all", threads: int = THREADS, runs: int = 3,
                       workdir: str | Path):
-    """Per-op table of ``runs`` profiled runs; the warm-up runs in a separate session so the profile holds only
-    timed runs."""
+    """Per-op table of ``runs`` profiled runs (the warm-up runs in a session of its own, outside the profile)."""
     warm = make_session(path, level=level, threads=threads)
     run_session(warm, inputs)
     del warm

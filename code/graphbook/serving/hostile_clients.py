@@ -45,8 +45,7 @@ def _send(address, raw: bytes) -> socket.socket:
 
 
 def _answer(sock: socket.socket, timeout: float) -> str:
-    """The status of the next answer on ``sock`` ("503+Retry-After" for a 503 that says when to retry),
-    "closed" when the server cut the connection without one, "waiting" when none came within ``timeout``."""
+    """The next answer's status on ``sock`` ("503+Retry-After" if it says when), "closed" if cut, "waiting" if none."""
     sock.settimeout(max(timeout, 0.01))
     response = http.client.HTTPResponse(sock)
     try:
@@ -95,9 +94,8 @@ def _collect(socks, seconds: float) -> tuple[list[str], list[float]]:
 
 
 def _stalled_body(address, head: bytes, body: bytes, valid: bytes, *, max_queue: int, cap: int, hold_s: float) -> dict:
-    """Stalled uploads added in steps of half the queue bound (and at twice it) until a valid request fails,
-    then taken away one at a time until one passes: few valid requests, so the sweep ends long before
-    the first stalled client's deadline."""
+    """Stalled uploads added in steps of half the queue bound (and at twice it) until a valid request fails, then
+    taken away one at a time until one passes: few valid requests, so the sweep ends before the first's deadline."""
     stalled, arrived, at_issue_level, first_failing, failing_answer = [], [], None, None, ""
 
     def stall_until(count):
@@ -130,14 +128,6 @@ def _stalled_body(address, head: bytes, body: bytes, valid: bytes, *, max_queue:
             "valid_ms": at_issue_level[1], "first_failing_stalled": first_failing, "failing_answer": failing_answer,
             "stalled_answered_early": early,
             "dropped_after_s": max((t - a for t, a in zip(answered, arrived)), default=float("nan"))}
-
-
-def _quick_fault(address, raw: bytes, valid: bytes, wait_s: float) -> dict:
-    socks = [_send(address, raw) for _ in range(_SMALL_FAULT_CLIENTS)]
-    time.sleep(_SETTLE_S)
-    answer, ms = _valid(address, valid)
-    answers, _ = _collect(socks, wait_s)
-    return {"hostile_clients": len(socks), "answers": _tally(answers), "valid_status": _status(answer), "valid_ms": ms}
 
 
 def _burst(address, valid: bytes, clients: int) -> dict:
@@ -182,7 +172,12 @@ def _measure_faults(url: str, clip: np.ndarray, encoded: tuple[bytes, dict], *, 
             row = _burst(address, valid, 3 * max_queue)
         else:
             raw = _TLS_HELLO if fault == "garbage-request-line" else _raw_request(parts.netloc, b"", headers, length=10 ** 12)[0]
-            row = _quick_fault(address, raw, valid, min(_ANSWER_S, hold_s))
+            socks = [_send(address, raw) for _ in range(_SMALL_FAULT_CLIENTS)]
+            time.sleep(_SETTLE_S)
+            answer, ms = _valid(address, valid)
+            answers, _ = _collect(socks, min(_ANSWER_S, hold_s))
+            row = {"hostile_clients": len(socks), "answers": _tally(answers), "valid_status": _status(answer),
+                   "valid_ms": ms}
         rows.append({"fault": fault, **row, "recovered_status": _status(_valid(address, valid)[0])})
     return rows
 

@@ -1,11 +1,6 @@
-"""The HTTP side of the server: request decoding, the handler, and the server itself (Chapter 7).
-
-What a hostile client can cost is bounded here: a whole request within ``request_timeout_s`` (one reaper thread
-drops dribblers, a stalled body gets 408 first); at most ``max_connections`` at once (one more gets 503); bodies
-still uploading are bounded apart, by ``max_uploads``, and join the inference queue only once whole, so stalled
-uploads never keep a valid request from the model; an oversized ``Content-Length`` gets 413 before its body is
-read; every error answer is JSON, and a client that vanishes mid-answer never prints a traceback.
-"""
+"""The HTTP side of the server (Chapter 7): a hostile client's cost is bounded here. A whole request within
+``request_timeout_s``, at most ``max_connections`` at once, bodies uploading bounded apart (``max_uploads``) and queued
+only once whole, an oversized ``Content-Length`` refused unread; every error answer is JSON."""
 from __future__ import annotations
 
 import contextlib
@@ -28,19 +23,6 @@ DEFAULT_MAX_CONNECTIONS = 64
 _KNOWN_PATHS = ("/livez", "/readyz", "/healthz", "/predict")
 
 
-def _parse_shape_header(value: str | None) -> tuple[int, ...]:
-    """Parse ``X-Shape: N,C,H,W`` into a tuple of positive ints (raises RequestError 400; Chapter 7)."""
-    if not value:
-        raise RequestError(400, "binary requests need an X-Shape header such as 'X-Shape: 1,9,288,512'")
-    try:
-        shape = tuple(int(part) for part in value.split(","))
-    except ValueError:
-        raise RequestError(400, f"X-Shape must be comma-separated integers, got {value!r}") from None
-    if not shape or any(d < 1 for d in shape):
-        raise RequestError(400, f"X-Shape sizes must be positive, got {value!r}")
-    return shape
-
-
 def _decode_body(content_type: str | None, headers, body: bytes) -> np.ndarray:
     """Turn a request body into an array according to its Content-Type (Chapter 7). Raises RequestError."""
     kind = (content_type or "").split(";")[0].strip().lower()
@@ -48,7 +30,15 @@ def _decode_body(content_type: str | None, headers, body: bytes) -> np.ndarray:
         dtype = (headers.get("X-Dtype") or "").strip().lower()
         if dtype != "float32":
             raise RequestError(415, f"binary clips must be sent as X-Dtype: float32, got {dtype or 'no X-Dtype'!r}")
-        shape = _parse_shape_header(headers.get("X-Shape"))
+        value = headers.get("X-Shape")  # N,C,H,W
+        if not value:
+            raise RequestError(400, "binary requests need an X-Shape header such as 'X-Shape: 1,9,288,512'")
+        try:
+            shape = tuple(int(part) for part in value.split(","))
+        except ValueError:
+            raise RequestError(400, f"X-Shape must be comma-separated integers, got {value!r}") from None
+        if not shape or any(d < 1 for d in shape):
+            raise RequestError(400, f"X-Shape sizes must be positive, got {value!r}")
         expected = math.prod(shape) * 4
         if len(body) != expected:
             raise RequestError(400, f"X-Shape {','.join(map(str, shape))} needs {expected} bytes of float32, "
@@ -73,8 +63,7 @@ def _decode_body(content_type: str | None, headers, body: bytes) -> np.ndarray:
 
 
 def _content_length(headers, limit: int) -> int:
-    """The declared body length: RequestError 411 when missing, 400 when not a plain non-negative
-    integer, 413 when above ``limit`` (a number of any size is refused without converting it)."""
+    """The declared body length: 411 when missing, 400 when no plain non-negative integer, 413 above ``limit``."""
     value = headers.get("Content-Length")
     if value is None:
         raise RequestError(411, "a Content-Length header is required")
@@ -89,14 +78,12 @@ def _content_length(headers, limit: int) -> int:
 class _Handler(BaseHTTPRequestHandler):
     server_version = "graphbook-serving/3"
     protocol_version = "HTTP/1.1"
-    # The headers and the body leave in two writes; with Nagle's algorithm on, the body waits for the
-    # client's delayed ACK of the headers (40 ms on Linux): a lone client waited 68 ms instead of 21 ms
-    # (ONNX Runtime, 96x160, Chapter 7's load test).
+    # Headers and body leave in two writes; with Nagle's algorithm on, the body waits for the client's delayed ACK
+    # of the headers (40 ms on Linux): a lone client waited 68 ms instead of 21 ms in Chapter 7's load test.
     disable_nagle_algorithm = True
 
     def setup(self):
-        # Every single send and receive is bounded too: a backstop at twice the deadline, which the
-        # reaper enforces first.
+        # every single send and receive is bounded too: a backstop at twice the deadline the reaper enforces first
         self.timeout = 2 * self.server.request_timeout_s
         super().setup()
 

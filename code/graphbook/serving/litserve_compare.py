@@ -121,22 +121,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_for_health(url: str, path: str, proc, timeout: float) -> float:
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < timeout:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with status {proc.returncode} before it was ready")
-        with contextlib.suppress(OSError):
-            if request(url + path, timeout=5)[0] == 200:
-                return time.perf_counter() - t0
-        time.sleep(0.05)
-    raise RuntimeError(f"the server was not ready after {timeout:.0f} s")
-
-
 def start_server(server: str, onnx_path: Path | None, input_hw, *, threads: int, max_queue: int, max_wait_ms: float,
                  timeout: float = 300.0, litserve_limits: dict | None = None, book_args=()):
-    """Start one server in a fresh process (the book's on ``onnx_path``, or on the model ``book_args`` name);
-    return ``(process, url, seconds from launch to ready)`` (Chapter 7)."""
+    """One server in a fresh process (the book's on ``onnx_path`` or on ``book_args``): ``(process, url, ready_s)``."""
     height, width = (int(v) for v in input_hw)
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -146,17 +133,23 @@ def start_server(server: str, onnx_path: Path | None, input_hw, *, threads: int,
                "--height", str(height), "--width", str(width), "--threads", str(threads), "--max-queue", str(max_queue),
                "--max-wait-ms", str(max_wait_ms), *(["--artifact", str(onnx_path)] if onnx_path else []), *book_args]
         health = "/readyz"
-    elif server == "litserve":
+    else:  # LitServe
         spec = dict(onnx_path=str(onnx_path), input_chw=[9, height, width], port=port, threads=threads,
                     max_batch_size=3, batch_timeout_s=max_wait_ms / 1e3, **(litserve_limits or {}))
         cmd = [sys.executable, "-c", "import json, sys; from graphbook.serving.litserve_compare import _run_litserve; "
                "s = json.loads(sys.argv[1]); _run_litserve(s.pop('onnx_path'), s.pop('input_chw'), **s)", json.dumps(spec)]
         health = "/health"
-    else:
-        raise ValueError(f"unknown server {server!r}; choose one of {', '.join(SERVERS)}")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        _wait_for_health(url, health, proc, timeout)
+        while True:  # until its health check answers 200
+            if proc.poll() is not None:
+                raise RuntimeError(f"the server exited with status {proc.returncode} before it was ready")
+            with contextlib.suppress(OSError):
+                if request(url + health, timeout=5)[0] == 200:
+                    break
+            if time.perf_counter() - t0 > timeout:
+                raise RuntimeError(f"the server was not ready after {timeout:.0f} s")
+            time.sleep(0.05)
     except Exception:
         stop_server(proc)
         raise

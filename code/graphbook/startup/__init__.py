@@ -1,2 +1,1 @@
-"""Start-up and restarts: a compiled model's fresh process (cold, warm cache, saved artifacts), AOTInductor's C++
-loader, and the restart paths side by side with the server's time to ready (Chapters 2, 6, 7)."""
+"""Start-up and restarts: a compiled model's fresh process, AOTInductor's C++ loader, restart paths (Chapter 6)."""

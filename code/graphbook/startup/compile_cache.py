@@ -22,8 +22,7 @@ SCENARIOS = ("cold", "warm", "artifacts")
 
 @dataclass
 class RestartSpec:
-    """What the child builds by name (``"package.module:function"``), compiles and calls; ``input_chw`` is one
-    sample's shape."""
+    """What the child builds by name (``"package.module:function"``), compiles and calls on ``input_chw`` samples."""
 
     factory: str
     input_chw: tuple[int, ...]
@@ -36,8 +35,7 @@ class RestartSpec:
 
 def fresh_process_compile(spec: RestartSpec, cache_dir: str | os.PathLike, *, load_artifacts=None,
                           save_artifacts=None, timeout: float = 1800.0) -> dict:
-    """Compile ``spec`` in a new Python process whose Inductor cache is ``cache_dir``: import, artifacts loaded, the
-    first call per batch size, graphs and FX graph cache hits (Chapters 2 and 6)."""
+    """Compile ``spec`` in a new process whose Inductor cache is ``cache_dir``: its timings, graphs and cache hits."""
     if load_artifacts is not None and not Path(load_artifacts).is_file():
         raise FileNotFoundError(f"cache artifact file {str(load_artifacts)!r} does not exist")
     with tempfile.TemporaryDirectory(prefix="graphbook-compile-") as work:
@@ -45,8 +43,7 @@ def fresh_process_compile(spec: RestartSpec, cache_dir: str | os.PathLike, *, lo
         for b in spec.batch_sizes:
             np.save(Path(work) / f"input-b{b}.npy", inputs.standard_normal((b, *spec.input_chw), dtype=np.float32))
         child = {"runtime": "compile", "factory": spec.factory, "factory_kwargs": spec.factory_kwargs,
-                 "backend": spec.backend,
-                 "batch_sizes": list(spec.batch_sizes), "work": work, "out_dir": str(Path(work) / "out"),
+                 "backend": spec.backend, "batch_sizes": list(spec.batch_sizes), "work": work, "out_dir": str(Path(work) / "out"),
                  "threads": spec.threads, "seed": spec.seed, "steady_runs": 1, "launched_at": time.time(),
                  "load_artifacts": str(load_artifacts) if load_artifacts else None,
                  "save_artifacts": str(save_artifacts) if save_artifacts else None}

@@ -19,15 +19,6 @@ def _load_inputs(work: Path, batch_sizes):
     return {b: np.load(work / f"input-b{b}.npy") for b in batch_sizes}
 
 
-def _steady(call, runs: int) -> list[float]:
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return times
-
-
 def _child_load(spec: dict) -> dict:
     """Runs in the fresh process: import the runtime, load the artifact, run each batch size."""
     launched = float(spec["launched_at"])
@@ -119,7 +110,11 @@ def _child_load(spec: dict) -> dict:
             result["first_output_s"] = time.time() - launched
     result["ready_s"] = time.time() - launched
     result["first_call_s"] = first_call
-    result["steady_s"] = _steady(lambda: run(sizes[0]), int(spec["steady_runs"]))
+    result["steady_s"] = []
+    for _ in range(int(spec["steady_runs"])):
+        t0 = time.perf_counter()
+        run(sizes[0])
+        result["steady_s"].append(time.perf_counter() - t0)
     if runtime == "compile":
         result.update(graphs_after=graphs_after, fxgraph_cache_hit=int(counters["inductor"]["fxgraph_cache_hit"]),
                       fxgraph_cache_miss=int(counters["inductor"]["fxgraph_cache_miss"]), torch=torch.__version__)
@@ -182,8 +177,6 @@ def _child_build(spec: dict) -> dict:
         options.add_session_config_entry("session.save_model_format", "ORT")
         ort.InferenceSession(str(work / "raw.onnx"), options, providers=["CPUExecutionProvider"])
         times["optimize_ort_s"] = time.perf_counter() - t0
-    else:
-        raise ValueError(f"unknown build {what!r}")
     return times
 
 

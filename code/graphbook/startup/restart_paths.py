@@ -47,9 +47,8 @@ LABELS = {"eager": "eager (no compile)", "compile-cold": "torch.compile, cold",
 
 @dataclass(frozen=True)
 class RestartPath:
-    """One way to get a model running in a new process. ``artifact`` keys :func:`_build_artifacts`' result; ``cache`` is
-    the Inductor cache a ``compile`` child gets (``empty``, ``warm`` or ``artifacts``); ``tied_to`` is what must match
-    between the building and the loading machine."""
+    """One way to get a model running in a new process: ``cache`` is the Inductor cache a ``compile`` child gets
+    (``empty``, ``warm`` or ``artifacts``); ``tied_to`` is what must match between building and loading machine."""
 
     name: str
     runtime: str
@@ -113,8 +112,6 @@ def _path_by_name(name: str) -> RestartPath:
 
 
 # -- Children (fresh processes) --
-
-
 def _run_child(spec: dict, env_extra: dict | None = None, *, cache_dir=None, timeout: float = 1800.0) -> dict:
     env = dict(os.environ)
     for var in ("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCH_COMPILE_DEBUG",
@@ -140,33 +137,12 @@ def _start_child(cmd, env, name: str, what: str, timeout: float) -> dict:
     return result
 
 
-def _run_cpp_child(spec: dict, loader, *, timeout: float = 1800.0) -> dict:
-    """Start the C++ loader on a package; it prints the same GRAPHBOOK_RESULT line as a Python child."""
-    env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = str(spec["threads"])
-    Path(spec["out_dir"]).mkdir(parents=True, exist_ok=True)
-    launched = time.time()
-    cmd = [str(loader), spec["artifact_path"], spec["work"], spec["out_dir"], repr(launched), str(spec["threads"]),
-           str(spec["steady_runs"]), *(str(b) for b in spec["batch_sizes"])]
-    return _start_child(cmd, env, spec["name"], "C++ loader", timeout)
-
-
 # -- Parent: reference, builds, fresh-process loads --
 def _file_bytes(path: Path) -> int:
     """Size of an artifact on disk: a file plus its ``.data`` sibling (ONNX external weights)."""
     path = Path(path)
     data = path.with_name(path.name + ".data")
     return sum(p.stat().st_size for p in (path, data) if p.is_file())
-
-
-def _nchwc_summary(model_path) -> dict:
-    """Operators of a saved ORT model by domain: ``nchwc_ops`` are CPU-layout specific (MLAS picks the block
-    size from the CPU it runs on)."""
-    by_domain = Counter()
-    for (domain, _op), n in op_counts(model_path).items():
-        by_domain[domain] += n
-    return {"nchwc_ops": by_domain["com.microsoft.nchwc"], "contrib_ops": by_domain["com.microsoft"],
-            "total_ops": by_domain.total()}
 
 
 def _prepare_reference(work: Path, checkpoint, input_hw, batch_sizes=BATCH_SIZES, seed: int = 0) -> dict:
@@ -195,8 +171,13 @@ def _build_artifacts(work: Path, checkpoint, threads: int = THREADS, timeout: fl
                                    ("onnx-optimized", "optimized.onnx", export_s + onnx_t["optimize_onnx_s"]),
                                    ("ort-format", "optimized.ort", export_s + onnx_t["optimize_ort_s"])):
             built[key] = {"path": work / file, "build_s": build_s, "bytes": _file_bytes(work / file)}
-        # the ORT-format file holds the same optimized graph (the onnx package cannot read it)
-        layout = _nchwc_summary(built["onnx-optimized"]["path"])
+        # operators by domain: NCHWc ones are CPU-layout specific (MLAS picks the block size from the CPU it runs
+        # on); the ORT-format file holds the same optimized graph (the onnx package cannot read it)
+        by_domain = Counter()
+        for (domain, _op), n in op_counts(built["onnx-optimized"]["path"]).items():
+            by_domain[domain] += n
+        layout = {"nchwc_ops": by_domain["com.microsoft.nchwc"], "contrib_ops": by_domain["com.microsoft"],
+                  "total_ops": by_domain.total()}
         built["onnx-optimized"].update(layout)
         built["ort-format"].update(layout)
     for what in ("aoti-static", "aoti-dynamic"):
@@ -234,8 +215,11 @@ def _measure_path(path: RestartPath, work: Path, repeat: int, *, checkpoint, art
             spec["load_artifacts"] = str(work / "cache-artifacts.bin")
     if path.cache == "openvino":  # one folder for every start: the first (untimed) start filled it
         spec["openvino_cache_dir"] = str(work / "caches" / "openvino")
-    if path.runtime == "aoti-cpp":
-        result = _run_cpp_child(spec, artifacts["cpp-loader"]["path"], timeout=timeout)
+    if path.runtime == "aoti-cpp":  # the C++ loader prints the same GRAPHBOOK_RESULT line as a Python child
+        out_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [str(artifacts["cpp-loader"]["path"]), spec["artifact_path"], spec["work"], spec["out_dir"],
+               repr(time.time()), str(threads), str(steady_runs), *(str(b) for b in path.batch_sizes)]
+        result = _start_child(cmd, {**os.environ, "OMP_NUM_THREADS": str(threads)}, path.name, "C++ loader", timeout)
     else:
         result = _run_child(spec, path.env, cache_dir=cache_dir, timeout=timeout)
     result["out_dir"] = str(out_dir)
@@ -253,10 +237,6 @@ def run_restart_paths(checkpoint, *, input_hw=FULL_SIZE, repeats: int = 3, threa
     if not ov_ok:  # no wheel for this platform: the other paths still run, and the rows show which are absent
         say(f"skipping the OpenVINO paths: {ov_why}")
         chosen = [p for p in chosen if p.runtime != "openvino"]
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    if any(p.cache in ("warm", "artifacts") for p in chosen) and "compile-cold" not in paths:
-        raise ValueError("compile-warm and compile-artifacts need compile-cold (it fills the cache they load)")
     own_tmp = tempfile.TemporaryDirectory(prefix="graphbook-restart-") if workdir is None else None
     work = Path(own_tmp.name if own_tmp else workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -297,8 +277,9 @@ def run_restart_paths(checkpoint, *, input_hw=FULL_SIZE, repeats: int = 3, threa
                 elif path.runtime == "aoti-cpp":  # the loader is built once per torch version; counted here
                     build_s = build_s + artifacts["cpp-loader"]["build_s"]
                 elif path.runtime == "compile":
-                    artifact_bytes = (Path(work / "cache-artifacts.bin").stat().st_size
-                                      if path.cache == "artifacts" else _dir_bytes(work / "caches" / "warm")
+                    warm = work / "caches" / "warm"
+                    artifact_bytes = ((work / "cache-artifacts.bin").stat().st_size if path.cache == "artifacts"
+                                      else sum(p.stat().st_size for p in warm.rglob("*") if p.is_file())
                                       if path.cache == "warm" else 0)
                     build_s = None
                 steady = res["steady_s"]
@@ -357,8 +338,7 @@ def run_restart_paths(checkpoint, *, input_hw=FULL_SIZE, repeats: int = 3, threa
 # ---- Time to ready of the book's server in a fresh process (Chapter 7's readiness table)
 def _time_server_to_ready(server_args: list[str], *, threads: int = THREADS, env_extra: dict | None = None,
                          cache_dir=None, timeout: float = 600.0) -> float:
-    """Start ``code/serve_blurball.py`` on a free port with ``server_args``; seconds from launch to READY
-    (Chapter 7)."""
+    """Seconds from launching ``code/serve_blurball.py`` with ``server_args`` on a free port to its READY line."""
     env = dict(os.environ)
     env.pop("TORCHINDUCTOR_VEC_ISA_OK", None)
     env.update(env_extra or {})
@@ -390,8 +370,7 @@ MODEL_SERVERS = {
 
 def _server_readiness(artifacts: dict, work: Path, input_hw, *, repeats: int = 3, threads: int = THREADS,
                      timeout: float = 600.0, progress=None, model_servers=tuple(MODEL_SERVERS)) -> list[dict]:
-    """Time the server to ready from the model (:data:`MODEL_SERVERS`) and from each built artifact of
-    :data:`ARTIFACT_SERVERS`, ``repeats`` times (Chapter 7)."""
+    """Time the server to ready from the model and from each built artifact, ``repeats`` times (Chapter 7)."""
     say = progress or (lambda msg: None)
     rows = []
     all_sizes = ",".join(map(str, BATCH_SIZES))
@@ -419,13 +398,9 @@ def _server_readiness(artifacts: dict, work: Path, input_hw, *, repeats: int = 3
             say(f"  [{repeat}] server {name}: ready after {seconds:.2f} s")
     return rows
 
-def _dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
-
 
 def summarize(frame, baseline: str = "compile-cold"):
-    """One row per path of one recorded run: first-output median and spread, ratio to ``baseline``, steady time,
-    sizes. ``speedup_vs_cold_min`` pairs the fastest cold start with this path's slowest."""
+    """One row per path of a recorded run: first-output median and spread, ratio to ``baseline``, steady, sizes."""
     if frame.empty:
         return pd.DataFrame()
     table = frame.assign(same_output=frame["same_output"].astype(bool)).groupby("path", sort=False).agg(

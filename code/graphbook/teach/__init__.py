@@ -1,2 +1,1 @@
-"""What the chapters teach with: the algorithms written on the pages (exported by ``#@save``) and the analyses a
-chapter runs over recorded results."""
+"""What the chapters teach with: the algorithms written on the pages and the analyses of recorded results."""

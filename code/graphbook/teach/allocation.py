@@ -32,10 +32,8 @@ def minor_page_faults(fn, calls: int = 3, trials: int = 5) -> float | None:
     return min(counts)
 
 
-#: glibc's malloc serves a block above its mmap threshold (128 KiB, growing with the blocks freed, to at most
-#: 32 MiB on 64-bit) with an mmap of its own and returns it to the kernel on free, so every fresh 64 MiB tensor
-#: gets new pages that fault on first touch.
-#: These switches make it serve every block from its heap and keep what is freed: no mmap, no trimming.
+#: glibc's malloc serves a block above its mmap threshold with an mmap of its own and returns it to the kernel on
+#: free; these switches make it serve every block from its heap and keep what is freed: no mmap, no trimming.
 GLIBC_MMAP_THRESHOLD_DEFAULT = 128 * 1024              #: bytes: glibc's starting mmap threshold (mallopt(3))
 GLIBC_MMAP_THRESHOLD_MAX = 4 * 1024 * 1024 * 8          #: bytes: the largest it grows to on a 64-bit system
 KEEP_FREED_MEMORY = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2 ** 40)}
@@ -55,8 +53,7 @@ def _allocation_child(n_elements: int, repeats: int) -> dict:
 
 def allocator_ablation(n_elements: int = 2 ** 24, threads: int = THREADS, repeats: int = 7,
                        timeout: float = 300.0, swap: bool = False) -> list[dict] | str:
-    """The same eager code timed in two fresh processes, glibc's default allocator and one that keeps freed memory. One
-    row per process, or a sentence saying why it does not apply here (it needs glibc)."""
+    """Eager code in two fresh processes: glibc's default allocator, one keeping freed memory (or why not)."""
     if platform.libc_ver()[0] != "glibc":
         return (f"the allocator experiment needs glibc's malloc (this system's C library is "
                 f"{platform.libc_ver()[0] or 'not glibc'}), whose switches it uses")
@@ -78,8 +75,7 @@ def allocator_ablation(n_elements: int = 2 ** 24, threads: int = THREADS, repeat
 
 def allocator_runs(n_elements: int = 2 ** 25, threads: int = 1, runs: int = 3,
                    repeats: int = 7) -> pd.DataFrame | str:
-    """:func:`allocator_ablation` repeated ``runs`` times with the allocators' order swapped each run: the rows
-    ``code/03_fusion.py`` records, or the sentence saying why it does not apply."""
+    """:func:`allocator_ablation` in ``runs`` runs, the allocators' order swapped each run (or why it cannot run)."""
     pairs = []
     for number in range(1, runs + 1):
         pair = allocator_ablation(n_elements, threads=threads, repeats=repeats, swap=number % 2 == 0)
@@ -92,8 +88,7 @@ def allocator_runs(n_elements: int = 2 ** 25, threads: int = 1, runs: int = 3,
 
 
 def recorded_split(frame):
-    """Per machine, the recorded chain's speed-up split into allocation and traffic (and the allocator
-    ablation): medians across the newest complete recording's runs, with ranges."""
+    """Per machine, the newest recording's chain speed-up split into allocation and traffic (and allocator)."""
     chain_out, kept = ["eager", "preallocated out=", "torch.compile, out="], ["glibc default", "glibc keeping freed memory"]
     if "part" not in frame or not (frame["part"] == "chain").any():
         return pd.DataFrame()

@@ -27,9 +27,8 @@ from graphbook.measure import environment
 from graphbook.measure.timing import time_cpu
 from graphbook.paths import TLPARSE_REPORT_DIR
 
-#: The artifacts Chapter 3 shows, in order; :func:`available_log_artifacts` says which exist here. In torch
-#: 2.13 on CPU ``schedule`` logs nothing for the C++ backend (it is written by the GPU scheduling code), while
-#: ``fusion`` logs every round of the scheduler's fusion attempts and ``output_code`` the whole wrapper.
+#: The artifacts Chapter 3 shows, in order; on CPU ``schedule`` logs nothing for the C++ backend (GPU scheduling
+#: code writes it), while ``fusion`` logs every round of the scheduler's attempts and ``output_code`` the wrapper.
 CHAPTER_ARTIFACTS = ("graph_breaks", "recompiles", "fusion", "schedule", "output_code")
 
 # One record starts with glog's prefix: level letter, MMDD, time, thread id, file:line]
@@ -179,8 +178,7 @@ def _detect_with_breaks(x: torch.Tensor, log=None) -> torch.Tensor:
 
 
 def _detect_fullgraph(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same in one graph, ``(result, peak)``: the caller prints, and the branch is ``torch.where`` since
-    both sides are cheap."""
+    """The same in one graph, ``(result, peak)``: the caller prints, and both cheap sides go through ``torch.where``."""
     y = torch.sigmoid(x * 2)
     return torch.where(y.sum() > 4, y - 0.5, y + 0.5), y.max()
 
@@ -193,8 +191,7 @@ def _detect_cond(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def graph_break_comparison(size: int = 4096, repeats: int = 50, warmup: int = 5) -> list[dict]:
-    """Graphs and breaks from ``explain``, whether ``fullgraph=True`` accepts it, the median time and the result's
-    equality, before and after the fix."""
+    """Before and after the fix: graphs and breaks, whether ``fullgraph=True`` compiles, median time, same result."""
     x = torch.linspace(-1, 1, size)
     sink = io.StringIO()
     expected = _detect_with_breaks(x, sink)
@@ -246,9 +243,8 @@ _TRACE_SCRIPT = (
 
 def traced_compile_log(script: str, trace_dir: str | Path, *args: str, env: dict | None = None,
                        timeout: float) -> Path:
-    """Run ``script`` (and ``args``) in a fresh interpreter with ``TORCH_TRACE`` at ``trace_dir`` and Inductor's
-    caches off (a cache hit would leave the trace without code); the last log it wrote. RuntimeError when the
-    compile fails or leaves no log."""
+    """The last log of ``script`` run in a fresh interpreter with ``TORCH_TRACE`` at ``trace_dir`` and Inductor's caches
+    off (a cache hit would leave the trace without code)."""
     env = {**os.environ, **(env or {}), "TORCH_TRACE": str(trace_dir), "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
     proc = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
                           timeout=timeout)
@@ -262,8 +258,7 @@ def traced_compile_log(script: str, trace_dir: str | Path, *args: str, env: dict
 
 def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, threads: int = THREADS,
                    timeout: float = 900, keep_raw: bool = False, command: str = "") -> Path:
-    """Compile BlurBall with ``TORCH_TRACE`` on and write tlparse's report to ``out_dir`` (replaced); returns
-    its ``index.html``, with ``provenance.json`` beside it. ``RuntimeError`` when tlparse is missing or fails."""
+    """Compile BlurBall under ``TORCH_TRACE``; tlparse's report written to ``out_dir`` (replaced); its index."""
     tool = tlparse_command()
     if tool is None:
         raise RuntimeError("tlparse is not installed (pip install tlparse; see requirements.txt)")
@@ -282,8 +277,16 @@ def tlparse_report(out_dir: str | Path, *, height: int = 96, width: int = 160, t
         for name in ("raw.log", "raw.jsonl"):
             (out_dir / name).unlink(missing_ok=True)
     _fix_tlparse_pages(out_dir)
-    _write_tlparse_provenance(out_dir, height=height, width=width, threads=threads, command=command,
-                              seconds=time.perf_counter() - start, tlparse=tlparse_version(tool))
+    files = [p for p in out_dir.rglob("*") if p.is_file() and p.name != "provenance.json"]
+    record = {"torch": torch.__version__, "tlparse": tlparse_version(tool), "python": platform.python_version(),
+              "cpu": environment.cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+              "machine": platform.machine(), "threads": threads, "input_shape": [1, 9, height, width],
+              "model": "BlurBall (graphbook.model.blurball.build_blurball, eval, float32)",
+              "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "command": command or f"tlparse_report(height={height}, width={width}, threads={threads})",
+              "seconds": round(time.perf_counter() - start, 1), "files": len(files),
+              "bytes": sum(p.stat().st_size for p in files)}
+    (out_dir / "provenance.json").write_text(json.dumps(record, indent=1) + "\n")
     return out_dir / "index.html"
 
 
@@ -294,8 +297,7 @@ _UNDEFINED_RETURN = "if (queryParams.size === 0) return url;"
 
 
 def _fix_tlparse_pages(out_dir: str | Path) -> int:
-    """Mend two defects of tlparse's pages (a dead collectives link, an undefined ``url``) so the browser check
-    passes them; returns how many pages changed, and is idempotent."""
+    """Mend tlparse's dead collectives link and undefined ``url`` for the browser check; how many pages changed."""
     out_dir = Path(out_dir)
     changed = 0
     for page in out_dir.rglob("*.html"):
@@ -308,10 +310,8 @@ def _fix_tlparse_pages(out_dir: str | Path) -> int:
             changed += 1
     return changed
 
-#: Where ``code/make_tlparse_report.py`` writes the report by default: under ``_config.yml``'s
-#: ``html_extra_path`` (``images/extra``), so the built site serves it at :data:`TLPARSE_SITE_PATH`.
-#: The report's page relative to the site root; a chapter page (``chapters/03_*.html``) links it as
-#: ``../tlparse/index.html``.
+
+#: The report's page relative to the site root (``_config.yml``'s ``html_extra_path`` serves ``images/extra``).
 TLPARSE_SITE_PATH = "tlparse/index.html"
 
 
@@ -328,21 +328,8 @@ def tlparse_version(tool: str | None = None) -> str:
     return words[-1] if proc.returncode == 0 and words else ""
 
 
-def _write_tlparse_provenance(out_dir: Path, *, height, width, threads, command, seconds, tlparse) -> None:
-    files = [p for p in out_dir.rglob("*") if p.is_file() and p.name != "provenance.json"]
-    record = {"torch": torch.__version__, "tlparse": tlparse, "python": platform.python_version(),
-              "cpu": environment.cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-              "machine": platform.machine(), "threads": threads, "input_shape": [1, 9, height, width],
-              "model": "BlurBall (graphbook.model.blurball.build_blurball, eval, float32)",
-              "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-              "command": command or f"tlparse_report(height={height}, width={width}, threads={threads})",
-              "seconds": round(seconds, 1), "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
-    (out_dir / "provenance.json").write_text(json.dumps(record, indent=1) + "\n")
-
-
 def tlparse_provenance(report_dir: str | Path | None = None) -> dict:
-    """How the committed tlparse report was made (from its ``provenance.json``), plus ``url`` and ``same_torch``.
-    ``FileNotFoundError`` when missing: ``python code/make_tlparse_report.py`` writes both."""
+    """How the committed tlparse report was made (its ``provenance.json``), with ``url`` and ``same_torch``."""
     folder = Path(report_dir) if report_dir is not None else TLPARSE_REPORT_DIR
     record_file = folder / "provenance.json"
     if not (folder / "index.html").is_file() or not record_file.is_file():

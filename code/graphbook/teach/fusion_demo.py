@@ -57,8 +57,7 @@ def chain_fused_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 
 def bytes_moved(n_elements: int, ops: int = CHAIN_OPS, fused: bool = False) -> int:
-    """Bytes a chain of float32 element-wise ops moves: ``8N * ops`` unfused, ``8N`` fused (values stay in
-    registers); caches and allocation ignored."""
+    """Bytes a chain of float32 element-wise ops moves, caches and allocation ignored: ``8N * ops``, fused ``8N``."""
     passes = 1 if fused else ops
     return 2 * FLOAT_BYTES * n_elements * passes
 
@@ -120,8 +119,7 @@ PROBE = "copy_ (bandwidth probe)"
 
 def measure_runs(feature_map=DEFAULT_FEATURE_MAP, n_elements: int = DEFAULT_SIZE, repeats: int = DEFAULT_REPEATS,
                  runs: int = DEFAULT_RUNS, compile_chain: bool = True, seed: int = 0, progress=None) -> pd.DataFrame:
-    """BN folding and the chain's versions timed in ``runs`` runs of the book's protocol: one row per run and
-    version, each part's order rotating, against the run's ``copy_`` probe and the bytes-moved model."""
+    """BN folding and the chain's versions in ``runs`` rotated runs, beside each run's ``copy_`` probe."""
     fold_calls, fold_checks = _bn_folding_setup(feature_map, seed)
     chain_calls, chain_checks = _chain_setup(n_elements, compile_chain, seed)
 
@@ -165,8 +163,7 @@ def cache_levels(env: dict) -> dict[str, int]:
 
 
 def chain_size_sweep(exponents=(10, 12, 14, 16, 18, 20, 22, 24, 26), *, runs: int = 3, env: dict | None = None):
-    """Eager against compiled on the chain from in-cache sizes to far beyond, in alternated runs, beside the
-    bytes-moved model's prediction (the same factor at every size)."""
+    """Eager against compiled on the chain from in-cache sizes to far beyond, beside the bytes-moved model's factor."""
     compiled = torch.compile(chain)
     rows = []
     for exponent in exponents:

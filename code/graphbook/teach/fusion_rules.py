@@ -23,45 +23,41 @@ class OpClass(str, Enum):
 # The table. Element-wise and broadcast operators (TVM's kElemWise/kBroadcast): inference-mode batch
 # norm is a per-channel scale and shift, and views that add or drop size-1 axes move no data.
 ELEMENTWISE_OPS = frozenset({
-    "abs", "add", "addcdiv", "addcmul", "alias", "batch_norm", "bitwise_and", "bitwise_not",
-    "bitwise_or", "ceil", "clamp", "clamp_max", "clamp_min", "clip", "clone", "copy", "cos", "cosh",
-    "detach", "div", "dropout", "elu", "eq", "erf", "exp", "exp2", "expand", "expand_as", "expm1",
-    "fill", "float", "floor", "floordiv", "full_like", "ge", "gelu", "getitem", "gt", "half",
-    "hardsigmoid", "hardswish", "hardtanh", "identity", "le", "leaky_relu", "lerp", "log", "log10",
-    "log1p", "log2", "logical_and", "logical_not", "logical_or", "lt", "masked_fill", "maximum",
-    "minimum", "mish", "mul", "ne", "neg", "ones_like", "pow", "reciprocal", "relu", "relu6",
-    "round", "rsqrt", "sigmoid", "sign", "silu", "sin", "sinh", "softplus", "sqrt", "square",
-    "squeeze", "sub", "tan", "tanh", "to", "truediv", "type_as", "unsqueeze", "where",
-    "zeros_like", "_native_batch_norm_legit_no_training", "_to_copy",
+    "abs", "add", "addcdiv", "addcmul", "alias", "batch_norm", "bitwise_and", "bitwise_not", "bitwise_or", "ceil",
+    "clamp", "clamp_max", "clamp_min", "clip", "clone", "copy", "cos", "cosh", "detach", "div", "dropout", "elu", "eq",
+    "erf", "exp", "exp2", "expand", "expand_as", "expm1", "fill", "float", "floor", "floordiv", "full_like", "ge",
+    "gelu", "getitem", "gt", "half", "hardsigmoid", "hardswish", "hardtanh", "identity", "le", "leaky_relu", "lerp",
+    "log", "log10", "log1p", "log2", "logical_and", "logical_not", "logical_or", "lt", "masked_fill", "maximum",
+    "minimum", "mish", "mul", "ne", "neg", "ones_like", "pow", "reciprocal", "relu", "relu6", "round", "rsqrt",
+    "sigmoid", "sign", "silu", "sin", "sinh", "softplus", "sqrt", "square", "squeeze", "sub", "tan", "tanh", "to",
+    "truediv", "type_as", "unsqueeze", "where", "zeros_like", "_native_batch_norm_legit_no_training", "_to_copy",
 })
 # Injective but not element-wise (TVM's kInjective): they move data around.
 OTHER_INJECTIVE_OPS = frozenset({
-    "_unsafe_index", "_unsafe_view", "as_strided", "cat", "channel_shuffle", "concat",
-    "constant_pad_nd", "contiguous", "embedding", "flatten", "flip", "gather", "index",
-    "index_select", "interpolate", "narrow", "pad", "permute", "pixel_shuffle", "pixel_unshuffle", "repeat",
-    "reshape", "roll", "select", "slice", "split", "split_with_sizes", "stack", "t", "take",
-    "tile", "transpose", "unbind", "unflatten", "upsample_bilinear2d", "upsample_nearest1d",
+    "_unsafe_index", "_unsafe_view", "as_strided", "cat", "channel_shuffle", "concat", "constant_pad_nd", "contiguous",
+    "embedding", "flatten", "flip", "gather", "index", "index_select", "interpolate", "narrow", "pad", "permute",
+    "pixel_shuffle", "pixel_unshuffle", "repeat", "reshape", "roll", "select", "slice", "split", "split_with_sizes",
+    "stack", "t", "take", "tile", "transpose", "unbind", "unflatten", "upsample_bilinear2d", "upsample_nearest1d",
     "upsample_nearest2d", "upsample_nearest3d", "view",
 })
 REDUCTION_OPS = frozenset({
-    "all", "amax", "amin", "any", "argmax", "argmin", "logsumexp", "linalg_vector_norm", "max",
-    "mean", "min", "norm", "prod", "std", "std_mean", "sum", "var", "var_mean",
+    "all", "amax", "amin", "any", "argmax", "argmin", "logsumexp", "linalg_vector_norm", "max", "mean", "min", "norm",
+    "prod", "std", "std_mean", "sum", "var", "var_mean",
 })
 # Heavy operators that accept an element-wise epilogue. TVM registers conv2d, dense and the pooling
 # operators with this pattern.
 COMPLEX_OUT_FUSABLE_OPS = frozenset({
-    "_adaptive_avg_pool2d", "_convolution", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
-    "adaptive_max_pool2d", "addmm", "avg_pool1d", "avg_pool2d", "avg_pool3d", "baddbmm", "bmm",
-    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-    "convolution", "linear", "matmul", "max_pool1d", "max_pool2d", "max_pool2d_with_indices",
-    "max_pool3d", "mm",
+    "_adaptive_avg_pool2d", "_convolution", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
+    "addmm", "avg_pool1d", "avg_pool2d", "avg_pool3d", "baddbmm", "bmm", "conv1d", "conv2d", "conv3d",
+    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convolution", "linear", "matmul", "max_pool1d",
+    "max_pool2d", "max_pool2d_with_indices", "max_pool3d", "mm",
 })
 # Listed so they count as *known* opaque operators rather than unknown ones. TVM registers softmax
 # and sorting as opaque; normalisations over a whole row are left opaque here for the same reason.
 OPAQUE_OPS = frozenset({
-    "_local_scalar_dense", "_softmax", "argsort", "cumsum", "group_norm", "item", "layer_norm",
-    "log_softmax", "masked_select", "native_group_norm", "native_layer_norm", "nonzero",
-    "scaled_dot_product_attention", "softmax", "sort", "topk", "unique",
+    "_local_scalar_dense", "_softmax", "argsort", "cumsum", "group_norm", "item", "layer_norm", "log_softmax",
+    "masked_select", "native_group_norm", "native_layer_norm", "nonzero", "scaled_dot_product_attention", "softmax",
+    "sort", "topk", "unique",
 })
 # ``max``/``min`` with two tensors (``aten.maximum`` style overloads) are element-wise, not reductions.
 _BINARY_OVERLOADS = {"other", "binary", "out"}
@@ -83,12 +79,13 @@ CLASS_OF_LEVEL = {ELEMWISE: OpClass.INJECTIVE, INJECTIVE: OpClass.INJECTIVE,
                    REDUCTION: OpClass.REDUCTION, COMPLEX: OpClass.COMPLEX_OUT_FUSABLE,
                    OPAQUE: OpClass.OPAQUE}
 _COMPUTE_OPS = ("call_function", "call_method", "call_module")
+#: Python's augmented assignments as Dynamo records them (``operator.iadd``), by the operator they compute.
+_PYTHON_IN_PLACE = {"iadd": "add", "isub": "sub", "imul": "mul", "itruediv": "truediv"}
 
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """One compute node with its TVM class; ``elementwise`` refines injective (a conv absorbs only those),
-    ``known`` is False for the opaque fallback."""
+    """One compute node with its TVM class (``elementwise`` refines injective; ``known`` False: opaque fallback)."""
 
     name: str
     op: str
@@ -99,8 +96,7 @@ class NodeInfo:
 
 @dataclass(frozen=True)
 class FusionGroup:
-    """Nodes TVM's rules would compile into one kernel; ``kind`` is the strongest member class, ``anchor`` its
-    first member."""
+    """Nodes TVM's rules compile into one kernel; ``kind`` is the strongest member class, ``anchor`` the first."""
 
     index: int
     nodes: tuple[str, ...]
@@ -133,10 +129,10 @@ def op_name(node: torch.fx.Node, root: torch.nn.Module | None = None) -> str:
         name = getattr(target, "__name__", str(target))
     else:
         raise ValueError(f"node {node.name!r} is a {node.op!r} node, not a computation")
-    # In-place variants (relu_, add_) compute the same thing as their functional forms.
+    # In-place variants (relu_, add_, Python's x += y) compute the same thing as their functional forms.
     if name.endswith("_") and not name.endswith("__"):
         name = name[:-1]
-    return name
+    return _PYTHON_IN_PLACE.get(name, name)
 
 
 def classify_op(name: str, overload: str = "") -> tuple[OpClass, bool, bool]:

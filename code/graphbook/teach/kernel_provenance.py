@@ -77,8 +77,7 @@ def trace_blurball(*, height: int = 96, width: int = 160, threads: int = THREADS
 
 
 def provenance_rows(mapping: Mapping, nodes: Mapping[str, Mapping]) -> list[dict]:
-    """One row per (kernel launch, post-grad node, pre-grad node); a post-grad node without origin still gets a
-    row, so a kernel traced to nothing shows."""
+    """One row per (kernel launch, post-grad node, pre-grad node), one too per post-grad node without origin."""
     code_to_post = next((v for k, v in mapping.items() if k.endswith("CodeToPost")), None)
     if code_to_post is None or "postToPre" not in mapping:
         raise ValueError(f"not an Inductor provenance mapping: keys {sorted(mapping)}")
@@ -108,22 +107,17 @@ def page_output_code(page: str) -> str:
 
 
 def book_groups_by_node(model: torch.nn.Module, example: torch.Tensor) -> dict[str, fusion_rules.FusionGroup]:
-    """Pre-grad node -> the book's fusion group, from the graph TorchDynamo hands Inductor (whose names the
-    mapping uses)."""
+    """Pre-grad node -> the book's fusion group, from the graph TorchDynamo hands Inductor (the mapping's names)."""
     with torch.no_grad():
         (graph,) = inductor_tools.dynamo_graphs(model, example)
     return {node: group for group in fusion_rules.fuse_groups(graph) for node in group.nodes}
 
 
-def _in_module(frame: pd.DataFrame, module: str) -> pd.Series:
-    return (frame["module"] == module) | frame["module"].str.startswith(module + ".")
-
-
 def block_table(frame: pd.DataFrame, module: str,
                 groups: Mapping[str, fusion_rules.FusionGroup] | None = None) -> pd.DataFrame:
-    """One module's eager operators in order: their post-grad nodes, the launches computing them and (given
-    ``groups``) the book's group."""
-    rows = frame[_in_module(frame, module) & (frame["pre_grad_node"] != "")]
+    """One module's eager operators in order: post-grad nodes, launches computing them, the book's group if given."""
+    inside = (frame["module"] == module) | frame["module"].str.startswith(module + ".")
+    rows = frame[inside & (frame["pre_grad_node"] != "")]
     if rows.empty:
         raise ValueError(f"no traced operator in module {module!r}")
     table = []
@@ -166,7 +160,6 @@ def publish_page(page: str, out_dir: str | Path, record: Mapping) -> Path:
 
 
 def untraced_launches(frame: pd.DataFrame, source: str) -> list[str]:
-    """The wrapper's launches (``name #k``) the rows do not trace to an eager operator, or trace under another
-    kernel's name."""
+    """The wrapper's launches (``name #k``) the rows trace to no eager operator, or under another kernel's name."""
     traced = {(k, n) for k, n, pre in zip(frame["kernel"], frame["launch"], frame["pre_grad_node"]) if pre}
     return [f"{name} #{k}" for k, name in enumerate(launches(source), start=1) if (name, k) not in traced]

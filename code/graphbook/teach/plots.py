@@ -125,8 +125,7 @@ def _roofline_attainable(intensity, peak_gflop_per_s: float, bandwidth_gb_per_s:
 def roofline(peak_gflop_per_s: float, bandwidth_gb_per_s: float,
              points: Sequence[tuple] = (), *, ax=None, intensity_range=(1e-2, 1e3),
              title: str = "Roofline"):
-    """Draw the roofline and place ``(label, intensity[, achieved])`` points on it; without an achieved value a
-    point sits on the roof."""
+    """The roofline with ``(label, intensity[, achieved])`` points on it (without an achieved value: on the roof)."""
     ax = _axes(ax)
     low, high = intensity_range
     xs = np.logspace(np.log10(low), np.log10(high), 200)
@@ -147,26 +146,14 @@ def roofline(peak_gflop_per_s: float, bandwidth_gb_per_s: float,
     return ax
 
 
-#: Fill colour of each TVM operator class (:class:`graphbook.teach.fusion_rules.OpClass` values) in
-#: :func:`draw_fusion_groups`.
+#: Fill colour of each TVM operator class in :func:`draw_fusion_groups`.
 _OP_CLASS_COLOURS = {"injective": "#9ecae1", "reduction": "#fdae6b", "complex-out-fusable": "#a1d99b",
                      "opaque": "#d9d9d9"}
 
 
-def _layers(shown) -> dict[str, int]:
-    """Depth of each shown node: one more than its deepest shown input (inputs at 0)."""
-    shown_names = {n.name for n in shown}
-    layer: dict[str, int] = {}
-    for node in shown:
-        preds = [p.name for p in node.all_input_nodes if p.name in shown_names]
-        layer[node.name] = 1 + max((layer[p] for p in preds), default=-1)
-    return layer
-
-
 def draw_fusion_groups(graph, groups: Sequence[FusionGroup] | None = None, ax=None, title: str = "",
                        legend: bool = True):
-    """A small FX graph top to bottom, nodes coloured by TVM class, a box around each fusion group. For graphs of up to
-    a few dozen nodes; BlurBall is shown as a table instead."""
+    """A small FX graph (a few dozen nodes) top to bottom, nodes coloured by TVM class, each fusion group boxed."""
     gm = fusion_rules.as_graph_module(graph)
     groups = list(groups) if groups is not None else fusion_rules.fuse_groups(gm)
     infos = {i.name: i for i in fusion_rules.classify_graph(gm)}
@@ -174,7 +161,9 @@ def draw_fusion_groups(graph, groups: Sequence[FusionGroup] | None = None, ax=No
     inputs = [n for n in gm.graph.nodes if n.op == "placeholder" and n.users
               and (user_inputs is None or n.name in user_inputs)]
     shown = inputs + fusion_rules.compute_nodes(gm)
-    layer = _layers(shown)
+    layer: dict[str, int] = {}  # one more than the deepest shown input, inputs at 0
+    for node in shown:
+        layer[node.name] = 1 + max((layer[p.name] for p in node.all_input_nodes if p.name in layer), default=-1)
     by_layer: dict[int, list[str]] = {}
     for node in shown:
         by_layer.setdefault(layer[node.name], []).append(node.name)
@@ -245,8 +234,7 @@ def _streak(ax, x, y, angle_deg, half_length, *, color, label, marker="o", lines
 
 def draw_clip_detection(frame, target, heatmap, label=None, detection=None, *, crop: int | None = 40, axes=None,
                         from_logits: bool = True, titles: Sequence[str] | None = None):
-    """One frame, its target, the model's heatmap and the decoded ball side by side, cropped to ``crop`` px
-    around the true centre: the true streak dashed green, the decoded one red."""
+    """Frame, target, heatmap and decoded ball side by side, cropped to ``crop`` px around the true centre."""
     frame, target, heatmap = np.asarray(frame, np.float32), np.asarray(target, np.float32), np.asarray(heatmap, np.float32)
     if axes is None:
         _, axes = plt.subplots(1, 4, figsize=(10, 2.9))

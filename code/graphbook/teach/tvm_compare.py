@@ -55,8 +55,7 @@ class TVMGroup:
 
 
 def relax_module(model: torch.nn.Module, example: torch.Tensor, program=None):
-    """A model as a Relax IRModule via ``torch.export``; parameters become constants so ``FoldConstant`` can
-    work on them, as when compiling for deployment."""
+    """A model as a Relax IRModule via ``torch.export``, parameters as constants for ``FoldConstant`` (as deployed)."""
     _require_tvm()
     from tvm.relax.frontend.torch import from_exported_program
 
@@ -192,8 +191,7 @@ class Comparison:
 
 
 def compare(height: int = 32, width: int = 64, model: torch.nn.Module | None = None) -> Comparison:
-    """BlurBall through the book's rules and TVM's two pipelines (with and without BN decomposed), side by side. Group
-    structure does not depend on input size, so a small input keeps it fast. RuntimeError without TVM."""
+    """BlurBall through the book's rules and TVM's two pipelines side by side, at a small input."""
     _require_tvm()
     from tvm import relax
 
