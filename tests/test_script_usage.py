@@ -41,6 +41,8 @@ REFUSALS = [
     ("train_blurball.py", ["--height", "36"], "multiple of 8"),
     ("train_blurball.py", ["--prior", "1.5"], "below 1"),
     ("train_blurball.py", ["--name", "../x"], "plain file stem"),
+    ("your_model.py", ["--model", "a:b"], "one of the arguments --inputs --shape is required"),
+    ("your_model.py", ["--model", "a:b", "--shape", "3,8,8", "--name", "../x"], "--name must be"),
 ]
 #: The upstream reproducer written by minimize_freezing.py (its two options: tests/test_miscompile_minimizer.py).
 GENERATED = {"repro_freezing_minimal.py"}

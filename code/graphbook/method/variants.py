@@ -17,15 +17,18 @@ import numpy as np
 import onnxruntime as ort
 import torch
 import torch._inductor.config as inductor_config
+from torch.utils import _pytree as pytree
 
 from graphbook.compilers.inductor_tools import freezing
 from graphbook.config import THREADS
-from graphbook.measure.warmup import logits_of
 from graphbook.runtimes import onnx_utils, openvino_runtime
 from graphbook.int8 import quantization
+from graphbook.method import folding
 from graphbook.runtimes.onnx_utils import LEVEL_NAMES
 
 Runner = Callable[[torch.Tensor], torch.Tensor]
+#: A model's input: one tensor, or a tuple of tensors passed as positional arguments.
+Example = torch.Tensor | tuple
 
 #: The reference every variant is compared with.
 REFERENCE = "eager_fp32"
@@ -35,8 +38,24 @@ class VariantUnavailable(RuntimeError):
     """A variant cannot be built here (a missing package, no calibration frames); the message says why (Chapter 5)."""
 
 
-def _autocast(enabled: bool, x: torch.Tensor):
-    return torch.autocast(x.device.type, dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
+def _autocast(enabled: bool):
+    return torch.autocast("cpu", dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
+
+
+def arguments(example: Example) -> tuple:
+    """The positional arguments of a model call: a tuple as it is, one tensor as a 1-tuple."""
+    return example if isinstance(example, tuple) else (example,)
+
+
+def as_float(output):
+    """Every tensor of an output (a tensor, tuple, dict or ``ModelOutput``) as contiguous float32."""
+    return pytree.tree_map_only(torch.Tensor, lambda t: t.float().contiguous(), output)
+
+
+def _outputs(values: Sequence) -> torch.Tensor | list[torch.Tensor]:
+    """A runtime's outputs as float tensors: the tensor when there is one, else the list in pytree order."""
+    tensors = [torch.from_numpy(np.asarray(v)).float() for v in values]
+    return tensors[0] if len(tensors) == 1 else tensors
 
 
 @dataclass
@@ -84,7 +103,7 @@ class Variant:
 
 @dataclass
 class Built:
-    """A built variant (Chapter 5): ``run(x)`` returns logits as a float tensor."""
+    """A built variant (Chapter 5): ``run(x)`` returns the model's output with every tensor as float32."""
 
     variant: Variant
     run: Runner
@@ -94,14 +113,19 @@ class Built:
 
 
 # ------------------------------------------------------------------------------------------ builders
-def _eager(model, example, context, *, channels_last=False, bf16=False) -> Runner:
-    module = copy.deepcopy(model).to(memory_format=torch.channels_last) if channels_last else model
+def _eager(model, example, context, *, channels_last=False, bf16=False, folded=False) -> Runner:
+    module = model
+    if folded:
+        module, _ = folding.fold_all_conv_bn(model, arguments(example))
+    if channels_last:
+        module = copy.deepcopy(module).to(memory_format=torch.channels_last)
 
     def run(x):
-        if channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        with torch.no_grad(), _autocast(bf16, x):
-            return logits_of(module(x)).float().contiguous()
+        args = arguments(x)
+        if channels_last:  # only 4-D inputs have a channels-last layout
+            args = tuple(a.contiguous(memory_format=torch.channels_last) if a.dim() == 4 else a for a in args)
+        with torch.no_grad(), _autocast(bf16):
+            return as_float(module(*args))
     return run
 
 
@@ -115,15 +139,15 @@ def own_code(model):
     return model
 
 
-def _compiled(model, example, context, *, freeze=False, bf16=False, mode=None, **ablation) -> Runner:
+def _compiled(model, example, context, *, freeze=False, bf16=False, mode=None, options=None, **ablation) -> Runner:
     compiled = torch.compile(own_code(model), mode=mode)
     # max-autotune's tuning is part of its compile: no cache of an earlier build may answer for it
     cold = (inductor_config.patch(fx_graph_cache=False, autotune_local_cache=False) if mode == "max-autotune"
             else contextlib.nullcontext())
 
     def run(x):
-        with freezing(freeze, **ablation), _autocast(bf16, x), cold:
-            return logits_of(compiled(x)).float()
+        with freezing(freeze, **ablation), _autocast(bf16), cold, inductor_config.patch(options or {}):
+            return as_float(compiled(*arguments(x)))
     return run
 
 
@@ -141,18 +165,20 @@ def onnx_file(model, example, context: BuildContext, export: str) -> Path:
     available, why = onnx_available()
     if not available:
         raise VariantUnavailable(why)
-    key = (id(model), tuple(example.shape), export)
+    key = (id(model), tuple(tuple(a.shape) for a in arguments(example)), export)
     if key in context.cache:
         return context.cache[key]
     folder = context.folder()
     if export in ("raw", "optimized"):  # the raw file: the exporter's optimizer off, constants folded
-        path = onnx_utils.export_onnx(model.eval(), (example,), folder / f"blurball_{export}.onnx", external_data=False,
+        path = onnx_utils.export_onnx(model.eval(), arguments(example), folder / f"model_{export}.onnx", external_data=False,
                                       optimize=export == "optimized", fold_constants=export == "raw")
     elif export == "int8":
         if not context.calibration:
             raise VariantUnavailable("the INT8 Q/DQ variant needs calibration frames (BuildContext.calibration)")
+        if len(arguments(example)) != 1:
+            raise VariantUnavailable("INT8 calibration here feeds a model of one input")
         path = quantization.quantize_qdq(onnx_file(model, example, context, "optimized"),
-                                       folder / "blurball_int8_qdq.onnx", list(context.calibration))
+                                       folder / "model_int8_qdq.onnx", list(context.calibration))
     else:
         raise ValueError(f"unknown export {export!r}; choose raw, optimized or int8")
     context.cache[key] = path
@@ -163,8 +189,10 @@ def _ort(model, example, context, *, export: str, level: str, disabled: Sequence
     path = onnx_file(model, example, context, export)
     session = onnx_utils.make_session(path, level=level, threads=context.threads, disabled_optimizers=disabled)
 
+    names = [i.name for i in session.get_inputs()]
+
     def run(x):
-        return torch.from_numpy(np.asarray(onnx_utils.run_session(session, x))).float()
+        return _outputs(session.run(None, {n: a.detach().numpy() for n, a in zip(names, arguments(x))}))
     run.session, run.onnx_path = session, path
     return run
 
@@ -188,10 +216,16 @@ def _registry() -> dict[str, Variant]:
                 _eager),
         Variant("eager_fp32_channels_last", "channels-last", "eager, FP32, channels-last (NHWC) model and input",
                 "fp32", "eager", True, lambda m, x, c: _eager(m, x, c, channels_last=True)),
+        Variant("eager_fp32_channels_last_folded", "channels-last, BN folded",
+                "eager, FP32, channels-last, every foldable BatchNorm folded into its convolution", "fp32", "eager",
+                True, lambda m, x, c: _eager(m, x, c, channels_last=True, folded=True)),
         Variant("eager_bf16_autocast", "bf16 autocast", "eager, bfloat16 autocast", "bf16", "eager", False,
                 lambda m, x, c: _eager(m, x, c, bf16=True)),
         Variant("compile_default", "compile", "torch.compile, default mode, freezing off (the default)",
                 "fp32", "compile", True, _compiled),
+        Variant("compile_no_layout_optimization", "compile, no layout optimization",
+                "torch.compile, default mode, freezing off, Inductor's layout optimization off", "fp32", "compile",
+                True, lambda m, x, c: _compiled(m, x, c, options={"layout_optimization": False})),
         # Expected to match: freezing folds constants, an exact rewrite (torch 2.13 miscompiled BlurBall with it;
         # 2.14.1 does not, the appendix's version history).
         Variant("compile_freezing", "compile + freezing",

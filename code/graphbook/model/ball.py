@@ -3,10 +3,12 @@ heatmaps of held-out clips and compare the decoded balls frame by frame."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Callable
 
 import torch
 
+from graphbook.config import FULL_SIZE
 from graphbook.model import blurball, decoding, scoring, synthetic_clips
 from graphbook.record import results
 
@@ -63,3 +65,24 @@ def check(run: Callable, clips: list, reference: Callable | list, *, threshold: 
             results.BALL_SHIFT_PX: float(shift), results.SAME_BALL: bool(agree == frames),
             "ball_detection_rate": float(truth["detection_rate"]),
             "ball_median_error_px": float(truth["median_error_px"])}
+
+
+def same_ball(outputs: list, references: list, *, threshold: float = 0.5, agree_px: float = DEFAULT_AGREE_PX) -> dict:
+    """The ball check as the your-model command's ``MODULE:FN`` (Chapter 8): every frame's decoded ball where eager
+    FP32 puts it. ``statistic`` is the largest shift in pixels, against the ``limit`` of ``agree_px``."""
+    agree, frames, shift = detections_agree(decoded(outputs, threshold), decoded(references, threshold), agree_px,
+                                            MIN_BALL_SCORE)
+    return {"passed": agree == frames, "failures": frames - agree, "samples": frames, "statistic": shift,
+            "limit": agree_px}
+
+
+def save_command_inputs(path, *, calibration: int = 16, check: int = 16, height: int = FULL_SIZE[0],
+                        width: int = FULL_SIZE[1]):
+    """The your-model command's inputs file for BlurBall: ``calibration`` training clips first (what INT8 is
+    calibrated on), then ``check`` hard check clips (what every variant is judged on), normalised."""
+    clips = synthetic_clips.calibration_clips(calibration, height, width) + synthetic_clips.check_clips(check, height,
+                                                                                                          width)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(torch.cat(clip_inputs(clips)), path)
+    return path

@@ -88,13 +88,19 @@ def run_compiled(compiled, array):
 
 
 def runner(path: str | Path, *, precision: str = "f32", threads: int = THREADS):
-    """``x -> logits`` (float torch tensors) for the ``.onnx`` at ``path`` compiled by OpenVINO (Chapter 4)."""
+    """``x -> output`` for the ``.onnx`` at ``path`` compiled by OpenVINO (Chapter 4): ``x`` one tensor or a tuple of
+    them, the output a float tensor, or a list of them when the model has several."""
     import torch
 
     compiled = compile_model(path, precision=precision, threads=threads)
+    request = compiled.create_infer_request()   # one request reused: what a latency-bound caller does
 
     def run(x):
-        return torch.from_numpy(run_compiled(compiled, x.detach().cpu().numpy()))
+        args = x if isinstance(x, tuple) else (x,)
+        request.infer({i: np.ascontiguousarray(a.detach().cpu().numpy(), dtype=np.float32) for i, a in enumerate(args)})
+        outputs = [torch.from_numpy(np.array(request.get_output_tensor(k).data, dtype=np.float32, copy=True))
+                   for k in range(len(compiled.outputs))]
+        return outputs[0] if len(outputs) == 1 else outputs
     run.compiled = compiled
     run.onnx_path = Path(path)
     return run
