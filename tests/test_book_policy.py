@@ -12,7 +12,8 @@ ROOT = paths.REPO_ROOT
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "appendix").glob("*.ipynb"))
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 EXPECTED_CHAPTERS = ["01_chef_and_refrigerator", "02_fusion_on_a_laptop_cpu", "03_what_graph_compilers_do",
-                     "04_onnx_and_runtimes", "05_blurball_measurements", "06_limitations_measured", "07_serving"]
+                     "04_onnx_and_runtimes", "05_blurball_measurements", "06_limitations_measured", "07_serving",
+                     "08_your_model"]
 
 
 def load(path):
@@ -142,7 +143,7 @@ def test_rules_catch_a_figure_without_alt_text():
 
 def _documented_patterns():
     """File names and name patterns (`cpu-blurball-<date>[-N].csv`) that data/README.md documents."""
-    names = re.findall(r"`([^`\s]+\.(?:csv|json|pt|txt))`", (ROOT / "data" / "README.md").read_text())
+    names = re.findall(r"`([^`\s]+\.(?:csv|json|pt|txt|md|png))`", (ROOT / "data" / "README.md").read_text())
     patterns = []
     for name in names:
         rx = re.escape(name).replace(re.escape("[-N]"), r"(-\d+)?")

@@ -101,11 +101,23 @@ class _Steps:
         self.log(f"[{name}] skipped: {why}")
 
 
-def macs(model: torch.nn.Module, example) -> int:
-    """Multiply-accumulates of one eager forward, from torch's FLOP counter."""
+def _macs(forward, example) -> int:
     with FlopCounterMode(display=False) as counter, torch.no_grad():
-        model(*arguments(example))
+        forward(*arguments(example))
     return int(counter.get_total_flops() // 2)
+
+
+def macs(model: torch.nn.Module, example) -> tuple[int, int]:
+    """Multiply-accumulates of one eager forward (torch's FLOP counter), and those of them whose result nothing
+    reads: eager computes them, a compiled graph drops them (dead code). Without an export, no dead work is known."""
+    total = _macs(model, example)
+    try:
+        graph = torch.export.export(model, arguments(example), strict=False).run_decompositions({}).module()
+    except Exception:   # the export step records why; the rate then counts every MAC as live
+        return total, 0
+    graph.graph.eliminate_dead_code()   # functional after the decompositions, so only dead work goes
+    graph.recompile()
+    return total, total - _macs(graph, example)
 
 
 def judge(run: Callable, samples: Samples, references: list, check: Check) -> dict:
@@ -185,7 +197,8 @@ def run(model: torch.nn.Module, samples: Samples, settings: Settings, env: dict)
                                                                                   settings.check),
                                         runs=settings.runs, warmup=settings.warmup, repeats=settings.repeats,
                                         log=lambda line: log("  " + line))
-            frame = frame.assign(record="variant", macs=macs(model, example), dead_macs=0)
+            total, dead = macs(model, example)
+            frame = frame.assign(record="variant", macs=total, dead_macs=dead)
 
         if mappings and graphs:
             with steps.step("kernels against groups"):
