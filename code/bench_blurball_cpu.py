@@ -179,10 +179,21 @@ def run(args: argparse.Namespace) -> tuple[Path, list[str]]:
     for row in flagged.itertuples(index=False):
         print(f"  {row[0]} looks taken under load: {row[1]}")
     if ball_clips:  # what these runs alone say about a lower precision (Chapter 7 decides on every recorded run)
-        print(f"lower precision, from these runs: {lower_precision_worker(recorded, here=env)}")
+        print("lower precision, from these runs: " + _lower_precision_line(lower_precision_worker(recorded, here=env)))
     print(f"\nMACs per forward {cost.macs / 1e9:.2f} G ({cost.dead_macs / 1e9:.2f} G in never-read stage-4 outputs)")
     print(f"bf16: {bf16_reason}\nwrote {path}")
     return path, failed
+
+
+def _lower_precision_line(worker) -> str:
+    """The lower-precision decision of these runs in one line, variants by their labels."""
+    if worker is None or worker["lower"].best is None:
+        return "undecided (no lower-precision variant kept the ball with a correct FP32 twin)"
+    lower, fp32 = worker["lower"], worker["fp32"]
+    line = f"{registry.get(lower.best).label} at {lower.best_median_ms:.1f} ms"
+    if fp32.best is not None:
+        line += f" against {registry.get(fp32.best).label} (FP32) at {fp32.best_median_ms:.1f} ms"
+    return line + ("" if lower.decided else ", undecided over these runs")
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def test_onnx_builders_share_one_export_and_match(tiny, tmp_path):
             assert check[results.SAME_OUTPUT] == built.variant.expected_to_match_eager, (name, check)
             assert built.artifact is not None and built.artifact.exists()
     assert sorted(p.name for p in tmp_path.glob("*.onnx")) == [
-        "blurball_int8_qdq.onnx", "blurball_optimized.onnx", "blurball_raw.onnx"]
+        "model_int8_qdq.onnx", "model_optimized.onnx", "model_raw.onnx"]
 
 
 @pytest.mark.slow  # exports to ONNX
