@@ -190,9 +190,9 @@ def _lower_precision_line(worker) -> str:
     if worker is None or worker["lower"].best is None:
         return "undecided (no lower-precision variant kept the ball with a correct FP32 twin)"
     lower, fp32 = worker["lower"], worker["fp32"]
-    line = f"{registry.get(lower.best).label} at {lower.best_median_ms:.1f} ms"
-    if fp32.best is not None:
-        line += f" against {registry.get(fp32.best).label} (FP32) at {fp32.best_median_ms:.1f} ms"
+    low = f"{registry.get(lower.best).label} at {lower.best_median_ms:.1f} ms"
+    high = f"{registry.get(fp32.best).label} at {fp32.best_median_ms:.1f} ms" if fp32.best else "no FP32 variant"
+    line = f"serve {low}, faster than {high}" if worker["faster_than_fp32"] else f"keep FP32 ({high}); {low}"
     return line + ("" if lower.decided else ", undecided over these runs")
 
 

@@ -155,10 +155,11 @@ def ladder(frame, machine: str | None = None, *, rungs=RUNGS, causes=None, value
                    "machine": str(data[runs_mod.MACHINE].iloc[0])}
 
 
-def recorded_ladder(*, here=None, height: int = 288, results_dir=None):
-    """``(steps, summary, quiet_rows)`` from the deciding machine's quiet recorded runs at ``height``, or None.
-    ``summary["switches"]`` has the median time of every variant timed in those runs."""
-    recorded = results.load("attribution", results_dir)
+def recorded_ladder(recorded=None, *, here=None, height: int = 288, results_dir=None):
+    """``(steps, summary, quiet_rows)`` from the deciding machine's quiet recorded runs at ``height`` (of
+    ``recorded``, default: the recorded attribution runs), or None. ``summary["switches"]`` has the median time of
+    every variant timed in those runs."""
+    recorded = results.load("attribution", results_dir) if recorded is None else recorded
     if not len(recorded) or not (recorded["height"] == height).any():
         return None
     flagged = runs_mod.flag_under_load(recorded[recorded["height"] == height])
