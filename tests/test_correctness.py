@@ -134,10 +134,10 @@ def test_table_on_tiny_model_with_onnx_and_int8_leaves_no_onnx_files_without_a_w
     runners.pop("compile")
     runners.pop("compile + freezing")
     rows = {r["variant"]: r for r in ball_table.correctness_table(runners, held_out)}
-    assert rows["eager fp32"]["max_abs_diff"] == 0.0 and rows["eager fp32"]["agree_share"] == 1.0
+    assert rows["eager FP32"]["max_abs_diff"] == 0.0 and rows["eager FP32"]["agree_share"] == 1.0
     assert rows["channels-last"]["max_abs_diff"] < 1e-4
-    assert rows["onnxruntime all"]["max_abs_diff"] < 1e-3
-    assert "onnxruntime int8 q/dq" in rows and "onnxruntime disabled" in rows and rows["bf16 autocast"]["max_abs_diff"] > 0
+    assert rows["ONNX Runtime all"]["max_abs_diff"] < 1e-3
+    assert "ONNX Runtime INT8 (Q/DQ)" in rows and "ONNX Runtime disabled" in rows and rows["bf16 autocast"]["max_abs_diff"] > 0
     assert all(r["frames"] == 6 for r in rows.values())
     assert all(0.0 <= r["agree_share"] <= 1.0 for r in rows.values())
     assert all(math.isnan(r["detection_rate"]) or 0 <= r["detection_rate"] <= 1 for r in rows.values())
@@ -147,4 +147,4 @@ def test_table_rejects_missing_reference_and_empty_clips():
     with pytest.raises(ValueError, match="reference"):
         ball_table.correctness_table({"x": lambda t: t}, [object()])
     with pytest.raises(ValueError, match="clip"):
-        ball_table.correctness_table({"eager fp32": lambda t: t}, [])
+        ball_table.correctness_table({"eager FP32": lambda t: t}, [])

@@ -212,7 +212,7 @@ def _openvino(model, example, context, *, export: str, precision: str) -> Runner
 
 def _registry() -> dict[str, Variant]:
     entries = [
-        Variant("eager_fp32", "eager fp32", "eager, FP32, NCHW (the reference)", "fp32", "eager", True,
+        Variant("eager_fp32", "eager FP32", "eager, FP32, NCHW (the reference)", "fp32", "eager", True,
                 _eager),
         Variant("eager_fp32_channels_last", "channels-last", "eager, FP32, channels-last (NHWC) model and input",
                 "fp32", "eager", True, lambda m, x, c: _eager(m, x, c, channels_last=True)),
@@ -258,28 +258,28 @@ def _registry() -> dict[str, Variant]:
                                    lambda m, x, c, ablation=ablation, bf16=bf16: _compiled(
                                        m, x, c, freeze=True, bf16=bf16, **ablation)))
     for level in LEVEL_NAMES:
-        entries.append(Variant(f"ort_{level}", f"onnxruntime {level}",
+        entries.append(Variant(f"ort_{level}", f"ONNX Runtime {level}",
                                f"ONNX Runtime, raw export, level {level}", "fp32", "onnxruntime", True,
                                lambda m, x, c, level=level: _ort(m, x, c, export="raw", level=level)))
     entries += [
         # The layout level's blocked-layout rewrite taken out of level all: what NCHWc is worth on its own.
-        Variant("ort_all_without_nchwc", "onnxruntime all without NCHWc",
+        Variant("ort_all_without_nchwc", "ONNX Runtime all without NCHWc",
                 "ONNX Runtime, raw export, level all with the NCHWc rewrite disabled", "fp32", "onnxruntime", True,
                 lambda m, x, c: _ort(m, x, c, export="raw", level="all", disabled=(onnx_utils.NCHWC_TRANSFORMER,))),
-        Variant("ort_exporter_optimized_all", "onnxruntime exporter-optimized",
+        Variant("ort_exporter_optimized_all", "ONNX Runtime exporter-optimized",
                 "ONNX Runtime, exporter-optimized export, level all", "fp32", "onnxruntime", True,
                 lambda m, x, c: _ort(m, x, c, export="optimized", level="all")),
-        Variant("ort_int8_qdq_all", "onnxruntime int8 q/dq",
+        Variant("ort_int8_qdq_all", "ONNX Runtime INT8 (Q/DQ)",
                 "ONNX Runtime, INT8 Q/DQ (static, min-max), level all", "int8", "onnxruntime", False,
                 lambda m, x, c: _ort(m, x, c, export="int8", level="all"), needs_calibration=True),
         # OpenVINO from the same files: FP32 and BF16 from the raw export (OpenVINO folds BN itself), INT8
         # from the Q/DQ model ONNX Runtime runs, so the two runtimes are compared on one quantized graph.
-        Variant("openvino_fp32", "openvino fp32", "OpenVINO CPU plugin, raw export, f32 inference precision",
+        Variant("openvino_fp32", "OpenVINO FP32", "OpenVINO CPU plugin, raw export, f32 inference precision",
                 "fp32", "openvino", True, lambda m, x, c: _openvino(m, x, c, export="raw", precision="f32")),
-        Variant("openvino_bf16", "openvino bf16",
+        Variant("openvino_bf16", "OpenVINO bf16",
                 "OpenVINO CPU plugin, raw export, bf16 inference precision (native BF16 only)", "bf16", "openvino",
                 False, lambda m, x, c: _openvino(m, x, c, export="raw", precision="bf16")),
-        Variant("openvino_int8", "openvino int8 q/dq", "OpenVINO CPU plugin, the INT8 Q/DQ model (static, min-max)",
+        Variant("openvino_int8", "OpenVINO INT8 (Q/DQ)", "OpenVINO CPU plugin, the INT8 Q/DQ model (static, min-max)",
                 "int8", "openvino", False, lambda m, x, c: _openvino(m, x, c, export="int8", precision="f32"),
                 needs_calibration=True),
     ]

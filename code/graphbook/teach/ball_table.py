@@ -21,7 +21,7 @@ TORCH_VARIANTS = ("eager_fp32", "compile_default", "compile_freezing", "eager_bf
                   "eager_fp32_channels_last")
 
 
-def correctness_table(runners: dict[str, Callable], clips: list, *, reference: str = "eager fp32",
+def correctness_table(runners: dict[str, Callable], clips: list, *, reference: str = "eager FP32",
                       batch_size: int = 1, threshold: float = 0.5, agree_px: float = DEFAULT_AGREE_PX) -> list[dict]:
     """One row per variant: logits vs ``reference`` and detections vs reference and ground truth (Chapter 6)."""
     if reference not in runners:
