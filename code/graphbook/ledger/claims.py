@@ -17,7 +17,7 @@ from graphbook.freezing import torch_versions
 from graphbook.method import decision
 from graphbook.record import results, runs
 from graphbook.serving import decisions, litserve_compare
-from graphbook.teach import attribution
+from graphbook.teach import allocation, attribution
 
 Frames = Mapping[str, pd.DataFrame]
 
@@ -102,6 +102,27 @@ def _bounded_queue_refuses_where_litserve_waits(frames: Frames) -> bool:
     return bool(book["overloaded"] > 0 and lit["ok"] == lit["sent"] and book["p99_ms"] < lit["p99_ms"] / 2)
 
 
+def _allocation_outweighs_traffic(frames: Frames) -> bool:
+    """In every recorded run of the fusion demo, the four fresh outputs cost eager more than its four memory passes,
+    and an allocator that keeps freed memory takes back most of what writing into a preallocated output saves."""
+    recorded = frames["fusion-demo"]
+    chain = recorded[(recorded["part"] == "chain") & (recorded["variant"] == "eager")]
+    split = allocation.recorded_split(recorded)
+    r = split[split["machine"] == runs.deciding_machine(chain)].iloc[0]
+    return bool(r.allocation_min > r.traffic_max and r.allocator_min > 1
+                and 1 - 1 / r.allocator > 0.5 * (1 - 1 / r.allocation))
+
+
+def _warm_cache_takes_most_of_the_compile_away(frames: Frames) -> bool:
+    """From launch to the first correct output: the warm cache folder takes away more than half of a cold compile,
+    the saved cache artifacts less than the folder, and the paths built ahead (ONNX Runtime, the C++-loaded .pt2)
+    start faster than either."""
+    first = decisions.restart_costs(frames["restart-paths"]).set_index("path")["first_output_s"]
+    return bool(first["compile-warm"] < 0.5 * first["compile-cold"]
+                and first["compile-warm"] < first["compile-artifacts"] < first["compile-cold"]
+                and max(first["ort-raw"], first["aoti-cpp"]) < first["compile-warm"])
+
+
 LEDGER = {claim.name: claim for claim in (
     Claim("ort-own-kernels-first", ("cpu-onnxruntime",), _ort_own_kernels_first),
     Claim("residual-add-fusion-pays", ("cpu-blurball",), _residual_add_fusion_pays),
@@ -109,6 +130,8 @@ LEDGER = {claim.name: claim for claim in (
     Claim("layout-carries-the-compile", ("attribution",), _layout_carries_the_compile),
     Claim("lower-precision-beats-fp32", ("cpu-blurball",), _lower_precision_beats_fp32),
     Claim("bounded-queue-refuses-where-litserve-waits", ("litserve-compare",), _bounded_queue_refuses_where_litserve_waits),
+    Claim("allocation-outweighs-traffic", ("fusion-demo",), _allocation_outweighs_traffic),
+    Claim("warm-cache-takes-most-of-the-compile-away", ("restart-paths",), _warm_cache_takes_most_of_the_compile_away),
 )}
 
 
