@@ -3,10 +3,12 @@ heatmaps of held-out clips and compare the decoded balls frame by frame."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Callable
 
 import torch
 
+from graphbook.config import FULL_SIZE
 from graphbook.model import blurball, decoding, scoring, synthetic_clips
 from graphbook.record import results
 
@@ -72,3 +74,15 @@ def same_ball(outputs: list, references: list, *, threshold: float = 0.5, agree_
                                             MIN_BALL_SCORE)
     return {"passed": agree == frames, "failures": frames - agree, "samples": frames, "statistic": shift,
             "limit": agree_px}
+
+
+def save_command_inputs(path, *, calibration: int = 16, check: int = 16, height: int = FULL_SIZE[0],
+                        width: int = FULL_SIZE[1]) -> Path:
+    """The your-model command's inputs file for BlurBall: ``calibration`` training clips first (what INT8 is
+    calibrated on), then ``check`` hard check clips (what every variant is judged on)."""
+    clips = synthetic_clips.calibration_clips(calibration, height, width) + synthetic_clips.check_clips(check, height,
+                                                                                                          width)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(torch.cat(clip_inputs(clips)), path)
+    return path

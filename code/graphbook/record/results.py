@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ import pandas as pd
 from graphbook import paths
 from graphbook.record.cli import EXIT_CHECK_FAILED, EXIT_OK
 
+RECORDING_ENV = "GRAPHBOOK_RECORDING"  #: set during a sitting (scripts/run_benchmarks.sh): every row written carries it
+RECORDING_ID = "recording_id"      #: the sitting a row was recorded in (graphbook.record.recording)
 RUN_ID = "run_id"                  #: one id per recorded run (a file written by write_run is one run)
 SOURCE_FILE = "source_file"        #: added on read: the file a row came from
 RUN = "run"                        #: 1, 2, 3...: the run of its recording (file) a row belongs to;
@@ -41,7 +44,7 @@ COMPILE_S = "compile_s"            #: seconds to build the variant: compile (or 
 
 
 #: Columns read as text whatever they look like (a run id of digits only must not become a number).
-TEXT_COLUMNS = (RUN_ID, "git_commit", VARIANT, "description", "note", "name", "options")
+TEXT_COLUMNS = (RUN_ID, RECORDING_ID, "git_commit", VARIANT, "description", "note", "name", "options")
 
 
 # -- Kinds --
@@ -138,6 +141,8 @@ def write_run(kind_name: str, rows: Iterable[dict] | pd.DataFrame, env: dict | N
     if not k.matches(path.name):  # checked before the file exists: a bad name leaves no orphan behind
         raise ValueError(f"{path.name} does not match kind {k.name!r}'s own pattern "
                          f"(the date comes from env['date'], got {str((env or {}).get(DATE))[:40]!r})")
+    if os.environ.get(RECORDING_ENV):
+        frame[RECORDING_ID] = os.environ[RECORDING_ENV]
     run_ids = pd.Series(path.stem, index=frame.index, dtype=object)
     numbered = pd.to_numeric(frame[RUN], errors="coerce").dropna() if per_run and RUN in frame else pd.Series()
     within = frame[per_run].astype(str) + "/" if isinstance(per_run, str) else pd.Series("", index=frame.index)
@@ -234,17 +239,20 @@ def _typed(frame):
 
 def load(kind_name: str, results_dir: str | Path | None = None):
     """Every recorded run of one kind as one typed DataFrame, with ``source_file``; empty files give an empty frame."""
-    frames = []
-    for path in files(kind_name, results_dir):
-        frame = pd.read_csv(path, dtype=dict.fromkeys(TEXT_COLUMNS, str))  # a column the file lacks is ignored
-        frame[SOURCE_FILE] = path.name
-        # a run id on every row; the notebook log has none: one run per row is not a recording
-        frame[RUN_ID] = frame[RUN_ID].fillna(path.stem) if RUN_ID in frame.columns else path.stem
-        frames.append(_typed(frame.astype({RUN_ID: str})))
+    frames = [load_file(path) for path in files(kind_name, results_dir)]
     if not frames:
         return pd.DataFrame({SOURCE_FILE: pd.Series(dtype=str), RUN_ID: pd.Series(dtype=str),
                              DATE: pd.Series(dtype=str)})
     return _typed(pd.concat(frames, ignore_index=True, sort=False))
+
+
+def load_file(path: Path) -> pd.DataFrame:
+    """One results file as a typed DataFrame, with ``source_file`` and a run id on every row."""
+    frame = pd.read_csv(path, dtype=dict.fromkeys(TEXT_COLUMNS, str))  # a column the file lacks is ignored
+    frame[SOURCE_FILE] = path.name
+    # the notebook log has no run ids: one run per row is not a recording
+    frame[RUN_ID] = frame[RUN_ID].fillna(path.stem) if RUN_ID in frame.columns else path.stem
+    return _typed(frame.astype({RUN_ID: str}))
 
 
 def runs(frame):

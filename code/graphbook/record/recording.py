@@ -1,0 +1,187 @@
+"""The book's recordings. A recording is one sitting of ``scripts/run_benchmarks.sh``: one machine, one torch, its
+result files in a folder of their own, and a manifest that says what was run, when, under which versions and at
+which commit, and for each file its kind, sha256, start and end times and the runs flagged as under load. A row
+carries its recording's id, so rows cannot be borrowed into a recording without the manifest disagreeing."""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pandas as pd
+
+from graphbook import paths
+from graphbook.record import results, runs
+
+RECORDINGS_DIR = paths.DATA_DIR / "recordings"
+MANIFEST = "manifest.json"
+
+#: The kinds the pages quote as recorded: a recording is complete when its manifest holds each of them.
+PAGE_KINDS = ("fusion-demo", "cpu-blurball", "cpu-onnxruntime", "int8-matrix", "int8-tensor-errors", "ablation",
+              "attribution", "restart-paths", "serving-ready", "serving-load", "browser-ort", "litserve-compare",
+              "hostile-clients", "tvm", "kernel-provenance", "torch-versions", "your-model")
+
+#: The distributions whose versions a manifest names (the timings depend on each).
+VERSIONED = ("torch", "onnxruntime", "openvino", "apache-tvm", "litserve", "transformers")
+
+#: The fingerprint fields every row of a recording shares with its manifest.
+IDENTITY = ("cpu_vendor", "cpu_family", "cpu_model_id", "cpu_microarch", "cpu_isa", "torch")
+MACHINE_FIELDS = ("cpu_model", "cpu_vendor", "cpu_family", "cpu_model_id", "cpu_stepping", "cpu_microarch",
+                  "cpu_l1d_kib", "cpu_l2_kib", "cpu_l3_kib", "cpu_isa", "torch_isa", "cpu_cores", "platform")
+#: Kinds whose rows span torches on purpose (the version history): their torch column is not checked.
+SPANS_TORCHES = ("torch-versions",)
+
+
+class RecordingError(ValueError):
+    """A recording that is missing, or whose files disagree with its manifest."""
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One sitting's folder and its manifest."""
+
+    id: str
+    folder: Path
+    manifest: dict
+
+    def files(self, kind: str) -> list[Path]:
+        return [self.folder / entry["file"] for entry in self.manifest["files"] if entry["kind"] == kind]
+
+
+def _open(folder: str | Path) -> Recording:
+    """The recording in ``folder``; RecordingError when it holds no manifest."""
+    folder = Path(folder)
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise RecordingError(f"{folder} holds no {MANIFEST}: not a recording (scripts/run_benchmarks.sh writes one)")
+    manifest = json.loads(path.read_text())
+    return Recording(manifest["id"], folder, manifest)
+
+
+def sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def disagreements(recording: Recording, needed: Sequence[str] = PAGE_KINDS) -> list[str]:
+    """Everything in which the recording's files disagree with its manifest (a hash, a row's recording id, machine
+    or torch), and each ``needed`` kind it lacks. An empty list: the recording is whole and its own."""
+    held = {entry["kind"] for entry in recording.manifest["files"]}
+    problems = [f"no {kind!r} file" for kind in needed if kind not in held]
+    expected = {**recording.manifest["machine"], "torch": recording.manifest["versions"]["torch"]}
+    for entry in recording.manifest["files"]:
+        path = recording.folder / entry["file"]
+        if not path.is_file() or sha256(path) != entry["sha256"]:
+            problems.append(f"{entry['file']}: missing or not the file the manifest hashed")
+            continue
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        ids = set(frame[results.RECORDING_ID]) if results.RECORDING_ID in frame else {""}
+        if ids != {recording.id}:
+            problems.append(f"{entry['file']}: recording ids {sorted(ids)}, not {recording.id}")
+        checked = [c for c in IDENTITY if c in frame and not (c == "torch" and entry["kind"] in SPANS_TORCHES)]
+        for column in checked:
+            seen = set(frame[column]) - {""}
+            if seen and seen != {str(expected[column])}:
+                problems.append(f"{entry['file']}: {column} {sorted(seen)}, not {expected[column]}")
+    return problems
+
+
+# -- a sitting --
+@dataclass(frozen=True)
+class Step:
+    """One command of a sitting: ``argv`` run from the repository root (a ``.py`` first argument runs under this
+    interpreter), after ``prepare`` (given the sitting's scratch folder) has made its inputs."""
+
+    argv: tuple[str, ...]
+    prepare: Callable[[Path], None] | None = None
+
+    @property
+    def name(self) -> str:
+        return " ".join(self.argv)
+
+
+def _new_id(now: _dt.datetime | None = None) -> str:
+    """``rec-YYYY-MM-DDTHHMMZ``: when the sitting started, in UTC."""
+    return (now or _dt.datetime.now(_dt.timezone.utc)).strftime("rec-%Y-%m-%dT%H%MZ")
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def sit(steps: Sequence[Step], root: str | Path, *, fingerprint: dict, scratch: Path,
+        recording_id: str | None = None) -> Recording:
+    """Run ``steps`` one after the other with every result file going to a new folder ``root/<id>``, each row
+    stamped with the id, then write the manifest. A step that fails is logged with its exit status and the
+    sitting goes on; a folder that already exists is refused, so no recording is ever rewritten."""
+    recording_id = recording_id or _new_id()
+    folder = Path(root) / recording_id
+    folder.mkdir(parents=True, exist_ok=False)
+    env = {**os.environ, "GRAPHBOOK_RESULTS_DIR": str(folder.resolve()), results.RECORDING_ENV: recording_id}
+    log = []
+    for step in steps:
+        before = {p.name for p in folder.iterdir()}
+        entry = {"command": step.name, "start": _now(), "load_before": round(os.getloadavg()[0], 2)}
+        print(f"== {step.name}", flush=True)
+        if step.prepare:
+            step.prepare(scratch)
+        argv = [sys.executable, *step.argv] if step.argv[0].endswith(".py") else list(step.argv)
+        entry["exit"] = subprocess.run(argv, cwd=paths.REPO_ROOT, env=env, check=False).returncode
+        entry["end"] = _now()
+        entry["files"] = sorted({p.name for p in folder.iterdir()} - before)
+        log.append(entry)
+        print(f"   exit {entry['exit']}, {_seconds(entry)} s, wrote {', '.join(entry['files']) or 'nothing'}",
+              flush=True)
+    return _write_manifest(folder, log, fingerprint)
+
+
+def _seconds(entry: dict) -> int:
+    start, end = (_dt.datetime.fromisoformat(entry[k]) for k in ("start", "end"))
+    return round((end - start).total_seconds())
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def _write_manifest(folder: Path, log: list[dict], fingerprint: dict) -> Recording:
+    """The manifest of the sitting in ``folder`` from its command ``log``; refused where one exists already."""
+    path = folder / MANIFEST
+    if path.exists():
+        raise RecordingError(f"{path} exists: a recording is written once")
+    files = []
+    for entry in log:
+        for name in entry["files"]:
+            kind = next((k.name for k in results.KINDS.values() if k.matches(name)), None)
+            if kind is not None:
+                files.append({"file": name, "kind": kind, "sha256": sha256(folder / name),
+                              "command": entry["command"], "start": entry["start"], "end": entry["end"],
+                              "runs_under_load": _runs_under_load(folder / name)})
+    manifest = {"id": folder.name, "started": log[0]["start"] if log else "", "ended": log[-1]["end"] if log else "",
+                "commit": fingerprint.get("git_commit", ""),
+                "machine": {k: fingerprint.get(k) for k in MACHINE_FIELDS},
+                "versions": {"python": fingerprint.get("python", ""), "torch": fingerprint.get("torch", ""),
+                             **{d: _version(d) for d in VERSIONED if d != "torch"}},
+                "commands": [{**entry, "seconds": _seconds(entry)} for entry in log], "files": files,
+                "missing_kinds": [k for k in PAGE_KINDS if k not in {f["kind"] for f in files}]}
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
+    return Recording(manifest["id"], folder, manifest)
+
+
+def _runs_under_load(path: Path) -> list[str]:
+    """The runs of a timed file that :func:`graphbook.record.runs.flag_under_load` flags."""
+    frame = results.load_file(path)
+    needed = {results.MEDIAN_MS, results.VARIANT, results.RUN_ID}
+    if not needed <= set(frame.columns) or frame[results.MEDIAN_MS].isna().all():
+        return []
+    flagged = runs.flag_under_load(frame.dropna(subset=[results.MEDIAN_MS]))
+    return sorted(set(flagged.loc[flagged[runs.UNDER_LOAD], results.RUN_ID]))

@@ -1,0 +1,76 @@
+#!/usr/bin/env python
+"""Record everything the pages quote as recorded, in one sitting on this machine, as one recording.
+
+Runs each benchmark one after the other, every results file going to a new folder ``data/recordings/<id>/`` and
+every row stamped with the id, then writes the folder's manifest (machine, versions, commit, each command's times
+and load, each file's kind and sha256). Run it on a quiet machine: nothing else, no tests, no notebooks.
+
+Exit status: 0 when every command passed; 1 when one reported a problem (the manifest says which); 2 bad arguments.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from graphbook.config import FULL_SIZE
+from graphbook.measure.environment import fingerprint
+from graphbook.model import ball, library
+from graphbook.record import cli, recording
+from graphbook.record.recording import Step
+
+PROG = "record_sitting.py"
+
+
+def _blurball_inputs(scratch: Path) -> None:
+    ball.save_command_inputs(scratch / "blurball_inputs.pt", calibration=4, check=4, height=FULL_SIZE[0],
+                             width=FULL_SIZE[1])
+
+
+def _library_images(scratch: Path) -> None:
+    library.save_images(scratch / "images.pt", n=16, size=224)
+
+
+def steps(scratch: Path) -> list[Step]:
+    """The sitting, in order; what a page quotes and which command records it is in ``results.KINDS``."""
+    return [
+        Step(("code/03_fusion.py",)),
+        Step(("code/bench_blurball_cpu.py",)),
+        Step(("code/bench_onnxruntime.py",)),
+        *[Step(("code/bench_int8.py",)) for _ in range(3)],   # one timed run per call; the book decides on three
+        Step(("code/bench_ablation.py",)),
+        Step(("code/bench_attribution.py",)),
+        Step(("code/bench_restart_paths.py",)),
+        Step(("code/bench_serving_load.py",)),
+        Step(("code/bench_browser_ort.py",)),
+        Step(("code/bench_litserve.py",)),
+        Step(("code/bench_litserve.py", "--faults", "--max-queue", "16")),
+        Step(("code/bench_tvm.py",)),
+        Step(("code/trace_kernel_provenance.py",)),
+        Step(("scripts/torch_version_history.py",)),
+        Step(("code/your_model.py", "--model", "graphbook.model.blurball:load_trained_blurball",
+              "--inputs", str(scratch / "blurball_inputs.pt"), "--check", "graphbook.model.ball:same_ball",
+              "--quick"), prepare=_blurball_inputs),
+        Step(("code/your_model.py", "--model", "graphbook.model.library:resnet50",
+              "--inputs", str(scratch / "images.pt"), "--check", "top1"), prepare=_library_images),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = cli.make_parser(PROG, __doc__.splitlines()[0], results_dir=False)
+    parser.add_argument("--recordings-dir", type=cli.directory, default=recording.RECORDINGS_DIR, metavar="DIR",
+                        help="where the recording's folder is made (default data/recordings)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="sitting-") as scratch:   # the commands' input files, not kept
+        done = recording.sit(steps(Path(scratch)), args.recordings_dir, fingerprint=fingerprint(),
+                             scratch=Path(scratch))
+    failed = [c["command"] for c in done.manifest["commands"] if c["exit"] != 0]
+    problems = recording.disagreements(done)
+    print(f"recording {done.id}: {len(done.manifest['files'])} files in {done.folder}")
+    for problem in [f"exit status not 0: {command}" for command in failed] + problems:
+        print(problem, file=sys.stderr)
+    return cli.EXIT_CHECK_FAILED if failed or problems else cli.EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
