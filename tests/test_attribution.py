@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from graphbook.model import blurball
-from graphbook.record import runs
+from graphbook.record import results, runs
 from graphbook.teach import attribution, plots
 from conftest import slow_fixture
 
@@ -64,19 +64,18 @@ def test_a_ladder_never_mixes_machines_and_the_recorded_one_leaves_loaded_runs_o
         attribution.ladder(frame, machine="a CPU nobody recorded")
     with pytest.raises(ValueError, match="BN folded"):  # a missing rung is named
         attribution.ladder(frame[frame.variant != attribution.BN_FOLDED], machine=label)
-    from graphbook.record import results
-
     quiet = ladder_rows([[400, 200, 160, 150, 100]] * 3)
     loaded = ladder_rows([[4000, 2000, 1600, 1500, 500]], prefix="z")  # every rung slow: a loaded run
     other = ladder_rows([[800, 400, 320, 300, 100]] * 3, MACHINE_B, prefix="g")
     for name, frame in (("a", quiet), ("b", loaded), ("c", other)):
         frame = frame.assign(height=288, run=1)
         frame.to_csv(tmp_path / f"cpu-attribution-2026-12-0{'abc'.index(name) + 1}.csv", index=False)
-    assert results.load("attribution", tmp_path)["run_id"].nunique() == 7
-    steps, summary, rows = attribution.recorded_ladder(here=MACHINE_A, results_dir=tmp_path)
+    recorded = results.load("attribution", tmp_path)
+    assert recorded["run_id"].nunique() == 7
+    steps, summary, rows = attribution.recorded_ladder(recorded, here=MACHINE_A)
     assert summary["machine"] == runs.machine_label(MACHINE_A)
     assert summary["total"] == pytest.approx(4.0) and summary["runs"] == 3
-    assert attribution.recorded_ladder(here=MACHINE_A, height=96, results_dir=tmp_path) is None
+    assert attribution.recorded_ladder(recorded, here=MACHINE_A, height=96) is None
 
 
 def test_waterfall_ends_at_the_product_and_refuses_bad_steps():

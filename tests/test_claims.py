@@ -79,8 +79,8 @@ def _warm_cache_barely_helps(f):
 
 
 CONTRADICTIONS = {
-    "ort-own-kernels-first": _ort_kernels_no_faster_than_eager,
-    "residual-add-fusion-pays": _residual_add_unfused_is_faster,
+    "ort-own-kernels-and-layout-carry-it": _ort_kernels_no_faster_than_eager,
+    "residual-add-fusion-pays-in-bf16": _residual_add_unfused_is_faster,
     "freezing-fixed-in-new-torch": _freezing_still_wrong_in_the_new_torch,
     "layout-carries-the-compile": _layout_worth_nothing,
     "lower-precision-beats-fp32": _lower_precision_slower,

@@ -2,6 +2,7 @@
 missing file is found; the sitting records every kind the pages quote."""
 import importlib.util
 import json
+import re
 import sys
 
 import pandas as pd
@@ -34,6 +35,8 @@ def test_a_sitting_writes_its_files_and_manifest(sitting):
     manifest = json.loads((sitting.folder / recording.MANIFEST).read_text())
     assert [f["kind"] for f in manifest["files"]] == ["fusion-demo", "fusion-demo"]
     assert [c["exit"] for c in manifest["commands"]] == [0, 1]
+    assert all(recording.completed(c) for c in manifest["commands"])   # exit 1 with its file: a failed check is data
+    assert not recording.completed({"exit": 1, "files": []}) and not recording.completed({"exit": 2, "files": ["x"]})
     assert "cpu-blurball" in manifest["missing_kinds"] and "fusion-demo" not in manifest["missing_kinds"]
     assert manifest["versions"]["torch"] == "2.14.1" and manifest["machine"]["cpu_microarch"] == "Zen 4"
     rows = pd.concat(results.load_file(p) for p in sitting.files("fusion-demo"))
@@ -48,6 +51,17 @@ def test_a_recording_is_never_rewritten(sitting):
         recording.sit([], sitting.folder.parent, fingerprint=MACHINE, scratch=sitting.folder, recording_id="rec-test")
     with pytest.raises(recording.RecordingError, match="written once"):
         recording._write_manifest(sitting.folder, [], MACHINE)
+
+
+@pytest.mark.slow   # the sitting runs its commands as processes
+def test_a_resumed_sitting_runs_only_what_its_manifest_lacks(tmp_path):
+    first = recording.sit([_writer("eager")], tmp_path, fingerprint=MACHINE, scratch=tmp_path, recording_id="rec-r")
+    earlier = first.manifest["files"][0]
+    resumed = recording.sit([_writer("eager"), _writer("fused")], tmp_path, fingerprint=MACHINE, scratch=tmp_path,
+                            recording_id="rec-r", resume=True)
+    assert [c["command"] for c in resumed.manifest["commands"]] == [_writer("eager").name, _writer("fused").name]
+    assert resumed.manifest["files"][0] == earlier and len(resumed.manifest["files"]) == 2
+    assert recording.disagreements(resumed, needed=()) == []
 
 
 def _copy(sitting, tmp_path, edit):
@@ -109,3 +123,67 @@ def test_bad_arguments_exit_2_with_one_line(capsys):
     with pytest.raises(SystemExit) as stopped:
         _sitting_script().main(["--recordings-dir", "/proc/version/x"])
     assert stopped.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+#: Kinds a page may read outside the reference recording, each with the reason.
+OUTSIDE_THE_RECORDING = {
+    "gpu-blurball": "the lab's GPU runs (README's lab steps): a CPU sitting records no GPU",
+    "gpu-tensorrt": "the lab's GPU runs (README's lab steps): a CPU sitting records no GPU",
+    "notebook-executions": "the log of the pages' own executions, not a measurement",
+}
+_LOAD = re.compile(r"results\.(?:load|files)\((?P<args>[^()]*(?:\([^()]*\)[^()]*)*)\)")
+
+
+def _sources():
+    """Every page's code and every package module, by name."""
+    for path in sorted([*(paths.REPO_ROOT / "chapters").glob("*.ipynb"), *(paths.REPO_ROOT / "appendix").glob("*.ipynb")]):
+        cells = json.loads(path.read_text())["cells"]
+        yield path.name, "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    for path in sorted((paths.CODE_DIR / "graphbook").rglob("*.py")):
+        if path.name not in ("results.py", "recording.py"):   # the readers themselves
+            yield str(path.relative_to(paths.CODE_DIR)), path.read_text()
+
+
+def _reads_outside_the_recording(name, text):
+    """Each read of a results folder in ``text`` that does not go through the reference recording's loader: a
+    ``results.load`` or ``results.files`` of the default folder (one argument) for a kind not exempt, and any
+    ``read_csv`` or glob of ``RESULTS_DIR``."""
+    found = []
+    for call in _LOAD.finditer(text):
+        args = [a.strip() for a in call.group("args").split(",") if a.strip()]
+        kind = args[0].strip("\"'") if args else ""
+        if len(args) == 1 and kind not in OUTSIDE_THE_RECORDING:
+            found.append(f"{name}: {call.group(0)}")
+    found += [f"{name}: {line.strip()}" for line in text.splitlines()
+              if "RESULTS_DIR" in line and ("read_csv" in line or "glob" in line or "iterdir" in line)]
+    return found
+
+
+def test_pages_read_recorded_figures_only_from_the_reference_recording():
+    offenders = [hit for name, text in _sources() for hit in _reads_outside_the_recording(name, text)]
+    assert not offenders, offenders
+
+
+@pytest.mark.parametrize("text, caught", [
+    ('frame = results.load("cpu-blurball")', True),                       # the default folder, a page kind
+    ("frame = results.load(kind)", True),
+    ('frame = results.load("gpu-blurball")', False),                      # the lab's, exempt by name
+    ('frame = results.load("your-model", work)', False),                  # a folder the page just wrote
+    ('for p in paths.RESULTS_DIR.glob("*.csv"): pd.read_csv(p)', True),
+    ('frame = recording.load("cpu-blurball")', False),
+])
+def test_the_scan_catches_a_read_around_the_loader(text, caught):
+    assert bool(_reads_outside_the_recording("page", text)) == caught
+
+
+def test_every_history_file_is_named_with_its_reason():
+    listed = (recording.HISTORY_DIR / "README.md").read_text()
+    kept = sorted(p.name for p in recording.HISTORY_DIR.glob("*.csv"))
+    assert kept and [name for name in kept if f"`{name}`" not in listed] == []
+
+
+def test_the_reference_recording_is_whole_and_its_rows_are_its_own():
+    reference = recording.reference()
+    assert recording.disagreements(reference) == []
+    assert reference.manifest["missing_kinds"] == []
+    assert all(recording.completed(command) for command in reference.manifest["commands"])

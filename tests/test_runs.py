@@ -98,11 +98,6 @@ def test_choose_best_among_correct_variants_and_deciding_machine_prefers_the_ref
     one_laptop_run = data[~data.run_id.isin(["l2", "l3"])]
     assert R.deciding_machine(one_laptop_run, here=laptop) == xeon    # 1 quiet run here, 2 there
     assert R.deciding_machine(data.assign(**{R.UNDER_LOAD: True}), here=laptop) is None
-    # the reference machine the prose is written about comes first
-    as_reference = data.assign(**{R.MACHINE: data[R.MACHINE].replace(laptop, R.REFERENCE_MACHINE)})
-    assert R.deciding_machine(as_reference, here=XEON_LABEL) == R.REFERENCE_MACHINE
-    one_thread = R.REFERENCE_MACHINE.replace("2 threads", "1 thread")
-    assert R.named(one_thread) == "the reference machine on one thread" and R.named(laptop) == laptop
 
 
 def test_flag_under_load_from_spread_probe_slowness_and_a_wandering_reference():

@@ -282,9 +282,10 @@ def test_the_reading_rules_count_what_the_page_shows():
 
 
 @pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.name)
-def test_a_chapter_gives_its_reading_and_execution_time_at_its_top(notebook):
+def test_a_chapter_gives_its_times_and_its_recordings_machine_and_torch_at_its_top(notebook):
     nb = json.loads(notebook.read_text())
     top = "".join(nb["cells"][0]["source"])
     assert "{glue:text}`reading_min`" in top and "{glue:text}`execution_min" in top, "the first cell's admonition"
+    assert "{glue:text}`recorded_on`" in top and "{glue:text}`recorded_torch`" in top, "the recording it quotes"
     code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
     assert any(f'book.chapter_timing("{notebook.name}")' in source for source in code)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from graphbook.record import results, runs as recorded_runs
+from graphbook.record import recording, results, runs as recorded_runs
 from graphbook.int8.int8_matrix import FP32_NAME, KIND_MATRIX, KIND_TENSOR_ERRORS
 from graphbook.int8.quantization import Int8MatrixError, node_group
 
@@ -74,7 +74,7 @@ def latest_tensor_errors(results_dir: str | Path | None = None):
 
 
 def _recorded(kind_name: str, results_dir):
-    frame = results.load(kind_name, results_dir=results_dir)
+    frame = recording.load(kind_name) if results_dir is None else results.load(kind_name, results_dir)
     if "smoke" in frame:
         frame = frame[~frame["smoke"].map(_is_true)]
     if frame.empty:

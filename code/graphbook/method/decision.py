@@ -10,7 +10,7 @@ import pandas as pd
 from graphbook.config import FULL_SIZE
 from graphbook.measure.probes import fp32_ceiling, precision_ceiling
 from graphbook.method import variants
-from graphbook.record import results, runs
+from graphbook.record import recording, results, runs
 
 #: Why a variant failed its check (``failed_check``); empty when it passed.
 OUTPUT_DIFFERS = "output differs from eager FP32"
@@ -82,8 +82,9 @@ def decide(rows: pd.DataFrame, machine: str, *, candidates=None, task: str = res
 def full_size_rows(recorded: pd.DataFrame | None = None,
                    machine: str | None = None) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
     """The variant rows at :data:`FULL_SIZE`, flagged for load and joined with ``check_passed``, and the
-    verdicts of ``machine`` (default: the deciding one); ``(None, None)`` when nothing is recorded."""
-    recorded = results.load("cpu-blurball") if recorded is None else recorded
+    verdicts of ``machine`` (default: the deciding one) from ``recorded`` (default: the reference recording's);
+    ``(None, None)`` when nothing is recorded."""
+    recorded = recording.load("cpu-blurball") if recorded is None else recorded
     if recorded.empty:
         return None, None
     full = ((recorded.record == "variant") & (recorded.height == FULL_SIZE[0])

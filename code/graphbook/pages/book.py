@@ -15,7 +15,7 @@ import torch
 from graphbook.config import THREADS
 from graphbook.measure.environment import fingerprint, inductor_cache_dir_for_caps, set_threads
 from graphbook.paths import DATA_DIR, REPO_ROOT
-from graphbook.record import results, runs
+from graphbook.record import recording, results, runs
 
 #: Words a reader reads per minute, for a chapter's reading time.
 READING_WPM = 200
@@ -46,11 +46,14 @@ def read_data_csv(relative: str):
 
 def chapter_timing(notebook: str) -> dict:
     """A chapter's reading time (its Markdown at :data:`READING_WPM`, a glued value one word, rounded up to the
-    minute) and its last recorded execution (minutes, and the machine) from ``notebook_executions.csv``."""
+    minute), its last recorded execution (minutes, and the machine) from ``notebook_executions.csv``, and the
+    reference recording its recorded figures come from (its id, machine and torch)."""
     cells = json.loads((REPO_ROOT / "chapters" / notebook).read_text())["cells"]
     words = sum(len(re.sub(r"\{[^}]*\}`[^`]*`", "X", "".join(c["source"])).split())
                 for c in cells if c["cell_type"] == "markdown")
     executions = results.load("notebook-executions")
+    reference = recording.reference()
     last = executions[executions["notebook"] == f"chapters/{notebook}"].sort_values("executed_at").iloc[-1]
     return {"reading_minutes": math.ceil(words / READING_WPM), "execution_minutes": float(last["seconds"]) / 60,
-            "executed_on": runs.machine_label({**last.to_dict(), "threads": THREADS})}   # setup_chapter's threads
+            "executed_on": runs.machine_label({**last.to_dict(), "threads": THREADS}),   # setup_chapter's threads
+            "recording_id": reference.id, "recorded_on": reference.cpu, "recorded_torch": reference.torch}

@@ -1,5 +1,6 @@
-"""Every machine that has run the book and its recorded matrices side by side (appendix "Machines and runs"),
-all read from ``data/results``, so a reader who commits new files adds a machine with no code change."""
+"""Every machine that has run the book and its recorded matrices side by side (appendix "Machines and runs"): the
+reference recording, any recording a reader made beside it, and the runs kept from before the first recording, so a
+reader's own sitting adds a machine with no code change. ``results_dir`` reads one folder instead."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -7,7 +8,7 @@ from dataclasses import dataclass, field
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from graphbook.record import results, runs
+from graphbook.record import recording, results, runs
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def measure(kind: str) -> Measure:
 
 
 def _rows(found: Measure, results_dir=None):
-    frame = results.load(found.kind, results_dir)
+    frame = recording.every_run(found.kind) if results_dir is None else results.load(found.kind, results_dir)
     for column, wanted in found.where.items():
         if column in frame.columns:
             frame = frame[frame[column] == wanted]
@@ -149,5 +150,5 @@ def plot_side_by_side(kind: str, results_dir=None, ax=None, *, where: dict | Non
     return ax
 
 
-def files_shown(results_dir=None) -> list[str]:
-    return sorted({path.name for found in MEASURES for path in results.files(found.kind, results_dir)})
+def files_shown() -> list[str]:
+    return sorted({name for found in MEASURES for name in recording.every_file(found.kind)})

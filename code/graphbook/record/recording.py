@@ -22,6 +22,14 @@ from graphbook.record import results, runs
 
 RECORDINGS_DIR = paths.DATA_DIR / "recordings"
 MANIFEST = "manifest.json"
+#: The one file that names the book's reference recording: the pages' recorded figures, asserts and claims come
+#: from it alone.
+REFERENCE_FILE = RECORDINGS_DIR / "REFERENCE"
+#: Runs kept as history: before the first recording, or of a bug that today's torch no longer has. Its README names
+#: every file and why it is kept; only :data:`HISTORY_KINDS` are read by a page.
+HISTORY_DIR = paths.DATA_DIR / "history"
+#: The history a page reads: torch 2.13.0's freezing bug, hunted down (Chapter 5, the anatomy appendix).
+HISTORY_KINDS = ("freezing-fixes", "freezing-bisect", "freezing-minimize")
 
 #: The kinds the pages quote as recorded: a recording is complete when its manifest holds each of them.
 PAGE_KINDS = ("fusion-demo", "cpu-blurball", "cpu-onnxruntime", "int8-matrix", "int8-tensor-errors", "ablation",
@@ -34,7 +42,8 @@ VERSIONED = ("torch", "onnxruntime", "openvino", "apache-tvm", "litserve", "tran
 #: The fingerprint fields every row of a recording shares with its manifest.
 IDENTITY = ("cpu_vendor", "cpu_family", "cpu_model_id", "cpu_microarch", "cpu_isa", "torch")
 MACHINE_FIELDS = ("cpu_model", "cpu_vendor", "cpu_family", "cpu_model_id", "cpu_stepping", "cpu_microarch",
-                  "cpu_l1d_kib", "cpu_l2_kib", "cpu_l3_kib", "cpu_isa", "torch_isa", "cpu_cores", "platform")
+                  "cpu_l1d_kib", "cpu_l2_kib", "cpu_l3_kib", "cpu_isa", "torch_isa", "isa_caps", "cpu_ghz",
+                  "cpu_cores", "platform")
 #: Kinds whose rows span torches on purpose (the version history): their torch column is not checked.
 SPANS_TORCHES = ("torch-versions",)
 
@@ -51,6 +60,15 @@ class Recording:
     folder: Path
     manifest: dict
 
+    @property
+    def cpu(self) -> str:
+        """The machine as :func:`graphbook.record.runs.machine_label` names it, without the thread count."""
+        return runs.machine_label({**self.manifest["machine"], "threads": 0}).rsplit(", ", 1)[0] + ")"
+
+    @property
+    def torch(self) -> str:
+        return self.manifest["versions"]["torch"]
+
     def files(self, kind: str) -> list[Path]:
         return [self.folder / entry["file"] for entry in self.manifest["files"] if entry["kind"] == kind]
 
@@ -63,6 +81,59 @@ def _open(folder: str | Path) -> Recording:
         raise RecordingError(f"{folder} holds no {MANIFEST}: not a recording (scripts/run_benchmarks.sh writes one)")
     manifest = json.loads(path.read_text())
     return Recording(manifest["id"], folder, manifest)
+
+
+def reference() -> Recording:
+    """The book's reference recording, as :data:`REFERENCE_FILE` names it."""
+    return _open(RECORDINGS_DIR / REFERENCE_FILE.read_text().strip())
+
+
+def recordings(root: str | Path = RECORDINGS_DIR) -> list[Recording]:
+    """Every recording under ``root``, oldest first: the reference and any a reader made beside it."""
+    return sorted((_open(p.parent) for p in Path(root).glob(f"*/{MANIFEST}")), key=lambda r: r.manifest["started"])
+
+
+def load(kind: str, recording: Recording | None = None) -> pd.DataFrame:
+    """Every row of ``kind`` in ``recording`` (default: the reference), each file checked against the manifest's
+    sha256 before it is read: the one way a page reads a recorded figure."""
+    recording = recording or reference()
+    found = recording.files(kind)
+    if not found:
+        raise RecordingError(f"recording {recording.id} holds no {kind!r} file")
+    hashes = {entry["file"]: entry["sha256"] for entry in recording.manifest["files"]}
+    for path in found:
+        if sha256(path) != hashes[path.name]:
+            raise RecordingError(f"{path} is not the file recording {recording.id}'s manifest hashed")
+    return pd.concat([results.load_file(path) for path in found], ignore_index=True)
+
+
+def named(machine: str) -> str:
+    """How prose names a machine label: the reference recording's machine as "the reference machine" (the chapter's
+    top and the glossary give its fingerprint), any other by its label."""
+    cpu = reference().cpu[:-1] + ", "
+    if not str(machine).startswith(cpu):
+        return machine
+    return "the reference machine" + (" on one thread" if str(machine).endswith(" 1 thread)") else "")
+
+
+def every_run(kind: str) -> pd.DataFrame:
+    """Every recording's rows of ``kind`` (the machines appendix): the reference's and any a reader made, then the
+    runs kept from before the first recording, whose ``recording_id`` is empty."""
+    frames = [load(kind, found) for found in recordings() if found.files(kind)]
+    return pd.concat([*frames, results.load(kind, HISTORY_DIR)], ignore_index=True)
+
+
+def every_file(kind: str) -> list[str]:
+    """The names of the files :func:`every_run` reads."""
+    return [p.name for found in recordings() for p in found.files(kind)] + [p.name for p in
+                                                                            results.files(kind, HISTORY_DIR)]
+
+
+def history(kind: str) -> pd.DataFrame:
+    """The runs of a :data:`HISTORY_KINDS` kind kept in :data:`HISTORY_DIR`."""
+    if kind not in HISTORY_KINDS:
+        raise RecordingError(f"{kind!r} is not kept as history; the history a page reads: {', '.join(HISTORY_KINDS)}")
+    return results.load(kind, HISTORY_DIR)
 
 
 def sha256(path: str | Path) -> str:
@@ -116,19 +187,27 @@ def _now() -> str:
 
 
 def sit(steps: Sequence[Step], root: str | Path, *, fingerprint: dict, scratch: Path,
-        recording_id: str | None = None) -> Recording:
+        recording_id: str | None = None, resume: bool = False) -> Recording:
     """Run ``steps`` one after the other with every result file going to a new folder ``root/<id>``, each row
     stamped with the id, then write the manifest. A step that fails is logged with its exit status and the
-    sitting goes on; a folder that already exists is refused, so no recording is ever rewritten."""
+    sitting goes on; a folder that already exists is refused, so no recording is ever rewritten. ``resume``
+    continues the sitting ``recording_id`` instead: it runs only the steps its manifest lacks and adds them to it,
+    leaving every earlier file and entry as it was."""
     recording_id = recording_id or _new_id()
     folder = Path(root) / recording_id
-    folder.mkdir(parents=True, exist_ok=False)
-    env = {**os.environ, "GRAPHBOOK_RESULTS_DIR": str(folder.resolve()), results.RECORDING_ENV: recording_id}
     log = []
+    if resume:
+        log = _open(folder).manifest["commands"]
+        done = [entry["command"] for entry in log]
+        steps = [step for step in steps if not (_named(step, scratch) in done
+                                                 and not done.remove(_named(step, scratch)))]
+    else:
+        folder.mkdir(parents=True, exist_ok=False)
+    env = {**os.environ, "GRAPHBOOK_RESULTS_DIR": str(folder.resolve()), results.RECORDING_ENV: recording_id}
     for step in steps:
         before = {p.name for p in folder.iterdir()}
-        entry = {"command": step.name, "start": _now(), "load_before": round(os.getloadavg()[0], 2)}
-        print(f"== {step.name}", flush=True)
+        entry = {"command": _named(step, scratch), "start": _now(), "load_before": round(os.getloadavg()[0], 2)}
+        print(f"== {entry['command']}", flush=True)
         if step.prepare:
             step.prepare(scratch)
         argv = [sys.executable, *step.argv] if step.argv[0].endswith(".py") else list(step.argv)
@@ -138,7 +217,18 @@ def sit(steps: Sequence[Step], root: str | Path, *, fingerprint: dict, scratch: 
         log.append(entry)
         print(f"   exit {entry['exit']}, {_seconds(entry)} s, wrote {', '.join(entry['files']) or 'nothing'}",
               flush=True)
-    return _write_manifest(folder, log, fingerprint)
+    return _write_manifest(folder, log, fingerprint, extend=resume)
+
+
+def _named(step: Step, scratch: Path) -> str:
+    """The step's command as the manifest names it: the same in every sitting, whatever its scratch folder."""
+    return step.name.replace(str(scratch), "<scratch>")
+
+
+def completed(command: dict) -> bool:
+    """Whether a sitting's command ran to its end: exit 0, or 1 with its files written (a variant failed its check,
+    which is a finding); a crash writes nothing."""
+    return command["exit"] == 0 or (command["exit"] == 1 and bool(command["files"]))
 
 
 def _seconds(entry: dict) -> int:
@@ -153,10 +243,11 @@ def _version(distribution: str) -> str:
         return ""
 
 
-def _write_manifest(folder: Path, log: list[dict], fingerprint: dict) -> Recording:
-    """The manifest of the sitting in ``folder`` from its command ``log``; refused where one exists already."""
+def _write_manifest(folder: Path, log: list[dict], fingerprint: dict, *, extend: bool = False) -> Recording:
+    """The manifest of the sitting in ``folder`` from its command ``log``; refused where one exists already, unless
+    ``extend`` (a resumed sitting, whose log starts with the existing manifest's commands)."""
     path = folder / MANIFEST
-    if path.exists():
+    if path.exists() and not extend:
         raise RecordingError(f"{path} exists: a recording is written once")
     files = []
     for entry in log:

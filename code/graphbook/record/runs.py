@@ -19,28 +19,11 @@ UNDER_LOAD = "under_load"      #: bool column added by :func:`flag_under_load`
 LOAD_REASON = "load_reason"    #: why a run was flagged ("" when it was not)
 UNRECORDED = "unrecorded"      #: a fingerprint field an older file did not record
 MIN_RUNS = 3                   #: the book decides on no fewer recorded runs than this
-#: The machine the book's prose is written about: a quiet 2-core AMD EPYC Zen 5 that recorded every benchmark on
-#: 2026-12-02. Hand-written sentences about recorded runs are asserted against this machine's runs. Its label
-#: without the thread count, which each benchmark sets (Chapter 2 runs on one thread, the others on two).
-REFERENCE_CPU = "AMD EPYC (Zen 5, family 26 model 2, avx512_vnni, torch AVX512"
-REFERENCE_MACHINE = f"{REFERENCE_CPU}, 2 threads)"
 
 
 def count(n: int, noun: str) -> str:
     """``count(1, "run")`` is "one run", ``count(3, "run")`` "3 runs": no "run(s)" on the page."""
     return f"one {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def is_reference(machine: str) -> bool:
-    """Whether a machine label is the reference machine's, at any thread count."""
-    return str(machine).startswith(REFERENCE_CPU + ", ")
-
-
-def named(machine: str) -> str:
-    """How prose names a machine: the reference machine by that name (the glossary gives its fingerprint)."""
-    if not is_reference(machine):
-        return machine
-    return "the reference machine" + (" on one thread" if str(machine).endswith(" 1 thread)") else "")
 
 
 def _blank(value) -> bool:
@@ -185,17 +168,14 @@ def flag_under_load(frame, *, value: str = "median_ms", variant: str = "variant"
 
 
 def deciding_machine(frame, *, here: Mapping | str | None = None, run: str = "run_id") -> str | None:
-    """The machine a chapter quotes: the reference machine with :data:`MIN_RUNS` quiet runs, else ``here``
-    with as many, else the one with the most quiet runs; None when no run is quiet."""
+    """The machine a figure is quoted from: ``here`` with :data:`MIN_RUNS` quiet runs, else the one with the most
+    quiet runs; None when no run is quiet. (A page's recorded frames hold one machine: the reference recording's.)"""
     label = _here_label(here)
     data = add_machine(frame) if MACHINE not in frame.columns else frame
     quiet = data[~data[UNDER_LOAD].astype(bool)] if UNDER_LOAD in data.columns else data
     if quiet.empty:
         return None
     counts = quiet.groupby(MACHINE, sort=False)[run].nunique()
-    reference = counts[[is_reference(m) for m in counts.index]]
-    if len(reference) and reference.max() >= MIN_RUNS:
-        return str(reference.idxmax())
     if counts.get(label, 0) >= MIN_RUNS:
         return label
     return str(counts.idxmax())
@@ -204,8 +184,9 @@ def deciding_machine(frame, *, here: Mapping | str | None = None, run: str = "ru
 def choose_best(frame, *, value: str = "median_ms", variant: str = "variant", correct: str = "same_output",
                 run: str = "run_id", lower_is_better: bool = True, candidates: Iterable[str] | None = None,
                 skip_under_load: bool = False):
-    """The best variant per machine among those whose every row passed ``correct`` (a missing verdict fails). ``margin``
-    > 1 means the best is ahead; ``decided`` needs :data:`MIN_RUNS` runs with the best ahead in each."""
+    """The best variant per machine among those whose every row passed ``correct`` (a missing verdict fails), and
+    the runner-up: the next fastest of those timed in every run of the best (a comparison needs the same runs).
+    ``margin`` > 1 means the best is ahead; ``decided`` needs :data:`MIN_RUNS` runs with the best ahead in each."""
     data = add_machine(frame) if MACHINE not in frame.columns else frame.copy()
     if skip_under_load and UNDER_LOAD in data.columns:
         data = data[~data[UNDER_LOAD].astype(bool)]
@@ -226,6 +207,9 @@ def choose_best(frame, *, value: str = "median_ms", variant: str = "variant", co
         if len(summary):
             best = summary.iloc[0]
             row.update(best=best[variant], best_median=float(best["median"]), runs=int(best["runs"]))
+            best_runs = set(group.loc[group[variant] == best[variant], run])
+            sharing = [name for name, ran in group.groupby(variant, sort=False)[run] if best_runs <= set(ran)]
+            summary = pd.concat([summary.iloc[:1], summary.iloc[1:][summary.iloc[1:][variant].isin(sharing)]])
         if len(summary) > 1:
             second = summary.iloc[1]
             pivot = group.pivot_table(index=run, columns=variant, values=value, aggfunc="median")

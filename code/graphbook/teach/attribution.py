@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from graphbook.record import results, runs as runs_mod
+from graphbook.record import recording, runs as runs_mod
 from graphbook.method.variants import own_code
 from graphbook.method.folding import fold_all_conv_bn
 from graphbook.teach.plots import speedup_waterfall
@@ -155,11 +155,11 @@ def ladder(frame, machine: str | None = None, *, rungs=RUNGS, causes=None, value
                    "machine": str(data[runs_mod.MACHINE].iloc[0])}
 
 
-def recorded_ladder(recorded=None, *, here=None, height: int = 288, results_dir=None):
+def recorded_ladder(recorded=None, *, here=None, height: int = 288):
     """``(steps, summary, quiet_rows)`` from the deciding machine's quiet recorded runs at ``height`` (of
-    ``recorded``, default: the recorded attribution runs), or None. ``summary["switches"]`` has the median time of
+    ``recorded``, default: the reference recording's attribution runs), or None. ``summary["switches"]`` has the median time of
     every variant timed in those runs."""
-    recorded = results.load("attribution", results_dir) if recorded is None else recorded
+    recorded = recording.load("attribution") if recorded is None else recorded
     if not len(recorded) or not (recorded["height"] == height).any():
         return None
     flagged = runs_mod.flag_under_load(recorded[recorded["height"] == height])
