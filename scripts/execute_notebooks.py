@@ -91,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             record = execute(path, args.timeout)
         except Exception as err:  # report and go on: one broken chapter should not hide the others
-            # nbclient's message carries the cell's traceback with terminal colours: keep the last line
-            first = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines()
-            print(f"FAILED {rel}: {type(err).__name__}: {first[-1] if first else ''}", file=sys.stderr)
+            # nbclient's message carries the cell's traceback with terminal colours: keep its end, the failing line
+            lines = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines()
+            print(f"FAILED {rel}: {type(err).__name__}:\n" + "\n".join(lines[-12:]), file=sys.stderr)
             failed.append(str(rel))
             continue
         append_rows(ROOT / "data" / "results" / "notebook_executions.csv", [record])

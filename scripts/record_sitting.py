@@ -50,7 +50,7 @@ def steps(scratch: Path) -> list[Step]:
         Step(("code/bench_browser_ort.py",)),
         Step(("code/bench_litserve.py",)),
         Step(("code/bench_litserve.py", "--faults", "--max-queue", "16")),
-        Step(("code/bench_tvm.py",)),
+        Step(("code/bench_tvm.py", "--height", "96", "--width", "160")),   # the size Chapter 3 quotes
         Step(("code/trace_kernel_provenance.py",)),
         Step(("scripts/torch_version_history.py",)),
         Step(("code/your_model.py", "--model", "graphbook.model.blurball:load_trained_blurball",

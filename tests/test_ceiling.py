@@ -1,7 +1,7 @@
 """No recorded FP32 variant runs faster than its machine's ceiling, unless a measured reason says why."""
 import pandas as pd
 
-from graphbook.record import results
+from graphbook.record import recording, results
 from graphbook.method import decision
 
 IDENTIFIED = {"cpu_model": "CPU", "cpu_family": 6, "cpu_model_id": 1, "cpu_microarch": "Zen 4", "cpu_isa": "avx512",
@@ -29,7 +29,7 @@ def test_a_rate_above_the_ceiling_is_caught_and_an_unidentified_machine_is_not_j
 
 
 def test_no_recorded_fp32_variant_exceeds_its_machines_ceiling():
-    frame = results.load("cpu-blurball")
+    frame = recording.load("cpu-blurball")
     frame = frame[frame["record"] == "variant"].dropna(subset=["median_ms"])
     over = decision.above_ceiling(frame)
     assert over.empty, over[["source_file", "variant", "executed_gflop_per_s", "ceiling_gflop_per_s"]].to_string()

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from graphbook import paths
-from graphbook.record import results
+from graphbook.record import recording, results
 from graphbook.teach import kernel_provenance as kp
 from graphbook.teach.fusion_rules import FusionGroup, OpClass
 
@@ -104,7 +104,7 @@ BLOCK, GATE = "stage2.0.branches.0.0", "stage2.0.branches.0.0.se"
 
 @pytest.fixture(scope="module")
 def recorded():
-    return results.latest_recording(results.load("kernel-provenance"))
+    return results.latest_recording(recording.load("kernel-provenance"))
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from graphbook import paths
-from graphbook.record import results
+from graphbook.record import recording, results
 from graphbook import checks
 
 ROOT = paths.REPO_ROOT
-COMMITTED = ROOT / "data" / "results"
+COMMITTED = recording.reference().folder
 ENV = {"date": "2026-11-30T10:00:00+00:00", "git_commit": "0123", "threads": 2}
 
 
@@ -140,7 +140,7 @@ def test_committed_files_have_the_expected_canonical_columns_and_the_registrys_v
     assert ablation[results.SAME_PEAKS].dtype == bool and ablation[results.SAME_OUTPUT].dtype == bool
     # the freezing miscompile recorded by the ablation is a "different output" under the one tolerance
     frozen = ablation[ablation[results.VARIANT] == "all optimizations"]
-    assert not frozen[results.SAME_OUTPUT].any()
+    assert frozen[results.SAME_OUTPUT].all()   # torch 2.14.1 freezes BlurBall correctly
     assert ablation[results.RUN_ID].nunique() >= 3 and ablation[results.RUN_ID].map(type).eq(str).all()
     fusion = results.load("fusion-demo", COMMITTED)
     assert fusion.loc[fusion["part"] == "compile_time", results.COMPILE_S].notna().all()

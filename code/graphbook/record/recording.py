@@ -24,7 +24,7 @@ RECORDINGS_DIR = paths.DATA_DIR / "recordings"
 MANIFEST = "manifest.json"
 #: The one file that names the book's reference recording: the pages' recorded figures, asserts and claims come
 #: from it alone.
-REFERENCE_FILE = RECORDINGS_DIR / "REFERENCE"
+REFERENCE_FILE = RECORDINGS_DIR / "REFERENCE.txt"
 #: Runs kept as history: before the first recording, or of a bug that today's torch no longer has. Its README names
 #: every file and why it is kept; only :data:`HISTORY_KINDS` are read by a page.
 HISTORY_DIR = paths.DATA_DIR / "history"
