@@ -33,6 +33,30 @@ class RestartSpec:
     seed: int = 0
 
 
+def run_child(spec: dict, env_extra: dict | None = None, *, cache_dir=None, timeout: float = 1800.0) -> dict:
+    """:mod:`graphbook.startup.restart_child` on ``spec`` in a fresh process whose Inductor cache is ``cache_dir``."""
+    # a parent's "no cache" or debug switches would make "warm" cold
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_FORCE_DISABLE_CACHES",
+                                                           "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCH_COMPILE_DEBUG",
+                                                           "TORCHINDUCTOR_VEC_ISA_OK")}
+    env.update(env_extra or {}, OMP_NUM_THREADS=str(spec["threads"]))
+    if cache_dir is not None:
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
+    cmd = [sys.executable, "-m", "graphbook.startup.restart_child", "--child",
+           json.dumps({**spec, "launched_at": time.time()})]
+    return start_child(cmd, env, spec.get("name") or spec.get("what") or "fresh-process compile", "child", timeout)
+
+
+def start_child(cmd, env, name: str, what: str, timeout: float) -> dict:
+    """Run one fresh process to its GRAPHBOOK_RESULT line; RestartPathError with its stderr tail otherwise."""
+    result, wall = run_tagged_child(
+        cmd, RESULT_MARKER, env=env, timeout=timeout, error=RestartPathError,
+        timeout_message=f"{name}: {what} exceeded {timeout:.0f} s",
+        failure_message=lambda proc: f"{name}: {what} exited with {proc.returncode}: "
+                                     f"{(proc.stderr or proc.stdout)[-1500:]}")
+    return {**result, "process_wall_s": wall}
+
+
 def fresh_process_compile(spec: RestartSpec, cache_dir: str | os.PathLike, *, load_artifacts=None,
                           save_artifacts=None, timeout: float = 1800.0) -> dict:
     """Compile ``spec`` in a new process whose Inductor cache is ``cache_dir``: its timings, graphs and cache hits."""
@@ -42,21 +66,12 @@ def fresh_process_compile(spec: RestartSpec, cache_dir: str | os.PathLike, *, lo
         inputs = np.random.default_rng(spec.seed)
         for b in spec.batch_sizes:
             np.save(Path(work) / f"input-b{b}.npy", inputs.standard_normal((b, *spec.input_chw), dtype=np.float32))
-        child = {"runtime": "compile", "factory": spec.factory, "factory_kwargs": spec.factory_kwargs,
-                 "backend": spec.backend, "batch_sizes": list(spec.batch_sizes), "work": work, "out_dir": str(Path(work) / "out"),
-                 "threads": spec.threads, "seed": spec.seed, "steady_runs": 1, "launched_at": time.time(),
-                 "load_artifacts": str(load_artifacts) if load_artifacts else None,
-                 "save_artifacts": str(save_artifacts) if save_artifacts else None}
-        env = {k: v for k, v in os.environ.items()
-               # a parent's "no cache" or debug switches would make "warm" cold
-               if k not in ("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCH_COMPILE_DEBUG")}
-        env.update(TORCHINDUCTOR_CACHE_DIR=str(cache_dir), OMP_NUM_THREADS=str(spec.threads))
-        result, wall = run_tagged_child(
-            [sys.executable, "-m", "graphbook.startup.restart_child", "--child", json.dumps(child)], RESULT_MARKER,
-            env=env, timeout=timeout, error=RestartPathError,
-            timeout_message=f"fresh-process compile exceeded {timeout:.0f} s",
-            failure_message=lambda proc: f"child exited with {proc.returncode}: {(proc.stderr or proc.stdout)[-1500:]}")
-    return {**result, "process_wall_s": wall}
+        return run_child({"runtime": "compile", "factory": spec.factory, "factory_kwargs": spec.factory_kwargs,
+                          "backend": spec.backend, "batch_sizes": list(spec.batch_sizes), "work": work,
+                          "out_dir": str(Path(work) / "out"), "threads": spec.threads, "seed": spec.seed,
+                          "steady_runs": 1, "load_artifacts": str(load_artifacts) if load_artifacts else None,
+                          "save_artifacts": str(save_artifacts) if save_artifacts else None},
+                         cache_dir=cache_dir, timeout=timeout)
 
 
 def _restart_seconds(result: dict) -> float:

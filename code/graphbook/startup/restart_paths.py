@@ -18,9 +18,10 @@ import pandas as pd
 import torch
 
 from graphbook.startup.aoti_cpp import build_cpp_loader
-from graphbook.startup.restart_child import RESULT_MARKER, RestartPathError
+from graphbook.startup.compile_cache import run_child, start_child
+from graphbook.startup.restart_child import RestartPathError
 from graphbook.config import BATCH_SIZES, FULL_SIZE, THREADS
-from graphbook.measure.compiletime import run_tagged_child, seconds_to_ready
+from graphbook.measure.compiletime import seconds_to_ready
 from graphbook.model.blurball import build_blurball
 from graphbook.paths import script
 from graphbook.record import results
@@ -111,32 +112,6 @@ def _path_by_name(name: str) -> RestartPath:
     raise ValueError(f"unknown restart path {name!r}; choose from {', '.join(PATH_NAMES)}")
 
 
-# -- Children (fresh processes) --
-def _run_child(spec: dict, env_extra: dict | None = None, *, cache_dir=None, timeout: float = 1800.0) -> dict:
-    env = dict(os.environ)
-    for var in ("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCH_COMPILE_DEBUG",
-                "TORCHINDUCTOR_VEC_ISA_OK"):
-        env.pop(var, None)
-    env.update(env_extra or {})
-    if cache_dir is not None:
-        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
-    env["OMP_NUM_THREADS"] = str(spec["threads"])
-    spec = dict(spec, launched_at=time.time())
-    cmd = [sys.executable, "-m", "graphbook.startup.restart_child", "--child", json.dumps(spec)]
-    return _start_child(cmd, env, spec.get('name') or spec.get('what'), "child", timeout)
-
-
-def _start_child(cmd, env, name: str, what: str, timeout: float) -> dict:
-    """Run one fresh process to its GRAPHBOOK_RESULT line; RestartPathError with its stderr tail otherwise."""
-    result, wall = run_tagged_child(
-        cmd, RESULT_MARKER, env=env, timeout=timeout, error=RestartPathError,
-        timeout_message=f"{name}: {what} exceeded {timeout:.0f} s",
-        failure_message=lambda proc: f"{name}: {what} exited with {proc.returncode}: "
-                                     f"{(proc.stderr or proc.stdout)[-1500:]}")
-    result["process_wall_s"] = wall
-    return result
-
-
 # -- Parent: reference, builds, fresh-process loads --
 def _file_bytes(path: Path) -> int:
     """Size of an artifact on disk: a file plus its ``.data`` sibling (ONNX external weights)."""
@@ -164,7 +139,7 @@ def _build_artifacts(work: Path, checkpoint, threads: int = THREADS, timeout: fl
     base = {"role": "build", "work": str(work), "checkpoint": str(checkpoint), "threads": threads}
     built = {}
     if "onnx" in which:
-        onnx_t = _run_child({**base, "what": "onnx"}, cache_dir=work / "cache-build-onnx", timeout=timeout)
+        onnx_t = run_child({**base, "what": "onnx"}, cache_dir=work / "cache-build-onnx", timeout=timeout)
         export_s = onnx_t["export_s"]
         for key, file, build_s in (("onnx-raw", "raw.onnx", export_s),
                                    ("onnx-dynamic", "dynamic.onnx", onnx_t["export_dynamic_s"]),
@@ -183,7 +158,7 @@ def _build_artifacts(work: Path, checkpoint, threads: int = THREADS, timeout: fl
     for what in ("aoti-static", "aoti-dynamic"):
         if what not in which:
             continue
-        t = _run_child({**base, "what": what}, cache_dir=work / f"cache-build-{what}", timeout=timeout)
+        t = run_child({**base, "what": what}, cache_dir=work / f"cache-build-{what}", timeout=timeout)
         built[what] = {"path": work / f"{what}.pt2", "build_s": t["export_s"] + t["compile_s"],
                        "export_s": t["export_s"], "bytes": _file_bytes(work / f"{what}.pt2")}
     return built
@@ -219,9 +194,9 @@ def _measure_path(path: RestartPath, work: Path, repeat: int, *, checkpoint, art
         out_dir.mkdir(parents=True, exist_ok=True)
         cmd = [str(artifacts["cpp-loader"]["path"]), spec["artifact_path"], spec["work"], spec["out_dir"],
                repr(time.time()), str(threads), str(steady_runs), *(str(b) for b in path.batch_sizes)]
-        result = _start_child(cmd, {**os.environ, "OMP_NUM_THREADS": str(threads)}, path.name, "C++ loader", timeout)
+        result = start_child(cmd, {**os.environ, "OMP_NUM_THREADS": str(threads)}, path.name, "C++ loader", timeout)
     else:
-        result = _run_child(spec, path.env, cache_dir=cache_dir, timeout=timeout)
+        result = run_child(spec, path.env, cache_dir=cache_dir, timeout=timeout)
     result["out_dir"] = str(out_dir)
     return result
 
