@@ -30,22 +30,29 @@ import json, sys, torch
 from torch._inductor.compile_fx import compile_fx
 from graphbook.measure import warmup
 from graphbook.model import blurball
-from graphbook.teach import fusion_rules
+from graphbook.teach.kernel_provenance import pre_grad_nodes
 torch.set_num_threads({threads})
 model = {model}
 x = blurball.example_input(height={height}, width={width})
 nodes = {{}}
 def backend(gm, example_inputs):
-    for node in fusion_rules.compute_nodes(gm):
-        stack = list((node.meta.get("nn_module_stack") or {{}}).values())
-        path = stack[-1][0] if stack else ""
-        nodes[node.name] = {{"op": fusion_rules.op_name(node, gm),
-                            "module": path.removeprefix("L['self']").lstrip(".")}}
+    nodes.update(pre_grad_nodes(gm))
     return compile_fx(gm, example_inputs)
 with torch.no_grad():
     torch.compile(model, backend=backend)(x)
 json.dump(nodes, open(sys.argv[1], "w"))
 """
+
+
+def pre_grad_nodes(graph: torch.fx.GraphModule) -> dict[str, dict]:
+    """Pre-grad node -> its operator and the module it runs in."""
+    table = {}
+    for node in fusion_rules.compute_nodes(graph):
+        stack = list((node.meta.get("nn_module_stack") or {}).values())
+        path = stack[-1][0] if stack else ""
+        table[node.name] = {"op": fusion_rules.op_name(node, graph),
+                            "module": path.removeprefix("L['self']").lstrip(".")}
+    return table
 
 
 #: The models a trace can compile: BlurBall for the book's record, a three-layer stand-in for a quick check.

@@ -15,7 +15,7 @@ from graphbook.compilers import inductor_tools
 from graphbook.method import folding
 from graphbook.method.variants import arguments
 from graphbook.teach import fusion_rules
-from graphbook.teach.kernel_provenance import provenance_rows
+from graphbook.teach.kernel_provenance import pre_grad_nodes, provenance_rows
 
 
 def capture(model: torch.nn.Module, example) -> tuple[dict, list[torch.fx.GraphModule]]:
@@ -58,20 +58,6 @@ def provenance(mappings: list[dict]):
         yield
 
 
-def _node_table(graphs: list[torch.fx.GraphModule]) -> list[dict[str, dict]]:
-    """Per graph, pre-grad node -> its operator and the module it runs in."""
-    tables = []
-    for graph in graphs:
-        table = {}
-        for node in fusion_rules.compute_nodes(graph):
-            stack = list((node.meta.get("nn_module_stack") or {}).values())
-            path = stack[-1][0] if stack else ""
-            table[node.name] = {"op": fusion_rules.op_name(node, graph),
-                                "module": path.removeprefix("L['self']").lstrip(".")}
-        tables.append(table)
-    return tables
-
-
 #: Library calls in Inductor's wrapper. The mapping lists, beside the nodes a launch computes, nodes whose buffers it
 #: reads or prepares; a library call computes only its own operator, and a node it computes is its alone.
 _LIBRARY_PREFIXES = ("extern_kernels.", "torch.ops.")
@@ -82,7 +68,7 @@ def kernel_rows(mappings: list[dict], graphs: list[torch.fx.GraphModule]) -> pd.
     whether the launch is a library call (kept only for the nodes of its own operator). A node a library call
     computes is left out of the generated kernels that list it: they prepare its input or its weights."""
     frames = []
-    for index, (mapping, graph, nodes) in enumerate(zip(mappings, graphs, _node_table(graphs))):
+    for index, (mapping, graph, nodes) in enumerate(zip(mappings, graphs, map(pre_grad_nodes, graphs))):
         rows = pd.DataFrame(provenance_rows(mapping, nodes)) if "postToPre" in mapping else pd.DataFrame()
         if rows.empty:  # a graph Inductor compiled to no kernel
             continue

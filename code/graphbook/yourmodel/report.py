@@ -47,14 +47,6 @@ def ladder(rows: pd.DataFrame):
     return attribution.ladder(timed, rungs=rungs, causes=CAUSES)
 
 
-def _figure_ladder(rows: pd.DataFrame, path: Path) -> Path:
-    steps, summary = ladder(rows)
-    fig = Figure(figsize=(8, 4), layout="tight")
-    attribution.draw_ladder(steps, summary, ax=fig.subplots(), title="Where the speed-up comes from, rung by rung")
-    fig.savefig(path, dpi=110)
-    return path
-
-
 def _figure_paths(table: pd.DataFrame, path: Path) -> Path:
     timed = table.dropna(subset=["speedup"]).sort_values("speedup")
     fig = Figure(figsize=(8, 0.3 * len(timed) + 1), layout="tight")
@@ -96,9 +88,12 @@ def write_report(rows: pd.DataFrame, folder: str | Path, *, title: str, command:
         parts += ["", "## Every variant", "", f"![paths]({_figure_paths(table, folder / 'paths.png').name})", "",
                   _markdown(table)]
         try:
-            figure = _figure_ladder(rows, folder / "ladder.png")
             steps, summary = ladder(rows)
-            parts += ["", "## The cause ladder", "", f"![ladder]({figure.name})", "",
+            fig = Figure(figsize=(8, 4), layout="tight")
+            attribution.draw_ladder(steps, summary, ax=fig.subplots(),
+                                    title="Where the speed-up comes from, rung by rung")
+            fig.savefig(folder / "ladder.png", dpi=110)
+            parts += ["", "## The cause ladder", "", "![ladder](ladder.png)", "",
                       _markdown(pd.DataFrame([vars(step) for step in steps])), "",
                       _markdown(pd.DataFrame([summary]).drop(columns="machine"))]
         except ValueError as why:   # a rung missing from every run: the table above says which
