@@ -119,28 +119,19 @@ def files(kind_name: str, results_dir: str | Path | None = None) -> list[Path]:
 
 
 # -- Writing --
-_TAG_RE = re.compile(r"^[A-Za-z0-9_.]+(?:-[A-Za-z0-9_.]+)*$")
-
-
 def write_run(kind_name: str, rows: Iterable[dict] | pd.DataFrame, env: dict | None = None,
               results_dir: str | Path | None = None, tag: str | None = None, *, per_run: bool | str = False) -> Path:
     """Write one run's ``rows``, merged with ``env``, to a NEW file of the kind and return its path; nothing is
     overwritten. ``per_run=True``: a row with :data:`RUN` ``k`` gets ``run_id`` ``<stem>/r<k>``, one per run; a column
     name instead (runs of several interpreters in one file) makes it ``<stem>/<that column's value>/r<k>``."""
     k = kind(kind_name)
-    if k.tagged and not tag:
-        raise ValueError(f"result kind {k.name!r} needs a tag (e.g. the device slug)")
-    if tag and not k.tagged:
-        raise ValueError(f"result kind {k.name!r} takes no tag, got {tag!r}")
-    if tag and not _TAG_RE.match(tag):
-        raise ValueError(f"tag must be letters, digits, '.', '_' or single '-' between them, got {tag!r}")
     frame = _framed(rows, env, "write_run")
     day = str(env[DATE])[:10] if env and env.get(DATE) else _dt.datetime.now(_dt.timezone.utc).date().isoformat()
     stem = "-".join([k.prefix] + ([tag] if tag else []) + [day])
     path = _unique_path(_results_dir(results_dir), stem)
     if not k.matches(path.name):  # checked before the file exists: a bad name leaves no orphan behind
-        raise ValueError(f"{path.name} does not match kind {k.name!r}'s own pattern "
-                         f"(the date comes from env['date'], got {str((env or {}).get(DATE))[:40]!r})")
+        raise ValueError(f"{path.name} does not match kind {k.name!r}'s own pattern (tagged: {k.tagged}, tag "
+                         f"{tag!r}; the date comes from env['date'], got {str((env or {}).get(DATE))[:40]!r})")
     if os.environ.get(RECORDING_ENV):
         frame[RECORDING_ID] = os.environ[RECORDING_ENV]
     run_ids = pd.Series(path.stem, index=frame.index, dtype=object)
