@@ -68,14 +68,6 @@ def angle_difference(a_deg: float, b_deg: float) -> float:
     return float(min(d, 180.0 - d))
 
 
-def _rng(seed_or_rng) -> np.random.Generator:
-    if isinstance(seed_or_rng, np.random.Generator):
-        return seed_or_rng
-    if isinstance(seed_or_rng, (int, np.integer)) and not isinstance(seed_or_rng, bool) and seed_or_rng >= 0:
-        return np.random.default_rng(int(seed_or_rng))
-    raise TypeError(f"seed must be a non-negative integer or a numpy Generator, got {seed_or_rng!r}")
-
-
 # -- Backgrounds --
 def _value_noise(rng: np.random.Generator, height: int, width: int, cell: float) -> np.ndarray:
     """Smooth noise in [-1, 1]: random values on a grid of ``cell`` px, bilinearly interpolated."""
@@ -122,7 +114,7 @@ def _draw_line(img, xx, yy, p0, p1, width_px, colour, alpha=1.0):
 def _render_background(height: int, width: int, seed=0, clutter: float = 1.0) -> np.ndarray:
     """A procedural scene ``(H, W, 3)`` with bright look-alikes, so that a detector must use motion and shape."""
     height, width = int(height), int(width)
-    rng = _rng(seed)
+    rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
     c0, c1 = rng.uniform(0.05, 0.8, size=3), rng.uniform(0.05, 0.8, size=3)
     direction = rng.uniform(0, 2 * math.pi)
@@ -277,7 +269,7 @@ def _make_clip(seed=0, height: int = FULL_SIZE[0], width: int = FULL_SIZE[1], *,
     the shutter's opening. Sizes are absolute pixels: a 96 x 160 clip looks like a crop of a 288 x 512 scene."""
     height, width = int(height), int(width)
     clip_seed = int(seed) if isinstance(seed, (int, np.integer)) else None
-    rng = _rng(seed)
+    rng = np.random.default_rng(seed)  # a Generator passes through unchanged
     lo, hi = radius_range
     if max_speed is None:
         max_speed = min(30.0, min(height, width) / 4.0)
