@@ -28,10 +28,8 @@ def _line_loss(logits, target, kind: str = "weighted-mse", pos_weight: float = 2
     err = (prob - target) ** 2
     if kind == "mse":
         return err.mean()
-    if kind == "weighted-mse":
-        weight = 1.0 + (pos_weight - 1.0) * target
-        return (weight * err).sum() / weight.sum()
-    raise ValueError(f"unknown loss {kind!r}; expected 'weighted-mse' or 'mse'")
+    weight = 1.0 + (pos_weight - 1.0) * target
+    return (weight * err).sum() / weight.sum()
 
 
 def _validation_metrics(model, clips_list, args) -> dict:
