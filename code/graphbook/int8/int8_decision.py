@@ -89,12 +89,7 @@ def _latest(kind_name: str, results_dir):
 def _combine_runs(frame):
     """One row per configuration from the newest run's machine and conditions: accuracy from the newest run (it is
     deterministic), latency the median across runs; runs flagged under load set aside while a quiet one remains."""
-    frame = pd.DataFrame(frame)
-    if frame.empty:
-        raise Int8MatrixError("no recorded INT8 matrix run: run `python code/bench_int8.py` first")
-    if "run_id" not in frame:
-        raise Int8MatrixError("the frame has no run_id column: pass rows from graphbook.record.results.load")
-    framed = recorded_runs.add_machine(frame)
+    framed = recorded_runs.add_machine(pd.DataFrame(frame))
     latest = results.latest_run(framed)
     same = framed[framed[recorded_runs.MACHINE] == latest[recorded_runs.MACHINE].iloc[0]]
     for column in ("height", "width", "eval_clips"):
