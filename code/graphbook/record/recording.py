@@ -177,11 +177,6 @@ class Step:
         return " ".join(self.argv)
 
 
-def _new_id(now: _dt.datetime | None = None) -> str:
-    """``rec-YYYY-MM-DDTHHMMZ``: when the sitting started, in UTC."""
-    return (now or _dt.datetime.now(_dt.timezone.utc)).strftime("rec-%Y-%m-%dT%H%MZ")
-
-
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -193,7 +188,7 @@ def sit(steps: Sequence[Step], root: str | Path, *, fingerprint: dict, scratch: 
     sitting goes on; a folder that already exists is refused, so no recording is ever rewritten. ``resume``
     continues the sitting ``recording_id`` instead: it runs only the steps its manifest lacks and adds them to it,
     leaving every earlier file and entry as it was."""
-    recording_id = recording_id or _new_id()
+    recording_id = recording_id or _dt.datetime.now(_dt.timezone.utc).strftime("rec-%Y-%m-%dT%H%MZ")  # its start
     folder = Path(root) / recording_id
     log = []
     if resume:
