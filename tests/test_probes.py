@@ -24,9 +24,7 @@ def test_copy_bandwidth_matmul_peak_and_gemm_rates_count_their_bytes_and_flops()
         probes.gemm_rates(n=0)
 
 
-@pytest.mark.parametrize("call", [
-    lambda: probes.copy_bandwidth(nbytes=0), lambda: probes.copy_bandwidth(repeats=0),
-    lambda: probes.matmul_peak(n=0), lambda: probes.matmul_peak(n=64, repeats=-1)])
+@pytest.mark.parametrize("call", [lambda: probes.copy_bandwidth(nbytes=0), lambda: probes.copy_bandwidth(repeats=0)])
 def test_probes_reject_bad_sizes(call):
     with pytest.raises(ValueError):
         call()

@@ -58,8 +58,6 @@ def copy_bandwidth(nbytes: int = 256 * MIB, repeats: int = 5) -> dict:
 
 def matmul_peak(n: int = 2048, dtype=torch.float32, repeats: int = 5) -> dict:
     """GFLOP/s of one ``n x n`` matrix product (``2 * n**3`` FLOPs): a practical peak, a little below the vendor's."""
-    _positive_int("n", n)
-    _positive_int("repeats", repeats)
     a = torch.rand(n, n, dtype=dtype)
     b = torch.rand(n, n, dtype=dtype)
     out = torch.empty(n, n, dtype=dtype)
