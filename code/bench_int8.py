@@ -14,19 +14,10 @@ from graphbook.measure import environment
 from graphbook.model import blurball, synthetic_clips
 from graphbook.paths import TRAINED_CHECKPOINT
 from graphbook.record import results
-from graphbook.record.cli import (
-    EXIT_CHECK_FAILED,
-    EXIT_OK,
-    add_input_size,
-    add_threads,
-    int_at_least,
-    make_parser,
-    positive_int,
-    resource_absent,
-)
-from graphbook.int8 import int8_matrix, quantization
+from graphbook.record.cli import (EXIT_CHECK_FAILED, EXIT_OK, add_input_size, add_threads, int_at_least, make_parser,
+                                  positive_int, resource_absent)
+from graphbook.int8 import int8_decision, int8_matrix, quantization
 from graphbook.runtimes import onnx_utils
-from graphbook.int8 import int8_decision
 
 PROG = "bench_int8.py"
 
