@@ -16,10 +16,8 @@ def test_path_registry_names_are_unique_and_say_what_they_are_tied_to():
     for path in restart_paths.PATHS:
         assert path.runtime in ("eager", "compile", "aoti", "aoti-cpp", "ort", "openvino") and path.tied_to
         assert path.batch_sizes[0] == 1
-    assert restart_paths._path_by_name("ort-raw").level == "all"
-    assert restart_paths._path_by_name("ort-optimized-ort").level == "disabled"
-    with pytest.raises(ValueError, match="unknown restart path"):
-        restart_paths._path_by_name("tensorrt")
+    assert restart_paths.PATH_BY_NAME["ort-raw"].level == "all"
+    assert restart_paths.PATH_BY_NAME["ort-optimized-ort"].level == "disabled"
 
 
 def test_summarize_gives_median_spread_and_ratio_to_the_cold_compile():

@@ -102,14 +102,8 @@ PATHS: tuple[RestartPath, ...] = (
     RestartPath("openvino-cached", "openvino", "onnx-raw", cache="openvino",
                 tied_to="OpenVINO version and this CPU (the cached blob is compiled for it; a mismatch recompiles)"),
 )
-PATH_NAMES = tuple(p.name for p in PATHS)
-
-
-def _path_by_name(name: str) -> RestartPath:
-    for p in PATHS:
-        if p.name == name:
-            return p
-    raise ValueError(f"unknown restart path {name!r}; choose from {', '.join(PATH_NAMES)}")
+PATH_BY_NAME = {p.name: p for p in PATHS}
+PATH_NAMES = tuple(PATH_BY_NAME)
 
 
 # -- Parent: reference, builds, fresh-process loads --
@@ -207,7 +201,7 @@ def run_restart_paths(checkpoint, *, input_hw=FULL_SIZE, repeats: int = 3, threa
     """Build the artifacts, then start every path in ``repeats`` fresh processes, one row per start. Starts are
     interleaved by round, so a slow phase of a shared machine spreads over all paths."""
     say = progress or (lambda msg: None)
-    chosen = [_path_by_name(n) for n in paths]
+    chosen = [PATH_BY_NAME[n] for n in paths]
     ov_ok, ov_why = openvino_available() if any(p.runtime == "openvino" for p in chosen) else (True, "")
     if not ov_ok:  # no wheel for this platform: the other paths still run, and the rows show which are absent
         say(f"skipping the OpenVINO paths: {ov_why}")
@@ -234,7 +228,7 @@ def run_restart_paths(checkpoint, *, input_hw=FULL_SIZE, repeats: int = 3, threa
                                    ("openvino", "openvino-cached", "filling OpenVINO's model cache")):
             if any(p.cache == cache for p in chosen):
                 say(f"{doing} (untimed)")
-                _measure_path(_path_by_name(name), work, -1, checkpoint=checkpoint, artifacts=artifacts,
+                _measure_path(PATH_BY_NAME[name], work, -1, checkpoint=checkpoint, artifacts=artifacts,
                               threads=threads, steady_runs=1, timeout=timeout)
         rows = []
         for repeat in range(repeats):
