@@ -59,7 +59,7 @@ def test_verdict_is_cached_per_torch_version_and_cpu_capability(monkeypatch, tmp
     monkeypatch.setattr(mc, "CACHE_DIR", tmp_path)
     runs = []
 
-    def fake_run(timeout, threads):
+    def fake_run(timeout):
         runs.append(1)
         return {"present": True, "torch": torch.__version__, "max_abs_diff": 0.05, "cpu_capability": "X",
                 "seconds": 1.0, "output": ""}

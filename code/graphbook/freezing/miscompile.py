@@ -19,7 +19,7 @@ from torch._inductor.dependencies import StarDep, WeakDep
 from torch._inductor.scheduler import SchedulerNode
 
 from graphbook.compilers.inductor_tools import _EXTERN_CALL, _call_body
-from graphbook.config import MISCOMPILE_ATOL, THREADS
+from graphbook.config import MISCOMPILE_ATOL
 from graphbook.model import blurball
 from graphbook.paths import CODE_DIR
 
@@ -63,15 +63,10 @@ def run_minimal(config: dict | None = None, *, wrapper: bool = False, replace: d
 
 @contextlib.contextmanager
 def _renames_after_recompute(kept: bool | None):
-    """The change that fixed the miscompile in torch 2.14.1, switched on (``True``) or off (``False``) in either
-    torch; ``None`` leaves the installed torch as it is (appendix).
-
-    When the C++ backend fuses two nodes it recomputes a node's loop body (``recompute_size_and_body``), which
-    rebuilds the buffers the node reads. A node that reads a buffer mutated in place holds the rename of that
-    read to the mutation (``mutation_renames``); torch 2.13 put it back only for a node with fake dependencies,
-    2.14.1 always does. Without it the read points at the buffer before the in-place add, and the scheduler may
-    run the reader first.
-    """
+    """The change that fixed the miscompile in torch 2.14.1 switched on (``True``), off (``False``) or left as
+    installed (``None``). Fusing recomputes a node's loop body, which rebuilds its reads; the rename of a read to an
+    in-place mutation (``mutation_renames``) was put back by 2.13 only with fake dependencies, by 2.14.1 always.
+    Without it the read points at the buffer before the in-place add, and the reader may run first."""
     if kept is None:
         yield
         return
@@ -103,7 +98,7 @@ def run_minimal_variants(variants: dict[str, dict], workers: int = 2) -> dict[st
         return {name: future.result() for name, future in futures.items()}
 
 
-def _run_reproducer(timeout: float, threads: int) -> dict:
+def _run_reproducer(timeout: float) -> dict:
     run = run_minimal(timeout=timeout)   # the reproducer sets its own threads (two)
     return {"present": run["present"], "torch": torch.__version__, "max_abs_diff": run["max_abs_diff"],
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "seconds": run["seconds"],
@@ -117,14 +112,14 @@ def _cache_file() -> Path:
     return CACHE_DIR / f"freezing-minimal-torch-{torch.__version__.replace('+', '_')}-{capability}.json"
 
 
-def freezing_bug_verdict(*, refresh: bool = False, timeout: float = 900, threads: int = THREADS) -> dict:
+def freezing_bug_verdict(*, refresh: bool = False, timeout: float = 900) -> dict:
     """Whether the freezing miscompile is present in this torch: ``{present, torch, max_abs_diff, ...}`` (Chapter 3)."""
     if not refresh:
         cache = _cache_file()
         if cache.exists():
             with contextlib.suppress(OSError, ValueError):  # an unreadable cache is simply recomputed
                 return {**json.loads(cache.read_text()), "source": f"cache {cache}"}
-    verdict = _run_reproducer(timeout, threads)
+    verdict = _run_reproducer(timeout)
     with contextlib.suppress(OSError):  # a read-only home: the verdict is still returned
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
         _cache_file().write_text(json.dumps(verdict, indent=1))
@@ -141,11 +136,8 @@ def _load_reproducer():
 
 
 def check_model(name: str, height: int = 32, width: int = 64) -> tuple:
-    """``(model, inputs)`` that ``code/bisect_freezing.py`` compiles with freezing and compares with eager
-    (Chapter 3): ``"blurball"`` (seed 0, input ``height`` x ``width``) or ``"repro"`` (the reproducer's
-    small HRNet at the same size, through :func:`_load_reproducer`). Importable in a fresh process
-    (the minifier's), with no path set-up.
-    """
+    """``(model, inputs)`` that ``code/bisect_freezing.py`` checks: ``"blurball"`` (seed 0) or the reproducer's
+    small HRNet (``"repro"``), at ``height`` x ``width``."""
     if name == "repro":
         return _load_reproducer().build(height, width)
     if name != "blurball":
