@@ -63,8 +63,8 @@ def run_bisector(model, inputs) -> dict:
 _MINIFIER_SCRIPT = textwrap.dedent("""
     import torch
     from graphbook.compilers import inductor_tools
-from graphbook.freezing import miscompile
-        model, inputs = miscompile.check_model({model!r}, {height}, {width})
+    from graphbook.freezing import miscompile
+    model, inputs = miscompile.check_model({model!r}, {height}, {width})
     torch.set_num_threads({threads})
     with inductor_tools.freezing():
         torch.compile(model)(*inputs)
