@@ -43,18 +43,12 @@ def chapter_table(root: Path = REPO_ROOT):
                 glued[name] = "".join(text)
         title = next((line[2:].strip() for cell in notebook.get("cells", []) if cell.get("cell_type") == "markdown"
                       for line in "".join(cell.get("source", [])).splitlines() if line.startswith("# ")), path.stem)
-        rows.append({
-            "chapter": title,
-            "notebook": path.relative_to(root).as_posix(),
-            "executed_at": rec.get("executed_at", "never (no execution record)"),
-            "seconds": rec.get("seconds"),
-            "code_cells": rec.get("code_cells"),
-            "machine": _machine(rec),
-            "torch": rec.get("torch", ""),
-            "git_commit": rec.get("git_commit", ""),
-            "gpu_part": glued.get("gpu_status", "no GPU part").strip("'\""),
-            "results_shown": glued.get("results_shown", "").strip("'\""),
-        })
+        rows.append({"chapter": title, "notebook": path.relative_to(root).as_posix(),
+                     "executed_at": rec.get("executed_at", "never (no execution record)"),
+                     "seconds": rec.get("seconds"), "code_cells": rec.get("code_cells"), "machine": _machine(rec),
+                     "torch": rec.get("torch", ""), "git_commit": rec.get("git_commit", ""),
+                     "gpu_part": glued.get("gpu_status", "no GPU part").strip("'\""),
+                     "results_shown": glued.get("results_shown", "").strip("'\"")})
     columns = ["chapter", "notebook", "executed_at", "seconds", "code_cells", "machine", "torch",
                "git_commit", "gpu_part", "results_shown"]
     return pd.DataFrame(rows, columns=columns)
