@@ -312,9 +312,7 @@ def heatmap_peaks(logits: torch.Tensor | Mapping[int, torch.Tensor]) -> torch.Te
     """Per-frame argmax ``(row, col)`` positions, ``(N, F, 2)``: variants agree when every peak is the same pixel."""
     if isinstance(logits, Mapping):
         logits = logits[0]
-    if logits.dim() != 4:
-        raise ValueError(f"expected heatmaps (N, F, H, W), got {tuple(logits.shape)}")
-    n, f, h, w = logits.shape
+    n, f, h, w = logits.shape  # anything but (N, F, H, W) raises ValueError here
     flat_index = logits.detach().float().reshape(n, f, h * w).argmax(dim=-1).cpu()
     return torch.stack([flat_index // w, flat_index % w], dim=-1)
 
