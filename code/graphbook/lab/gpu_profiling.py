@@ -169,15 +169,12 @@ def profile_call(call: Callable[[], object], device: str = "cuda") -> list[dict]
 
 # ---- First calls, streams, autotune
 def first_calls(call: Callable[[], object], n_calls: int, *, synchronize: Callable[[], object],
-                clock: Callable[[], float] = time.perf_counter,
-                before_each: Callable[[], object] | None = None) -> list[float]:
+                clock: Callable[[], float] = time.perf_counter) -> list[float]:
     """Seconds of each of the first ``n_calls`` calls, the device synchronized before the clock stops."""
     seconds = []
     synchronize()
     for _ in range(n_calls):
         start = clock()
-        if before_each is not None:
-            before_each()
         call()
         synchronize()
         seconds.append(clock() - start)
