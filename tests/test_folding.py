@@ -176,7 +176,7 @@ def test_shared_outputs_and_modules_called_twice_are_skipped():
 
 
 @pytest.mark.slow  # exports with torch.export
-def test_untraceable_forward_needs_example_inputs():
+def test_untraceable_forward_needs_example_inputs_and_export_and_fx_plans_agree():
     model = _ChecksShape().eval()
     with pytest.raises(FoldingError, match="example_inputs"):
         fold_all_conv_bn(model)
@@ -185,10 +185,7 @@ def test_untraceable_forward_needs_example_inputs():
     assert conv_bn_plan(model, (x,)).tracer == "torch.export"
     expected, actual = _outputs(model, folded, x)
     assert count == 1 and _max_relative_error(expected, actual) < FOLD_RTOL
-
-
-@pytest.mark.slow  # exports with torch.export
-def test_export_and_fx_plans_agree():
+    # where both trace, the two tracers find the same pairs
     model = _NamesLie().eval()
     x = torch.randn(1, 6, 7, 7)
     fx_plan, export_plan = conv_bn_plan(model), conv_bn_plan(model, (x,))

@@ -6,6 +6,7 @@ import torch
 import torch.fx
 from torch import nn
 
+from graphbook.compilers import inductor_tools
 from graphbook.teach import fusion_rules as fr
 
 
@@ -55,7 +56,7 @@ def test_classify_op_table_and_fallback_and_a_call_module_graph():
 
 
 @pytest.mark.slow
-def test_reduction_absorbs_injective_inputs_but_not_its_consumers_and_an_opaque_op_breaks_a_chain():
+def test_reduction_absorbs_injective_inputs_but_not_its_consumers_and_opaque_or_unknown_ops_break_a_chain():
     _, groups = groups_of(lambda x: (x * 2).exp().sum() * 3)
     assert [g.ops for g in groups] == [("mul", "exp", "sum"), ("mul",)]
     assert [g.kind for g in groups] == [fr.OpClass.REDUCTION, fr.OpClass.INJECTIVE]
@@ -63,10 +64,7 @@ def test_reduction_absorbs_injective_inputs_but_not_its_consumers_and_an_opaque_
     _, groups = groups_of(lambda x: (torch.cumsum(x * 2, 0) + 1).relu())
     assert [g.ops for g in groups] == [("mul",), ("cumsum",), ("add", "relu")]
     assert groups[1].kind is fr.OpClass.OPAQUE
-
-
-@pytest.mark.slow
-def test_unknown_op_falls_back_to_opaque_and_is_listed():
+    # an operator the table does not know is opaque too, and listed
     gm, groups = groups_of(lambda x: torch.special.bessel_j0(x * 2) + 1)
     assert fr.unknown_ops(gm) == ["special_bessel_j0"]
     assert len(groups) == 3
@@ -92,13 +90,17 @@ def test_data_movement_fuses_only_with_injective_neighbours():
 
 
 @pytest.mark.slow
-def test_groups_table_and_summary_columns():
+def test_groups_table_and_summary_columns_and_dynamo_graphs_group_like_the_exported_graph():
     gm, groups = groups_of(ConvBnReluAdd(), (torch.randn(1, 4, 6, 6),))
     table = fr.groups_table(groups)
     assert list(table.columns) == ["group", "kind", "anchor", "nodes", "ops"]
     assert table.loc[0, "nodes"] == 4
     summary = fr.fusion_summary(gm)
     assert summary["groups"] == 1 and summary["complex-out-fusable"] == 1 and summary["unknown_ops"] == "-"
+    # the graph TorchDynamo hands Inductor groups like the exported one
+    (gm,) = inductor_tools.dynamo_graphs(ConvBnReluAdd().eval(), torch.randn(1, 4, 6, 6))
+    assert fr.unknown_ops(gm) == []
+    assert [g.ops for g in fr.fuse_groups(gm)] == [("conv2d", "batch_norm", "relu", "add")]
 
 
 @pytest.mark.slow
@@ -107,16 +109,6 @@ def test_bad_inputs_raise_clear_errors():
         fr.fuse_groups("not a graph")
     with pytest.raises(TypeError, match="tuple"):
         fr.capture_aten_graph(nn.ReLU(), torch.randn(2))
-
-
-@pytest.mark.slow
-def test_dynamo_graph_groups_like_the_exported_graph():
-    from graphbook.compilers import inductor_tools
-
-    (gm,) = inductor_tools.dynamo_graphs(ConvBnReluAdd().eval(), torch.randn(1, 4, 6, 6))
-    groups = fr.fuse_groups(gm)
-    assert fr.unknown_ops(gm) == []
-    assert [g.ops for g in groups] == [("conv2d", "batch_norm", "relu", "add")]
 
 
 def test_pythons_augmented_assignment_is_the_operator_it_computes():

@@ -140,7 +140,6 @@ def test_own_code_gives_forward_a_distinct_code_object():
     assert copy_ is not net and torch.equal(copy_(torch.ones(1, 2)), net(torch.ones(1, 2)))
 
 
-
 def test_the_max_autotune_note_names_the_products_tuned_and_which_kind_won():
     log = ("AUTOTUNE packed_linear(1x64, 1982689x1, 4x64)\nstrides: [64, 1], [1, 0], [64, 1]\n"
            "  cpp_CppMicroGemmFP32Vec_3 0.0019 ms 100.0% \n  _mkl_linear 0.0067 ms 28.0% \n"
