@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from graphbook.freezing import miscompile
 from graphbook.config import BATCH_SIZES, FULL_SIZE, SMALL_SIZE
@@ -61,45 +62,48 @@ def test_ball_check_passes_itself_and_catches_a_moved_ball():
 @pytest.fixture(scope="module")
 @slow_fixture
 def frozen_blurball():
-    """The trained BlurBall compiled with freezing once per input size, as ``(model, {size: {batch: runner}})``: batch
-    1 has its own graph (Dynamo specializes a size of 1), batches 2 and 3 share one dynamic graph. The compiles are
-    the slow part, so every test of freezing in this file shares them."""
+    """The trained BlurBall compiled with freezing once per input size, as ``(model, {size: runner}, {size: code})``.
+    The batch dimension is unbacked in 1-3: a backed one would be specialized at 1 (Dynamo's 0/1 rule, and the conv
+    memory-format choice guards on it), a second compile per size. The compiles are the slow part, so every test of
+    freezing in this file shares them."""
     model = blurball.load_trained_blurball()
+    runners, code = {}, {}
+    for height, width in (SMALL_SIZE, FULL_SIZE):
+        first = torch.randn(max(BATCH_SIZES), 9, height, width)
+        torch._dynamo.decorators.mark_unbacked(first, 0, min=min(BATCH_SIZES), max=max(BATCH_SIZES))
+        generated = inductor_tools.compile_and_get_code(variants.own_code(model), first, options={"freezing": True},
+                                                        reset=False)
 
-    def frozen(dynamic):
-        compiled = torch.compile(variants.own_code(model), dynamic=dynamic)
-
-        def run(x):
+        def run(x, compiled=generated.compiled):
             with inductor_tools.freezing(True):
                 return compiled(x)
-        return run
-
-    runners = {}
-    for size in (SMALL_SIZE, FULL_SIZE):
-        static, dynamic = frozen(False), frozen(True)
-        runners[size] = {batch: static if batch == 1 else dynamic for batch in BATCH_SIZES}
-    return model, runners
+        runners[height, width], code[height, width] = run, generated.sources
+    return model, runners, code
 
 
 @pytest.mark.slow
-def test_freezing_matches_eager_at_both_sizes_and_every_batch_size(frozen_blurball):
-    """torch 2.13 miscompiled BlurBall with freezing (the appendix's version history); the pinned torch must not."""
-    model, runners = frozen_blurball
+def test_freezing_matches_eager_at_both_sizes_and_every_batch_size_from_one_graph_per_size(frozen_blurball):
+    """torch 2.13 miscompiled BlurBall with freezing (the appendix's version history); the pinned torch must not. The
+    graph holds the in-place conv + add that 2.13 got wrong, so the check reaches the site of the bug."""
+    model, runners, code = frozen_blurball
     generator = torch.Generator().manual_seed(0)
-    for (height, width), by_batch in runners.items():
-        for batch in sorted(BATCH_SIZES, key=lambda b: b == 1):   # the dynamic graph first, from a batch above 1
+    graphs = counters["stats"]["unique_graphs"]
+    for (height, width), run in runners.items():
+        assert "mkldnn._convolution_pointwise_.binary(" in "\n".join(code[height, width])
+        for batch in BATCH_SIZES:
             x = torch.randn(batch, 9, height, width, generator=generator)
             with torch.no_grad():
                 reference = model(x)
-            check = checks.compare_to_reference(by_batch[batch](x), reference)
+            check = checks.compare_to_reference(run(x), reference)
             assert check["same_output"], f"freezing differs from eager at {height}x{width}, batch {batch}: {check}"
+    assert counters["stats"]["unique_graphs"] == graphs, "a batch size compiled a graph of its own"
 
 
 @pytest.mark.slow  # BlurBall passes over eight clips: seconds, too long for the edit loop
 def test_ball_check_on_hard_clips_rejects_the_planted_dropped_summand_and_passes_freezing_and_bf16(frozen_blurball):
     """The book's planted fault: one fuse-layer summand left out (stage 3, output 2, branch 1, the summand torch 2.13's
     freezing dropped) moves a decoded ball; freezing in the pinned torch and bf16 rounding move none."""
-    model, runners = frozen_blurball
+    model, runners, _ = frozen_blurball
     clips = synthetic_clips.check_clips(8, *SMALL_SIZE)   # the checkpoint's size; the summand moves a ball in clip 7
     inputs = [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([c])) for c in clips]
     eager = variants.build("eager_fp32", model, inputs[0]).run
@@ -112,7 +116,7 @@ def test_ball_check_on_hard_clips_rejects_the_planted_dropped_summand_and_passes
     assert ball.check(eager, clips, reference)["same_ball"]
     rejected = ball.check(dropped, clips, reference)
     assert not rejected["same_ball"] and rejected["ball_agree_frames"] < rejected["ball_frames"]
-    assert ball.check(runners[SMALL_SIZE][1], clips, reference)["same_ball"]
+    assert ball.check(runners[SMALL_SIZE], clips, reference)["same_ball"]
     if probes.bf16_support()[0]:   # rounding, not a dropped summand: the ball stays (emulated bf16 is not judged)
         assert ball.check(variants.build("eager_bf16_autocast", model, inputs[0]).run, clips,
                                       reference)["same_ball"]
