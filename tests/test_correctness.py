@@ -62,48 +62,47 @@ def test_ball_check_passes_itself_and_catches_a_moved_ball():
 @pytest.fixture(scope="module")
 @slow_fixture
 def frozen_blurball():
-    """The trained BlurBall compiled with freezing once per input size, as ``(model, {size: runner}, {size: code})``.
-    The batch dimension is unbacked in 1-3: a backed one would be specialized at 1 (Dynamo's 0/1 rule, and the conv
-    memory-format choice guards on it), a second compile per size. The compiles are the slow part, so every test of
-    freezing in this file shares them."""
+    """The trained BlurBall compiled with freezing once for both input sizes and batch sizes 1-3, as ``(model, run,
+    generated code)``. Batch, height and width are unbacked: backed sizes would be specialized (Dynamo's 0/1 rule and
+    the conv memory-format choice split batch 1 from 2-3, a reduction's accumulator choice splits the two sizes), four
+    compiles instead of one. The compile is the slow part, so every test of freezing in this file shares it."""
     model = blurball.load_trained_blurball()
-    runners, code = {}, {}
-    for height, width in (SMALL_SIZE, FULL_SIZE):
-        first = torch.randn(max(BATCH_SIZES), 9, height, width)
-        torch._dynamo.decorators.mark_unbacked(first, 0, min=min(BATCH_SIZES), max=max(BATCH_SIZES))
-        generated = inductor_tools.compile_and_get_code(variants.own_code(model), first, options={"freezing": True},
-                                                        reset=False)
+    sizes = [SMALL_SIZE, FULL_SIZE]
+    first = torch.randn(max(BATCH_SIZES), 9, *FULL_SIZE)
+    for dim, values in ((0, BATCH_SIZES), (2, [h for h, _ in sizes]), (3, [w for _, w in sizes])):
+        torch._dynamo.decorators.mark_unbacked(first, dim, min=min(values), max=max(values))
+    generated = inductor_tools.compile_and_get_code(variants.own_code(model), first, options={"freezing": True},
+                                                    reset=False)
 
-        def run(x, compiled=generated.compiled):
-            with inductor_tools.freezing(True):
-                return compiled(x)
-        runners[height, width], code[height, width] = run, generated.sources
-    return model, runners, code
+    def run(x):
+        with inductor_tools.freezing(True):
+            return generated.compiled(x)
+    return model, run, generated.sources
 
 
 @pytest.mark.slow
-def test_freezing_matches_eager_at_both_sizes_and_every_batch_size_from_one_graph_per_size(frozen_blurball):
+def test_freezing_matches_eager_at_both_sizes_and_every_batch_size_from_one_graph(frozen_blurball):
     """torch 2.13 miscompiled BlurBall with freezing (the appendix's version history); the pinned torch must not. The
     graph holds the in-place conv + add that 2.13 got wrong, so the check reaches the site of the bug."""
-    model, runners, code = frozen_blurball
+    model, run, code = frozen_blurball
+    assert "mkldnn._convolution_pointwise_.binary(" in "\n".join(code)
     generator = torch.Generator().manual_seed(0)
     graphs = counters["stats"]["unique_graphs"]
-    for (height, width), run in runners.items():
-        assert "mkldnn._convolution_pointwise_.binary(" in "\n".join(code[height, width])
+    for height, width in (SMALL_SIZE, FULL_SIZE):
         for batch in BATCH_SIZES:
             x = torch.randn(batch, 9, height, width, generator=generator)
             with torch.no_grad():
                 reference = model(x)
             check = checks.compare_to_reference(run(x), reference)
             assert check["same_output"], f"freezing differs from eager at {height}x{width}, batch {batch}: {check}"
-    assert counters["stats"]["unique_graphs"] == graphs, "a batch size compiled a graph of its own"
+    assert counters["stats"]["unique_graphs"] == graphs, "an input compiled a graph of its own"
 
 
 @pytest.mark.slow  # BlurBall passes over eight clips: seconds, too long for the edit loop
 def test_ball_check_on_hard_clips_rejects_the_planted_dropped_summand_and_passes_freezing_and_bf16(frozen_blurball):
     """The book's planted fault: one fuse-layer summand left out (stage 3, output 2, branch 1, the summand torch 2.13's
     freezing dropped) moves a decoded ball; freezing in the pinned torch and bf16 rounding move none."""
-    model, runners, _ = frozen_blurball
+    model, frozen, _ = frozen_blurball
     clips = synthetic_clips.check_clips(8, *SMALL_SIZE)   # the checkpoint's size; the summand moves a ball in clip 7
     inputs = [blurball.imagenet_normalize(synthetic_clips.frames_to_tensor([c])) for c in clips]
     eager = variants.build("eager_fp32", model, inputs[0]).run
@@ -116,7 +115,7 @@ def test_ball_check_on_hard_clips_rejects_the_planted_dropped_summand_and_passes
     assert ball.check(eager, clips, reference)["same_ball"]
     rejected = ball.check(dropped, clips, reference)
     assert not rejected["same_ball"] and rejected["ball_agree_frames"] < rejected["ball_frames"]
-    assert ball.check(runners[SMALL_SIZE], clips, reference)["same_ball"]
+    assert ball.check(frozen, clips, reference)["same_ball"]
     if probes.bf16_support()[0]:   # rounding, not a dropped summand: the ball stays (emulated bf16 is not judged)
         assert ball.check(variants.build("eager_bf16_autocast", model, inputs[0]).run, clips,
                                       reference)["same_ball"]
