@@ -9,6 +9,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+import torch
 
 
 def pytest_configure(config):
@@ -31,6 +32,14 @@ def pytest_configure(config):
 
     os.environ.setdefault(environment.EXECUTION_COMMIT_VARIABLE, environment.git_commit())
     environment.fingerprint(1)
+
+
+@pytest.fixture(autouse=True)
+def torch_threads_restored():
+    """A test that pins torch to one thread (for a steady comparison) leaves the next one the threads it found."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 # -- the tiers: `pytest -m "not slow"` is the edit loop (under a minute on two cores), the rest is `slow` ------
