@@ -28,3 +28,30 @@ def test_every_public_function_is_called_outside_its_module():
               if inspect.isfunction(obj) and obj.__module__ == m.__name__ and not name.startswith("_")
               and name not in outside and not any(name in w for other, w in words.items() if other != m.__name__)]
     assert not unused, "public functions nobody outside their module calls (make them private): " + ", ".join(unused)
+
+
+
+_PAGE_IMPORT = re.compile(r"^from (graphbook(?:\.\w+)*) import ([\w, ]+)$", re.M)
+_ATTRIBUTE = re.compile(r"(?<![\w.])(\w+)\.([A-Za-z_]\w*)")   # alias.name, not the tail of torch.x.config.name
+
+
+def _module(name: str):
+    try:
+        found = pkgutil.resolve_name(name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return found if inspect.ismodule(found) else None
+
+
+def test_every_name_a_page_reads_from_a_package_module_exists():
+    """A rename in the package fails here, in the fast tier, instead of in a page's execution under nbval."""
+    missing = []
+    for notebook in [*paths.REPO_ROOT.glob("chapters/*.ipynb"), *paths.REPO_ROOT.glob("appendix/*.ipynb")]:
+        source = "\n".join("".join(c["source"]) for c in json.loads(notebook.read_text())["cells"]
+                           if c["cell_type"] == "code")
+        modules = {name: _module(f"{package}.{name}") for package, names in _PAGE_IMPORT.findall(source)
+                   for name in (n.strip() for n in names.split(","))}
+        missing += sorted({f"{notebook.name}: {modules[alias].__name__}.{attr}"
+                           for alias, attr in _ATTRIBUTE.findall(source)
+                           if modules.get(alias) and not hasattr(modules[alias], attr)})
+    assert not missing, "pages read names their package modules no longer have: " + ", ".join(missing)
