@@ -4,6 +4,7 @@ which commit, and for each file its kind, sha256, start and end times and the ru
 carries its recording's id, so rows cannot be borrowed into a recording without the manifest disagreeing."""
 from __future__ import annotations
 
+import collections
 import datetime as _dt
 import hashlib
 import importlib.metadata
@@ -193,9 +194,14 @@ def sit(steps: Sequence[Step], root: str | Path, *, fingerprint: dict, scratch: 
     log = []
     if resume:
         log = _open(folder).manifest["commands"]
-        done = [entry["command"] for entry in log]
-        steps = [step for step in steps if not (_named(step, scratch) in done
-                                                 and not done.remove(_named(step, scratch)))]
+        # a command listed twice (the three INT8 runs) is done as many times as the manifest holds it
+        done, pending = collections.Counter(entry["command"] for entry in log), []
+        for step in steps:
+            if done[_named(step, scratch)]:
+                done[_named(step, scratch)] -= 1
+            else:
+                pending.append(step)
+        steps = pending
     else:
         folder.mkdir(parents=True, exist_ok=False)
     env = {**os.environ, "GRAPHBOOK_RESULTS_DIR": str(folder.resolve()), results.RECORDING_ENV: recording_id}
