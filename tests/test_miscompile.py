@@ -51,8 +51,6 @@ def test_the_fixing_change_is_switched_only_inside_its_context():
         with mc._renames_after_recompute(kept):
             assert SchedulerNode.recompute_size_and_body is not stock
         assert SchedulerNode.recompute_size_and_body is stock
-    with mc._renames_after_recompute(None):
-        assert SchedulerNode.recompute_size_and_body is stock
 
 
 def test_verdict_is_cached_per_torch_version_and_cpu_capability(monkeypatch, tmp_path):

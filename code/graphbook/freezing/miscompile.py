@@ -42,11 +42,14 @@ def run_minimal(config: dict | None = None, *, wrapper: bool = False, replace: d
         if source.count(old) != 1:
             raise ValueError(f"the edit {old!r} must match the reproducer exactly once, it matches {source.count(old)}")
         source = source.replace(old, new)
-    settings = "".join(f"c.{key} = {value!r}; " for key, value in (config or {}).items())
-    program = (f"import torch._inductor.config as c; {settings}\n"
-               f"from graphbook.freezing.miscompile import _renames_after_recompute\n"
-               f"with _renames_after_recompute({renames_kept!r}):\n"
-               f"    exec(compile({source!r}, {MINIMAL_SCRIPT.name!r}, 'exec'), {{'__name__': '__main__'}})")
+    # the child imports only what it sets: its time is the reproducer's own, and a bare run imports nothing extra
+    program = f"exec(compile({source!r}, {MINIMAL_SCRIPT.name!r}, 'exec'), {{'__name__': '__main__'}})"
+    if renames_kept is not None:
+        program = ("from graphbook.freezing.miscompile import _renames_after_recompute\n"
+                   f"with _renames_after_recompute({renames_kept!r}):\n    {program}")
+    if config:
+        settings = "; ".join(f"c.{key} = {value!r}" for key, value in config.items())
+        program = f"import torch._inductor.config as c; {settings}\n{program}"
     env = {**os.environ, **({"TORCH_LOGS": "output_code"} if wrapper else {})}
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=timeout, env=env)
@@ -62,14 +65,11 @@ def run_minimal(config: dict | None = None, *, wrapper: bool = False, replace: d
 
 
 @contextlib.contextmanager
-def _renames_after_recompute(kept: bool | None):
-    """The change that fixed the miscompile in torch 2.14.1 switched on (``True``), off (``False``) or left as
-    installed (``None``). Fusing recomputes a node's loop body, which rebuilds its reads; the rename of a read to an
-    in-place mutation (``mutation_renames``) was put back by 2.13 only with fake dependencies, by 2.14.1 always.
-    Without it the read points at the buffer before the in-place add, and the reader may run first."""
-    if kept is None:
-        yield
-        return
+def _renames_after_recompute(kept: bool):
+    """The change that fixed the miscompile in torch 2.14.1 switched on (``True``) or off (``False``). Fusing
+    recomputes a node's loop body, which rebuilds its reads; the rename of a read to an in-place mutation
+    (``mutation_renames``) was put back by 2.13 only with fake dependencies, by 2.14.1 always. Without it
+    the read points at the buffer before the in-place add, and the reader may run first."""
     original = SchedulerNode.recompute_size_and_body
 
     def recompute(self, *args, **kwargs):
