@@ -214,14 +214,17 @@ def _dark_mode_init():
     return "try { localStorage.setItem('mode', 'dark'); localStorage.setItem('theme', 'dark'); } catch (e) {}"
 
 
-def _load(page, url: str, problems: list[str] | None) -> bool:
+def _load(page, url: str, problems: list[str] | None, settle: bool = True) -> bool:
+    """Load ``url``; with ``settle``, also wait until the network has been idle for half a second, so that late
+    requests and their console errors are seen (the phone and dark views of a page already judged need only layout)."""
     try:
         response = page.goto(url, wait_until="load", timeout=60_000)
         if response is None or response.status >= 400:
             if problems is not None:
                 problems.append(f"page did not load (HTTP {response.status if response else 'none'})")
             return False
-        page.wait_for_load_state("networkidle", timeout=30_000)
+        if settle:
+            page.wait_for_load_state("networkidle", timeout=30_000)
         return True
     except Exception as err:  # a page that cannot load is the first thing to report
         if problems is not None:
@@ -367,18 +370,19 @@ def check_site(html_dir: Path, screenshots: Path | None = None, notebooks_root: 
                 problems += figure_problems
                 if figure_counts is not None:
                     figure_counts[rel] = n_figures
-                shot = None
+                shot, landed_url = None, page.url
                 if screenshots is not None:
                     shot = screenshots / (rel.replace("/", "__").removesuffix(".html") + ".png")
                     shot.parent.mkdir(parents=True, exist_ok=True)
                     page.screenshot(path=str(shot), full_page=True)
                 page.close()
-                # The same page on a phone and in dark mode (console messages were judged above).
+                # The same page on a phone and in dark mode (console messages were judged above), loaded where the
+                # first load landed: a redirect would navigate away under the checks.
                 page_notes = notes.setdefault(rel, []) if notes is not None else None
                 for view, check, suffix in ((phone, functools.partial(check_phone, notes=page_notes), "--phone"),
                                             (dark, check_dark, "--dark")):
                     other = view.new_page()
-                    if _load(other, base + rel, problems):
+                    if _load(other, landed_url, problems, settle=False):
                         problems += check(other)
                         if shot is not None:
                             other.screenshot(path=str(shot.with_name(shot.stem + suffix + ".png")), full_page=True)
