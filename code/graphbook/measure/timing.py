@@ -1,15 +1,15 @@
-"""The timing harness, torch.utils.benchmark's Timer, under the book's run protocol (the median block is the
-headline). A one-off duration (a compile, a build) is a difference of two ``time.perf_counter()`` readings."""
+"""The timing harness under the book's run protocol (the median is the headline): torch.utils.benchmark's Timer for
+one function, a ``time.perf_counter()`` reading per call for functions taken in turn, and the same difference of two
+readings for a one-off duration (a compile, a build)."""
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-import torch
-from torch.utils import benchmark
 
 from graphbook.measure import probes
 from graphbook.measure.environment import fingerprint
@@ -45,15 +45,18 @@ def time_cpu(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 10,
 
 def interleaved(calls: Mapping[str, Callable[[], object]], *, warmup: int = 2,
                 repeats: int = 10) -> dict[str, TimingResult]:
-    """Several functions timed in turn (A, B, C, A, B, C...), so their ratios hold while the background load drifts."""
-    timers = {name: benchmark.Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-              for name, fn in calls.items()}
-    for timer in timers.values():
-        timer.timeit(max(warmup, 1))
+    """Several CPU functions timed in turn (A, B, C, A, B, C...), one call each per turn, so their ratios hold while
+    the background load drifts. Each call is read off ``time.perf_counter``: the Timer cannot time one call without
+    untimed calls of its own first, which would put a call of the same function before every timed one."""
+    for _ in range(max(warmup, 1)):
+        for fn in calls.values():
+            fn()
     seconds: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(repeats):
-        for name, timer in timers.items():
-            seconds[name] += timer.blocked_autorange(min_run_time=0).times
+        for name, fn in calls.items():
+            start = time.perf_counter()
+            fn()
+            seconds[name].append(time.perf_counter() - start)
     return {name: _result(values, warmup) for name, values in seconds.items()}
 
 
