@@ -30,7 +30,6 @@ def test_every_public_function_is_called_outside_its_module():
     assert not unused, "public functions nobody outside their module calls (make them private): " + ", ".join(unused)
 
 
-
 _PAGE_IMPORT = re.compile(r"^from (graphbook(?:\.\w+)*) import ([\w, ]+)$", re.M)
 _ATTRIBUTE = re.compile(r"(?<![\w.])(\w+)\.([A-Za-z_]\w*)")   # alias.name, not the tail of torch.x.config.name
 
