@@ -148,3 +148,25 @@ def test_an_absent_openvino_is_explained_and_the_lab_gpu_runtime_is_the_version_
     cpu = (paths.REPO_ROOT / "requirements.txt").read_text()
     lab = (paths.REPO_ROOT / "requirements-lab.txt").read_text()
     assert pin(lab, "onnxruntime-gpu") == pin(cpu, "onnxruntime")
+
+
+@pytest.mark.slow
+def test_where_uv_cannot_install_a_pin_pip_installs_it_and_says_so(tmp_path):
+    """uv does not read pip's configuration, so a reader's private index would fail it: set-up then uses pip."""
+    source = tmp_path / "source"
+    (source / "tinypin").mkdir(parents=True)
+    (source / "tinypin" / "__init__.py").write_text("")
+    (source / "pyproject.toml").write_text('[project]\nname = "tinypin"\nversion = "1.0"\n')
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w",
+                    tmp_path / "wheels", source], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "venv", tmp_path / ".venv"], check=True)
+    (tmp_path / ".venv" / "bin" / "uv").symlink_to(Path(sys.executable).with_name("uv"))
+    install = re.search(r"^install\(\) \{.*?^\}$", (ROOT / "scripts" / "setup_env.sh").read_text(), re.M | re.S)
+    # uv offline with no cache cannot install; pip finds the pin where its configuration (here PIP_*) points
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "UV_OFFLINE": "1", "UV_NO_CACHE": "1",
+           "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "wheels")}
+    proc = subprocess.run(["bash", "-c", f"set -eu\n{install.group(0)}\ninstall tinypin==1.0"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "uv could not install (tinypin==1.0); installing with pip" in proc.stderr
+    assert subprocess.run([tmp_path / ".venv" / "bin" / "python", "-c", "import tinypin"]).returncode == 0
