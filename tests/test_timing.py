@@ -12,12 +12,18 @@ def _turns(calls):
     return [c for i, c in enumerate(calls) if i == 0 or calls[i - 1] != c]
 
 
-def test_time_cpu_measures_a_sleep_reports_the_timers_blocks_and_sets_and_restores_threads():
+def test_time_cpu_makes_exactly_its_calls_from_a_millisecond_up_and_blocks_below_and_restores_threads():
     calls = []
-    result = timing.time_cpu(lambda: calls.append(time.sleep(0.01)), warmup=2, repeats=3)
+    result = timing.time_cpu(lambda: calls.append(time.sleep(0.005)), warmup=3, repeats=10)
     # sleep never returns early; a generous upper bound because the machine is shared
-    assert 9.5 <= result.median_ms < 1000 and result.repeats >= 3 and result.warmup == 2 and len(calls) >= 2 + 3
+    assert 4.5 <= result.median_ms < 1000 and result.repeats == 10 and result.warmup == 3 and len(calls) == 3 + 10
     assert result.min_ms <= result.q1_ms <= result.median_ms <= result.q3_ms <= result.max_ms
+    calls.clear()
+    assert timing.time_cpu(lambda: calls.append(time.sleep(0.005)), warmup=1, repeats=1).repeats == 3
+    assert len(calls) == 1 + 3   # a median and a spread need three readings
+    calls.clear()
+    tiny = timing.time_cpu(lambda: calls.append(None), warmup=1, repeats=5)
+    assert tiny.repeats >= 3 and len(calls) > 100   # a call far below the clock's resolution is timed in blocks
     before = torch.get_num_threads()
     seen = set()
     timing.time_cpu(lambda: seen.add(torch.get_num_threads()), warmup=0, repeats=1, threads=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,13 +18,37 @@ from graphbook.config import THREADS
 
 MIB = 1024 ** 2
 MIN_BLOCKS = 3  # the fewest blocks a median and a spread are taken from
+#: The shortest block worth one clock reading: the reading's own cost (about 70 ns) is under 1e-4 of it, the Timer's
+#: overhead target. A call this long is its own block; shorter calls are grouped by the Timer into longer blocks.
+MIN_BLOCK_S = 1e-3
 
 
 def blocked_times(fn, repeats: int, *, warmup: int = 1, threads: int | None = None) -> list[float]:
-    """Seconds per call of ``fn()`` in blocks timed by torch.utils.benchmark (the book's one timer) at ``threads``."""
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads or torch.get_num_threads())
-    first_s = timer.timeit(max(warmup, 1)).mean
-    measured = timer.blocked_autorange(min_run_time=repeats * first_s)
+    """Seconds per call of ``fn()`` at ``threads`` after ``warmup`` untimed calls (at least one): ``repeats`` single
+    calls (at least ``MIN_BLOCKS``) where a call lasts ``MIN_BLOCK_S`` or more, else blocks of many calls sized and
+    timed by torch.utils.benchmark's Timer."""
+    threads = threads or torch.get_num_threads()
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)  # GPU work ends before a reading
+
+    def seconds() -> float:
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        return time.perf_counter() - start
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for _ in range(max(warmup, 1) - 1):
+            fn()
+        first_s = seconds()  # the last warm-up call sizes the measurement
+        if first_s >= MIN_BLOCK_S:
+            return [seconds() for _ in range(max(repeats, MIN_BLOCKS))]
+    finally:
+        torch.set_num_threads(previous)
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
+    measured = timer.blocked_autorange(min_run_time=max(repeats * first_s, MIN_BLOCK_S))
     times = list(measured.times)
     # The Timer sizes its blocks by its own overhead, which differs between machines: where one block of ten calls
     # already fills the run time, a spread needs more blocks of the same size.
