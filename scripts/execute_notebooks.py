@@ -38,13 +38,14 @@ def execute(path: Path, timeout: int) -> dict:
     import nbclient
     import nbformat
 
-    from graphbook.measure.environment import fingerprint
+    from graphbook.measure.environment import fingerprint, others_load
 
     nb = nbformat.read(path, as_version=4)
     started = time.time()
     client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
                                      resources={"metadata": {"path": str(path.parent)}})
-    client.execute()
+    with others_load() as others:  # the page's live figures are only its own where nothing else ran beside it
+        client.execute()
     seconds = time.time() - started
     env = fingerprint()
     record = {
@@ -52,6 +53,7 @@ def execute(path: Path, timeout: int) -> dict:
         "executed_at": env["date"],
         "seconds": round(seconds, 1),
         "code_cells": sum(1 for c in nb.cells if c.cell_type == "code"),
+        **others,
         **{k: env[k] for k in ("git_commit", "cpu_model", "cpu_cores", "gpu_name", "python", "torch",
                                "onnxruntime", "platform")},
         # the machine by its fingerprint, not its vendor string, which names CPUs of very different speed

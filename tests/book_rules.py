@@ -9,6 +9,7 @@ import re
 
 from graphbook import paths
 from graphbook.config import BATCH_SIZES
+from graphbook.measure.environment import QUIET_OTHERS_CORES
 
 GLUE_ROLE = re.compile(r"\{glue(?::(?:text|md|figure|math))?\}`([^`]+)`")
 GLUE_DIRECTIVE = re.compile(r"```\{glue(?::(?:figure|math|md))?\}\s+(\S+)")
@@ -89,6 +90,17 @@ def ran_too_briefly(nb: dict, path: str) -> str | None:
         return "execution record says no code cells ran"
     if rec.get("seconds", 0) < MIN_SECONDS and path not in NOT_RUN_OK:
         return f"executed in {rec.get('seconds')} s, implausibly fast; add it to NOT_RUN_OK with a reason if real"
+    return None
+
+
+def ran_beside_other_work(nb: dict) -> str | None:
+    """Why a notebook's live figures may not be its own (other processes used the CPU while it ran), or None."""
+    rec = nb.get("metadata", {}).get("graphbook", {}).get("execution") or {}
+    if "others_cores_mean" not in rec:
+        return "its execution record does not say what else ran (re-run scripts/execute_notebooks.py)"
+    if rec["others_cores_mean"] > QUIET_OTHERS_CORES:
+        return (f"other processes used {rec['others_cores_mean']:.2f} cores on average while it ran: re-execute it "
+                "on a quiet machine")
     return None
 
 

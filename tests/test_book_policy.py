@@ -57,9 +57,10 @@ def test_notebook_is_stored_executed_top_to_bottom_without_errors(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
-def test_notebook_really_ran(path):
-    reason = rules.ran_too_briefly(load(path), path.relative_to(ROOT).as_posix())
-    assert reason is None, reason
+def test_notebook_really_ran_and_alone(path):
+    nb = load(path)
+    for reason in (rules.ran_too_briefly(nb, path.relative_to(ROOT).as_posix()), rules.ran_beside_other_work(nb)):
+        assert reason is None, reason
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
@@ -129,8 +130,14 @@ def test_rules_catch_unexecuted_errors_and_out_of_order_runs():
     assert not rules.execution_counts_in_order(_nb("x", counts=(1, 3)))
 
 
-def test_rules_catch_a_chapter_that_did_not_really_run():
+def test_rules_catch_a_chapter_that_did_not_really_run_or_ran_beside_other_work():
     assert rules.ran_too_briefly(_nb("x", seconds=0.2), "chapters/x.ipynb") is not None
+    nb = _nb("x")
+    assert "does not say" in rules.ran_beside_other_work(nb)
+    nb["metadata"]["graphbook"]["execution"]["others_cores_mean"] = 1.0
+    assert "1.00 cores" in rules.ran_beside_other_work(nb)
+    nb["metadata"]["graphbook"]["execution"]["others_cores_mean"] = 0.02
+    assert rules.ran_beside_other_work(nb) is None
 
 
 def test_rules_catch_a_figure_without_alt_text():

@@ -1,5 +1,10 @@
 """Tests of graphbook.measure.environment's CPU description on CPUs this machine is not: fake /proc/cpuinfo
-texts for x86 with and without VNNI, aarch64 Linux, Apple Silicon (sysctl) and an unknown CPU."""
+texts for x86 with and without VNNI, aarch64 Linux, Apple Silicon (sysctl) and an unknown CPU; and what else runs."""
+import shlex
+import subprocess
+import sys
+import time
+
 import pytest
 
 from graphbook.measure import environment, environment as env
@@ -122,3 +127,15 @@ def test_cpu_identity_tells_a_zen4_reads_arm_or_nothing_and_never_trusts_a_contr
     assert environment.microarchitecture("AuthenticAMD", 25, 0x01) == "Zen 3"
     assert environment.microarchitecture("AuthenticAMD", 26, 2) == "Zen 5"
     assert environment.microarchitecture("GenuineIntel", None, None) == "unknown"
+
+
+@pytest.mark.slow
+def test_others_load_counts_a_busy_process_outside_this_ones_tree_and_not_its_own_children():
+    busy = [sys.executable, "-c", "import time\nend = time.time() + 3\nwhile time.time() < end: pass"]
+    with environment.others_load(interval_s=0.5) as own:
+        subprocess.run(busy, check=True)                  # this process's child: the page's own work
+    # started by a shell that exits at once, the loop is nobody's child here: other work on the machine
+    subprocess.run(["sh", "-c", " ".join(map(shlex.quote, busy)) + " >/dev/null 2>&1 &"], check=True)
+    with environment.others_load(interval_s=0.5) as other:
+        time.sleep(2.5)
+    assert own["others_cores_mean"] < 0.5 <= other["others_cores_mean"] <= other["others_cores_max"]

@@ -2,6 +2,7 @@
 threads and library versions that produced it cannot be compared with anything."""
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import functools
 import getpass
@@ -10,9 +11,11 @@ import platform
 import re
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import onnxruntime as ort
+import psutil
 import torch
 
 from graphbook.measure.probes import measured_clock_ghz
@@ -318,3 +321,42 @@ def fingerprint(threads: int | None = None) -> dict:
         "onnxruntime": ort.__version__,
         "platform": _platform_names()[1],
     }
+
+
+#: The most CPU, in cores, that processes outside a page's own execution may use on average while it runs: a quiet
+#: machine's background stays far below it, a concurrent test run or benchmark far above.
+QUIET_OTHERS_CORES = 0.25
+
+
+@contextlib.contextmanager
+def others_load(interval_s: float = 2.0):
+    """While the block runs, the CPU used by processes other than this one and its descendants, sampled every
+    ``interval_s``: yields a dict that holds ``others_cores_mean`` and ``others_cores_max`` once the block ends."""
+    me = psutil.Process()
+    samples: list[float] = []
+    stop = threading.Event()
+
+    def sample() -> float:
+        ours = {me.pid, *(child.pid for child in me.children(recursive=True))}
+        percent = 0.0
+        for process in psutil.process_iter():  # cached Process objects: cpu_percent counts since its last call
+            if process.pid not in ours:
+                with contextlib.suppress(psutil.Error):
+                    percent += process.cpu_percent(None)
+        return percent / 100
+
+    def loop():
+        sample()  # the baseline of every process's counter
+        while not stop.wait(interval_s):
+            samples.append(sample())
+
+    found: dict = {}
+    sampler = threading.Thread(target=loop, daemon=True)
+    sampler.start()
+    try:
+        yield found
+    finally:
+        stop.set()
+        sampler.join()
+        samples.append(sample())  # the last stretch, shorter than an interval
+        found.update(others_cores_mean=round(sum(samples) / len(samples), 3), others_cores_max=round(max(samples), 3))

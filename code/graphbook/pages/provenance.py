@@ -30,7 +30,7 @@ def _machine(record: dict) -> str:
 
 
 def chapter_table(root: Path = REPO_ROOT):
-    """One row per chapter: title, when and where it last ran, how long, cells, GPU part."""
+    """One row per chapter: title, when and where it last ran, how long, cells, what else ran, GPU part."""
     rows = []
     for path in sorted((root / "chapters").glob("*.ipynb")):  # reading order; appendix pages excluded
         notebook = _load(path)
@@ -45,11 +45,12 @@ def chapter_table(root: Path = REPO_ROOT):
                       for line in "".join(cell.get("source", [])).splitlines() if line.startswith("# ")), path.stem)
         rows.append({"chapter": title, "notebook": path.relative_to(root).as_posix(),
                      "executed_at": rec.get("executed_at", "never (no execution record)"),
-                     "seconds": rec.get("seconds"), "code_cells": rec.get("code_cells"), "machine": _machine(rec),
+                     "seconds": rec.get("seconds"), "code_cells": rec.get("code_cells"),
+                     "others_cores_mean": rec.get("others_cores_mean"), "machine": _machine(rec),
                      "torch": rec.get("torch", ""), "git_commit": rec.get("git_commit", ""),
                      "gpu_part": glued.get("gpu_status", "no GPU part").strip("'\""),
                      "results_shown": glued.get("results_shown", "").strip("'\"")})
-    columns = ["chapter", "notebook", "executed_at", "seconds", "code_cells", "machine", "torch",
+    columns = ["chapter", "notebook", "executed_at", "seconds", "code_cells", "others_cores_mean", "machine", "torch",
                "git_commit", "gpu_part", "results_shown"]
     return pd.DataFrame(rows, columns=columns)
 
