@@ -53,11 +53,11 @@ def execute(path: Path, timeout: int) -> dict:
         "executed_at": env["date"],
         "seconds": round(seconds, 1),
         "code_cells": sum(1 for c in nb.cells if c.cell_type == "code"),
-        **others,
         **{k: env[k] for k in ("git_commit", "cpu_model", "cpu_cores", "gpu_name", "python", "torch",
                                "onnxruntime", "platform")},
         # the machine by its fingerprint, not its vendor string, which names CPUs of very different speed
         **{k: env.get(k, "") for k in ("cpu_vendor", "cpu_family", "cpu_model_id", "cpu_microarch", "cpu_ghz", "cpu_isa")},
+        **others,
     }
     nb.metadata.setdefault("graphbook", {})["execution"] = record
     nbformat.write(nb, path)
