@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from graphbook import paths
+from graphbook.measure.environment import QUIET_OTHERS_CORES, others_load
 from graphbook.record import results, runs
 
 RECORDINGS_DIR = paths.DATA_DIR / "recordings"
@@ -143,9 +144,12 @@ def sha256(path: str | Path) -> str:
 
 def disagreements(recording: Recording, needed: Sequence[str] = PAGE_KINDS) -> list[str]:
     """Everything in which the recording's files disagree with its manifest (a hash, a row's recording id, machine
-    or torch), and each ``needed`` kind it lacks. An empty list: the recording is whole and its own."""
+    or torch), each ``needed`` kind it lacks, and each command that ran beside other work (where the manifest
+    says). An empty list: the recording is whole and its own."""
     held = {entry["kind"] for entry in recording.manifest["files"]}
     problems = [f"no {kind!r} file" for kind in needed if kind not in held]
+    problems += [f"{c['command']}: other processes used {c['others_cores_mean']:.2f} cores beside it"
+                 for c in recording.manifest["commands"] if c.get("others_cores_mean", 0) > QUIET_OTHERS_CORES]
     expected = {**recording.manifest["machine"], "torch": recording.manifest["versions"]["torch"]}
     for entry in recording.manifest["files"]:
         path = recording.folder / entry["file"]
@@ -212,8 +216,9 @@ def sit(steps: Sequence[Step], root: str | Path, *, fingerprint: dict, scratch: 
         if step.prepare:
             step.prepare(scratch)
         argv = [sys.executable, *step.argv] if step.argv[0].endswith(".py") else list(step.argv)
-        entry["exit"] = subprocess.run(argv, cwd=paths.REPO_ROOT, env=env, check=False).returncode
-        entry["end"] = _now()
+        with others_load() as others:  # the command and its children are the sitting's own work
+            entry["exit"] = subprocess.run(argv, cwd=paths.REPO_ROOT, env=env, check=False).returncode
+        entry.update(others, end=_now())
         entry["files"] = sorted({p.name for p in folder.iterdir()} - before)
         log.append(entry)
         print(f"   exit {entry['exit']}, {_seconds(entry)} s, wrote {', '.join(entry['files']) or 'nothing'}",
