@@ -77,10 +77,14 @@ def test_a_decision_names_the_best_the_runner_up_and_each_exclusion_with_its_fai
     assert fp32.best == "ort_exporter_optimized_all" and fp32.margin == pytest.approx(505 / 155)
 
 
-def test_a_run_under_load_is_listed_and_then_too_few_quiet_runs_decide_nothing():
+def test_a_run_under_load_is_listed_and_too_few_quiet_runs_or_none_decide_nothing():
     rows, _ = decision.full_size_rows(_recording(eager_ms=(500.0, 3000.0, 505.0), ort_ms=(150.0, 900.0, 155.0)))
     table = decision.run_table(rows)
     assert list(table["under load?"].str.startswith("yes")) == [False, True, False]
     assert list(table["eager FP32 (ms)"]) == [500, 3000, 505]
     made = decision.decide(rows, rows[runs.MACHINE].iloc[0])
     assert made.runs == 2 and not made.decided
+    rows = rows.assign(**{runs.UNDER_LOAD: True})   # every run under load: nothing decided, the checks still exclude
+    made = decision.decide(rows, made.machine)
+    assert (made.best, made.runs, made.decided) == (None, 0, False)
+    assert made.excluded == {"compile_freezing": decision.OUTPUT_DIFFERS}
