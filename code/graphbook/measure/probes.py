@@ -27,7 +27,8 @@ def blocked_times(fn, repeats: int, *, warmup: int = 1, threads: int | None = No
     """Seconds per call of ``fn()`` at ``threads`` after ``warmup`` untimed calls (at least one): ``repeats`` single
     calls (at least ``MIN_BLOCKS``) where a call lasts ``MIN_BLOCK_S`` or more, else blocks of many calls sized and
     timed by torch.utils.benchmark's Timer."""
-    threads = threads or torch.get_num_threads()
+    previous = torch.get_num_threads()
+    threads = threads or previous
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)  # GPU work ends before a reading
 
     def seconds() -> float:
@@ -37,7 +38,6 @@ def blocked_times(fn, repeats: int, *, warmup: int = 1, threads: int | None = No
         sync()
         return time.perf_counter() - start
 
-    previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         for _ in range(max(warmup, 1) - 1):

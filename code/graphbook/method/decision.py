@@ -72,12 +72,7 @@ def decide(rows: pd.DataFrame, machine: str, *, candidates=None, task: str = res
                                                                    on=[runs.MACHINE, "variant"])
     if candidates is not None:
         mine = mine[mine["variant"].isin(list(candidates))]
-    picked = runs.choose_best(mine, correct="check_passed", skip_under_load=True)
-    if picked.empty:  # every run under load: no time to decide from, though the checks still exclude
-        pick = runs.choose_best(mine, correct="check_passed").iloc[0]
-        return Decision(machine, None, float("nan"), None, float("nan"), float("nan"), 0, 0, False,
-                        {v: verdicts.loc[(machine, v), "failed_check"] for v in pick["excluded"]})
-    pick = picked.iloc[0]
+    pick = runs.choose_best(mine, correct="check_passed", skip_under_load=True).iloc[0]
     excluded = {v: verdicts.loc[(machine, v), "failed_check"] for v in pick["excluded"]}
     return Decision(machine, pick["best"], float(pick["best_median"]), pick["runner_up"],
                     float(pick["runner_up_median"]), float(pick["margin"]), int(pick["runs"]), int(pick["won_runs"]),

@@ -188,17 +188,18 @@ def choose_best(frame, *, value: str = "median_ms", variant: str = "variant", co
     the runner-up: the next fastest of those timed in every run of the best (a comparison needs the same runs).
     ``margin`` > 1 means the best is ahead; ``decided`` needs :data:`MIN_RUNS` runs with the best ahead in each."""
     data = add_machine(frame) if MACHINE not in frame.columns else frame.copy()
-    if skip_under_load and UNDER_LOAD in data.columns:
-        data = data[~data[UNDER_LOAD].astype(bool)]
     if candidates is not None:
         data = data[data[variant].isin(list(candidates))]
     rows = []
-    for machine, group in data.groupby(MACHINE, sort=False):
+    for machine, checked in data.groupby(MACHINE, sort=False):
         flags = {name: [v for v in values if not _blank(v)]
-                 for name, values in group.groupby(variant, sort=False)[correct]}
+                 for name, values in checked.groupby(variant, sort=False)[correct]}
         verdicts = {name: bool(f) and all(bool(v) and str(v) != "False" for v in f) for name, f in flags.items()}
         passing = [v for v, ok in verdicts.items() if ok]
         excluded = sorted(v for v, ok in verdicts.items() if not ok)
+        # a check holds whatever the load; only the times of a run under load are left out (all of them: no best)
+        group = (checked[~checked[UNDER_LOAD].astype(bool)] if skip_under_load and UNDER_LOAD in checked.columns
+                 else checked)
         summary = summarize_runs(group[group[variant].isin(passing)], by=variant, value=value, run=run)
         summary = summary.sort_values("median", ascending=lower_is_better).reset_index(drop=True)
         row = {MACHINE: machine, "best": None, "best_median": float("nan"), "runs": 0, "runner_up": None,
