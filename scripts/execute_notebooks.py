@@ -98,7 +98,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"FAILED {rel}: {type(err).__name__}:\n" + "\n".join(lines[-12:]), file=sys.stderr)
             failed.append(str(rel))
             continue
-        append_rows(ROOT / "data" / "results" / "notebook_executions.csv", [record])
+        try:
+            append_rows(ROOT / "data" / "results" / "notebook_executions.csv", [record])
+        except ValueError as err:  # the log's header differs: every later page would fail the same way
+            print(f"execute_notebooks.py: error: {rel} ran and was written, but its run is not logged: {err}",
+                  file=sys.stderr)
+            return 1
         print(f"  ok in {record['seconds']:.0f} s", flush=True)
     if failed:
         print("failed: " + ", ".join(failed), file=sys.stderr)

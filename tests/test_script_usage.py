@@ -81,3 +81,19 @@ def test_results_dir_defaults_to_the_books_folder_and_a_failed_check_is_exit_1_n
     assert cli.exit_status_for("demo", []) == cli.EXIT_OK and capsys.readouterr().err == ""
     assert cli.exit_status_for("demo", ["bf16", "int8", "bf16"]) == cli.EXIT_CHECK_FAILED
     assert capsys.readouterr().err == "demo: failed its correctness check against eager: bf16, int8\n"
+
+
+def test_a_page_whose_run_cannot_be_logged_is_one_error_line_and_exit_1_with_the_log_untouched(script, tmp_path,
+                                                                                             monkeypatch, capsys):
+    pages = script("scripts/execute_notebooks.py")
+    page = tmp_path / "page.ipynb"
+    page.write_text("{}")
+    log = tmp_path / "data" / "results" / "notebook_executions.csv"
+    log.parent.mkdir(parents=True)
+    log.write_text("notebook,seconds,an_older_column\npage.ipynb,1.0,x\n")
+    monkeypatch.setattr(pages, "ROOT", tmp_path)
+    monkeypatch.setattr(pages, "execute", lambda path, timeout: {"notebook": "page.ipynb", "seconds": 2.0})
+    assert pages.main([str(page)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("execute_notebooks.py: error: page.ipynb ran and was written") and err.count("\n") == 1
+    assert "an_older_column" in err and log.read_text().count("\n") == 2
