@@ -198,3 +198,13 @@ def test_the_reference_recording_is_whole_and_its_rows_are_its_own():
     assert recording.disagreements(reference) == []
     assert reference.manifest["missing_kinds"] == []
     assert all(recording.completed(command) for command in reference.manifest["commands"])
+
+
+def test_a_sittings_measurement_is_counted_once_per_compile_and_never_exceeds_a_commands_wall(script):
+    floor = script("scripts/sitting_floor.py")
+    runs = pd.DataFrame({"variant": ["a", "a", "a", "b"], "compile_s": [20.0, 20.0, 20.0, 5.0],
+                         "median_ms": [100.0] * 4, "repeats": [10] * 4, "warmup": [2] * 4})
+    assert floor.measured_seconds(runs) == {"timed calls": pytest.approx(4.8), "cold compiles": 25.0}
+    table = floor.floor(recording.reference())
+    assert (table["measured_min"] <= table["wall_min"]).all(), table[["command", "wall_min", "measured_min"]]
+    assert table["measured_min"].sum() > 0.5 * table["wall_min"].sum()
