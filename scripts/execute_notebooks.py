@@ -9,15 +9,20 @@ Each notebook runs in a fresh kernel with its own folder as working directory. O
 executed without error is written back; a failing one is left as it was (a re-run never destroys
 earlier results) and the script exits 1 after trying the rest. Each written notebook records where
 and when it ran in ``metadata.graphbook.execution`` (read by the provenance page and the policy
-tests), and every run is appended to ``data/results/notebook_executions.csv``.
+tests), and every run is appended to ``data/results/notebook_executions.csv``. The pages of one run share an
+Inductor cache that is empty at its start, as on a reader's first run, so a page's compile times and execution time
+do not depend on what this machine compiled before.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 from graphbook import paths
 
@@ -79,32 +84,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.timeout < 1:
         parser.error("--timeout must be at least 1 second")
 
-    import os
-
     from graphbook.measure.environment import EXECUTION_COMMIT_VARIABLE, git_commit
     from graphbook.record.results import append_rows
 
     # every page records the commit this run started from: the pages it writes do not make the next "dirty"
     os.environ[EXECUTION_COMMIT_VARIABLE] = git_commit()
     failed = []
-    for path in paths:
-        rel = path.relative_to(ROOT)
-        print(f"executing {rel} ...", flush=True)
-        try:
-            record = execute(path, args.timeout)
-        except Exception as err:  # report and go on: one broken chapter should not hide the others
-            # nbclient's message carries the cell's traceback with terminal colours: keep its end, the failing line
-            lines = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines()
-            print(f"FAILED {rel}: {type(err).__name__}:\n" + "\n".join(lines[-12:]), file=sys.stderr)
-            failed.append(str(rel))
-            continue
-        try:
-            append_rows(ROOT / "data" / "results" / "notebook_executions.csv", [record])
-        except ValueError as err:  # the log's header differs: every later page would fail the same way
-            print(f"execute_notebooks.py: error: {rel} ran and was written, but its run is not logged: {err}",
-                  file=sys.stderr)
-            return 1
-        print(f"  ok in {record['seconds']:.0f} s", flush=True)
+    # a machine's own cache served this machine's pages compiles in seconds that a first run spends half a minute on
+    with tempfile.TemporaryDirectory(prefix="graphbook-pages-inductor-") as cache, \
+            mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": cache}):
+        for path in paths:
+            rel = path.relative_to(ROOT)
+            print(f"executing {rel} ...", flush=True)
+            try:
+                record = execute(path, args.timeout)
+            except Exception as err:  # report and go on: one broken chapter should not hide the others
+                # nbclient's message carries the cell's traceback with terminal colours: keep its end, the failing line
+                lines = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines()
+                print(f"FAILED {rel}: {type(err).__name__}:\n" + "\n".join(lines[-12:]), file=sys.stderr)
+                failed.append(str(rel))
+                continue
+            try:
+                append_rows(ROOT / "data" / "results" / "notebook_executions.csv", [record])
+            except ValueError as err:  # the log's header differs: every later page would fail the same way
+                print(f"execute_notebooks.py: error: {rel} ran and was written, but its run is not logged: {err}",
+                      file=sys.stderr)
+                return 1
+            print(f"  ok in {record['seconds']:.0f} s", flush=True)
     if failed:
         print("failed: " + ", ".join(failed), file=sys.stderr)
         return 1

@@ -97,3 +97,26 @@ def test_a_page_whose_run_cannot_be_logged_is_one_error_line_and_exit_1_with_the
     err = capsys.readouterr().err
     assert err.startswith("execute_notebooks.py: error: page.ipynb ran and was written") and err.count("\n") == 1
     assert "an_older_column" in err and log.read_text().count("\n") == 2
+
+
+def test_the_pages_of_one_run_compile_from_an_inductor_cache_empty_at_its_start(script, tmp_path, monkeypatch):
+    pages = script("scripts/execute_notebooks.py")
+    first, second = tmp_path / "one.ipynb", tmp_path / "two.ipynb"
+    for page in (first, second):
+        page.write_text("{}")
+    monkeypatch.setattr(pages, "ROOT", tmp_path)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "the machine's own"))
+    seen = []
+
+    def execute(path, timeout):
+        cache = pages.os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        seen.append((cache, sorted(pages.Path(cache).iterdir())))
+        (pages.Path(cache) / f"compiled-by-{path.stem}").touch()
+        return {"notebook": path.name, "seconds": 1.0}
+
+    monkeypatch.setattr(pages, "execute", execute)
+    assert pages.main([str(first), str(second)]) == 0
+    (cache, at_first), (same, at_second) = seen
+    assert at_first == [] and same == cache != str(tmp_path / "the machine's own")   # one new cache for the run
+    assert [p.name for p in at_second] == ["compiled-by-one"]
+    assert pages.os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "the machine's own")
