@@ -70,6 +70,17 @@ def test_a_resumed_sitting_runs_only_what_its_manifest_lacks(tmp_path):
     assert _own_findings(resumed, needed=()) == []
 
 
+@pytest.mark.slow   # the sitting runs its commands as processes
+def test_each_command_of_a_sitting_compiles_from_an_inductor_cache_of_its_own_empty_at_its_start(tmp_path):
+    # exit 0 only where the cache exists and is empty; each command then leaves a compiled file in it
+    code = ("import os, sys; d = os.environ['TORCHINDUCTOR_CACHE_DIR']; empty = os.path.isdir(d) and not os.listdir(d); "
+            "open(os.path.join(d, 'compiled'), 'w').close(); sys.exit(0 if empty else 4)")
+    done = recording.sit([Step((sys.executable, "-c", code)), Step((sys.executable, "-c", code + " "))], tmp_path,
+                         fingerprint=MACHINE, scratch=tmp_path, recording_id="rec-cache")
+    assert [c["exit"] for c in done.manifest["commands"]] == [0, 0]
+    assert {c["inductor_cache"] for c in done.manifest["commands"]} == {"empty at the command's start"}
+
+
 def _copy(sitting, tmp_path, edit):
     """The sitting's folder copied, its first file passed through ``edit`` and re-hashed in the manifest."""
     folder = tmp_path / sitting.id

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -216,9 +217,11 @@ def sit(steps: Sequence[Step], root: str | Path, *, fingerprint: dict, scratch: 
         if step.prepare:
             step.prepare(scratch)
         argv = [sys.executable, *step.argv] if step.argv[0].endswith(".py") else list(step.argv)
-        with others_load() as others:  # the command and its children are the sitting's own work
-            entry["exit"] = subprocess.run(argv, cwd=paths.REPO_ROOT, env=env, check=False).returncode
-        entry.update(others, end=_now())
+        # each command compiles from an empty Inductor cache: one the machine's cache served is not a cold compile
+        with others_load() as others, tempfile.TemporaryDirectory(prefix="sitting-inductor-") as cache:
+            entry["exit"] = subprocess.run(argv, cwd=paths.REPO_ROOT, env={**env, "TORCHINDUCTOR_CACHE_DIR": cache},
+                                           check=False).returncode
+        entry.update(others, end=_now(), inductor_cache="empty at the command's start")
         entry["files"] = sorted({p.name for p in folder.iterdir()} - before)
         log.append(entry)
         print(f"   exit {entry['exit']}, {_seconds(entry)} s, wrote {', '.join(entry['files']) or 'nothing'}",
