@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pandas as pd
 
@@ -12,7 +11,6 @@ from graphbook.record import cli, results
 from graphbook.record.cli import int_at_least
 from graphbook.teach import allocation, fusion_demo
 
-HERE = Path(__file__).resolve().parent
 DEFAULT_SIZE, DEFAULT_REPEATS = fusion_demo.DEFAULT_SIZE, fusion_demo.DEFAULT_REPEATS
 DEFAULT_FEATURE_MAP, DEFAULT_RUNS = fusion_demo.DEFAULT_FEATURE_MAP, fusion_demo.DEFAULT_RUNS
 
@@ -28,8 +26,6 @@ def _parse(argv):
                         help="conv+BN feature map (default {} {} {})".format(*DEFAULT_FEATURE_MAP))
     parser.add_argument("--runs", type=int_at_least(3), default=DEFAULT_RUNS,
                         help=f"independent runs of (a) and (b), each in a rotated order (default {DEFAULT_RUNS}, at least 3)")
-    parser.add_argument("--report-dir", type=cli.directory, default=HERE, metavar="DIR",
-                        help="folder for the text report 03_fusion.out.txt (default code/)")
     parser.add_argument("--no-compile", action="store_true",
                         help="skip torch.compile (the compiled chain and the compile-time part)")
     parser.add_argument("--no-allocator", action="store_true",
@@ -54,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     allocator = ("--no-allocator" if args.no_allocator else
                  allocation.allocator_runs(args.size, args.threads, runs=args.runs, repeats=args.repeats))
     print("  (d) allocator " + (f"skipped: {allocator}" if isinstance(allocator, str) else "done"), flush=True)
-    report = fusion_demo.write_report(args.report_dir, env, frame, compile_frame)
     recorded = pd.concat([compile_frame, frame, None if isinstance(allocator, str) else allocator])
     results_csv = results.write_run("fusion-demo", recorded, env, results_dir=args.results_dir, per_run=True)
+    report = fusion_demo.write_report(results_csv, env, frame, compile_frame)
     print(report.read_text())
     print(f"wrote {report} and {results_csv}")
     failed = fusion_demo.failed_checks(frame, SAME_OUTPUT_ATOL)

@@ -71,13 +71,16 @@ def test_measure_runs_times_both_parts_in_the_run_protocol_and_records_each_comp
 @pytest.mark.slow
 def test_tiny_end_to_end_run(tmp_path, run_main, monkeypatch):
     results_dir = tmp_path / "results"
-    args = ["--size", "4096", "--repeats", "3", "--feature-map", "4", "16", "16", "--report-dir", str(tmp_path),
+    args = ["--size", "4096", "--repeats", "3", "--feature-map", "4", "16", "16",
             "--results-dir", str(results_dir), "--no-compile", "--no-allocator"]
     monkeypatch.chdir(tmp_path)
     for _ in range(2):  # a re-run adds a record, never rewrites one
         code, _, err = run_main("03_fusion.py", *args)
         assert code == 0, err
-    report = (tmp_path / "03_fusion.out.txt").read_text()
+    # each run's report beside its results file, none rewritten
+    reports = {p.name.removesuffix(".out.txt"): p for p in results_dir.glob("*.out.txt")}
+    assert sorted(reports) == sorted(p.stem for p in results_dir.glob("*.csv")) and len(reports) == 2
+    report = next(iter(reports.values())).read_text()
     assert "# environment" in report and "torch: " in report
     assert "(a) BN folding" in report and "(b) element-wise chain" in report
     assert "skipped (--no-compile)" in report

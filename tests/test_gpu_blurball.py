@@ -87,8 +87,9 @@ def test_smoke_runs_every_step_on_the_cpu_and_a_failing_mode_loses_no_other_row(
     monkeypatch.setattr(gpu, "_build_call", fp32_max_autotune_fails)
     code, _, err = run_main("gpu_blurball.py", "--smoke", "--results-dir", tmp_path)
     assert code == 1 and "fp32_compile_max_autotune_nchw" in err.strip().splitlines()[-1], err[-2000:]
-    files = list(tmp_path.iterdir())
-    assert [f.name for f in files] == [f"gpu-blurball-smoke-cpu-{files[0].name[-14:-4]}.csv"]
+    (written,) = tmp_path.glob("*.csv")   # its readings sit beside it
+    assert written.name == f"gpu-blurball-smoke-cpu-{written.name[-14:-4]}.csv"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [written.name, written.stem + results.RAW_TIMES_SUFFIX]
     frame = results.load("gpu-blurball", tmp_path)
     rows = frame[frame.record == "variant"]
     assert rows.groupby("run").size().tolist() == [12, 12, 12] and rows.run_id.nunique() == 3

@@ -13,7 +13,7 @@ from graphbook.runtimes.onnx_utils import CUDA_PROVIDER, TENSORRT_PROVIDER
 
 def smoke_rows(results_dir):
     """The rows of the one gpu-tensorrt file in ``results_dir``."""
-    (written,) = results_dir.iterdir()
+    (written,) = results_dir.glob("*.csv")   # its readings sit beside it
     assert results.kind("gpu-tensorrt").matches(written.name) and written.name.startswith("gpu-tensorrt-smoke-cpu-")
     return results.load("gpu-tensorrt", results_dir)
 

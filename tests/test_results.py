@@ -256,3 +256,19 @@ def test_append_writes_the_header_once_blanks_missing_keys_and_a_rows_value_wins
             results.append_rows(tmp_path / "new.csv", empty)
     assert not (tmp_path / "new.csv").exists()
 
+
+
+def test_a_timed_rows_readings_are_kept_beside_its_file_and_recompute_its_statistics(tmp_path):
+    from graphbook.measure import timing
+
+    readings = (3.0, 1.0, 2.0, 10.0)
+    rows = [{"variant": "a", **timing.summary(readings), "times_ms": readings}, {"variant": "untimed"}]
+    path = results.write_run("fusion-demo", rows, results_dir=tmp_path)
+    assert "times_ms" not in pd.read_csv(path).columns            # no list in a CSV cell
+    kept = results.raw_times(path)
+    assert results.raw_times_path(path).name == path.stem + results.RAW_TIMES_SUFFIX
+    assert kept["row"].tolist() == [0] * 4 and kept["ms"].tolist() == list(readings)
+    assert timing.summary(kept["ms"]) == {k: pd.read_csv(path).loc[0, k] for k in timing.summary(readings)}
+    again = results.write_run("fusion-demo", rows, results_dir=tmp_path)   # a second run: new files, none rewritten
+    assert again != path and results.raw_times(again)["ms"].tolist() == list(readings)
+    assert results.raw_times(results.write_run("fusion-demo", rows[1:], results_dir=tmp_path)) is None

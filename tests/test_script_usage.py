@@ -9,7 +9,6 @@ from graphbook.record import cli
 REFUSALS = [
     ("03_fusion.py", ["--size", "10"], "--size"),
     ("03_fusion.py", ["--runs", "2"], ">= 3"),
-    ("03_fusion.py", ["--report-dir", "{file}"], "not a directory"),
     ("bench_ablation.py", ["--variants", "warp_drive"], "unknown variant"),
     ("bench_attribution.py", ["--height", "100"], "multiple of 8"),
     ("bench_blurball_cpu.py", ["--variants", "warp_drive"], "unknown variant"),

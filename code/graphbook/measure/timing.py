@@ -17,7 +17,8 @@ from graphbook.measure.environment import fingerprint
 
 @dataclass(frozen=True)
 class TimingResult:
-    """Milliseconds per call of one timed function; ``repeats`` is the number of blocks timed."""
+    """Milliseconds per call of one timed function; ``repeats`` is the number of blocks timed, ``times_ms`` each
+    block's reading, kept so that every statistic above can be recomputed from the record."""
 
     median_ms: float
     min_ms: float
@@ -26,15 +27,24 @@ class TimingResult:
     q3_ms: float
     repeats: int
     warmup: int
+    times_ms: tuple[float, ...] = ()
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def _result(seconds: Sequence[float], warmup: int) -> TimingResult:
-    ms = np.asarray(seconds) * 1e3
+def summary(ms: Sequence[float]) -> dict:
+    """The statistics a row records of its readings in milliseconds: the one definition a recording's verifier
+    recomputes them by."""
+    ms = np.asarray(ms, dtype=float)
     q1, median, q3 = np.percentile(ms, [25, 50, 75])
-    return TimingResult(float(median), float(ms.min()), float(ms.max()), float(q1), float(q3), len(ms), warmup)
+    return {"median_ms": float(median), "min_ms": float(ms.min()), "max_ms": float(ms.max()), "q1_ms": float(q1),
+            "q3_ms": float(q3), "repeats": len(ms)}
+
+
+def _result(seconds: Sequence[float], warmup: int) -> TimingResult:
+    ms = [float(s) * 1e3 for s in seconds]
+    return TimingResult(**summary(ms), warmup=warmup, times_ms=tuple(ms))
 
 
 def time_cpu(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 10,

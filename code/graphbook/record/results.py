@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
+import gzip
 import os
 import re
 import sys
@@ -41,6 +42,10 @@ EXPECTED_TO_MATCH = "expected_to_match_eager"  #: bool, from graphbook.method.va
 SPEEDUP_VS_EAGER = "speedup_vs_eager"  #: eager FP32 median / this median (same threads, same run)
 COMPILE_S = "compile_s"            #: seconds to build the variant: compile (or export + session,
                                    #: or engine build) including the first call
+TIMES_MS = "times_ms"              #: a timed row's readings (graphbook.measure.timing.TimingResult): write_run keeps
+                                   #: them beside its file, in RAW_TIMES_SUFFIX, not in a CSV cell
+RAW_TIMES_SUFFIX = ".times.csv.gz"  #: a results file's readings: one line per reading, ``row`` (its row in the file,
+                                    #: from 0), ``reading`` (from 0) and ``ms``
 
 
 #: Columns read as text whatever they look like (a run id of digits only must not become a number).
@@ -128,7 +133,7 @@ def write_run(kind_name: str, rows: Iterable[dict] | pd.DataFrame, env: dict | N
     frame = _framed(rows, env, "write_run")
     day = str(env[DATE])[:10] if env and env.get(DATE) else _dt.datetime.now(_dt.timezone.utc).date().isoformat()
     stem = "-".join([k.prefix] + ([tag] if tag else []) + [day])
-    path = _unique_path(_results_dir(results_dir), stem)
+    path = _unique_path(_results_dir(results_dir), stem, ".csv", RAW_TIMES_SUFFIX)
     if not k.matches(path.name):  # checked before the file exists: a bad name leaves no orphan behind
         raise ValueError(f"{path.name} does not match kind {k.name!r}'s own pattern (tagged: {k.tagged}, tag "
                          f"{tag!r}; the date comes from env['date'], got {str((env or {}).get(DATE))[:40]!r})")
@@ -139,8 +144,31 @@ def write_run(kind_name: str, rows: Iterable[dict] | pd.DataFrame, env: dict | N
     within = frame[per_run].astype(str) + "/" if isinstance(per_run, str) else pd.Series("", index=frame.index)
     run_ids[numbered.index] = [f"{path.stem}/{within[i]}r{int(run)}" for i, run in numbered.items()]
     frame.insert(0, RUN_ID, frame.pop(RUN_ID).fillna(run_ids) if RUN_ID in frame else run_ids)
+    readings = frame.pop(TIMES_MS) if TIMES_MS in frame else None
     frame.to_csv(path, mode="x", index=False)  # "x": fail rather than touch an existing file
+    if readings is not None:
+        _write_raw_times(raw_times_path(path), readings)
     return path
+
+
+def raw_times_path(path: str | Path) -> Path:
+    """Where the readings of the results file ``path`` are kept."""
+    path = Path(path)
+    return path.with_name(path.stem + RAW_TIMES_SUFFIX)
+
+
+def _write_raw_times(path: Path, readings: pd.Series) -> None:
+    lines = [(row, index, float(ms)) for row, values in readings.items()
+             if isinstance(values, (list, tuple)) for index, ms in enumerate(values)]
+    table = pd.DataFrame(lines, columns=["row", "reading", "ms"])
+    with path.open("xb") as handle, gzip.GzipFile(fileobj=handle, mode="wb", mtime=0) as packed:
+        packed.write(table.to_csv(index=False, float_format="%.17g").encode())
+
+
+def raw_times(path: str | Path) -> pd.DataFrame | None:
+    """The readings kept beside the results file ``path`` (``row``, ``reading``, ``ms``), or None where it has none."""
+    kept = raw_times_path(path)
+    return pd.read_csv(kept) if kept.is_file() else None
 
 
 def write_and_report(kind_name: str, rows: Iterable[dict], env: dict | None = None, *,

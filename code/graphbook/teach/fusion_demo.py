@@ -20,7 +20,7 @@ DEFAULT_REPEATS = 7             # the article took the median of 7 runs
 DEFAULT_FEATURE_MAP = (64, *FULL_SIZE)  # channels, height, width: BlurBall's full-resolution stem
 CHAIN_OPS = 4                   # x*2, +1, relu, *3
 FLOAT_BYTES = 4
-REPORT_NAME = "03_fusion.out.txt"
+REPORT_SUFFIX = ".out.txt"       # the report beside its results file: <stem>.out.txt
 DEFAULT_RUNS = 3               # independent runs per invocation (the book decides on medians across runs)
 
 
@@ -125,7 +125,8 @@ def measure_runs(feature_map=DEFAULT_FEATURE_MAP, n_elements: int = DEFAULT_SIZE
 
     def copy_probe() -> dict:
         copy = probes.copy_bandwidth(nbytes=n_elements * FLOAT_BYTES, repeats=repeats)
-        return {"copy_gbps": copy["gb_per_s"], **{f"copy_{k}": copy[k] for k in ("median_ms", "min_ms", "max_ms")}}
+        return {"copy_gbps": copy["gb_per_s"],
+                **{f"copy_{k}": copy[k] for k in ("median_ms", "min_ms", "max_ms", "times_ms")}}
 
     with torch.no_grad():
         calls = {**fold_calls, **chain_calls}
@@ -144,7 +145,7 @@ def measure_runs(feature_map=DEFAULT_FEATURE_MAP, n_elements: int = DEFAULT_SIZE
     frame.loc[chain_rows, "speedup_vs_eager"] = per_run("eager") / frame["median_ms"]
     folded = frame["variant"] == "folded"
     frame.loc[folded, "change_pct"] = (per_run("unfolded") - frame["median_ms"]) / per_run("unfolded") * 100
-    copy_ms = ["copy_median_ms", "copy_min_ms", "copy_max_ms"]
+    copy_ms = ["copy_median_ms", "copy_min_ms", "copy_max_ms", "copy_times_ms"]
     probe = (frame[chain_rows].drop_duplicates("run")
              [["run", "run_count", "run_started", "went_first", "copy_gbps", "part", "size_elements", *copy_ms]]
              .rename(columns=lambda c: c.removeprefix("copy_") if c in copy_ms else c)
@@ -208,7 +209,7 @@ def measure_compile_time(n_elements: int = DEFAULT_SIZE, threads: int = 1, runs:
 
 # ---------------------------------------------------------------- report and records
 def _format_report(env: dict, frame: pd.DataFrame, compile_frame: pd.DataFrame | None) -> str:
-    """The text of ``03_fusion.out.txt``: the environment header, then parts (a), (b) and (c)."""
+    """The text of the demo's report (``<results file stem>.out.txt``): the environment header, then parts (a), (b) and (c)."""
     lines = ["# code/03_fusion.py output", "# environment"]
     lines += [f"#   {key}: {value}" for key, value in env.items()]
     folds = frame[frame["part"] == "bn_folding"].pivot(index="run", columns="variant", values="median_ms")
@@ -249,12 +250,13 @@ def _format_report(env: dict, frame: pd.DataFrame, compile_frame: pd.DataFrame |
     return "\n".join(lines) + "\n"
 
 
-def write_report(directory: str | Path, env: dict, frame: pd.DataFrame, compile_frame: pd.DataFrame | None) -> Path:
-    """Write the report to ``directory/03_fusion.out.txt`` and return its path."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / REPORT_NAME
-    path.write_text(_format_report(env, frame, compile_frame))
+def write_report(results_csv: str | Path, env: dict, frame: pd.DataFrame,
+                 compile_frame: pd.DataFrame | None) -> Path:
+    """Write the report beside the run's results file, ``<its stem>.out.txt``, and return its path: a recording
+    keeps it with the rows it summarizes, and no run writes over another's."""
+    path = Path(results_csv).with_suffix(REPORT_SUFFIX)
+    with path.open("x") as handle:
+        handle.write(_format_report(env, frame, compile_frame))
     return path
 
 
