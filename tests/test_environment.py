@@ -146,3 +146,34 @@ def test_others_load_sums_every_process_but_this_one_and_its_descendants(monkeyp
     with environment.others_load(interval_s=0.01) as found:
         time.sleep(0.05)
     assert found == {"others_cores_mean": 0.5, "others_cores_max": 0.5}
+
+
+@pytest.mark.parametrize("text, flags", [
+    ("flags\t: fpu avx2 avx512f avx512_vnni avx512_bf16 amx_tile amx_int8 sse4_2\n",
+     "amx_int8 amx_tile avx2 avx512_bf16 avx512_vnni avx512f"),
+    ("flags\t: fpu sse4_2\n", ""),                               # none of the kernel-choice flags
+    ("processor\t: 0\n", "unknown"),                            # no flag line: never read as "none"
+])
+def test_a_recording_names_every_flag_that_can_change_a_kernel_choice(text, flags):
+    assert env._kernel_flags(text) == flags
+
+
+def test_the_boot_is_read_from_the_kernel_or_unknown(tmp_path):
+    (tmp_path / "sys/kernel/random").mkdir(parents=True)
+    (tmp_path / "sys/kernel/random/boot_id").write_text("0f2c3fbc-boot\n")
+    (tmp_path / "stat").write_text("cpu  1 2 3 4\nbtime 1796682307\n")
+    assert env._boot_identity(tmp_path) == {"boot_id": "0f2c3fbc-boot", "boot_time": "2026-12-07T22:25:07+00:00"}
+    assert env._boot_identity(tmp_path / "absent") == {"boot_id": "unknown", "boot_time": "unknown"}
+
+
+def test_cpu_seconds_count_steal_apart_from_busy_and_never_twice(monkeypatch):
+    times = {"user": 10.0, "nice": 0.0, "system": 5.0, "idle": 80.0, "iowait": 1.0, "irq": 0.0, "softirq": 0.0,
+             "steal": 4.0, "guest": 3.0, "guest_nice": 0.0}
+
+    class Times:
+        def _asdict(self):
+            return dict(times)
+
+    monkeypatch.setattr(env.psutil, "cpu_times", lambda: Times())
+    # a guest's time is inside user already; idle and iowait are not busy; steal is neither
+    assert env.cpu_seconds() == {"busy": 15.0, "steal": 4.0, "total": 100.0}

@@ -3,11 +3,13 @@ missing file is found; the sitting records every kind the pages quote."""
 import importlib.util
 import json
 import re
+import subprocess
 import sys
 
 import pandas as pd
 import pytest
 from graphbook import paths
+from graphbook.measure import environment
 from graphbook.record import recording, results
 from graphbook.record.recording import Step
 
@@ -23,76 +25,118 @@ def _writer(variant: str, exit_status: int = 0) -> Step:
     return Step((sys.executable, "-c", code))
 
 
-def _own_findings(sitting, **needed) -> list[str]:
-    """What ``disagreements`` finds, but for other work beside the commands: the other pytest worker is that here."""
-    return [p for p in recording.disagreements(sitting, **needed) if not p.endswith("beside it")]
+@pytest.fixture(scope="module")
+def clean_repo(tmp_path_factory):
+    """A repository with one commit and nothing changed: a sitting records a commit, so it refuses any other."""
+    return _committed_repo(tmp_path_factory.mktemp("repo"))
+
+
+def _committed_repo(folder):
+    def git(*args):
+        subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    git("init", "-q")
+    (folder / "README").write_text("a sitting's code\n")
+    git("add", "README")
+    git("-c", "user.name=test", "-c", "user.email=test@example.invalid", "commit", "-q", "-m", "code")
+    return folder
+
+
+def _sit(steps, root, repo, recording_id, **options):
+    return recording.sit(steps, root, fingerprint=MACHINE, scratch=root, recording_id=recording_id, repo=repo,
+                         **options)
 
 
 @pytest.fixture(scope="module")
-def sitting(tmp_path_factory):
+def sitting(tmp_path_factory, clean_repo):
     root = tmp_path_factory.mktemp("recordings")
-    return recording.sit([_writer("eager"), _writer("fused", exit_status=1)], root, fingerprint=MACHINE,
-                         scratch=root, recording_id="rec-test")
+    return _sit([_writer("eager"), _writer("fused", exit_status=1)], root, clean_repo, "rec-test")
 
 
 @pytest.mark.slow   # the sitting runs its commands as processes
-def test_a_sitting_writes_its_files_and_manifest(sitting):
-    manifest = json.loads((sitting.folder / recording.MANIFEST).read_text())
+def test_a_sitting_writes_its_files_and_manifest(sitting, clean_repo):
+    manifest = sitting.manifest
     assert [f["kind"] for f in manifest["files"]] == ["fusion-demo", "fusion-demo"]
     assert [c["exit"] for c in manifest["commands"]] == [0, 1]
     assert all(recording.completed(c) for c in manifest["commands"])   # exit 1 with its file: a failed check is data
     assert not recording.completed({"exit": 1, "files": []}) and not recording.completed({"exit": 2, "files": ["x"]})
     assert "cpu-blurball" in manifest["missing_kinds"] and "fusion-demo" not in manifest["missing_kinds"]
     assert manifest["versions"]["torch"] == "2.14.1" and manifest["machine"]["cpu_microarch"] == "Zen 4"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clean_repo, capture_output=True, text=True).stdout.strip()
+    (invocation,) = manifest["invocations"]
+    assert invocation["commit"] == head and invocation["machine"]["boot_id"] == environment.machine_record()["boot_id"]
+    assert {"cpu_flags", "microcode", "memory_gib", "boot_time"} <= set(invocation["machine"])
+    assert all(0 <= c["others_cores_mean"] <= c["others_cores_max"] and c["tree_changes"] == []
+               and (c["steal_fraction"] is None or 0 <= c["steal_fraction"] < 1) for c in manifest["commands"])
     rows = pd.concat(results.load_file(p) for p in sitting.files("fusion-demo"))
     assert set(rows[results.RECORDING_ID]) == {"rec-test"}
-    assert _own_findings(sitting) == [f"no {k!r} file" for k in recording.PAGE_KINDS if k != "fusion-demo"]
+    assert recording.sitting_problems(sitting) == []
+    assert recording.disagreements(sitting) == [f"no {k!r} file" for k in recording.PAGE_KINDS if k != "fusion-demo"]
 
 
 @pytest.mark.slow   # the sitting runs its commands as processes
-def test_a_recording_is_never_rewritten(sitting):
+def test_a_recording_is_never_rewritten(sitting, clean_repo):
     with pytest.raises(FileExistsError):
-        recording.sit([], sitting.folder.parent, fingerprint=MACHINE, scratch=sitting.folder, recording_id="rec-test")
-    with pytest.raises(recording.RecordingError, match="written once"):
-        recording._write_manifest(sitting.folder, [], MACHINE)
+        _sit([], sitting.folder.parent, clean_repo, "rec-test")
 
 
 @pytest.mark.slow   # the sitting runs its commands as processes
-def test_a_resumed_sitting_runs_only_what_its_manifest_lacks(tmp_path):
-    first = recording.sit([_writer("eager")], tmp_path, fingerprint=MACHINE, scratch=tmp_path, recording_id="rec-r")
-    earlier = first.manifest["files"][0]
+def test_a_resumed_sitting_runs_only_what_its_manifest_lacks_and_leaves_every_earlier_line_as_it_was(tmp_path,
+                                                                                                  clean_repo):
+    first = _sit([_writer("eager")], tmp_path, clean_repo, "rec-r")
+    written = first.manifest_path.read_bytes()
     # a command the steps list twice (as the INT8 runs) and the manifest once runs once more
-    resumed = recording.sit([_writer("eager"), _writer("eager"), _writer("fused")], tmp_path, fingerprint=MACHINE,
-                            scratch=tmp_path, recording_id="rec-r", resume=True)
+    resumed = _sit([_writer("eager"), _writer("eager"), _writer("fused")], tmp_path, clean_repo, "rec-r", resume=True)
     expected = [_writer(variant).name for variant in ("eager", "eager", "fused")]
     assert [c["command"] for c in resumed.manifest["commands"]] == expected
-    assert resumed.manifest["files"][0] == earlier and len(resumed.manifest["files"]) == 3
-    assert _own_findings(resumed, needed=()) == []
+    assert [c["invocation"] for c in resumed.manifest["commands"]] == [1, 2, 2]
+    assert resumed.manifest_path.read_bytes().startswith(written)    # appended, never rewritten
+    assert resumed.manifest["files"][0] == first.manifest["files"][0] and len(resumed.manifest["files"]) == 3
+
+
+@pytest.mark.slow   # git runs as a process
+def test_a_sitting_refuses_a_tree_with_changes(tmp_path):
+    repo = _committed_repo(tmp_path / "repo")
+    (repo / "README").write_text("edited\n")
+    with pytest.raises(recording.RecordingError, match="has changes .*README.*commit or stash"):
+        _sit([_writer("eager")], tmp_path, repo, "rec-dirty")
+    assert not (tmp_path / "rec-dirty").exists()
 
 
 @pytest.mark.slow   # the sitting runs its commands as processes
-def test_each_command_of_a_sitting_compiles_from_an_inductor_cache_of_its_own_empty_at_its_start(tmp_path):
+def test_a_command_that_changes_the_tree_is_recorded_and_the_recording_refused(tmp_path):
+    repo = _committed_repo(tmp_path / "repo")
+    done = _sit([Step((sys.executable, "-c", "open('README', 'a').write('more')"))], tmp_path, repo, "rec-writes")
+    assert done.manifest["commands"][0]["tree_changes"] == ["README"]
+    with pytest.raises(recording.RecordingError, match="changed the repository's tree"):
+        recording._open(done.folder)
+
+
+@pytest.mark.slow   # the sitting runs its commands as processes
+def test_each_command_of_a_sitting_compiles_from_an_inductor_cache_of_its_own_empty_at_its_start(tmp_path, clean_repo):
     # exit 0 only where the cache exists and is empty; each command then leaves a compiled file in it
     code = ("import os, sys; d = os.environ['TORCHINDUCTOR_CACHE_DIR']; empty = os.path.isdir(d) and not os.listdir(d); "
             "open(os.path.join(d, 'compiled'), 'w').close(); sys.exit(0 if empty else 4)")
-    done = recording.sit([Step((sys.executable, "-c", code)), Step((sys.executable, "-c", code + " "))], tmp_path,
-                         fingerprint=MACHINE, scratch=tmp_path, recording_id="rec-cache")
+    done = _sit([Step((sys.executable, "-c", code)), Step((sys.executable, "-c", code + " "))], tmp_path, clean_repo,
+                "rec-cache")
     assert [c["exit"] for c in done.manifest["commands"]] == [0, 0]
     assert {c["inductor_cache"] for c in done.manifest["commands"]} == {"empty at the command's start"}
 
 
 def _copy(sitting, tmp_path, edit):
-    """The sitting's folder copied, its first file passed through ``edit`` and re-hashed in the manifest."""
+    """The sitting's folder copied, its first file passed through ``edit`` and re-hashed in the manifest (a forgery
+    the hashes alone cannot see)."""
     folder = tmp_path / sitting.id
     folder.mkdir()
     for path in sitting.folder.iterdir():
         (folder / path.name).write_bytes(path.read_bytes())
-    first = folder / sitting.manifest["files"][0]["file"]
-    edit(first)
-    manifest = json.loads((folder / recording.MANIFEST).read_text())
-    manifest["files"][0]["sha256"] = recording.sha256(first)
-    (folder / recording.MANIFEST).write_text(json.dumps(manifest))
-    return recording._open(folder)
+    name = sitting.manifest["files"][0]["file"]
+    edit(folder / name)
+    lines = [json.loads(line) for line in (folder / recording.LOG).read_text().splitlines()]
+    for entry in (f for line in lines for f in line.get("files", []) if f["file"] == name):
+        entry["sha256"] = recording.sha256(folder / name)
+    (folder / recording.LOG).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return recording.read(folder)
 
 
 def _edit_column(column, value):
@@ -115,16 +159,72 @@ def test_rows_that_are_not_the_sittings_are_found(sitting, tmp_path, column, val
 
 
 @pytest.mark.slow   # the sitting runs its commands as processes
-def test_a_file_changed_after_the_sitting_or_a_command_beside_other_work_is_found(sitting, tmp_path):
-    assert all(0 <= c["others_cores_mean"] <= c["others_cores_max"] for c in sitting.manifest["commands"])
+def test_a_file_changed_after_the_sitting_is_found(sitting, tmp_path):
     copied = _copy(sitting, tmp_path, lambda path: None)
     (copied.folder / copied.manifest["files"][1]["file"]).write_text("variant\nforged\n")
-    manifest = json.loads((copied.folder / recording.MANIFEST).read_text())
-    manifest["commands"][0]["others_cores_mean"], manifest["commands"][1]["others_cores_mean"] = 1.5, 0.0
-    (copied.folder / recording.MANIFEST).write_text(json.dumps(manifest))
-    assert recording.disagreements(recording._open(copied.folder), needed=()) == [
-        f"{manifest['commands'][0]['command']}: other processes used 1.50 cores beside it",
+    assert recording.disagreements(copied, needed=()) == [
         f"{copied.manifest['files'][1]['file']}: missing or not the file the manifest hashed"]
+
+
+def _invocation(number, *, commit="c0ffee", boot="boot-1", started="2026-12-07T10:00:00+00:00", busy=100.0):
+    return {"record": "invocation", "invocation": number, "started": started, "commit": commit,
+            "machine": {"boot_id": boot}, "cpu_seconds": {"busy": busy, "steal": 0.0, "total": 1000.0}}
+
+
+def _command(number, name="code/x.py", *, end="2026-12-07T10:10:00+00:00", busy=160.0, **fields):
+    return {"record": "command", "invocation": number, "command": name, "start": "2026-12-07T10:00:00+00:00",
+            "end": end, "exit": 0, "tree_changes": [], "cpu_seconds": {"busy": busy}, "files": [], **fields}
+
+
+def _log(tmp_path, *lines):
+    folder = tmp_path / "rec-lines"
+    folder.mkdir()
+    (folder / recording.LOG).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return recording.read(folder)
+
+
+@pytest.mark.parametrize("lines, problem", [
+    ([_invocation(1), _command(1)], None),
+    ([_invocation(1), _command(1), _invocation(2, commit="beef00", started="2026-12-07T10:20:00+00:00", busy=161.0)],
+     "invocations at 2 commits"),
+    ([_invocation(1), _command(1), _invocation(2, boot="boot-2", started="2026-12-07T10:20:00+00:00", busy=161.0)],
+     "invocations on 2 boots"),
+    ([_invocation(1, boot="unknown"), _command(1)], "one sitting is one boot"),
+    # 600 s between the two invocations: 20 busy seconds is 0.03 cores (idle), 60 is 0.1 (a page or a test ran)
+    ([_invocation(1), _command(1), _invocation(2, started="2026-12-07T10:20:00+00:00", busy=180.0), _command(2, "b")],
+     None),
+    ([_invocation(1), _command(1), _invocation(2, started="2026-12-07T10:20:00+00:00", busy=220.0), _command(2, "b")],
+     "between invocations 1 and 2 the machine used 0.10 cores"),
+    ([_invocation(1), _command(1), _invocation(2, started="2026-12-07T10:20:00+00:00", busy=161.0), _command(2)],
+     "code/x.py: its runs span invocations [1, 2]"),
+    ([_invocation(1), _command(1, tree_changes=["code/03_fusion.out.txt"])], "changed the repository's tree"),
+    ([_command(1)], "no invocation line"),
+])
+def test_one_sitting_is_one_commit_one_boot_and_nothing_between_its_invocations(tmp_path, lines, problem):
+    found = recording.sitting_problems(_log(tmp_path, *lines))
+    assert (found == []) if problem is None else any(problem in p for p in found), found
+
+
+@pytest.mark.parametrize("command, flags", [
+    ({"others_cores_mean": 0.01, "steal_fraction": 0.001}, []),
+    ({"others_cores_mean": 0.9, "steal_fraction": 0.001}, ["other processes used 0.90 cores beside it"]),
+    ({"others_cores_mean": 0.01, "steal_fraction": 0.08}, ["the host stole 8.0% of the CPU time"]),
+    ({}, ["other processes' CPU beside it unknown", "host steal unknown"]),    # missing is unknown, never quiet
+])
+def test_a_command_is_flagged_for_load_steal_or_what_its_manifest_does_not_say(command, flags):
+    assert recording.command_flags(command) == flags
+
+
+def test_a_reference_whose_manifest_changed_after_it_was_named_is_refused(tmp_path, monkeypatch):
+    named = recording.reference()
+    copied = tmp_path / named.id
+    copied.mkdir()
+    (copied / recording.MANIFEST).write_text(named.manifest_path.read_text().replace("AMD EPYC", "AMD EPYC 9R14"))
+    (tmp_path / "REFERENCE.txt").write_text(f"{named.id} {recording.reference_line()[1]}\n")
+    monkeypatch.setattr(recording, "RECORDINGS_DIR", tmp_path)
+    monkeypatch.setattr(recording, "REFERENCE_FILE", tmp_path / "REFERENCE.txt")
+    with pytest.raises(recording.RecordingError, match="is not the manifest REFERENCE.txt named"):
+        recording.reference()
 
 
 def _sitting_script():

@@ -323,6 +323,77 @@ def fingerprint(threads: int | None = None) -> dict:
     }
 
 
+#: The CPU flags that can change which kernel torch, oneDNN or ONNX Runtime picks: a recording names each one present.
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni")
+
+
+def _kernel_flags(cpuinfo_text: str | None = None) -> str:
+    """The :data:`KERNEL_FLAGS` and ``amx_*`` flags this CPU reports, space-separated; "unknown" with no flag line."""
+    line = _cpuinfo_fields(cpuinfo_text).get("flags")
+    if line is None:
+        return "unknown"
+    flags = set(line.split())
+    return " ".join(sorted(f for f in flags if f in KERNEL_FLAGS or f.startswith("amx_")))
+
+
+def _boot_identity(root: str | Path = "/proc") -> dict:
+    """This boot's id (new at every boot, unlike ``/etc/machine-id``, which comes with the machine's image) and the
+    boot time, UTC; "unknown" where the kernel does not say."""
+    root = Path(root)
+    try:
+        boot_id = (root / "sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot_id = "unknown"
+    try:
+        seconds = next(int(line.split()[1]) for line in (root / "stat").read_text().splitlines()
+                       if line.startswith("btime "))
+        booted = _dt.datetime.fromtimestamp(seconds, _dt.timezone.utc).isoformat(timespec="seconds")
+    except (OSError, StopIteration, ValueError, IndexError):
+        booted = "unknown"
+    return {"boot_id": boot_id or "unknown", "boot_time": booted}
+
+
+def machine_record() -> dict:
+    """What a recording's invocation says of the machine beyond :func:`fingerprint`: the boot, the kernel-choice
+    flags, the microcode and the memory."""
+    microcode = _cpuinfo_fields(None).get("microcode") or "unknown"
+    return {**_boot_identity(), "cpu_flags": _kernel_flags(), "microcode": microcode,
+            "memory_gib": round(psutil.virtual_memory().total / 2**30, 1)}
+
+
+#: The programs whose versions a page quotes: the browser Chapter 4 measures in, and the C++ compiler Inductor's
+#: CPU code and the ahead-of-time loader are built with.
+TOOLS = {"chromium": ("chromium", "chromium-browser", "google-chrome"), "c++ compiler": ("g++", "c++", "clang++")}
+
+
+def tool_versions() -> dict:
+    """The first line of ``--version`` of each of :data:`TOOLS` (``$CXX`` first for the compiler), "unknown" where
+    none is installed."""
+    found = {}
+    for tool, names in TOOLS.items():
+        names = ((os.environ["CXX"],) if tool == "c++ compiler" and os.environ.get("CXX") else ()) + names
+        found[tool] = "unknown"
+        for name in names:
+            try:
+                done = subprocess.run([name, "--version"], capture_output=True, text=True, timeout=30)
+            except (OSError, subprocess.SubprocessError):
+                continue
+            if done.returncode == 0 and done.stdout.strip():
+                found[tool] = done.stdout.strip().splitlines()[0]
+                break
+    return found
+
+def cpu_seconds() -> dict:
+    """The machine's CPU seconds since boot, summed over its CPUs: ``busy``, ``steal`` (time the hypervisor gave
+    another guest; None where the kernel does not count it) and ``total``. Two readings bound a span."""
+    times = psutil.cpu_times()._asdict()
+    for counted_in_user in ("guest", "guest_nice"):   # Linux counts a guest's time in user and nice already
+        times.pop(counted_in_user, None)
+    total, steal = sum(times.values()), times.get("steal")
+    idle = times["idle"] + times.get("iowait", 0.0)
+    return {"busy": total - idle - (steal or 0.0), "steal": steal, "total": total}
+
+
 #: The most CPU, in cores, that processes outside a page's own execution may use on average while it runs: a quiet
 #: machine's background stays far below it, a concurrent test run or benchmark far above.
 QUIET_OTHERS_CORES = 0.25
