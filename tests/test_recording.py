@@ -319,3 +319,15 @@ def test_a_sittings_measurement_is_counted_once_per_compile_and_never_exceeds_a_
     table = floor.floor(recording.reference())
     assert (table["measured_min"] <= table["wall_min"]).all(), table[["command", "wall_min", "measured_min"]]
     assert table["measured_min"].sum() > 0.5 * table["wall_min"].sum()
+
+
+def test_every_run_of_a_command_beside_other_work_or_under_steal_counts_as_under_load(tmp_path):
+    rows = [{"run": run, "variant": variant, "median_ms": ms, "q1_ms": ms, "q3_ms": ms}
+            for run in (1, 2) for variant, ms in (("eager", 10.0), ("compiled", 5.0))]
+    path = results.write_run("cpu-blurball", rows, results_dir=tmp_path, per_run=True)
+    quiet = recording._file_entry(tmp_path, path.name, loaded=False)
+    loaded = recording._file_entry(tmp_path, path.name, loaded=True)
+    assert quiet["runs_under_load"] == [] and loaded["runs_under_load"] == [f"{path.stem}/r1", f"{path.stem}/r2"]
+    report = tmp_path / "notes.txt"
+    report.write_text("not timed")
+    assert recording._file_entry(tmp_path, report.name, loaded=True)["runs_under_load"] is None   # not evaluated

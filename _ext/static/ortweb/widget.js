@@ -154,7 +154,8 @@ async function timeSessions(sessions, feeds, warmup, repeats, stopped, say) {
   for (const level of levels) {
     const s = [...samples[level]].sort((a, b) => a - b);
     const mid = s.length >> 1;
-    stats[level] = { median_ms: s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2, min_ms: s[0], max_ms: s[s.length - 1] };
+    stats[level] = { median_ms: s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2, min_ms: s[0], max_ms: s[s.length - 1],
+                     times_ms: samples[level] };   // the readings, so a recording can recompute the rest
   }
   return stats;
 }

@@ -402,7 +402,8 @@ def sit(steps: Sequence[Step], root: str | Path, *, fingerprint: dict, scratch: 
                      inductor_cache="empty at the command's start", tree_changes=_tree_changes(repo, besides=folder),
                      cpu_seconds=cpu_after)
         entry["seconds"] = _seconds(entry)
-        entry["files"] = [_file_entry(folder, name) for name in sorted(_written(folder) - before)]
+        entry["files"] = [_file_entry(folder, name, loaded=bool(command_flags(entry)))
+                          for name in sorted(_written(folder) - before)]
         _append(folder, entry)
         print(f"   exit {entry['exit']}, {entry['seconds']} s, wrote "
               f"{', '.join(f['file'] for f in entry['files']) or 'nothing'}", flush=True)
@@ -420,11 +421,13 @@ def _written(folder: Path) -> set[str]:
     return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != LOG}
 
 
-def _file_entry(folder: Path, name: str) -> dict:
+def _file_entry(folder: Path, name: str, *, loaded: bool) -> dict:
+    """A written file's manifest entry; ``loaded``: its command ran beside other work or under host steal (or
+    either is unknown), so every run it timed counts as under load."""
     kind = next((k.name for k in results.KINDS.values() if k.matches(name)), None)
     if kind is None:
         kind = RAW_TIMES_KIND if name.endswith(results.RAW_TIMES_SUFFIX) else REPORT_KIND
-    under_load = _runs_under_load(folder / name) if kind in results.KINDS else None
+    under_load = _runs_under_load(folder / name, every_run=loaded) if kind in results.KINDS else None
     return {"file": name, "kind": kind, "sha256": sha256(folder / name), "runs_under_load": under_load}
 
 
@@ -458,12 +461,14 @@ def _version(distribution: str) -> str:
         return UNKNOWN
 
 
-def _runs_under_load(path: Path) -> list[str] | None:
-    """The runs of a timed file that :func:`graphbook.record.runs.flag_under_load` flags; None where the file has no
-    timed runs to judge (not evaluated is not "none flagged")."""
+def _runs_under_load(path: Path, *, every_run: bool = False) -> list[str] | None:
+    """The runs of a timed file that :func:`graphbook.record.runs.flag_under_load` flags, or all of them
+    (``every_run``); None where the file has no timed runs to judge (not evaluated is not "none flagged")."""
     frame = results.load_file(path)
     needed = {results.MEDIAN_MS, results.VARIANT, results.RUN_ID}
     if not needed <= set(frame.columns) or frame[results.MEDIAN_MS].isna().all():
         return None
+    if every_run:
+        return sorted(set(frame.dropna(subset=[results.MEDIAN_MS])[results.RUN_ID]))
     flagged = runs.flag_under_load(frame.dropna(subset=[results.MEDIAN_MS]))
     return sorted(set(flagged.loc[flagged[runs.UNDER_LOAD], results.RUN_ID]))

@@ -93,7 +93,8 @@ def measure_in_chromium(*, sizes: Sequence[str] = tuple(SIZES), levels: Sequence
                     raise BrowserAssetsError(f"the page failed at {key}: {timed['error']}")
                 row.update({k: timed[k] for k in ("max_abs_diff", "same_output", "same_peaks", "passed")},
                            browser_threads=timed["threads"])
-            row.update({k: timed.get(k, float("nan")) for k in ("median_ms", "min_ms", "max_ms")})
+            row.update({k: timed.get(k, float("nan")) for k in ("median_ms", "min_ms", "max_ms")},
+                       times_ms=tuple(timed.get("times_ms", ())))
             progress(f"run {index + 1} {key} {level} {runtime}: {row['median_ms']:.1f} ms, "
                      f"check {'passed' if row['passed'] else 'FAILED'}")
             return row
