@@ -10,6 +10,7 @@ import inspect
 import math
 import subprocess
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,7 +118,9 @@ def _plan_at(commit: str, plan: str, repo: str | Path = paths.REPO_ROOT) -> list
         script.write_text(shown.stdout)
         spec = importlib.util.spec_from_file_location("record_sitting_at_commit", script)
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        with warnings.catch_warnings():   # its imports' tqdm warns, in a notebook, that it has no progress widget
+            warnings.filterwarnings("ignore", message="IProgress not found")
+            spec.loader.exec_module(module)
     scratch = Path("<scratch>")
     takes_plan = "plan" in inspect.signature(module.steps).parameters
     if not takes_plan and plan != "book":
