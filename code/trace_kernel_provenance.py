@@ -7,7 +7,7 @@ import pandas as pd
 
 from graphbook.config import SMALL_SIZE
 from graphbook.measure import environment
-from graphbook.paths import PROVENANCE_VIEW_DIR, RESULTS_DIR
+from graphbook.paths import DATA_DIR, PROVENANCE_VIEW_DIR
 from graphbook.record import cli, results
 from graphbook.teach import diagnostics
 from graphbook.teach import kernel_provenance as kp
@@ -19,14 +19,17 @@ def parse_args(argv=None):
     parser = cli.make_parser(PROG, __doc__.splitlines()[0])
     cli.add_input_size(parser, SMALL_SIZE)
     cli.add_threads(parser)
-    parser.add_argument("--view-dir", type=cli.directory, default=PROVENANCE_VIEW_DIR,
-                        help="folder of the provenance page, replaced (default images/extra/tlparse_provenance)")
+    parser.add_argument("--view-dir", type=cli.directory, metavar="DIR",
+                        help="folder of the provenance page, replaced (default: <results file stem>.view beside the "
+                             "results file; scripts/publish_provenance_view.py publishes the reference recording's)")
     parser.add_argument("--model", choices=sorted(kp.TRACED_MODELS), default="blurball",
                         help="tiny: a three-layer stand-in that checks the pipeline in seconds (needs --results-dir "
-                             "and --view-dir, so it never replaces the book's record)")
+                             "outside data/results, so it never mixes with the book's runs)")
     args = parser.parse_args(argv)
-    if args.model == "tiny" and {args.results_dir.resolve(), args.view_dir.resolve()} & {RESULTS_DIR, PROVENANCE_VIEW_DIR}:
-        parser.error("--model tiny needs --results-dir and --view-dir (a stand-in must not replace the book's record)")
+    book = {(DATA_DIR / "results").resolve(), PROVENANCE_VIEW_DIR.resolve()}
+    if args.model == "tiny" and {args.results_dir.resolve(), *([args.view_dir.resolve()] if args.view_dir else [])} & book:
+        parser.error("--model tiny needs --results-dir outside data/results and a --view-dir other than the book's "
+                     "(a stand-in must not replace the book's record)")
     return args
 
 
@@ -49,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**environment.fingerprint(threads=args.threads), "model": args.model, "height": args.height,
            "width": args.width}
     path = results.write_run("kernel-provenance", rows, env, results_dir=args.results_dir)
-    page = kp.publish_page(traced["page"], args.view_dir, {
+    page = kp.publish_page(traced["page"], args.view_dir or path.with_suffix(kp.VIEW_SUFFIX), {
         "torch": env["torch"], "tlparse": diagnostics.tlparse_version(), "cpu": env["cpu_model"],
         "date_utc": env["date"], "input_shape": [1, 9, args.height, args.width], "threads": args.threads,
         "results_file": path.name, "command": "python code/trace_kernel_provenance.py " + " ".join(sys.argv[1:] if argv is None else argv)})

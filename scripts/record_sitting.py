@@ -53,6 +53,7 @@ def steps(scratch: Path, plan: str = "book") -> list[Step]:
             Step(("code/bench_blurball_cpu.py", "--variants", "eager_fp32,eager_fp32_channels_last", "--height", "32",
                   "--width", "64", "--no-profile", "--ball-clips", "0", "--repeats", "3", "--warmup", "1",
                   "--peak-n", "64", "--probe-mib", "1")),
+            Step(("code/trace_kernel_provenance.py", "--model", "tiny", "--height", "32", "--width", "48")),
         ]
     return [
         Step(("code/03_fusion.py",)),

@@ -2,6 +2,7 @@
 recorded mapping against the generated code published with it, and (slow) a fresh traced compile."""
 import json
 import re
+import shutil
 
 import pandas as pd
 import pytest
@@ -139,12 +140,26 @@ def test_every_launch_of_the_traced_block_is_in_its_table(recorded, page, module
 
 
 @pytest.mark.slow
-def test_a_fresh_traced_compile_is_recorded_and_published(tmp_path, run_main):
+def test_a_fresh_traced_compile_is_recorded_with_its_page_beside_it_and_published_from_its_recording(tmp_path,
+                                                                                                    run_main, script):
     # the stand-in checks the pipeline (trace, tlparse, rows, page); BlurBall's own rows are the recording's tests above
     code, _, err = run_main("trace_kernel_provenance.py", "--model", "tiny", "--height", "32", "--width", "48",
-                            "--results-dir", tmp_path / "results", "--view-dir", tmp_path / "view")
+                            "--results-dir", tmp_path / "results")
     assert code == 0, err[-2000:]
+    (written,) = (tmp_path / "results").glob("*.csv")
+    view = written.with_suffix(kp.VIEW_SUFFIX)   # the page beside its rows, never in the book's folder
     frame = results.load("kernel-provenance", tmp_path / "results").fillna({"pre_grad_node": ""})
-    page = kp.page_output_code((tmp_path / "view" / "index.html").read_text())
+    page = kp.page_output_code((view / "index.html").read_text())
+    # as a recording holds it: published from there to the folder the book serves, and refused where there is none
+    (tmp_path / "results" / recording.LOG).write_text(json.dumps(
+        {"record": "command", "invocation": 1, "command": "trace", "start": "", "end": "",
+         "files": [{"file": written.name, "kind": "kernel-provenance", "sha256": ""}]}) + "\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    publish = script("scripts/publish_provenance_view.py").main
+    assert publish(["--recording", str(tmp_path / "results"), "--to", str(site)]) == 0
+    assert (site / "tlparse_provenance" / "index.html").read_bytes() == (view / "index.html").read_bytes()
+    shutil.rmtree(view)
+    assert publish(["--recording", str(tmp_path / "results"), "--to", str(site)]) == 3
     assert kp.untraced_launches(frame, page) == [] and frame["launch"].nunique() >= 2
     assert (frame["model"] == "tiny").all() and (frame["op"] != "").any()

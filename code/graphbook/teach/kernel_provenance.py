@@ -16,12 +16,16 @@ import torch
 
 from graphbook.compilers import inductor_tools
 from graphbook.config import THREADS
+from graphbook.record import recording
 from graphbook.teach import fusion_rules
 from graphbook.teach.diagnostics import tlparse_command, traced_compile_log
 
 #: The provenance page relative to the site root (``html_extra_path`` copies ``images/extra/``); a chapter
 #: page links it as ``../tlparse_provenance/index.html``.
 PROVENANCE_SITE_PATH = "tlparse_provenance/index.html"
+#: A run's page sits beside its results file, ``<stem>.view/``: a sitting keeps it in its recording, and
+#: ``scripts/publish_provenance_view.py`` copies the reference recording's to where the book serves it.
+VIEW_SUFFIX = ".view"
 
 # The child: BlurBall compiled by Inductor behind a backend that first notes each pre-grad node's operator
 # and module (the mapping names nodes only), so the rows can say "stage2...se: mean".
@@ -170,3 +174,11 @@ def untraced_launches(frame: pd.DataFrame, source: str) -> list[str]:
     """The wrapper's launches (``name #k``) the rows trace to no eager operator, or under another kernel's name."""
     traced = {(k, n) for k, n, pre in zip(frame["kernel"], frame["launch"], frame["pre_grad_node"]) if pre}
     return [f"{name} #{k}" for k, name in enumerate(launches(source), start=1) if (name, k) not in traced]
+
+
+def recorded_view(found: recording.Recording) -> Path | None:
+    """The provenance page a recording's kernel-provenance run wrote beside its results file, or None (the
+    reference recorded before the page was kept in the recording wrote it straight into the book's folder)."""
+    views = [found.folder / Path(entry["file"]).with_suffix(VIEW_SUFFIX) for entry in found.manifest["files"]
+             if entry["kind"] == "kernel-provenance"]
+    return next((view for view in reversed(views) if (view / "index.html").is_file()), None)
