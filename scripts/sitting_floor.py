@@ -46,7 +46,7 @@ def floor(rec: recording.Recording) -> pd.DataFrame:
     rows = []
     for command in rec.manifest["commands"]:
         parts: dict[str, float] = {}
-        for name in command["files"]:
+        for name in (entry["file"] for entry in command["files"]):
             if name.endswith(".csv"):
                 for part, seconds in measured_seconds(results.load_file(rec.folder / name)).items():
                     parts[part] = parts.get(part, 0.0) + seconds / 60

@@ -115,7 +115,11 @@ def read(folder: str | Path) -> Recording:
         return Recording(folder.name, folder, _assembled(folder.name, lines))
     if (folder / MANIFEST).is_file():
         manifest = json.loads((folder / MANIFEST).read_text())
-        return Recording(manifest["id"], folder, {"schema": 1, **manifest})
+        # its commands name their files; the append-only manifest's hold each file's entry, as here
+        entries = {entry["file"]: entry for entry in manifest["files"]}
+        commands = [{**c, "files": [entries.get(name, {"file": name}) for name in c["files"]]}
+                    for c in manifest["commands"]]
+        return Recording(manifest["id"], folder, {"schema": 1, **manifest, "commands": commands})
     raise RecordingError(f"{folder} holds no {LOG}: not a recording (scripts/run_benchmarks.sh writes one)")
 
 
