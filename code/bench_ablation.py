@@ -73,8 +73,8 @@ def run(args) -> tuple[object, list[str]]:
         eager_t, compiled_t = timed["eager"], timed[name]
         print(f"  {name:30s} eager {eager_t.median_ms:8.1f} ms  compiled {compiled_t.median_ms:8.1f} ms  "
               f"speedup {eager_t.median_ms / compiled_t.median_ms:.2f}x", flush=True)
-        return {**{f"eager_{k}": getattr(eager_t, k) for k in ("median_ms", "q1_ms", "q3_ms")},
-                **{f"compiled_{k}": getattr(compiled_t, k) for k in ("median_ms", "q1_ms", "q3_ms")},
+        return {**{f"eager_{k}": getattr(eager_t, k) for k in ("median_ms", "q1_ms", "q3_ms", "times_ms")},
+                **{f"compiled_{k}": getattr(compiled_t, k) for k in ("median_ms", "q1_ms", "q3_ms", "times_ms")},
                 SPEEDUP_VS_EAGER: eager_t.median_ms / compiled_t.median_ms, "repeats": args.repeats,
                 "warmup": args.warmup, "recompiles": _unique_graphs() - graphs}
 

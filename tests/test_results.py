@@ -268,7 +268,18 @@ def test_a_timed_rows_readings_are_kept_beside_its_file_and_recompute_its_statis
     kept = results.raw_times(path)
     assert results.raw_times_path(path).name == path.stem + results.RAW_TIMES_SUFFIX
     assert kept["row"].tolist() == [0] * 4 and kept["ms"].tolist() == list(readings)
+    assert set(kept["series"]) == {""}
     assert timing.summary(kept["ms"]) == {k: pd.read_csv(path).loc[0, k] for k in timing.summary(readings)}
     again = results.write_run("fusion-demo", rows, results_dir=tmp_path)   # a second run: new files, none rewritten
     assert again != path and results.raw_times(again)["ms"].tolist() == list(readings)
     assert results.raw_times(results.write_run("fusion-demo", rows[1:], results_dir=tmp_path)) is None
+
+
+def test_a_row_timing_two_things_keeps_each_ones_readings_under_its_prefix(tmp_path):
+    rows = [{"variant": "a", "eager_median_ms": 2.0, "eager_times_ms": (1.0, 2.0, 3.0),
+             "compiled_median_ms": 1.0, "compiled_times_ms": (1.0, 1.0, 5.0)}]
+    path = results.write_run("ablation", rows, results_dir=tmp_path)
+    assert not [c for c in pd.read_csv(path).columns if c.endswith("times_ms")]
+    kept = results.raw_times(path)
+    assert {series: group["ms"].tolist() for series, group in kept.groupby("series")} == {
+        "eager_": [1.0, 2.0, 3.0], "compiled_": [1.0, 1.0, 5.0]}

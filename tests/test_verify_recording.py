@@ -10,9 +10,9 @@ import sys
 import pandas as pd
 import pytest
 from graphbook import paths
-from graphbook.record import recording, verify
+from graphbook.record import recording, results, verify
 
-pytestmark = pytest.mark.slow   # git, a clone and a sitting's commands run as processes
+SLOW = pytest.mark.slow   # git, a clone and a sitting's commands run as processes
 
 
 def _git(*args, cwd=paths.REPO_ROOT, env=None):
@@ -80,6 +80,7 @@ def _beside_other_work(finding):
     return finding.check == "controls" and (finding.detail.endswith("beside it") or "stole" in finding.detail)
 
 
+@SLOW
 def test_the_mini_sitting_runs_the_plans_commands_at_one_clean_commit_and_passes_the_verifier(mini):
     clone, folder = mini
     found = recording.read(folder)
@@ -92,6 +93,7 @@ def test_the_mini_sitting_runs_the_plans_commands_at_one_clean_commit_and_passes
     assert {"fusion-demo", "cpu-blurball", recording.RAW_TIMES_KIND, recording.REPORT_KIND} <= kinds
 
 
+@SLOW
 def test_the_sittings_commands_leave_the_tree_clean(mini):
     clone, folder = mini
     assert _git("status", "--porcelain", cwd=clone) == ""
@@ -144,6 +146,7 @@ def _command_run_twice(folder):
     return recording.LOG, "commands", "recorded 2 times"
 
 
+@SLOW
 @pytest.mark.parametrize("corrupt", [_one_byte, _row_at_another_commit, _second_boot, _changed_median,
                                      _command_run_twice, _a_command_beside_other_work])
 def test_each_planted_corruption_fails_the_verifier_with_its_own_line(mini, tmp_path, corrupt):
@@ -156,6 +159,7 @@ def test_each_planted_corruption_fails_the_verifier_with_its_own_line(mini, tmp_
     assert any(f.file == file and f.check == check and fact in f.detail for f in findings), findings
 
 
+@SLOW
 def test_a_manifest_edited_after_it_was_named_fails_the_verifier(mini, tmp_path):
     clone, folder = mini
     copy = tmp_path / folder.name
@@ -167,6 +171,7 @@ def test_a_manifest_edited_after_it_was_named_fails_the_verifier(mini, tmp_path)
         f"its sha256 is not the {recording.sha256(folder / recording.LOG)[:12]} that REFERENCE.txt names"]
 
 
+@SLOW
 def test_the_verifier_lists_what_the_reference_recording_cannot_prove(script, capsys):
     reference = recording.reference()
     code = script("scripts/verify_recording.py").main([str(reference.folder)])
@@ -182,8 +187,26 @@ def test_the_verifier_lists_what_the_reference_recording_cannot_prove(script, ca
     assert not any(": reference:" in line for line in lines)   # REFERENCE.txt names the manifest it was made from
 
 
+@SLOW
 def test_bad_arguments_exit_2_with_one_line(script, capsys, tmp_path):
     with pytest.raises(SystemExit) as stopped:
         script("scripts/verify_recording.py").main([str(tmp_path)])   # a folder with no manifest
     err = capsys.readouterr().err.strip().splitlines()
     assert stopped.value.code == 2 and len(err) == 1 and "not a recording" in err[0]
+
+
+def test_every_timed_series_recomputes_from_its_readings_and_a_changed_statistic_is_named(tmp_path):
+    rows = [{"variant": "all", "eager_median_ms": 2.0, "eager_q1_ms": 1.5, "eager_q3_ms": 2.5,
+             "eager_times_ms": (1.0, 2.0, 3.0), "compiled_median_ms": 1.0, "compiled_q1_ms": 1.0,
+             "compiled_q3_ms": 3.0, "compiled_times_ms": (1.0, 1.0, 5.0)}]
+    path = results.write_run("ablation", rows, results_dir=tmp_path)
+    entries = [{"file": p.name, "kind": kind, "sha256": recording.sha256(p)} for p, kind in
+               ((path, "ablation"), (results.raw_times_path(path), recording.RAW_TIMES_KIND))]
+    _write_lines(tmp_path, [{"record": "command", "invocation": 1, "command": "x", "start": "", "end": "",
+                             "files": entries}])
+    assert verify._statistic_checks(recording.read(tmp_path)) == []
+    frame = pd.read_csv(path)
+    frame.loc[0, "compiled_q3_ms"] = 4.0
+    frame.to_csv(path, index=False)
+    assert [f.detail for f in verify._statistic_checks(recording.read(tmp_path))] == [
+        "row 0: compiled_q3_ms 4.0 recorded, 3.0 from its 3 readings"]

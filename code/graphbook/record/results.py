@@ -42,10 +42,11 @@ EXPECTED_TO_MATCH = "expected_to_match_eager"  #: bool, from graphbook.method.va
 SPEEDUP_VS_EAGER = "speedup_vs_eager"  #: eager FP32 median / this median (same threads, same run)
 COMPILE_S = "compile_s"            #: seconds to build the variant: compile (or export + session,
                                    #: or engine build) including the first call
-TIMES_MS = "times_ms"              #: a timed row's readings (graphbook.measure.timing.TimingResult): write_run keeps
-                                   #: them beside its file, in RAW_TIMES_SUFFIX, not in a CSV cell
+TIMES_MS = "times_ms"              #: a timed row's readings (graphbook.measure.timing.TimingResult); a row timing two
+                                   #: things names the second's with a prefix (``eager_times_ms`` beside
+                                   #: ``eager_median_ms``). write_run keeps them beside its file, never in a CSV cell
 RAW_TIMES_SUFFIX = ".times.csv.gz"  #: a results file's readings: one line per reading, ``row`` (its row in the file,
-                                    #: from 0), ``reading`` (from 0) and ``ms``
+                                    #: from 0), ``series`` (the prefix, "" for times_ms), ``reading`` (from 0), ``ms``
 
 
 #: Columns read as text whatever they look like (a run id of digits only must not become a number).
@@ -144,9 +145,10 @@ def write_run(kind_name: str, rows: Iterable[dict] | pd.DataFrame, env: dict | N
     within = frame[per_run].astype(str) + "/" if isinstance(per_run, str) else pd.Series("", index=frame.index)
     run_ids[numbered.index] = [f"{path.stem}/{within[i]}r{int(run)}" for i, run in numbered.items()]
     frame.insert(0, RUN_ID, frame.pop(RUN_ID).fillna(run_ids) if RUN_ID in frame else run_ids)
-    readings = frame.pop(TIMES_MS) if TIMES_MS in frame else None
+    readings = {column.removesuffix(TIMES_MS): frame.pop(column) for column in list(frame.columns)
+                if str(column).endswith(TIMES_MS)}
     frame.to_csv(path, mode="x", index=False)  # "x": fail rather than touch an existing file
-    if readings is not None:
+    if readings:
         _write_raw_times(raw_times_path(path), readings)
     return path
 
@@ -157,18 +159,19 @@ def raw_times_path(path: str | Path) -> Path:
     return path.with_name(path.stem + RAW_TIMES_SUFFIX)
 
 
-def _write_raw_times(path: Path, readings: pd.Series) -> None:
-    lines = [(row, index, float(ms)) for row, values in readings.items()
+def _write_raw_times(path: Path, readings: dict[str, pd.Series]) -> None:
+    lines = [(row, series, index, float(ms)) for series, column in readings.items() for row, values in column.items()
              if isinstance(values, (list, tuple)) for index, ms in enumerate(values)]
-    table = pd.DataFrame(lines, columns=["row", "reading", "ms"])
+    table = pd.DataFrame(lines, columns=["row", "series", "reading", "ms"]).sort_values(["row", "series", "reading"])
     with path.open("xb") as handle, gzip.GzipFile(fileobj=handle, mode="wb", mtime=0) as packed:
         packed.write(table.to_csv(index=False, float_format="%.17g").encode())
 
 
 def raw_times(path: str | Path) -> pd.DataFrame | None:
-    """The readings kept beside the results file ``path`` (``row``, ``reading``, ``ms``), or None where it has none."""
+    """The readings kept beside the results file ``path`` (``row``, ``series``, ``reading``, ``ms``), or None where
+    it has none."""
     kept = raw_times_path(path)
-    return pd.read_csv(kept) if kept.is_file() else None
+    return pd.read_csv(kept, dtype={"series": str}, keep_default_na=False) if kept.is_file() else None
 
 
 def write_and_report(kind_name: str, rows: Iterable[dict], env: dict | None = None, *,

@@ -150,39 +150,49 @@ def _hash_checks(recording: rec.Recording, reference_file: Path) -> list[Finding
 
 
 def _statistic_checks(recording: rec.Recording) -> list[Finding]:
-    """Every timed row's statistics recomputed from its readings; a timed file without readings said so."""
+    """Every timed series' statistics (``median_ms`` and its fellows, or ``eager_median_ms`` and its) recomputed
+    from its readings; a timed file without readings said so."""
     findings = []
+    hashed = {e["file"] for e in recording.manifest["files"]}
     for entry in _result_files(recording):
         path = recording.folder / entry["file"]
         frame = pd.read_csv(path)
-        if "median_ms" not in frame or frame["median_ms"].isna().all():
+        series = [c.removesuffix("median_ms") for c in frame.columns
+                  if c.endswith("median_ms") and frame[c].notna().any()]
+        if not series:
             continue
         readings = results.raw_times(path)
-        timed = frame.index[frame["median_ms"].notna()]
         if readings is None:
-            findings.append(Finding(entry["file"], "raw times", f"{len(timed)} timed rows and no readings: "
+            timed = frame[[prefix + "median_ms" for prefix in series]].notna().any(axis=1).sum()
+            findings.append(Finding(entry["file"], "raw times", f"{timed} timed rows and no readings: "
                                                                 "no statistic can be recomputed"))
             continue
-        if results.raw_times_path(path).name not in {e["file"] for e in recording.manifest["files"]}:
+        if results.raw_times_path(path).name not in hashed:
             findings.append(Finding(results.raw_times_path(path).name, "raw times", "not hashed by the manifest"))
-        grouped = {row: group.sort_values("reading")["ms"].tolist() for row, group in readings.groupby("row")}
-        missing = [row for row in timed if row not in grouped]
-        if missing:
-            findings.append(Finding(entry["file"], "raw times", f"{len(missing)} timed rows without readings "
-                                                                f"(rows {missing[:5]})"))
-        for row in timed:
-            if row not in grouped:
-                continue
-            again = summary(grouped[row])
-            for column in (c for c in STATISTICS if c in frame):
-                recorded = frame.at[row, column]
-                if pd.isna(recorded):
-                    continue   # a row that records no such statistic
-                if not math.isclose(float(recorded), float(again[column]), rel_tol=1e-9, abs_tol=1e-12):
-                    findings.append(Finding(entry["file"], "raw times",
-                                            f"row {row}: {column} {recorded} recorded, {again[column]} from its "
-                                            f"{len(grouped[row])} readings"))
+        kept = {key: group.sort_values("reading")["ms"].tolist()
+                for key, group in readings.groupby(["row", "series"])}
+        for prefix in series:
+            timed = frame.index[frame[prefix + "median_ms"].notna()]
+            missing = [row for row in timed if (row, prefix) not in kept]
+            if missing:
+                findings.append(Finding(entry["file"], "raw times", f"{len(missing)} timed rows without "
+                                                                    f"{prefix}readings (rows {missing[:5]})"))
+            for row in (r for r in timed if (r, prefix) in kept):
+                findings += _recomputed(entry["file"], frame, row, prefix, kept[row, prefix])
     return findings
+
+
+def _recomputed(file: str, frame: pd.DataFrame, row: int, prefix: str, readings: list[float]) -> list[Finding]:
+    again = summary(readings)
+    found = []
+    for statistic in STATISTICS:
+        column = statistic if statistic == "repeats" else prefix + statistic
+        if column not in frame or (statistic == "repeats" and prefix) or pd.isna(frame.at[row, column]):
+            continue   # a row that records no such statistic; ``repeats`` counts the unprefixed series
+        if not math.isclose(float(frame.at[row, column]), float(again[statistic]), rel_tol=1e-9, abs_tol=1e-12):
+            found.append(Finding(file, "raw times", f"row {row}: {column} {frame.at[row, column]} recorded, "
+                                                    f"{again[statistic]} from its {len(readings)} readings"))
+    return found
 
 
 def _control_checks(recording: rec.Recording) -> list[Finding]:
