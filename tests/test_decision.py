@@ -33,6 +33,9 @@ def test_verdicts_judge_fp32_on_logits_and_lower_precision_on_the_decoded_ball()
     assert verdicts.max_abs_diff["compile_freezing"] == 4.1 and rows.check_passed.dtype == bool
     moved = decision.full_size_rows(_recording(ball=False))[1]
     assert moved.failed_check["eager_bf16_autocast"] == decision.TASK_FAILED
+    # a pass on 12 frames bounds the failure rate only at 22 %
+    assert verdicts.check_samples["eager_bf16_autocast"] == 12
+    assert verdicts.failure_bound["eager_bf16_autocast"] == pytest.approx(1 - 0.05 ** (1 / 12))
 
 
 def _lower_precision_recording(machine, ball, *, twin_same=True, with_ball_check=True):
@@ -70,8 +73,10 @@ def test_only_the_full_size_counts_and_nothing_recorded_is_none():
 def test_a_decision_names_the_best_the_runner_up_and_each_exclusion_with_its_failed_check():
     rows, _ = decision.full_size_rows(_recording())
     made = decision.decide(rows, rows[runs.MACHINE].iloc[0])
-    assert (made.best, made.runner_up, made.runs, made.won_runs, made.decided) == \
-        ("ort_exporter_optimized_all", "eager_bf16_autocast", 3, 3, True)
+    assert (made.best, made.runner_up, made.runs, made.won_runs, made.decided, made.outcome) == \
+        ("ort_exporter_optimized_all", "eager_bf16_autocast", 3, 3, True, "faster")
+    assert made.lead == pytest.approx(((500 / 2) * (510 / 2) * (505 / 2) / (150 * 160 * 155)) ** (1 / 3))
+    assert made.lead_low < made.lead < made.lead_high and made.noise_from == "the screen"
     assert made.excluded == {"compile_freezing": decision.OUTPUT_DIFFERS}   # the faster freezing failed its check
     fp32 = decision.decide(rows, made.machine, candidates=["eager_fp32", "ort_exporter_optimized_all", "compile_freezing"])
     assert fp32.best == "ort_exporter_optimized_all" and fp32.margin == pytest.approx(505 / 155)
@@ -83,7 +88,7 @@ def test_a_run_under_load_is_listed_and_too_few_quiet_runs_or_none_decide_nothin
     assert list(table["under load?"].str.startswith("yes")) == [False, True, False]
     assert list(table["eager FP32 (ms)"]) == [500, 3000, 505]
     made = decision.decide(rows, rows[runs.MACHINE].iloc[0])
-    assert made.runs == 2 and not made.decided
+    assert made.runs == 2 and not made.decided and made.noise_from == "fewer than 3 runs"
     rows = rows.assign(**{runs.UNDER_LOAD: True})   # every run under load: nothing decided, the checks still exclude
     made = decision.decide(rows, made.machine)
     assert (made.best, made.runs, made.decided) == (None, 0, False)

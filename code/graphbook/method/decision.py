@@ -10,7 +10,7 @@ import pandas as pd
 from graphbook.config import FULL_SIZE
 from graphbook.measure.probes import fp32_ceiling, precision_ceiling
 from graphbook.method import variants
-from graphbook.record import recording, results, runs
+from graphbook.record import recording, results, runs, verdict
 
 #: Why a variant failed its check (``failed_check``); empty when it passed.
 OUTPUT_DIFFERS = "output differs from eager FP32"
@@ -31,18 +31,25 @@ def _own_check(name: str, group: pd.DataFrame, task: str) -> str:
     return "" if checked[task].astype(bool).all() else TASK_FAILED
 
 
-def check_verdicts(rows: pd.DataFrame, *, task: str = results.SAME_BALL) -> pd.DataFrame:
+def check_verdicts(rows: pd.DataFrame, *, task: str = results.SAME_BALL,
+                   samples: str = results.BALL_FRAMES) -> pd.DataFrame:
     """Per machine and variant: ``check_passed`` in every run, ``failed_check`` (why not), the largest
-    ``max_abs_diff``. A lower precision passes only when it passes the ``task`` check *and* its FP32 twin passes on
-    the same machine: rounding can hide a wrong output it inherits."""
-    own = {key: (_own_check(key[1], group, task), float(group.get(results.MAX_ABS_DIFF, pd.Series(dtype=float)).max()))
+    ``max_abs_diff``, and the ``check_samples`` the task check judged in a run (the ``samples`` column) with the
+    ``failure_bound`` a pass on that many gives (:func:`graphbook.record.verdict.failure_bound`). A lower precision passes only when it passes
+    the ``task`` check *and* its FP32 twin passes on the same machine: rounding can hide a wrong output it
+    inherits."""
+    own = {key: (_own_check(key[1], group, task), float(group.get(results.MAX_ABS_DIFF, pd.Series(dtype=float)).max()),
+                 float(pd.to_numeric(group.get(samples, pd.Series(dtype=float)), errors="coerce").min()))
            for key, group in rows.groupby([runs.MACHINE, "variant"], sort=False)}
     verdicts = {}
-    for (machine, name), (failed, diff) in own.items():
+    for (machine, name), (failed, diff, judged_samples) in own.items():
         twin = variants.FP32_TWINS.get(name)
         if not failed and twin is not None and own.get((machine, twin), ("missing",))[0]:
             failed = TWIN_FAILED if (machine, twin) in own else TWIN_MISSING
-        verdicts[machine, name] = {"check_passed": not failed, "failed_check": failed, "max_abs_diff": diff}
+        judged = judged_samples == judged_samples   # a count the rows recorded: NaN where the check counts none
+        verdicts[machine, name] = {"check_passed": not failed, "failed_check": failed, "max_abs_diff": diff,
+                                   "check_samples": int(judged_samples) if judged else pd.NA,
+                                   "failure_bound": verdict.failure_bound(int(judged_samples)) if judged else pd.NA}
     frame = pd.DataFrame.from_dict(verdicts, orient="index")
     frame.index.names = [runs.MACHINE, "variant"]
     return frame
@@ -60,8 +67,14 @@ class Decision:
     margin: float                  # the runner-up's median over the best's (> 1: the best is ahead)
     runs: int                      # quiet runs of the best
     won_runs: int                  # runs in which the best was ahead of the runner-up
-    decided: bool                  # at least runs.MIN_RUNS quiet runs, the best ahead in every one
+    decided: bool                  # the book's rule called the best faster than the runner-up
     excluded: dict = field(default_factory=dict)   # variant -> the check it failed
+    outcome: str = verdict.CANT_TELL   # faster, within 5 % or can't tell at this noise (graphbook.record.verdict)
+    lead: float = float("nan")         # the runner-up's time over the best's, from the paired runs
+    lead_low: float = float("nan")     # its 95 % interval
+    lead_high: float = float("nan")
+    detectable_lead: float = float("nan")   # the lead these runs detect at least 80 % of the time
+    noise_from: str = "no comparison"
 
 
 def decide(rows: pd.DataFrame, machine: str, *, candidates=None, task: str = results.SAME_BALL) -> Decision:
@@ -76,7 +89,8 @@ def decide(rows: pd.DataFrame, machine: str, *, candidates=None, task: str = res
     excluded = {v: verdicts.loc[(machine, v), "failed_check"] for v in pick["excluded"]}
     return Decision(machine, pick["best"], float(pick["best_median"]), pick["runner_up"],
                     float(pick["runner_up_median"]), float(pick["margin"]), int(pick["runs"]), int(pick["won_runs"]),
-                    bool(pick["decided"]), excluded)
+                    bool(pick["decided"]), excluded, pick["outcome"], float(pick["lead"]), float(pick["lead_low"]),
+                    float(pick["lead_high"]), float(pick["detectable_lead"]), pick["noise_from"])
 
 
 def full_size_rows(recorded: pd.DataFrame | None = None,

@@ -6,9 +6,11 @@ from __future__ import annotations
 import statistics
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from graphbook.measure.environment import fingerprint
+from graphbook.record import verdict
 
 #: What identifies a machine configuration: the CPU's name *and* identity (vendor family and model: one name
 #: covers CPUs whose speed differs by 2x), its instruction set, PyTorch's, any cap, and the threads used.
@@ -186,7 +188,9 @@ def choose_best(frame, *, value: str = "median_ms", variant: str = "variant", co
                 skip_under_load: bool = False):
     """The best variant per machine among those whose every row passed ``correct`` (a missing verdict fails), and
     the runner-up: the next fastest of those timed in every run of the best (a comparison needs the same runs).
-    ``margin`` > 1 means the best is ahead; ``decided`` needs :data:`MIN_RUNS` runs with the best ahead in each."""
+    ``margin`` > 1 means the best is ahead. Whether it is ahead is the book's rule (:mod:`graphbook.record.verdict`)
+    on the pair's per-run log ratios, with the noise pooled over the screen's variants timed in every run:
+    ``outcome``, ``lead`` with its interval, ``detectable_lead``; ``decided`` is an outcome of *faster*."""
     data = add_machine(frame) if MACHINE not in frame.columns else frame.copy()
     if candidates is not None:
         data = data[data[variant].isin(list(candidates))]
@@ -204,7 +208,7 @@ def choose_best(frame, *, value: str = "median_ms", variant: str = "variant", co
         summary = summary.sort_values("median", ascending=lower_is_better).reset_index(drop=True)
         row = {MACHINE: machine, "best": None, "best_median": float("nan"), "runs": 0, "runner_up": None,
                "runner_up_median": float("nan"), "margin": float("nan"), "won_runs": 0, "decided": False,
-               "excluded": excluded}
+               "excluded": excluded, **UNCOMPARED}
         if len(summary):
             best = summary.iloc[0]
             row.update(best=best[variant], best_median=float(best["median"]), runs=int(best["runs"]))
@@ -217,11 +221,33 @@ def choose_best(frame, *, value: str = "median_ms", variant: str = "variant", co
             pivot = pivot[[row["best"], second[variant]]].dropna()
             ahead = (pivot.iloc[:, 0] < pivot.iloc[:, 1]) if lower_is_better else (pivot.iloc[:, 0] > pivot.iloc[:, 1])
             margin = (second["median"] / best["median"]) if lower_is_better else (best["median"] / second["median"])
+            screen = np.log(group[group[variant].isin(passing)].pivot_table(  # the pair's runs, every variant in all
+                index=run, columns=variant, values=value, aggfunc="median").loc[pivot.index]).dropna(axis=1)
+            ratios = np.log(pivot.iloc[:, 1] / pivot.iloc[:, 0]) * (1 if lower_is_better else -1)
+            compared = _compared(ratios, verdict.pooled_noise(screen))
             row.update(runner_up=second[variant], runner_up_median=float(second["median"]), margin=float(margin),
-                       won_runs=int(ahead.sum()), decided=bool(len(pivot) >= MIN_RUNS and ahead.all()))
+                       won_runs=int(ahead.sum()), **compared, decided=compared["outcome"] == verdict.FASTER)
         rows.append(row)
     return pd.DataFrame(rows, columns=[MACHINE, "best", "best_median", "runs", "runner_up", "runner_up_median",
-                                       "margin", "won_runs", "decided", "excluded"])
+                                       "margin", "won_runs", "decided", "excluded", *UNCOMPARED])
+
+
+#: A verdict's rule columns where there was nothing to compare.
+UNCOMPARED = {"outcome": verdict.CANT_TELL, "lead": float("nan"), "lead_low": float("nan"),
+              "lead_high": float("nan"), "detectable_lead": float("nan"), "noise_from": "no comparison"}
+
+
+def _compared(ratios, screen_noise) -> dict:
+    """The rule on one pair's per-run log ratios: with the screen's pooled noise where it has one, else the pair's
+    own spread; fewer than :data:`MIN_RUNS` runs, the book's protocol, compare nothing."""
+    if len(ratios) < MIN_RUNS:
+        return {**UNCOMPARED, "noise_from": f"fewer than {MIN_RUNS} runs"}
+    if screen_noise is not None:
+        found, source = verdict.compare(ratios, noise=screen_noise[0], noise_df=screen_noise[1]), "the screen"
+    else:
+        found, source = verdict.compare(ratios), "the pair"
+    return {"outcome": found.outcome, "lead": found.lead, "lead_low": found.lead_low, "lead_high": found.lead_high,
+            "detectable_lead": found.detectable_lead, "noise_from": source}
 
 
 def _times(ratio: float) -> str:

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure   # no pyplot: the command needs no window,
 from graphbook.method import decision
 from graphbook.record import runs
 from graphbook.teach import attribution
-from graphbook.yourmodel.run import CAUSES, LADDER, QUICK_LADDER, SAME_TASK
+from graphbook.yourmodel.run import CAUSES, LADDER, QUICK_LADDER, SAME_TASK, TASK_SAMPLES
 
 #: The fingerprint's columns, on every row: the report names the machine once and leaves them out of the tables.
 _FINGERPRINT = {"run_id", "source_file", "date", "git_commit", "python", "torch", "onnxruntime", "platform",
@@ -32,7 +32,8 @@ def variant_table(rows: pd.DataFrame) -> pd.DataFrame:
     if len(timed):
         summary = runs.summarize_runs(timed).set_index("variant")
         speedups = runs.summarize_runs(timed, value="speedup_vs_eager").set_index("variant")
-        verdicts = decision.check_verdicts(timed, task=SAME_TASK).reset_index(level=0, drop=True)
+        verdicts = decision.check_verdicts(timed, task=SAME_TASK, samples=TASK_SAMPLES).reset_index(level=0,
+                                                                                                    drop=True)
         table = table.join(summary[["median", "min", "max"]].rename(columns=lambda c: f"{c}_ms")).join(
             speedups["median"].rename("speedup")).join(timed.groupby("variant")["compile_s"].max()).join(
             verdicts[["check_passed", "failed_check"]])

@@ -26,6 +26,7 @@ from graphbook.yourmodel.spec import Check, Samples, elementwise
 
 #: The bool column of the reader's task check (top-1, top-k or their own), which judges lower precisions.
 SAME_TASK = "same_task"
+TASK_SAMPLES = "task_samples"   #: the samples the task check judged, a column of every variant row
 
 #: The cause ladder, one cause per rung; max-autotune only in a full run, bf16 only where the CPU has it.
 LADDER = ("eager_fp32", "eager_fp32_channels_last", "eager_fp32_channels_last_folded",
@@ -131,7 +132,7 @@ def judge(run: Callable, samples: Samples, references: list, check: Check) -> di
     if check.task:
         task = check.judge(outputs, references)
         row.update({SAME_TASK: bool(task["passed"]), "task_failures": task["failures"],
-                    "task_samples": task["samples"], "task_statistic": task["statistic"], "task_limit": task["limit"]})
+                    TASK_SAMPLES: task["samples"], "task_statistic": task["statistic"], "task_limit": task["limit"]})
     return row
 
 
@@ -217,7 +218,7 @@ def run(model: torch.nn.Module, samples: Samples, settings: Settings, env: dict)
                          **verdict})
 
         analysed = _with_machine(frame, env) if frame is not None and frame["median_ms"].notna().any() else None
-        verdicts = decision.check_verdicts(analysed, task=SAME_TASK) if analysed is not None else None
+        verdicts = decision.check_verdicts(analysed, task=SAME_TASK, samples=TASK_SAMPLES) if analysed is not None else None
         failed = _own_failures(verdicts) if verdicts is not None else []
         # an FP32 compile must equal eager, so a wrong one has a cause to find; a lower precision that moves an
         # answer while its FP32 twin passes is rounding, which no switch explains
