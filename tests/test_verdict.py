@@ -70,3 +70,8 @@ def test_t_quantiles_and_the_bound_a_passing_check_gives():
     assert v.failure_bound(0) == 1.0 and v.failure_bound(300) == pytest.approx(3 / 300, rel=0.01)   # rule of three
     with pytest.raises(ValueError, match="pooled noise"):
         v.compare([0.1])
+
+
+def test_a_lower_precision_verdict_needs_29_check_samples_to_bound_its_failures_at_10_percent():
+    assert v.fewest_samples() == 29
+    assert v.failure_bound(29) <= v.MAX_FAILURE_BOUND < v.failure_bound(28)

@@ -160,7 +160,11 @@ def test_a_quick_run_records_every_step_judges_every_variant_and_writes_its_repo
     kernels = rows[rows.record == "kernels"].iloc[0]
     assert kernels.predicted_groups == kernels.groups_one_launch + kernels.groups_split > 0
     verdicts = rows[rows.record == "verdict"].set_index("precision")
-    assert verdicts.loc["FP32", "best"] in set(timed.variant) and verdicts["refused"].isna().all()
+    assert verdicts.loc["FP32", "best"] in set(timed.variant) and pd.isna(verdicts.loc["FP32", "refused"])
+    # four check images bound a lower precision's failure rate only at 53 %: refused, with the reason
+    assert verdicts.loc["lower precision (bf16, INT8)", "refused"] == (
+        "4 check samples: a pass bounds the failure rate only at 53%; a lower precision needs 29")
+    assert verdicts["task_samples"].eq(4).all() and verdicts["failure_bound"].round(3).eq(0.527).all()
     report = next(folder.glob("cpu-your-model-tiny_residual-*/report.md")).read_text()
     assert "![ladder](ladder.png)" in report and "residual" in report.split("## The cause ladder")[1]
 

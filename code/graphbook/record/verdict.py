@@ -22,6 +22,8 @@ CONFIDENCE = 0.95
 #: 80 % of the time only on average, so the promise holds with a margin.
 POWER, POWER_COMPUTED_AT = 0.80, 0.85
 FASTER, WITHIN, CANT_TELL = "faster", "within 5 %", "can't tell at this noise"
+#: The largest failure rate a lower-precision verdict's check may leave unbounded: a pass must bound it at 10 %.
+MAX_FAILURE_BOUND = 0.10
 
 
 @dataclass(frozen=True)
@@ -97,3 +99,8 @@ def failure_bound(samples: int, confidence: float = CONFIDENCE) -> float:
     """The failure rate a check that passed on every one of ``samples`` bounds at ``confidence``: ``1 -
     (1 - confidence)**(1/samples)``, about 3/n (the rule of three); 1.0 with no sample."""
     return 1.0 if samples < 1 else 1 - (1 - confidence) ** (1 / samples)
+
+
+def fewest_samples(bound: float = MAX_FAILURE_BOUND, confidence: float = CONFIDENCE) -> int:
+    """The fewest samples whose every pass bounds the failure rate at ``bound`` (29 for 10 %)."""
+    return math.ceil(math.log(1 - confidence) / math.log(1 - bound))

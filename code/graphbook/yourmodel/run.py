@@ -20,6 +20,7 @@ from graphbook.method.bench import build_check_time
 from graphbook.method.decision import PRECISION_GROUPS
 from graphbook.method.variants import VariantUnavailable, arguments
 from graphbook.record import runs
+from graphbook.record.verdict import failure_bound, fewest_samples
 from graphbook.record.results import COMPILE_S, EXPECTED_TO_MATCH, RUN, RUN_ID, SAME_OUTPUT
 from graphbook.yourmodel import bisect, capture, fault, recipes
 from graphbook.yourmodel.spec import Check, Samples, elementwise
@@ -273,11 +274,16 @@ def _verdict_rows(analysed: pd.DataFrame, samples: Samples, settings: Settings) 
     rows = []
     for label, precisions in PRECISION_GROUPS:
         lower = "fp32" not in precisions
+        judged, fewest = samples.check_samples, fewest_samples()
         refused = ("random inputs: a lower precision is judged on real data" if lower and samples.random
                    else "no task check: element-wise at FP32's tolerance judges only FP32"
-                   if lower and not settings.check.task else "")
+                   if lower and not settings.check.task
+                   else f"{judged} check samples: a pass bounds the failure rate only at "
+                        f"{failure_bound(judged):.0%}; a lower precision needs {fewest}"
+                   if lower and judged < fewest else "")
         candidates = [v for v in timed["variant"].unique() if variants.get(v).precision in precisions]
-        row = {"record": "verdict", "precision": label, "refused": refused}
+        row = {"record": "verdict", "precision": label, "refused": refused, TASK_SAMPLES: judged,
+               "failure_bound": failure_bound(judged)}
         if not refused and candidates:
             chosen = decision.decide(timed, machine, candidates=candidates, task=SAME_TASK)
             row.update({k: v for k, v in vars(chosen).items() if k != "excluded"},
