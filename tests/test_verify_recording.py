@@ -210,3 +210,22 @@ def test_every_timed_series_recomputes_from_its_readings_and_a_changed_statistic
     frame.to_csv(path, index=False)
     assert [f.detail for f in verify._statistic_checks(recording.read(tmp_path))] == [
         "row 0: compiled_q3_ms 4.0 recorded, 3.0 from its 3 readings"]
+
+
+def test_the_int8_matrix_latency_series_recomputes_from_its_readings_too(tmp_path):
+    rows = [{"config": "no-head", "latency_ms": 2.0, "latency_min_ms": 1.0, "latency_max_ms": 3.0,
+             "latency_times_ms": (3.0, 1.0, 2.0)}]
+    path = results.write_run("int8-matrix", rows, results_dir=tmp_path)
+    entries = [{"file": p.name, "kind": kind, "sha256": recording.sha256(p)} for p, kind in
+               ((path, "int8-matrix"), (results.raw_times_path(path), recording.RAW_TIMES_KIND))]
+    _write_lines(tmp_path, [{"record": "command", "invocation": 1, "command": "x", "start": "", "end": "",
+                             "files": entries}])
+    assert verify._statistic_checks(recording.read(tmp_path)) == []
+    frame = pd.read_csv(path)
+    frame.loc[0, "latency_ms"] = 2.5
+    frame.to_csv(path, index=False)
+    assert [f.detail for f in verify._statistic_checks(recording.read(tmp_path))] == [
+        "row 0: latency_ms 2.5 recorded, 2.0 from its 3 readings"]
+    results.raw_times_path(path).unlink()
+    assert [f.detail for f in verify._statistic_checks(recording.read(tmp_path))] == [
+        "1 timed rows and no readings: no statistic can be recomputed"]

@@ -114,7 +114,7 @@ def run_matrix(fp32_path: str | Path, configs: Sequence[Int8Config], calibration
         row.update({"height": int(height), "width": int(width), "threads": threads, "timing_runs": repeats,
                     "calibration_clips": len(calibration_frames), "eval_clips": len(eval_clips),
                     "latency_ms": timed.get("median_ms", math.nan), "latency_min_ms": timed.get("min_ms", math.nan),
-                    "latency_max_ms": timed.get("max_ms", math.nan),
+                    "latency_max_ms": timed.get("max_ms", math.nan), "latency_times_ms": timed.get("times_ms", ()),
                     "speedup_vs_fp32": times[FP32_NAME]["median_ms"] / timed.get("median_ms", math.nan)})
     return run
 

@@ -157,13 +157,12 @@ def _statistic_checks(recording: rec.Recording) -> list[Finding]:
     for entry in _result_files(recording):
         path = recording.folder / entry["file"]
         frame = pd.read_csv(path)
-        series = [c.removesuffix("median_ms") for c in frame.columns
-                  if c.endswith("median_ms") and frame[c].notna().any()]
+        series = {prefix: median for prefix, median in timed_series(frame).items() if frame[median].notna().any()}
         if not series:
             continue
         readings = results.raw_times(path)
         if readings is None:
-            timed = frame[[prefix + "median_ms" for prefix in series]].notna().any(axis=1).sum()
+            timed = frame[list(series.values())].notna().any(axis=1).sum()
             findings.append(Finding(entry["file"], "raw times", f"{timed} timed rows and no readings: "
                                                                 "no statistic can be recomputed"))
             continue
@@ -171,22 +170,38 @@ def _statistic_checks(recording: rec.Recording) -> list[Finding]:
             findings.append(Finding(results.raw_times_path(path).name, "raw times", "not hashed by the manifest"))
         kept = {key: group.sort_values("reading")["ms"].tolist()
                 for key, group in readings.groupby(["row", "series"])}
-        for prefix in series:
-            timed = frame.index[frame[prefix + "median_ms"].notna()]
+        for prefix, median in series.items():
+            timed = frame.index[frame[median].notna()]
             missing = [row for row in timed if (row, prefix) not in kept]
             if missing:
                 findings.append(Finding(entry["file"], "raw times", f"{len(missing)} timed rows without "
                                                                     f"{prefix}readings (rows {missing[:5]})"))
             for row in (r for r in timed if (r, prefix) in kept):
-                findings += _recomputed(entry["file"], frame, row, prefix, kept[row, prefix])
+                findings += _recomputed(entry["file"], frame, row, prefix, median, kept[row, prefix])
     return findings
 
 
-def _recomputed(file: str, frame: pd.DataFrame, row: int, prefix: str, readings: list[float]) -> list[Finding]:
+def timed_series(frame: pd.DataFrame) -> dict[str, str]:
+    """Each series of readings a results file summarizes, by its prefix, with its median's column: a median
+    (``<prefix>median_ms``, or ``<prefix>ms`` as the INT8 matrix's ``latency_ms``) beside the readings' spread
+    (``<prefix>min_ms`` or ``<prefix>q1_ms``). A median of other rows' medians (a verdict's ``best_median_ms``)
+    has no spread beside it and no readings of its own."""
+    columns, found = set(frame.columns), {}
+    for prefix in {c.removesuffix(spread) for c in columns for spread in ("min_ms", "q1_ms") if c.endswith(spread)}:
+        if prefix + "median_ms" in columns:
+            found[prefix] = prefix + "median_ms"
+        elif prefix and prefix + "ms" in columns:
+            found[prefix] = prefix + "ms"
+    return found
+
+
+def _recomputed(file: str, frame: pd.DataFrame, row: int, prefix: str, median: str,
+                readings: list[float]) -> list[Finding]:
     again = summary(readings)
     found = []
     for statistic in STATISTICS:
-        column = statistic if statistic == "repeats" else prefix + statistic
+        column = (statistic if statistic == "repeats" else median if statistic == "median_ms"
+                  else prefix + statistic)
         if column not in frame or (statistic == "repeats" and prefix) or pd.isna(frame.at[row, column]):
             continue   # a row that records no such statistic; ``repeats`` counts the unprefixed series
         if not math.isclose(float(frame.at[row, column]), float(again[statistic]), rel_tol=1e-9, abs_tol=1e-12):

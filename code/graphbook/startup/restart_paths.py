@@ -261,6 +261,7 @@ def run_restart_paths(checkpoint, *, input_hw=FULL_SIZE, repeats: int = 3, threa
                     "first_call_s": res["first_call_s"][str(path.batch_sizes[0])],
                     "steady_median_ms": 1e3 * statistics.median(steady),
                     "steady_min_ms": 1e3 * min(steady), "steady_max_ms": 1e3 * max(steady),
+                    "steady_times_ms": tuple(1e3 * s for s in steady),
                     "process_wall_s": res["process_wall_s"],
                     results.MAX_ABS_DIFF: max(c[results.MAX_ABS_DIFF] for c in compared),
                     results.SAME_OUTPUT: all(c[results.SAME_OUTPUT] for c in compared),
