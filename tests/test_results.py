@@ -259,17 +259,17 @@ def test_append_writes_the_header_once_blanks_missing_keys_and_a_rows_value_wins
 
 
 def test_a_timed_rows_readings_are_kept_beside_its_file_and_recompute_its_statistics(tmp_path):
-    from graphbook.measure import timing
+    from graphbook.measure import summaries
 
     readings = (3.0, 1.0, 2.0, 10.0)
-    rows = [{"variant": "a", **timing.summary(readings), "times_ms": readings}, {"variant": "untimed"}]
+    rows = [{"variant": "a", **summaries.summary(readings), "times_ms": readings}, {"variant": "untimed"}]
     path = results.write_run("fusion-demo", rows, results_dir=tmp_path)
     assert "times_ms" not in pd.read_csv(path).columns            # no list in a CSV cell
     kept = results.raw_times(path)
     assert results.raw_times_path(path).name == path.stem + results.RAW_TIMES_SUFFIX
     assert kept["row"].tolist() == [0] * 4 and kept["ms"].tolist() == list(readings)
     assert set(kept["series"]) == {""}
-    assert timing.summary(kept["ms"]) == {k: pd.read_csv(path).loc[0, k] for k in timing.summary(readings)}
+    assert summaries.summary(kept["ms"]) == {k: pd.read_csv(path).loc[0, k] for k in summaries.summary(readings)}
     again = results.write_run("fusion-demo", rows, results_dir=tmp_path)   # a second run: new files, none rewritten
     assert again != path and results.raw_times(again)["ms"].tolist() == list(readings)
     assert results.raw_times(results.write_run("fusion-demo", rows[1:], results_dir=tmp_path)) is None

@@ -229,3 +229,21 @@ def test_the_int8_matrix_latency_series_recomputes_from_its_readings_too(tmp_pat
     results.raw_times_path(path).unlink()
     assert [f.detail for f in verify._statistic_checks(recording.read(tmp_path))] == [
         "1 timed rows and no readings: no statistic can be recomputed"]
+
+
+def test_a_load_tests_percentiles_recompute_from_its_requests_latencies(tmp_path):
+    from graphbook.measure import summaries
+
+    latencies = (12.0, 15.0, 11.0, 40.0, 13.0)
+    path = results.write_run("serving-load", [{"concurrency": 2, **summaries.percentiles(latencies),
+                                               "times_ms": latencies}], results_dir=tmp_path)
+    entries = [{"file": p.name, "kind": kind, "sha256": recording.sha256(p)} for p, kind in
+               ((path, "serving-load"), (results.raw_times_path(path), recording.RAW_TIMES_KIND))]
+    _write_lines(tmp_path, [{"record": "command", "invocation": 1, "command": "x", "start": "", "end": "",
+                             "files": entries}])
+    assert verify._statistic_checks(recording.read(tmp_path)) == []
+    frame = pd.read_csv(path)
+    frame.loc[0, "p99_ms"] = 25.0
+    frame.to_csv(path, index=False)
+    assert [f.detail.split(" recorded")[0] for f in verify._statistic_checks(recording.read(tmp_path))] == [
+        "row 0: p99_ms 25.0"]

@@ -8,11 +8,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 
 from graphbook.measure import probes
 from graphbook.measure.environment import fingerprint
+from graphbook.measure.summaries import summary
 
 
 @dataclass(frozen=True)
@@ -31,15 +31,6 @@ class TimingResult:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def summary(ms: Sequence[float]) -> dict:
-    """The statistics a row records of its readings in milliseconds: the one definition a recording's verifier
-    recomputes them by."""
-    ms = np.asarray(ms, dtype=float)
-    q1, median, q3 = np.percentile(ms, [25, 50, 75])
-    return {"median_ms": float(median), "min_ms": float(ms.min()), "max_ms": float(ms.max()), "q1_ms": float(q1),
-            "q3_ms": float(q3), "repeats": len(ms)}
 
 
 def _result(seconds: Sequence[float], warmup: int) -> TimingResult:

@@ -17,14 +17,12 @@ from pathlib import Path
 import pandas as pd
 
 from graphbook import paths
-from graphbook.measure.timing import summary
+from graphbook.measure.summaries import percentiles, summary
 from graphbook.record import recording as rec
 from graphbook.record import results
 
 #: The script whose ``steps(scratch, plan)`` lists a sitting's commands, read at the recording's own commit.
 PLAN_SCRIPT = "scripts/record_sitting.py"
-#: The statistics a timed row records, each recomputed from its readings by :func:`graphbook.measure.timing.summary`.
-STATISTICS = ("median_ms", "min_ms", "max_ms", "q1_ms", "q3_ms", "repeats")
 #: The copy of the reference in a timed comparison: a verdict that calls it faster than the reference is noise.
 AA_VARIANT = "eager_again"
 
@@ -150,19 +148,20 @@ def _hash_checks(recording: rec.Recording, reference_file: Path) -> list[Finding
 
 
 def _statistic_checks(recording: rec.Recording) -> list[Finding]:
-    """Every timed series' statistics (``median_ms`` and its fellows, or ``eager_median_ms`` and its) recomputed
-    from its readings; a timed file without readings said so."""
+    """Every timed series' statistics (:func:`timed_series`) recomputed from its readings; a timed file without
+    readings said so."""
     findings = []
     hashed = {e["file"] for e in recording.manifest["files"]}
     for entry in _result_files(recording):
         path = recording.folder / entry["file"]
         frame = pd.read_csv(path)
-        series = {prefix: median for prefix, median in timed_series(frame).items() if frame[median].notna().any()}
+        series = {prefix: columns for prefix, columns in timed_series(frame).items()
+                  if frame[next(iter(columns.values()))].notna().any()}
         if not series:
             continue
         readings = results.raw_times(path)
         if readings is None:
-            timed = frame[list(series.values())].notna().any(axis=1).sum()
+            timed = frame[[next(iter(c.values())) for c in series.values()]].notna().any(axis=1).sum()
             findings.append(Finding(entry["file"], "raw times", f"{timed} timed rows and no readings: "
                                                                 "no statistic can be recomputed"))
             continue
@@ -170,43 +169,39 @@ def _statistic_checks(recording: rec.Recording) -> list[Finding]:
             findings.append(Finding(results.raw_times_path(path).name, "raw times", "not hashed by the manifest"))
         kept = {key: group.sort_values("reading")["ms"].tolist()
                 for key, group in readings.groupby(["row", "series"])}
-        for prefix, median in series.items():
-            timed = frame.index[frame[median].notna()]
+        for prefix, columns in series.items():
+            timed = frame.index[frame[next(iter(columns.values()))].notna()]
             missing = [row for row in timed if (row, prefix) not in kept]
             if missing:
                 findings.append(Finding(entry["file"], "raw times", f"{len(missing)} timed rows without "
                                                                     f"{prefix}readings (rows {missing[:5]})"))
             for row in (r for r in timed if (r, prefix) in kept):
-                findings += _recomputed(entry["file"], frame, row, prefix, median, kept[row, prefix])
+                again = {**summary(kept[row, prefix]), **percentiles(kept[row, prefix])}
+                findings += [Finding(entry["file"], "raw times", f"row {row}: {column} {frame.at[row, column]} "
+                                     f"recorded, {again[statistic]} from its {len(kept[row, prefix])} readings")
+                             for statistic, column in columns.items() if not pd.isna(frame.at[row, column])
+                             and not math.isclose(float(frame.at[row, column]), float(again[statistic]),
+                                                  rel_tol=1e-9, abs_tol=1e-12)]
     return findings
 
 
-def timed_series(frame: pd.DataFrame) -> dict[str, str]:
-    """Each series of readings a results file summarizes, by its prefix, with its median's column: a median
+def timed_series(frame: pd.DataFrame) -> dict[str, dict[str, str]]:
+    """Each series of readings a results file summarizes, by its prefix, with the column of each statistic it
+    records (the median first): a timed call's (:func:`graphbook.measure.timing.summary`), a median
     (``<prefix>median_ms``, or ``<prefix>ms`` as the INT8 matrix's ``latency_ms``) beside the readings' spread
-    (``<prefix>min_ms`` or ``<prefix>q1_ms``). A median of other rows' medians (a verdict's ``best_median_ms``)
-    has no spread beside it and no readings of its own."""
+    (``<prefix>min_ms`` or ``<prefix>q1_ms``); a load test's (:func:`graphbook.measure.timing.percentiles`),
+    ``<prefix>p50_ms`` and its fellows. A median of other rows' medians (a verdict's ``best_median_ms``) has no
+    spread beside it and no readings of its own."""
     columns, found = set(frame.columns), {}
     for prefix in {c.removesuffix(spread) for c in columns for spread in ("min_ms", "q1_ms") if c.endswith(spread)}:
-        if prefix + "median_ms" in columns:
-            found[prefix] = prefix + "median_ms"
-        elif prefix and prefix + "ms" in columns:
-            found[prefix] = prefix + "ms"
-    return found
-
-
-def _recomputed(file: str, frame: pd.DataFrame, row: int, prefix: str, median: str,
-                readings: list[float]) -> list[Finding]:
-    again = summary(readings)
-    found = []
-    for statistic in STATISTICS:
-        column = (statistic if statistic == "repeats" else median if statistic == "median_ms"
-                  else prefix + statistic)
-        if column not in frame or (statistic == "repeats" and prefix) or pd.isna(frame.at[row, column]):
-            continue   # a row that records no such statistic; ``repeats`` counts the unprefixed series
-        if not math.isclose(float(frame.at[row, column]), float(again[statistic]), rel_tol=1e-9, abs_tol=1e-12):
-            found.append(Finding(file, "raw times", f"row {row}: {column} {frame.at[row, column]} recorded, "
-                                                    f"{again[statistic]} from its {len(readings)} readings"))
+        median = (prefix + "median_ms" if prefix + "median_ms" in columns
+                  else prefix + "ms" if prefix and prefix + "ms" in columns else None)
+        if median is not None:
+            found[prefix] = {"median_ms": median, **{s: prefix + s for s in ("min_ms", "max_ms", "q1_ms", "q3_ms")
+                                                     if prefix + s in columns},
+                             **({"repeats": "repeats"} if not prefix and "repeats" in columns else {})}
+    for prefix in {c.removesuffix("p50_ms") for c in columns if c.endswith("p50_ms")}:
+        found[prefix] = {s: prefix + s for s in ("p50_ms", "p90_ms", "p99_ms", "max_ms") if prefix + s in columns}
     return found
 
 

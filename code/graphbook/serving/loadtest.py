@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from graphbook.measure.summaries import percentiles
+
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
@@ -127,12 +129,11 @@ def load_test(url: str, array: np.ndarray, *, concurrency: int, requests: int, t
     stop_health.set()
     health.join(timeout=15)
     ok = statuses.count(200)
-    p50, p90, p99 = 1e3 * np.percentile(latencies, [50, 90, 99]) if latencies else [float("nan")] * 3
+    latencies_ms = tuple(1e3 * s for s in latencies)
     return {"concurrency": int(concurrency), "sent": len(statuses), "ok": ok, "overloaded": statuses.count(503),
             "errors": len(statuses) - ok - statuses.count(503), "wall_s": wall,
             "throughput_rps": ok / wall if wall > 0 else float("nan"),
-            "p50_ms": float(p50), "p90_ms": float(p90), "p99_ms": float(p99),
-            "max_ms": 1e3 * max(latencies) if latencies else float("nan"),
+            **percentiles(latencies_ms), "times_ms": latencies_ms,
             "mean_joined_batch": float(np.mean(joined)) if joined else float("nan"),
             "readyz_max_ms": max(health_ms) if health_ms else float("nan"),
             **{f"model_ms_per_clip_b{n}": float(np.median(v)) for n, v in sorted(model_ms.items())}}
