@@ -27,7 +27,8 @@ def parse_args(argv=None):
                              "outside data/results, so it never mixes with the book's runs)")
     args = parser.parse_args(argv)
     book = {(DATA_DIR / "results").resolve(), PROVENANCE_VIEW_DIR.resolve()}
-    if args.model == "tiny" and {args.results_dir.resolve(), *([args.view_dir.resolve()] if args.view_dir else [])} & book:
+    chosen = {args.results_dir.resolve(), *([args.view_dir.resolve()] if args.view_dir else [])}
+    if args.model == "tiny" and chosen & book:
         parser.error("--model tiny needs --results-dir outside data/results and a --view-dir other than the book's "
                      "(a stand-in must not replace the book's record)")
     return args

@@ -10,6 +10,7 @@ import sys
 import pandas as pd
 import pytest
 from graphbook import paths
+from graphbook.measure import summaries
 from graphbook.record import recording, results, verify
 
 SLOW = pytest.mark.slow   # git, a clone and a sitting's commands run as processes
@@ -195,55 +196,33 @@ def test_bad_arguments_exit_2_with_one_line(script, capsys, tmp_path):
     assert stopped.value.code == 2 and len(err) == 1 and "not a recording" in err[0]
 
 
-def test_every_timed_series_recomputes_from_its_readings_and_a_changed_statistic_is_named(tmp_path):
-    rows = [{"variant": "all", "eager_median_ms": 2.0, "eager_q1_ms": 1.5, "eager_q3_ms": 2.5,
-             "eager_times_ms": (1.0, 2.0, 3.0), "compiled_median_ms": 1.0, "compiled_q1_ms": 1.0,
-             "compiled_q3_ms": 3.0, "compiled_times_ms": (1.0, 1.0, 5.0)}]
-    path = results.write_run("ablation", rows, results_dir=tmp_path)
-    entries = [{"file": p.name, "kind": kind, "sha256": recording.sha256(p)} for p, kind in
-               ((path, "ablation"), (results.raw_times_path(path), recording.RAW_TIMES_KIND))]
+@pytest.mark.parametrize("kind, row, edited, value, found", [
+    # the ablation: a row timing two things, each series under its prefix
+    ("ablation", {"variant": "all", "eager_median_ms": 2.0, "eager_q1_ms": 1.5, "eager_q3_ms": 2.5,
+                  "eager_times_ms": (1.0, 2.0, 3.0), "compiled_median_ms": 1.0, "compiled_q1_ms": 1.0,
+                  "compiled_q3_ms": 3.0, "compiled_times_ms": (1.0, 1.0, 5.0)},
+     "compiled_q3_ms", 4.0, "row 0: compiled_q3_ms 4.0 recorded, 3.0 from its 3 readings"),
+    # the INT8 matrix: its median is latency_ms, beside latency_min_ms and latency_max_ms
+    ("int8-matrix", {"config": "no-head", "latency_ms": 2.0, "latency_min_ms": 1.0, "latency_max_ms": 3.0,
+                     "latency_times_ms": (3.0, 1.0, 2.0)},
+     "latency_ms", 2.5, "row 0: latency_ms 2.5 recorded, 2.0 from its 3 readings"),
+    # a load test: its percentiles of the requests' latencies
+    ("serving-load", {"concurrency": 2, **summaries.percentiles((12.0, 15.0, 11.0, 40.0, 13.0)),
+                      "times_ms": (12.0, 15.0, 11.0, 40.0, 13.0)},
+     "p99_ms", 25.0, "row 0: p99_ms 25.0 recorded, 39.0 from its 5 readings"),
+])
+def test_every_timed_series_recomputes_from_its_readings_and_a_changed_statistic_or_lost_readings_are_named(
+        tmp_path, kind, row, edited, value, found):
+    path = results.write_run(kind, [row], results_dir=tmp_path)
+    entries = [{"file": p.name, "kind": k, "sha256": recording.sha256(p)} for p, k in
+               ((path, kind), (results.raw_times_path(path), recording.RAW_TIMES_KIND))]
     _write_lines(tmp_path, [{"record": "command", "invocation": 1, "command": "x", "start": "", "end": "",
                              "files": entries}])
     assert verify._statistic_checks(recording.read(tmp_path)) == []
     frame = pd.read_csv(path)
-    frame.loc[0, "compiled_q3_ms"] = 4.0
+    frame.loc[0, edited] = value
     frame.to_csv(path, index=False)
-    assert [f.detail for f in verify._statistic_checks(recording.read(tmp_path))] == [
-        "row 0: compiled_q3_ms 4.0 recorded, 3.0 from its 3 readings"]
-
-
-def test_the_int8_matrix_latency_series_recomputes_from_its_readings_too(tmp_path):
-    rows = [{"config": "no-head", "latency_ms": 2.0, "latency_min_ms": 1.0, "latency_max_ms": 3.0,
-             "latency_times_ms": (3.0, 1.0, 2.0)}]
-    path = results.write_run("int8-matrix", rows, results_dir=tmp_path)
-    entries = [{"file": p.name, "kind": kind, "sha256": recording.sha256(p)} for p, kind in
-               ((path, "int8-matrix"), (results.raw_times_path(path), recording.RAW_TIMES_KIND))]
-    _write_lines(tmp_path, [{"record": "command", "invocation": 1, "command": "x", "start": "", "end": "",
-                             "files": entries}])
-    assert verify._statistic_checks(recording.read(tmp_path)) == []
-    frame = pd.read_csv(path)
-    frame.loc[0, "latency_ms"] = 2.5
-    frame.to_csv(path, index=False)
-    assert [f.detail for f in verify._statistic_checks(recording.read(tmp_path))] == [
-        "row 0: latency_ms 2.5 recorded, 2.0 from its 3 readings"]
+    assert [f.detail for f in verify._statistic_checks(recording.read(tmp_path))] == [found]
     results.raw_times_path(path).unlink()
     assert [f.detail for f in verify._statistic_checks(recording.read(tmp_path))] == [
         "1 timed rows and no readings: no statistic can be recomputed"]
-
-
-def test_a_load_tests_percentiles_recompute_from_its_requests_latencies(tmp_path):
-    from graphbook.measure import summaries
-
-    latencies = (12.0, 15.0, 11.0, 40.0, 13.0)
-    path = results.write_run("serving-load", [{"concurrency": 2, **summaries.percentiles(latencies),
-                                               "times_ms": latencies}], results_dir=tmp_path)
-    entries = [{"file": p.name, "kind": kind, "sha256": recording.sha256(p)} for p, kind in
-               ((path, "serving-load"), (results.raw_times_path(path), recording.RAW_TIMES_KIND))]
-    _write_lines(tmp_path, [{"record": "command", "invocation": 1, "command": "x", "start": "", "end": "",
-                             "files": entries}])
-    assert verify._statistic_checks(recording.read(tmp_path)) == []
-    frame = pd.read_csv(path)
-    frame.loc[0, "p99_ms"] = 25.0
-    frame.to_csv(path, index=False)
-    assert [f.detail.split(" recorded")[0] for f in verify._statistic_checks(recording.read(tmp_path))] == [
-        "row 0: p99_ms 25.0"]

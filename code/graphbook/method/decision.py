@@ -35,9 +35,9 @@ def check_verdicts(rows: pd.DataFrame, *, task: str = results.SAME_BALL,
                    samples: str = results.BALL_FRAMES) -> pd.DataFrame:
     """Per machine and variant: ``check_passed`` in every run, ``failed_check`` (why not), the largest
     ``max_abs_diff``, and the ``check_samples`` the task check judged in a run (the ``samples`` column) with the
-    ``failure_bound`` a pass on that many gives (:func:`graphbook.record.verdict.failure_bound`). A lower precision passes only when it passes
-    the ``task`` check *and* its FP32 twin passes on the same machine: rounding can hide a wrong output it
-    inherits."""
+    ``failure_bound`` a pass on that many gives (:func:`graphbook.record.verdict.failure_bound`). A lower precision
+    passes only when it passes the ``task`` check *and* its FP32 twin passes on the same machine: rounding can hide
+    a wrong output it inherits."""
     own = {key: (_own_check(key[1], group, task), float(group.get(results.MAX_ABS_DIFF, pd.Series(dtype=float)).max()),
                  float(pd.to_numeric(group.get(samples, pd.Series(dtype=float)), errors="coerce").min()))
            for key, group in rows.groupby([runs.MACHINE, "variant"], sort=False)}

@@ -324,7 +324,8 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _git(repo: Path, *args: str) -> str:
+def git(repo: str | Path, *args: str) -> str:
+    """``git args`` in ``repo``, its output; RecordingError with git's own message when it fails."""
     done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
     if done.returncode:
         raise RecordingError(f"git {' '.join(args)} in {repo} failed: {done.stderr.strip()}")
@@ -337,7 +338,7 @@ def _tree_changes(repo: Path, *, besides: Path | None = None) -> list[str]:
     spec = ["--", "."]
     if besides is not None and Path(besides).resolve().is_relative_to(Path(repo).resolve()):
         spec.append(f":(exclude){Path(besides).resolve().relative_to(Path(repo).resolve())}")
-    return [line[3:] for line in _git(repo, "status", "--porcelain", *spec).splitlines()]
+    return [line[3:] for line in git(repo, "status", "--porcelain", *spec).splitlines()]
 
 
 def sit(steps: Sequence[Step], root: str | Path, *, fingerprint: dict, scratch: Path, versions: dict | None = None,
@@ -356,7 +357,7 @@ def sit(steps: Sequence[Step], root: str | Path, *, fingerprint: dict, scratch: 
     if changed:
         raise RecordingError(f"{repo} has changes ({', '.join(changed[:5])}{' ...' if len(changed) > 5 else ''}): "
                              "a sitting records a commit, so commit or stash them first")
-    commit = _git(repo, "rev-parse", "HEAD").strip()
+    commit = git(repo, "rev-parse", "HEAD").strip()
     machine = {**{k: fingerprint.get(k) for k in MACHINE_FIELDS}, **environment.machine_record()}
     number = 1
     if resume:
@@ -383,7 +384,8 @@ def sit(steps: Sequence[Step], root: str | Path, *, fingerprint: dict, scratch: 
         folder.mkdir(parents=True, exist_ok=False)
     _append(folder, {"record": "invocation", "invocation": number, "started": _now(), "commit": commit,
                      "plan": plan, "machine": machine,
-                     "versions": {"python": fingerprint.get("python", UNKNOWN), "torch": fingerprint.get("torch", UNKNOWN),
+                     "versions": {"python": fingerprint.get("python", UNKNOWN),
+                                  "torch": fingerprint.get("torch", UNKNOWN),
                                   **{d: _version(d) for d in VERSIONED if d != "torch"}, **(versions or {})},
                      "cpu_seconds": environment.cpu_seconds()})
     # every row names the commit its command saw, never one a caller's environment passed down

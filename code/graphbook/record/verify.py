@@ -8,7 +8,6 @@ import collections
 import importlib.util
 import inspect
 import math
-import subprocess
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -63,16 +62,14 @@ def _commit_and_plan(recording: rec.Recording) -> tuple[str, str]:
     return first.get("commit", rec.UNKNOWN), first.get("plan", "book")
 
 
-def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
-
-
 def _commit_checks(recording: rec.Recording, commit: str, repo: Path, manifest: str) -> list[Finding]:
     findings = []
     if commit.endswith("+dirty"):
         findings.append(Finding(manifest, "commit", f"{commit}: uncommitted changes, so the code is not a commit"))
     bare = commit.removesuffix("+dirty")
-    if _git(repo, "merge-base", "--is-ancestor", bare, "HEAD").returncode:
+    try:
+        rec.git(repo, "merge-base", "--is-ancestor", bare, "HEAD")
+    except rec.RecordingError:
         findings.append(Finding(manifest, "commit", f"{bare[:12]} is not an ancestor of HEAD in {repo}"))
     for entry in _result_files(recording):
         frame = pd.read_csv(recording.folder / entry["file"], dtype=str, keep_default_na=False)
@@ -94,9 +91,10 @@ def _plan_checks(recording: rec.Recording, commit: str, plan: str, repo: Path, m
     """The manifest's commands against the plan's at the commit: each command as often as the plan lists it."""
     try:
         planned = _plan_at(commit.removesuffix("+dirty"), plan, repo)
-    except (RuntimeError, SyntaxError, ImportError, AttributeError, TypeError) as error:
+    except (rec.RecordingError, RuntimeError, SyntaxError, ImportError, AttributeError, TypeError) as error:
         return [Finding(manifest, "commands", f"cannot read plan {plan!r} at {commit[:12]}: {error}")]
-    ran, listed = collections.Counter(c["command"] for c in recording.manifest["commands"]), collections.Counter(planned)
+    ran = collections.Counter(c["command"] for c in recording.manifest["commands"])
+    listed = collections.Counter(planned)
     findings = [Finding(manifest, "commands", f"recorded {ran[c]} times, plan {plan!r} lists it {listed[c]} "
                                               f"times: {c}") for c in ran if c in listed and ran[c] > listed[c]]
     findings += [Finding(manifest, "commands", f"not in plan {plan!r} at {commit[:12]}: {c}") for c in ran
@@ -108,12 +106,10 @@ def _plan_checks(recording: rec.Recording, commit: str, plan: str, repo: Path, m
 
 def _plan_at(commit: str, plan: str, repo: str | Path = paths.REPO_ROOT) -> list[str]:
     """The commands of ``plan`` in :data:`PLAN_SCRIPT` as it was at ``commit``, named as a manifest names them."""
-    shown = _git(Path(repo), "show", f"{commit}:{PLAN_SCRIPT}")
-    if shown.returncode:
-        raise RuntimeError(shown.stderr.strip() or f"git show failed for {commit}")
+    shown = rec.git(repo, "show", f"{commit}:{PLAN_SCRIPT}")
     with tempfile.TemporaryDirectory(prefix="plan-") as folder:
         script = Path(folder) / "record_sitting_at_commit.py"
-        script.write_text(shown.stdout)
+        script.write_text(shown)
         spec = importlib.util.spec_from_file_location("record_sitting_at_commit", script)
         module = importlib.util.module_from_spec(spec)
         with warnings.catch_warnings():   # its imports' tqdm warns, in a notebook, that it has no progress widget

@@ -209,7 +209,8 @@ def measure_compile_time(n_elements: int = DEFAULT_SIZE, threads: int = 1, runs:
 
 # ---------------------------------------------------------------- report and records
 def _format_report(env: dict, frame: pd.DataFrame, compile_frame: pd.DataFrame | None) -> str:
-    """The text of the demo's report (``<results file stem>.out.txt``): the environment header, then parts (a), (b) and (c)."""
+    """The text of the demo's report (``<results file stem>.out.txt``): the environment header, then parts (a), (b)
+    and (c)."""
     lines = ["# code/03_fusion.py output", "# environment"]
     lines += [f"#   {key}: {value}" for key, value in env.items()]
     folds = frame[frame["part"] == "bn_folding"].pivot(index="run", columns="variant", values="median_ms")

@@ -219,7 +219,8 @@ def run(model: torch.nn.Module, samples: Samples, settings: Settings, env: dict)
                          **verdict})
 
         analysed = _with_machine(frame, env) if frame is not None and frame["median_ms"].notna().any() else None
-        verdicts = decision.check_verdicts(analysed, task=SAME_TASK, samples=TASK_SAMPLES) if analysed is not None else None
+        verdicts = (decision.check_verdicts(analysed, task=SAME_TASK, samples=TASK_SAMPLES) if analysed is not None
+                    else None)
         failed = _own_failures(verdicts) if verdicts is not None else []
         # an FP32 compile must equal eager, so a wrong one has a cause to find; a lower precision that moves an
         # answer while its FP32 twin passes is rounding, which no switch explains
